@@ -1,0 +1,3 @@
+"""nanoagent: a personal AI agent for the terminal."""
+
+__version__ = "0.1.0"

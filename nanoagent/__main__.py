@@ -1,0 +1,3 @@
+from nanoagent.cli.app import main
+
+main()

@@ -1,0 +1,54 @@
+"""The composition root: every command builds its agent here."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from nanoagent.agent import events as ev
+from nanoagent.agent.commands import COMMANDS
+from nanoagent.agent.context import ContextBuilder
+from nanoagent.agent.loop import AgentLoop
+from nanoagent.config.schema import Config
+from nanoagent.paths import Paths
+from nanoagent.providers.base import Provider
+from nanoagent.session.store import SessionStore
+from nanoagent.skills import SkillsLoader
+from nanoagent.templates import seed_workspace
+from nanoagent.tools import ToolContext, default_tools
+
+
+def build_agent(
+    config: Config,
+    paths: Paths,
+    sink: ev.EventSink,
+    model: str | None = None,
+    provider: Provider | None = None,
+    warn: Callable[[str], None] = lambda message: None,
+) -> AgentLoop:
+    """Wire one AgentLoop. `provider` replaces the configured one (the ScriptedProvider in tests and demos)."""
+    from nanoagent.providers.registry import build_provider
+
+    model = model or config.defaults.model
+    if provider is None:
+        provider = build_provider(config, model)
+    seed_workspace(paths.workspace)
+    skills = SkillsLoader(paths.workspace / "skills", warn=warn)
+    tools_config = config.tools
+    return AgentLoop(
+        provider=provider,
+        store=SessionStore(paths.sessions_dir, warn=warn),
+        context=ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, skills.summary(),
+                               config.defaults.timezone),
+        tools=default_tools(),
+        tool_context=ToolContext(
+            workspace=paths.workspace,
+            restrict_to_workspace=tools_config.restrict_to_workspace,
+            exec_timeout=tools_config.exec.timeout,
+            max_output_chars=tools_config.max_result_chars,
+        ),
+        settings=config.defaults,
+        max_result_chars=tools_config.max_result_chars,
+        sink=sink,
+        model=model,
+        commands=dict(COMMANDS),
+    )

@@ -1,0 +1,145 @@
+"""The `nanoagent` command. Exceptions become exit codes here and nowhere else.
+
+Keep module-level imports light: `nanoagent --help` must not load a provider SDK.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanoagent import __version__
+from nanoagent.errors import NanoagentError
+
+app = typer.Typer(
+    name="nanoagent",
+    help="A personal AI agent for your terminal.",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    rich_markup_mode=None,
+)
+
+WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
+
+
+def _version(value: bool) -> None:
+    if value:
+        print(f"nanoagent {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                          help="Show the version and exit.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    """A personal AI agent for your terminal."""
+
+
+def _warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+
+
+def _setup(workspace: Path | None):
+    from nanoagent.config import load_config
+    from nanoagent.paths import Paths
+
+    paths = Paths.from_env(workspace)
+    config, warnings = load_config(paths.config_file)
+    for warning in warnings:
+        _warn(warning)
+    return paths, config
+
+
+@app.command()
+def agent(
+    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit.")] = None,
+    model: Annotated[str | None, typer.Option("--model", help="Model to use, e.g. anthropic/claude-sonnet-4-5.")] = None,
+    session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
+    workspace: WorkspaceOpt = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with reply, usage and tool calls.")] = False,
+    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+) -> None:
+    """Talk to the agent: `-m` for one message; interactive when no message is given."""
+    if message is None:
+        raise NanoagentError("Interactive sessions are not available yet; pass a message with -m \"...\".")
+    import asyncio
+
+    from nanoagent.agent.build import build_agent
+    from nanoagent.cli.render import OneShotRenderer
+
+    paths, config = _setup(workspace)
+    key = session if ":" in session else f"cli:{session}"
+    renderer = OneShotRenderer(quiet_reply=json_output)
+    loop = build_agent(config, paths, sink=renderer, model=model, warn=_warn)
+    turn = asyncio.run(loop.handle(message, key))
+    failed = turn.result is not None and turn.result.error is not None
+    if json_output:
+        print(json.dumps(_turn_json(turn), ensure_ascii=False))
+    else:
+        renderer.finish(turn.reply, failed)
+    if failed:
+        raise typer.Exit(1)
+
+
+def _turn_json(turn) -> dict:
+    result = turn.result
+    data = {"reply": turn.reply, "session": turn.session, "model": turn.model}
+    if result is not None:
+        data.update(
+            stop=result.stop.value,
+            error=result.error,
+            usage=result.usage.to_dict(),
+            tool_calls=[{"name": c.name, "arguments": c.arguments, "ok": c.ok, "elapsed": round(c.elapsed, 3)}
+                        for c in result.tool_calls],
+        )
+    return data
+
+
+@app.command()
+def onboard(
+    provider: Annotated[str | None, typer.Option(help="Provider name, e.g. anthropic, openai, openrouter, ollama.")] = None,
+    model: Annotated[str | None, typer.Option(help="Default model, e.g. anthropic/claude-sonnet-4-5.")] = None,
+    api_key: Annotated[str | None, typer.Option("--api-key", help="API key for the provider.")] = None,
+    api_base: Annotated[str | None, typer.Option("--api-base", help="Base URL for an OpenAI-compatible server.")] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Create config.json (mode 0600) and the workspace, keeping anything that already exists."""
+    from nanoagent.cli.setup import onboard as run_onboard
+
+    run_onboard(workspace, provider=provider, model=model, api_key=api_key, api_base=api_base)
+
+
+@app.command()
+def status(workspace: WorkspaceOpt = None) -> None:
+    """Show the model, provider, key presence, workspace and session paths."""
+    from nanoagent.cli.setup import status_lines
+
+    paths, config = _setup(workspace)
+    for line in status_lines(paths, config):
+        print(line)
+
+
+def main() -> None:
+    debug = "--debug" in sys.argv or os.environ.get("NANOAGENT_DEBUG") == "1"
+    try:
+        app()
+    except NanoagentError as e:
+        if debug:
+            raise
+        print(f"Error: {e}", file=sys.stderr)
+        sys.exit(e.exit_code)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the one boundary where surprises become exit codes
+        if debug:
+            raise
+        print(f"Error: {type(e).__name__}: {e} (run again with --debug for the traceback)", file=sys.stderr)
+        sys.exit(1)

@@ -1,0 +1,74 @@
+"""Turn agent events into terminal output: the reply on stdout, activity on stderr."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any
+
+from rich.console import Console
+from rich.markdown import Markdown
+
+from nanoagent.agent import events as ev
+
+
+def short_args(arguments: dict[str, Any], width: int = 60) -> str:
+    parts = []
+    for key, value in arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = " ".join(str(text).split())
+        parts.append(f"{key}={text[:40] + '…' if len(text) > 40 else text}")
+    joined = " ".join(parts)
+    return joined if len(joined) <= width else joined[: width - 1] + "…"
+
+
+class OneShotRenderer:
+    """For `agent -m`: streams plain text when piped, renders Markdown at the end on a terminal."""
+
+    def __init__(self, quiet_reply: bool = False):
+        self.out = Console(soft_wrap=False)
+        self.err = Console(stderr=True, highlight=False)
+        self.quiet_reply = quiet_reply  # --json prints everything at the end
+        self.streamed = ""
+        self.stream_plain = not self.out.is_terminal and not quiet_reply
+
+    def __call__(self, event: ev.Event) -> None:
+        match event:
+            case ev.TextDelta(text=text) if self.stream_plain:
+                sys.stdout.write(text)
+                sys.stdout.flush()
+                self.streamed += text
+            case ev.ToolStarted(name=name, arguments=arguments):
+                self.err.print(f"[dim]→ {name}[/dim] {_escape(short_args(arguments))}")
+            case ev.ToolFinished(name=name, ok=ok, result=result, elapsed=elapsed):
+                status = "[green]ok[/green]" if ok else f"[red]error[/red] {_escape(result[7:80])}"
+                self.err.print(f"[dim]  {name} {status} {elapsed:.2f}s[/dim]")
+            case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
+                action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"
+                self.err.print(f"[yellow]{model}: {_escape(reason[:120])}; {action}[/yellow]")
+            case ev.Notice(text=text):
+                self.err.print(f"[yellow]{_escape(text)}[/yellow]")
+            case _:
+                pass
+
+    def finish(self, reply: str, failed: bool) -> None:
+        if failed:
+            if self.streamed:
+                sys.stdout.write("\n")
+            self.err.print(f"[red]{_escape(reply)}[/red]")
+            return
+        if self.streamed:
+            if not self.streamed.rstrip().endswith(reply.rstrip()):
+                sys.stdout.write("\n" + reply)
+            sys.stdout.write("\n")
+            return
+        if self.out.is_terminal:
+            self.out.print(Markdown(reply))
+        else:
+            sys.stdout.write(reply + "\n")
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

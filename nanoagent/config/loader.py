@@ -1,0 +1,172 @@
+"""Read config.json tolerantly and strictly at once.
+
+Unknown keys warn (a stale key must never stop the agent from starting); a wrong
+type or invalid JSON is one clear error naming the file, the key and the fix.
+The file is never rewritten by reading it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import types
+import typing
+from pathlib import Path
+from typing import Any
+
+from nanoagent.config.schema import Config, ProviderConfig
+from nanoagent.errors import ConfigError
+from nanoagent.fsutil import atomic_write
+
+# Keys renamed between versions: old name -> current name (dotted, snake_case).
+RENAMED_KEYS = {
+    "agents.defaults.max_tool_iteration": "agents.defaults.max_tool_iterations",
+    "agents.defaults.context_window": "agents.defaults.context_window_tokens",
+}
+
+
+def to_snake(name: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
+
+
+def to_camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(p.title() for p in rest)
+
+
+def load_config(path: Path, env: dict[str, str] | None = None) -> tuple[Config, list[str]]:
+    """Return (config, warnings). Precedence: environment > file > defaults (flags are applied by the CLI)."""
+    env = os.environ if env is None else env
+    warnings: list[str] = []
+    data: dict[str, Any] = {}
+    if path.exists():
+        try:
+            text = path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as e:
+            raise ConfigError(f"Cannot read {path}: {e}. Fix its permissions or encoding.") from None
+        if text.strip():
+            try:
+                data = json.loads(text)
+            except json.JSONDecodeError as e:
+                raise ConfigError(
+                    f"{path} is not valid JSON (line {e.lineno}, column {e.colno}: {e.msg}). "
+                    "Fix that spot, or move the file away and run `nanoagent onboard`."
+                ) from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path} must hold a JSON object at the top level; fix it or run `nanoagent onboard`.")
+    config = _build(Config, data, "", path, warnings)
+    _apply_env(config, env)
+    return config, warnings
+
+
+def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -> Any:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: `{prefix.rstrip('.') or 'top level'}` must be an object; fix or delete it.")
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    kwargs: dict[str, Any] = {}
+    for raw_key, value in data.items():
+        key = to_snake(raw_key)
+        dotted = prefix + key
+        if dotted in RENAMED_KEYS:
+            new = RENAMED_KEYS[dotted]
+            warnings.append(f"{path}: `{dotted}` was renamed to `{new}`; `nanoagent doctor` can migrate it.")
+            if new.startswith(prefix) and new[len(prefix):] in names and new[len(prefix):] not in kwargs:
+                key, dotted = new[len(prefix):], new
+            else:
+                continue
+        if key not in names:
+            warnings.append(f"{path}: unknown key `{prefix}{raw_key}` ignored.")
+            continue
+        kwargs[key] = _convert(hints[key], value, dotted, path, warnings)
+    return cls(**kwargs)
+
+
+def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(tp) if a is not type(None)]
+        if value is None:
+            return None
+        return _convert(args[0], value, dotted, path, warnings)
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value, dotted + ".", path, warnings)
+    if origin is list:
+        (item,) = typing.get_args(tp)
+        if not isinstance(value, list):
+            _type_error(dotted, "a list", value, path)
+        return [_convert(item, v, f"{dotted}[{i}]", path, warnings) for i, v in enumerate(value)]
+    if origin is dict:
+        _, item = typing.get_args(tp)
+        if not isinstance(value, dict):
+            _type_error(dotted, "an object", value, path)
+        return {k: _convert(item, v, f"{dotted}.{k}", path, warnings) for k, v in value.items()}
+    if tp is bool:
+        if not isinstance(value, bool):
+            _type_error(dotted, "true or false", value, path)
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            _type_error(dotted, "a whole number", value, path)
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            _type_error(dotted, "a number", value, path)
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            _type_error(dotted, "a string", value, path)
+        return value
+    raise AssertionError(f"unsupported config type {tp!r}")
+
+
+def _type_error(dotted: str, expected: str, value: Any, path: Path) -> typing.NoReturn:
+    camel = ".".join(to_camel(p) for p in dotted.split("."))
+    raise ConfigError(
+        f"{path}: `{camel}` must be {expected}, got {json.dumps(value)[:40]}; fix the value or delete the key."
+    )
+
+
+ENV_KEYS = {
+    "anthropic": ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL"),
+    "openai": ("OPENAI_API_KEY", "OPENAI_BASE_URL"),
+    "openrouter": ("OPENROUTER_API_KEY", None),
+    "deepseek": ("DEEPSEEK_API_KEY", None),
+    "groq": ("GROQ_API_KEY", None),
+    "gemini": ("GEMINI_API_KEY", None),
+    "ollama": (None, "OLLAMA_API_BASE"),
+}
+
+
+def _apply_env(config: Config, env: typing.Mapping[str, str]) -> None:
+    if env.get("NANOAGENT_MODEL"):
+        config.agents.defaults.model = env["NANOAGENT_MODEL"]
+    for name, (key_var, base_var) in ENV_KEYS.items():
+        key = env.get(key_var) if key_var else None
+        base = env.get(base_var) if base_var else None
+        if key or base:
+            pc = config.providers.setdefault(name, ProviderConfig())
+            if key:
+                pc.api_key = key
+            if base:
+                pc.api_base = base
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    def walk(obj: Any) -> Any:
+        if dataclasses.is_dataclass(obj):
+            return {to_camel(f.name): walk(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
+        if isinstance(obj, dict):
+            return {k: walk(v) for k, v in obj.items()}
+        if isinstance(obj, list):
+            return [walk(v) for v in obj]
+        return obj
+
+    return walk(config)
+
+
+def save_config(path: Path, data: dict[str, Any]) -> None:
+    """Write config atomically with mode 0600: it may hold API keys."""
+    atomic_write(path, json.dumps(data, indent=2) + "\n", mode=0o600)

@@ -1,0 +1,58 @@
+"""The shape of config.json. Field names are snake_case here and camelCase on disk."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class AgentDefaults:
+    model: str = "anthropic/claude-sonnet-4-5"
+    max_tokens: int = 8192
+    context_window_tokens: int = 200_000
+    max_tool_iterations: int = 100
+    temperature: float | None = None
+    timezone: str | None = None
+    fallback_models: list[str] = field(default_factory=list)
+    thinking_budget: int = 0
+    stream_idle_timeout: float = 90.0
+    max_retries: int = 4
+    retry_base_delay: float = 1.0
+    max_retry_wait: float = 60.0
+
+
+@dataclass
+class ProviderConfig:
+    api_key: str | None = None
+    api_base: str | None = None
+
+
+@dataclass
+class ExecConfig:
+    timeout: int = 60
+
+
+@dataclass
+class ToolsConfig:
+    restrict_to_workspace: bool = True
+    max_result_chars: int = 16_000
+    exec: ExecConfig = field(default_factory=ExecConfig)
+
+
+@dataclass
+class AgentsConfig:
+    defaults: AgentDefaults = field(default_factory=AgentDefaults)
+
+
+@dataclass
+class Config:
+    agents: AgentsConfig = field(default_factory=AgentsConfig)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
+
+    @property
+    def defaults(self) -> AgentDefaults:
+        return self.agents.defaults
+
+    def provider(self, name: str) -> ProviderConfig:
+        return self.providers.get(name) or ProviderConfig()

@@ -1,0 +1,43 @@
+"""Every path nanoagent touches comes from one `Paths` object rooted at NANOAGENT_HOME."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class Paths:
+    home: Path
+    workspace: Path
+
+    @classmethod
+    def from_env(cls, workspace: str | os.PathLike | None = None) -> Paths:
+        home = Path(os.environ.get("NANOAGENT_HOME") or Path.home() / ".nanoagent").expanduser()
+        ws = Path(workspace).expanduser() if workspace else home / "workspace"
+        return cls(home=home.absolute(), workspace=ws.absolute())
+
+    @property
+    def config_file(self) -> Path:
+        return self.home / "config.json"
+
+    @property
+    def sessions_dir(self) -> Path:
+        return self.home / "sessions"
+
+    @property
+    def logs_dir(self) -> Path:
+        return self.home / "logs"
+
+    @property
+    def memory_dir(self) -> Path:
+        return self.workspace / "memory"
+
+    def session_file(self, key: str) -> Path:
+        return self.sessions_dir / f"{safe_key(key)}.jsonl"
+
+
+def safe_key(key: str) -> str:
+    """Session keys look like `channel:chat_id`; map them to a portable file name."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key.replace(":", "__"))

@@ -1,0 +1,169 @@
+"""The provider interface: one request in, a stream of typed events out."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    description: str
+    parameters: dict[str, Any]
+
+
+@dataclass
+class ChatRequest:
+    model: str
+    system: str
+    messages: list[dict[str, Any]]
+    tools: list[ToolSpec] = field(default_factory=list)
+    max_tokens: int = 8192
+    temperature: float | None = None
+    thinking_budget: int = 0
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    def to_dict(self) -> dict[str, int]:
+        return {
+            "input_tokens": self.input_tokens,
+            "output_tokens": self.output_tokens,
+            "cache_read_tokens": self.cache_read_tokens,
+            "cache_write_tokens": self.cache_write_tokens,
+        }
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    id: str
+    name: str
+    arguments: str  # raw JSON text exactly as the model produced it; the runner parses and repairs it
+
+
+# --- stream events ---------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ThinkingDelta:
+    text: str
+
+
+@dataclass(frozen=True)
+class ThinkingBlock:
+    """A finished thinking block; providers that need it back (Anthropic) get it verbatim next turn."""
+
+    block: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class ToolCallReady:
+    call: ToolCall
+
+
+@dataclass(frozen=True)
+class UsageReport:
+    usage: Usage
+    model: str = ""  # filled in by the retry layer: the model that actually answered
+
+
+@dataclass(frozen=True)
+class RetryNotice:
+    """The retry layer is waiting before another attempt, or moving on to a fallback model."""
+
+    model: str
+    reason: str
+    wait: float
+    next_model: str
+
+
+@dataclass(frozen=True)
+class StreamEnd:
+    stop_reason: str  # "end_turn" | "tool_use" | "max_tokens" | provider-specific
+
+
+ProviderEvent = TextDelta | ThinkingDelta | ThinkingBlock | ToolCallReady | UsageReport | StreamEnd | RetryNotice
+
+
+class ProviderError(Exception):
+    """A failed model call, already classified for the retry layer."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        status: int | None = None,
+        retryable: bool = False,
+        retry_after: float | None = None,
+    ):
+        super().__init__(message)
+        self.message = message
+        self.status = status
+        self.retryable = retryable
+        self.retry_after = retry_after
+
+
+RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
+QUOTA_WORDS = ("quota", "credit", "billing", "insufficient_quota", "balance")
+
+
+def classify_status(status: int | None, message: str) -> bool:
+    """True when a failure with this HTTP status is worth retrying."""
+    if status is None:
+        return True  # connection reset, timeouts
+    if status == 429 and any(w in message.lower() for w in QUOTA_WORDS):
+        return False  # an exhausted quota does not come back in seconds
+    return status in RETRYABLE_STATUS
+
+
+def parse_retry_after(headers: Any) -> float | None:
+    if headers is None:
+        return None
+    value = headers.get("retry-after-ms")
+    if value:
+        try:
+            return float(value) / 1000.0
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        from email.utils import parsedate_to_datetime
+        from datetime import datetime, timezone
+
+        try:
+            when = parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+
+
+class Provider(Protocol):
+    name: str
+
+    def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
+        """Yield events for one model call; raise ProviderError on failure."""
+        ...

@@ -1,0 +1,119 @@
+"""Every provider that is neither Anthropic nor OpenAI-compatible goes through litellm.
+
+litellm takes seconds to import, so it loads on the first call. Its own
+retries are off; `retry.py` is the only retry layer.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+from nanoagent.providers.base import (
+    ChatRequest,
+    ProviderError,
+    ProviderEvent,
+    StreamEnd,
+    TextDelta,
+    ToolCallReady,
+    UsageReport,
+    classify_status,
+    parse_retry_after,
+)
+from nanoagent.providers.openai_format import (
+    FINISH_REASONS,
+    ToolCallAccumulator,
+    to_openai_messages,
+    to_openai_tools,
+    usage_from_openai,
+)
+
+
+def _import_litellm() -> Any:
+    # Without this, importing litellm fetches a price table from the internet.
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.drop_params = True
+    return litellm
+
+
+class LiteLLMProvider:
+    name = "litellm"
+
+    def __init__(self, api_key: str | None, api_base: str | None, idle_timeout: float):
+        self.api_key = api_key
+        self.api_base = api_base
+        self.idle_timeout = idle_timeout
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
+        litellm = _import_litellm()
+        kwargs: dict[str, Any] = {
+            "model": request.model.removeprefix("litellm/"),
+            "messages": to_openai_messages(request),
+            "max_tokens": request.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+            "num_retries": 0,
+            "max_retries": 0,
+            "timeout": self.idle_timeout,
+        }
+        if request.tools:
+            kwargs["tools"] = to_openai_tools(request)
+        if request.temperature is not None:
+            kwargs["temperature"] = request.temperature
+        if self.api_key:
+            kwargs["api_key"] = self.api_key
+        if self.api_base:
+            kwargs["api_base"] = self.api_base
+        try:
+            stream = await litellm.acompletion(**kwargs)
+            async for event in _translate(stream):
+                yield event
+        except ProviderError:
+            raise
+        except Exception as e:  # noqa: BLE001 - litellm raises many types; classify by status
+            raise _classify(e) from e
+
+
+def _classify(e: Exception) -> ProviderError:
+    status = getattr(e, "status_code", None)
+    status = status if isinstance(status, int) else None
+    message = str(getattr(e, "message", "") or e)
+    response = getattr(e, "response", None)
+    headers = getattr(response, "headers", None) or getattr(e, "litellm_response_headers", None)
+    name = type(e).__name__
+    if "Timeout" in name:
+        return ProviderError(f"timed out: {message}", retryable=True)
+    if status is None and "APIConnectionError" in name:
+        return ProviderError(f"connection failed: {message}", retryable=True)
+    if status is None and ("BadRequest" in name or "NotFound" in name or "Authentication" in name):
+        return ProviderError(message, retryable=False)
+    return ProviderError(f"{status or ''} {message}".strip(), status=status,
+                         retryable=classify_status(status, message), retry_after=parse_retry_after(headers))
+
+
+async def _translate(stream: Any) -> AsyncIterator[ProviderEvent]:
+    calls = ToolCallAccumulator()
+    finish = None
+    usage = None
+    async for chunk in stream:
+        if getattr(chunk, "usage", None):
+            usage = usage_from_openai(chunk.usage)
+        for choice in chunk.choices or ():
+            delta = choice.delta
+            if getattr(delta, "content", None):
+                yield TextDelta(delta.content)
+            for tc in getattr(delta, "tool_calls", None) or ():
+                fn = tc.function
+                calls.add(tc.index or 0, tc.id, getattr(fn, "name", None), getattr(fn, "arguments", None))
+            finish = choice.finish_reason or finish
+    if finish is None:
+        raise ProviderError("the stream ended before the reply was complete", retryable=True)
+    for call in calls.calls():
+        yield ToolCallReady(call)
+    if usage is not None:
+        yield UsageReport(usage)
+    yield StreamEnd(FINISH_REASONS.get(finish, finish))

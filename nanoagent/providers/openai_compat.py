@@ -1,0 +1,122 @@
+"""OpenAI-compatible Chat Completions over plain httpx.
+
+Used for OpenAI, OpenRouter, Ollama, DeepSeek, Groq and any server with an
+`apiBase`. Importing litellm costs about 5 s on a 2-core machine and the
+openai SDK 1-1.5 s; httpx is already loaded for the anthropic SDK, so this path
+keeps a one-shot turn well under 2 s. Other providers go through litellm.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+from nanoagent.providers.base import (
+    ChatRequest,
+    ProviderError,
+    ProviderEvent,
+    StreamEnd,
+    TextDelta,
+    ToolCallReady,
+    UsageReport,
+    classify_status,
+    parse_retry_after,
+)
+from nanoagent.providers.openai_format import (
+    FINISH_REASONS,
+    ToolCallAccumulator,
+    to_openai_messages,
+    to_openai_tools,
+    usage_from_openai,
+)
+
+
+class OpenAICompatProvider:
+    def __init__(self, name: str, api_key: str | None, api_base: str, idle_timeout: float):
+        self.name = name
+        self.api_key = api_key
+        self.api_base = api_base.rstrip("/")
+        self.idle_timeout = idle_timeout
+        self._client: Any = None
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            import httpx
+
+            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+            self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.idle_timeout, connect=10.0))
+        return self._client
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
+        import httpx
+
+        body: dict[str, Any] = {
+            "model": request.model.split("/", 1)[1] if "/" in request.model else request.model,
+            "messages": to_openai_messages(request),
+            "max_tokens": request.max_tokens,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = to_openai_tools(request)
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        try:
+            async with self._get_client().stream("POST", f"{self.api_base}/chat/completions", json=body) as resp:
+                if resp.status_code >= 400:
+                    raise _status_error(resp.status_code, (await resp.aread()).decode("utf-8", "replace"), resp.headers)
+                async for event in _parse_stream(resp.aiter_lines()):
+                    yield event
+        except httpx.TimeoutException as e:
+            raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
+        except httpx.HTTPError as e:
+            raise ProviderError(f"connection to {self.api_base} failed: {e or type(e).__name__}", retryable=True) from e
+
+
+def _status_error(status: int, text: str, headers: Any) -> ProviderError:
+    message = text[:300]
+    try:
+        err = json.loads(text).get("error")
+        if isinstance(err, dict) and err.get("message"):
+            message = str(err["message"])
+        elif isinstance(err, str):
+            message = err
+    except (ValueError, AttributeError):
+        pass
+    return ProviderError(f"{status} {message}", status=status, retryable=classify_status(status, message),
+                         retry_after=parse_retry_after(headers))
+
+
+async def _parse_stream(lines: AsyncIterator[str]) -> AsyncIterator[ProviderEvent]:
+    calls = ToolCallAccumulator()
+    finish = None
+    usage = None
+    done = False
+    async for line in lines:
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            done = True
+            break
+        chunk = json.loads(data)
+        if chunk.get("error"):
+            raise _status_error(500, json.dumps(chunk), None)
+        if chunk.get("usage"):
+            usage = usage_from_openai(chunk["usage"])
+        for choice in chunk.get("choices") or ():
+            delta = choice.get("delta") or {}
+            if delta.get("content"):
+                yield TextDelta(delta["content"])
+            for tc in delta.get("tool_calls") or ():
+                fn = tc.get("function") or {}
+                calls.add(tc.get("index", 0), tc.get("id"), fn.get("name"), fn.get("arguments"))
+            finish = choice.get("finish_reason") or finish
+    if not done and finish is None:
+        raise ProviderError("the stream ended before the reply was complete", retryable=True)
+    for call in calls.calls():
+        yield ToolCallReady(call)
+    if usage is not None:
+        yield UsageReport(usage)
+    yield StreamEnd(FINISH_REASONS.get(finish or "stop", finish or "end_turn"))

@@ -1,0 +1,77 @@
+"""Chat Completions wire format, shared by the native OpenAI-compatible and litellm providers."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanoagent.providers.base import ChatRequest, ToolCall, Usage
+
+FINISH_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
+
+
+def to_openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
+    out: list[dict[str, Any]] = []
+    if request.system:
+        out.append({"role": "system", "content": request.system})
+    for msg in request.messages:
+        role = msg["role"]
+        if role == "tool":
+            out.append({"role": "tool", "tool_call_id": msg["tool_call_id"], "content": msg.get("content") or "(empty)"})
+        elif role == "assistant":
+            item: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or None}
+            if msg.get("tool_calls"):
+                item["tool_calls"] = [
+                    {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
+                    for c in msg["tool_calls"]
+                ]
+            if item["content"] is None and "tool_calls" not in item:
+                continue
+            out.append(item)
+        else:
+            out.append({"role": "user", "content": msg.get("content") or ""})
+    return out
+
+
+def to_openai_tools(request: ChatRequest) -> list[dict[str, Any]]:
+    return [
+        {"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
+        for t in request.tools
+    ]
+
+
+def usage_from_openai(u: Any) -> Usage:
+    """Accepts a dict or an object with prompt_tokens / completion_tokens (litellm's Usage)."""
+    get = u.get if isinstance(u, dict) else (lambda k, d=None: getattr(u, k, d))
+    prompt = get("prompt_tokens", 0) or 0
+    details = get("prompt_tokens_details", None)
+    if details is None:
+        cached = 0
+    elif isinstance(details, dict):
+        cached = details.get("cached_tokens") or 0
+    else:
+        cached = getattr(details, "cached_tokens", 0) or 0
+    return Usage(input_tokens=max(0, prompt - cached), output_tokens=get("completion_tokens", 0) or 0,
+                 cache_read_tokens=cached)
+
+
+@dataclass
+class ToolCallAccumulator:
+    """Joins streamed tool-call fragments (by index) into whole calls."""
+
+    parts: dict[int, dict[str, str]] = field(default_factory=dict)
+
+    def add(self, index: int, call_id: str | None, name: str | None, arguments: str | None) -> None:
+        part = self.parts.setdefault(index, {"id": "", "name": "", "arguments": ""})
+        if call_id:
+            part["id"] = call_id
+        if name:
+            part["name"] += name
+        if arguments:
+            part["arguments"] += arguments
+
+    def calls(self) -> list[ToolCall]:
+        return [
+            ToolCall(p["id"] or f"call_{i}", p["name"], p["arguments"] or "{}")
+            for i, p in sorted(self.parts.items())
+        ]

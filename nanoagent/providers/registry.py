@@ -1,0 +1,114 @@
+"""Which provider serves a model name, and with which key.
+
+`anthropic/...` and `claude-...` use the native Anthropic provider. OpenAI-
+compatible providers (below) use plain httpx. Any other `provider/model` that
+litellm knows goes through litellm, as does anything prefixed `litellm/`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from functools import lru_cache
+from pathlib import Path
+
+from nanoagent.config.schema import Config
+from nanoagent.errors import ConfigError
+from nanoagent.providers.base import Provider
+from nanoagent.providers.retry import RetryingProvider, RetryPolicy
+
+# name -> (default base URL, environment variable for the key or None when no key is needed)
+OPENAI_COMPATIBLE = {
+    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "deepseek": ("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
+    "groq": ("https://api.groq.com/openai/v1", "GROQ_API_KEY"),
+    "ollama": ("http://localhost:11434/v1", None),
+}
+OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
+EXAMPLES = "e.g. anthropic/claude-sonnet-4-5, openai/gpt-4.1, openrouter/<vendor>/<model> or ollama/llama3.2"
+
+
+def provider_name(model: str) -> str:
+    """The provider a model name belongs to ("anthropic", "openai", ..., or a litellm provider)."""
+    if model.startswith("litellm/"):
+        return provider_name(model.removeprefix("litellm/"))
+    if "/" in model:
+        return model.split("/", 1)[0]
+    if model.startswith("claude-"):
+        return "anthropic"
+    if model.startswith(OPENAI_BARE_PREFIXES):
+        return "openai"
+    raise ConfigError(f"Unknown model '{model}': name it as provider/model, {EXAMPLES}.")
+
+
+def key_variable(provider: str) -> str:
+    if provider == "anthropic":
+        return "ANTHROPIC_API_KEY"
+    return (OPENAI_COMPATIBLE.get(provider, (None, None))[1]) or f"{provider.upper()}_API_KEY"
+
+
+def make_provider(model: str, config: Config) -> Provider:
+    name = provider_name(model)
+    settings = config.provider(name)
+    timeout = config.defaults.stream_idle_timeout
+    via_litellm = model.startswith("litellm/")
+    if name == "anthropic" and not via_litellm:
+        if not settings.api_key:
+            raise ConfigError(_missing_key(name))
+        from nanoagent.providers.anthropic import AnthropicProvider
+
+        return AnthropicProvider(settings.api_key, settings.api_base, timeout)
+    if (name in OPENAI_COMPATIBLE or (settings.api_base and name not in litellm_providers())) and not via_litellm:
+        default_base, key_var = OPENAI_COMPATIBLE.get(name, (None, None))
+        if key_var and not settings.api_key:
+            raise ConfigError(_missing_key(name))
+        from nanoagent.providers.openai_compat import OpenAICompatProvider
+
+        return OpenAICompatProvider(name, settings.api_key, settings.api_base or default_base or "", timeout)
+    if name not in litellm_providers() and name not in config.providers:
+        raise ConfigError(f"Unknown provider '{name}' in model '{model}': use a known provider, {EXAMPLES}, "
+                          "or add providers.<name>.apiBase for an OpenAI-compatible server.")
+    from nanoagent.providers.litellm import LiteLLMProvider
+
+    return LiteLLMProvider(settings.api_key, settings.api_base, timeout)
+
+
+def _missing_key(provider: str) -> str:
+    return (f"No API key for {provider}: set {key_variable(provider)} or run `nanoagent onboard` "
+            f"(or put it in config.json under providers.{provider}.apiKey).")
+
+
+def build_provider(config: Config, model: str | None = None) -> RetryingProvider:
+    """The primary model and its fallbacks, each checked now so a bad name fails before the first turn."""
+    d = config.defaults
+    models = [model or d.model, *[m for m in d.fallback_models if m != (model or d.model)]]
+    chain = [(m, make_provider(m, config)) for m in models]
+    policy = RetryPolicy(max_retries=d.max_retries, base_delay=d.retry_base_delay, max_retry_wait=d.max_retry_wait)
+    return RetryingProvider(chain, policy)
+
+
+def litellm_data_file(name: str) -> Path | None:
+    spec = importlib.util.find_spec("litellm")
+    if not spec or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / name
+    return path if path.exists() else None
+
+
+@lru_cache(maxsize=1)
+def model_table() -> dict[str, dict]:
+    """litellm's bundled price and context-window table, read without importing litellm."""
+    path = litellm_data_file("model_prices_and_context_window_backup.json")
+    if path is None:
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+@lru_cache(maxsize=1)
+def litellm_providers() -> frozenset[str]:
+    names = {v.get("litellm_provider", "") for v in model_table().values() if isinstance(v, dict)}
+    return frozenset(n for n in names if n)

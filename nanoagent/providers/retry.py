@@ -1,0 +1,96 @@
+"""The one retry layer: backoff with jitter, retry-after, fallback models.
+
+Provider SDKs have their own retries turned off, so a failing request is tried
+here at most `max_retries + 1` times per model. Nothing is retried once output
+has streamed to the user: the reply would repeat itself.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import random
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+
+from nanoagent.providers.base import (
+    ChatRequest,
+    Provider,
+    ProviderError,
+    ProviderEvent,
+    RetryNotice,
+    TextDelta,
+    ThinkingDelta,
+    ToolCallReady,
+    UsageReport,
+)
+
+_OUTPUT = (TextDelta, ThinkingDelta, ToolCallReady)
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    max_retries: int = 4
+    base_delay: float = 1.0
+    max_delay: float = 30.0
+    max_retry_wait: float = 60.0  # a server asking for longer than this is not waited for
+
+    def backoff(self, attempt: int) -> float:
+        return min(self.max_delay, self.base_delay * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+class RetryingProvider:
+    name = "retry"
+
+    def __init__(
+        self,
+        chain: list[tuple[str, Provider]],
+        policy: RetryPolicy,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ):
+        self.chain = chain
+        self.policy = policy
+        self.sleep = sleep
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
+        failures: list[str] = []
+        for position, (model, provider) in enumerate(self.chain):
+            next_model = self.chain[position + 1][0] if position + 1 < len(self.chain) else ""
+            attempt = 0
+            while True:
+                streamed = False
+                try:
+                    async for event in provider.stream(dataclasses.replace(request, model=model)):
+                        streamed = streamed or isinstance(event, _OUTPUT)
+                        yield dataclasses.replace(event, model=model) if isinstance(event, UsageReport) else event
+                    return
+                except ProviderError as e:
+                    if streamed:
+                        raise ProviderError(f"{model}: {e.message} (the reply was cut off mid-stream)",
+                                            status=e.status) from e
+                    wait = self._wait(e, attempt)
+                    if wait is None:
+                        failures.append(f"{model}: {self._why_final(e, attempt)}")
+                        if next_model:
+                            yield RetryNotice(model, e.message, 0.0, next_model)
+                        break
+                    yield RetryNotice(model, e.message, wait, model)
+                    await self.sleep(wait)
+                    attempt += 1
+        raise ProviderError("; ".join(failures) or "no model configured")
+
+    def _wait(self, e: ProviderError, attempt: int) -> float | None:
+        """Seconds to wait before retrying, or None when this model is done."""
+        if not e.retryable or attempt >= self.policy.max_retries:
+            return None
+        if e.retry_after is not None:
+            return None if e.retry_after > self.policy.max_retry_wait else e.retry_after
+        return self.policy.backoff(attempt)
+
+    def _why_final(self, e: ProviderError, attempt: int) -> str:
+        if e.retryable and e.retry_after is not None and e.retry_after > self.policy.max_retry_wait:
+            return (f"{e.message} (the server asked to wait {e.retry_after:.0f} s, more than maxRetryWait "
+                    f"{self.policy.max_retry_wait:.0f} s)")
+        if e.retryable:
+            return f"{e.message} (after {attempt + 1} attempts)"
+        return e.message

@@ -1,0 +1,63 @@
+"""A provider that plays back scripted replies: for runner tests and offline demos."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanoagent.providers.base import (
+    ChatRequest,
+    ProviderError,
+    ProviderEvent,
+    StreamEnd,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+    Usage,
+    UsageReport,
+)
+
+
+@dataclass
+class ScriptedReply:
+    text: str = ""
+    tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
+    error: ProviderError | None = None
+    usage: Usage | None = None
+
+
+class ScriptedProvider:
+    name = "scripted"
+
+    def __init__(self, replies: Iterable[ScriptedReply | str] = (), default: str | None = None):
+        self.replies = [ScriptedReply(r) if isinstance(r, str) else r for r in replies]
+        self.default = default
+        self.requests: list[ChatRequest] = []
+        self._calls = 0
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
+        self.requests.append(request)
+        if not self.replies:
+            if self.default is None:
+                raise ProviderError("the scripted provider has no replies left")
+            reply = ScriptedReply(self.default)
+        else:
+            reply = self.replies.pop(0)
+        if reply.error is not None:
+            raise reply.error
+        for word in _chunks(reply.text):
+            yield TextDelta(word)
+        for name, args in reply.tool_calls:
+            self._calls += 1
+            raw = args if isinstance(args, str) else json.dumps(args)
+            yield ToolCallReady(ToolCall(f"call_{self._calls}", name, raw))
+        yield UsageReport(reply.usage or Usage(input_tokens=len(json.dumps(request.messages)) // 4 + 1,
+                                               output_tokens=len(reply.text) // 4 + 1))
+        yield StreamEnd("tool_use" if reply.tool_calls else "end_turn")
+
+
+def _chunks(text: str) -> list[str]:
+    words = text.split(" ")
+    return [w + (" " if i < len(words) - 1 else "") for i, w in enumerate(words) if w or i < len(words) - 1]

@@ -1,0 +1,69 @@
+"""Token counting that works offline and never answers zero for real text.
+
+tiktoken cannot download encodings on machines without internet; litellm ships
+the files, so point TIKTOKEN_CACHE_DIR at them (found without importing litellm).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+
+def _litellm_tokenizer_dir() -> str | None:
+    spec = importlib.util.find_spec("litellm")
+    if not spec or not spec.submodule_search_locations:
+        return None
+    folder = Path(next(iter(spec.submodule_search_locations))) / "litellm_core_utils" / "tokenizers"
+    return str(folder) if folder.is_dir() else None
+
+
+@lru_cache(maxsize=1)
+def _encoding() -> Any | None:
+    if not os.environ.get("TIKTOKEN_CACHE_DIR"):
+        folder = _litellm_tokenizer_dir()
+        if folder:
+            os.environ["TIKTOKEN_CACHE_DIR"] = folder
+    try:
+        import tiktoken
+
+        return tiktoken.get_encoding("cl100k_base")
+    except Exception:  # noqa: BLE001 - any failure means: estimate instead
+        return None
+
+
+def estimate_tokens(text: str) -> int:
+    """Rough count for when no tokenizer is available: about 4 characters a token."""
+    return (len(text) + 3) // 4
+
+
+def count_tokens(text: str) -> int:
+    if not text:
+        return 0
+    enc = _encoding()
+    if enc is None:
+        return estimate_tokens(text)
+    try:
+        return len(enc.encode(text, disallowed_special=()))
+    except Exception:  # noqa: BLE001
+        return estimate_tokens(text)
+
+
+def tokenizer_available() -> bool:
+    return _encoding() is not None
+
+
+def count_message_tokens(message: dict[str, Any]) -> int:
+    """Tokens one stored message adds to a prompt, including a small per-message overhead."""
+    total = 4 + count_tokens(message.get("content") or "")
+    for call in message.get("tool_calls") or ():
+        total += count_tokens(call.get("name", "")) + count_tokens(call.get("arguments", "")) + 8
+    return total
+
+
+def count_json_tokens(value: Any) -> int:
+    return count_tokens(json.dumps(value, ensure_ascii=False, separators=(",", ":")))
