@@ -1,0 +1,26 @@
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: install test lint bench size clean
+
+install:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+
+test:
+	$(BIN)/python -m pytest
+
+lint:
+	$(BIN)/ruff check nanoagent tests bench
+
+bench:
+	$(BIN)/python bench/run.py
+
+size:
+	@echo "core lines (nanoagent/, excluding blank lines and comments):"
+	@find nanoagent -name '*.py' | sort | xargs grep -cvE '^\s*(#|$$)' | sed 's/:/ /' | awk '{printf "  %-40s %5d\n", $$1, $$2; total += $$2} END {printf "  %-40s %5d\n", "total", total}'
+
+clean:
+	rm -rf $(VENV) dist build .pytest_cache .ruff_cache

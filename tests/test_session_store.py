@@ -1,0 +1,133 @@
+import json
+import os
+import subprocess
+import sys
+
+from nanoagent.session.store import SessionStore
+
+
+def store_at(tmp_path, warnings=None):
+    return SessionStore(tmp_path / "sessions", warn=(warnings.append if warnings is not None else None))
+
+
+def test_messages_survive_a_reload(tmp_path):
+    store = store_at(tmp_path)
+    s = store.load("cli:direct")
+    with store.lock(s):
+        store.add_messages(s, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], sync=True)
+    again = store_at(tmp_path).load("cli:direct")
+    assert [m["content"] for m in again.messages] == ["hi", "hello"]
+    assert again.meta["created"]
+
+
+def test_file_starts_with_a_versioned_header(tmp_path):
+    store = store_at(tmp_path)
+    s = store.load("telegram:42")
+    store.add_messages(s, [{"role": "user", "content": "x"}])
+    header = json.loads(s.path.read_text().splitlines()[0])
+    assert header == {"type": "header", "version": 1, "key": "telegram:42", "created": header["created"]}
+    assert store.keys() == ["telegram:42"]
+
+
+def test_metadata_updates_append_and_never_rewrite_messages(tmp_path):
+    store = store_at(tmp_path)
+    s = store.load("cli:direct")
+    store.add_messages(s, [{"role": "user", "content": "a" * 1000}])
+    before = s.path.read_bytes()
+    store.set_meta(s, last_consolidated=1)
+    after = s.path.read_bytes()
+    assert after.startswith(before) and len(after) - len(before) < 100
+    assert store_at(tmp_path).load("cli:direct").last_consolidated == 1
+
+
+def test_a_torn_last_line_is_skipped_with_a_warning_and_cut_before_the_next_append(tmp_path):
+    store = store_at(tmp_path)
+    s = store.load("cli:direct")
+    store.add_messages(s, [{"role": "user", "content": "kept"}])
+    with open(s.path, "ab") as f:
+        f.write(b'{"type": "message", "message": {"role": "assistant", "content": "tor')
+    warnings = []
+    reader = store_at(tmp_path, warnings)
+    s2 = reader.load("cli:direct")
+    assert [m["content"] for m in s2.messages] == ["kept"]
+    assert any("incomplete last line" in w for w in warnings)
+    reader.add_messages(s2, [{"role": "user", "content": "next"}])
+    fresh = store_at(tmp_path).load("cli:direct")
+    assert [m["content"] for m in fresh.messages] == ["kept", "next"]
+    assert all(json.loads(line) for line in s.path.read_text().splitlines())
+
+
+def test_a_corrupt_line_in_the_middle_is_skipped_and_later_messages_kept(tmp_path):
+    store = store_at(tmp_path)
+    s = store.load("cli:direct")
+    store.add_messages(s, [{"role": "user", "content": "one"}])
+    with open(s.path, "ab") as f:
+        f.write(b"garbage that is not json\n")
+    store.add_messages(s, [{"role": "user", "content": "two"}])
+    warnings = []
+    s2 = store_at(tmp_path, warnings).load("cli:direct")
+    assert [m["content"] for m in s2.messages] == ["one", "two"]
+    assert any("corrupt line" in w for w in warnings)
+
+
+def test_refresh_reads_only_what_another_writer_appended(tmp_path):
+    a, b = store_at(tmp_path), store_at(tmp_path)
+    sa, sb = a.load("k:1"), b.load("k:1")
+    a.add_messages(sa, [{"role": "user", "content": "from a"}])
+    b.add_messages(sb, [{"role": "user", "content": "from b"}])  # b notices a's line first
+    assert [m["content"] for m in sb.messages] == ["from a", "from b"]
+    with a.lock(sa):
+        pass
+    assert [m["content"] for m in sa.messages] == ["from a", "from b"]
+
+
+WRITER = r"""
+import sys
+from pathlib import Path
+from nanoagent.session.store import SessionStore
+store = SessionStore(Path(sys.argv[1]))
+s = store.load("cli:race")
+for i in range(50):
+    with store.lock(s):
+        store.add_messages(s, [{"role": "user", "content": f"{sys.argv[2]}-{i}-" + "x" * 5000},
+                               {"role": "assistant", "content": f"{sys.argv[2]}-{i}"}])
+"""
+
+
+def test_two_processes_writing_the_same_session_never_interleave(tmp_path):
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "sessions"), name])
+             for name in ("a", "b")]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    s = store_at(tmp_path).load("cli:race")
+    assert len(s.messages) == 200
+    for user, reply in zip(s.messages[::2], s.messages[1::2], strict=True):
+        assert user["content"].startswith(reply["content"] + "-")
+
+
+KILLED_WRITER = r"""
+import os, sys
+from pathlib import Path
+from nanoagent.session.store import SessionStore
+store = SessionStore(Path(sys.argv[1]))
+s = store.load("cli:kill")
+i = 0
+while True:
+    store.add_messages(s, [{"role": "user", "content": "y" * 20000 + str(i)}])
+    i += 1
+"""
+
+
+def test_kill_9_mid_append_loses_at_most_the_torn_record(tmp_path):
+    import signal
+    import time
+
+    for _ in range(5):
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path / "sessions")])
+        time.sleep(0.4)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        store = store_at(tmp_path, [])
+        s = store.load("cli:kill")
+        count = len(s.messages)
+        store.add_messages(s, [{"role": "assistant", "content": "after"}])
+        assert len(store_at(tmp_path).load("cli:kill").messages) == count + 1
