@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Iterable
 from dataclasses import dataclass, field
@@ -38,7 +39,7 @@ class ScriptedProvider:
         self._calls = 0
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
-        self.requests.append(request)
+        self.requests.append(dataclasses.replace(request, messages=list(request.messages)))
         if not self.replies:
             if self.default is None:
                 raise ProviderError("the scripted provider has no replies left")

@@ -1,0 +1,131 @@
+"""Declare a tool once: a typed function whose signature and docstring are its schema.
+
+    @tool(read_only=True)
+    def read_file(ctx: ToolContext, path: str, offset: int = 1) -> str:
+        '''Read a text file.
+
+        Args:
+            path: File to read, relative to the workspace.
+            offset: First line to show (1-based).
+        '''
+
+The first parameter is the ToolContext; the rest become a pydantic model that
+gives the JSON schema and validates the model's arguments.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pydantic
+
+from nanoagent.providers.base import ToolSpec
+
+
+class ToolError(Exception):
+    """An expected failure; the message is for the model: what went wrong and what to do."""
+
+
+class ToolArgumentError(ToolError):
+    pass
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    workspace: Path
+    restrict_to_workspace: bool = True
+    exec_timeout: int = 60
+    max_output_chars: int = 16_000
+
+
+@dataclass(frozen=True)
+class Tool:
+    name: str
+    description: str
+    params: type[pydantic.BaseModel]
+    fn: Callable[..., Any]
+    read_only: bool
+
+    def spec(self) -> ToolSpec:
+        schema = self.params.model_json_schema()
+        properties = {name: _clean(prop) for name, prop in schema.get("properties", {}).items()}
+        parameters: dict[str, Any] = {"type": "object", "properties": properties}
+        if schema.get("required"):
+            parameters["required"] = schema["required"]
+        return ToolSpec(self.name, self.description, parameters)
+
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
+        try:
+            params = self.params.model_validate(arguments)
+        except pydantic.ValidationError as e:
+            raise ToolArgumentError(_describe(self.name, e)) from None
+        kwargs = {name: getattr(params, name) for name in type(params).model_fields}
+        if inspect.iscoroutinefunction(self.fn):
+            result = await self.fn(ctx, **kwargs)
+        else:
+            result = await asyncio.to_thread(self.fn, ctx, **kwargs)
+        return str(result)
+
+
+def tool(*, read_only: bool = False, name: str | None = None) -> Callable[[Callable[..., Any]], Tool]:
+    def wrap(fn: Callable[..., Any]) -> Tool:
+        description, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
+        fields: dict[str, Any] = {}
+        hints = inspect.get_annotations(fn, eval_str=True)
+        for index, param in enumerate(inspect.signature(fn).parameters.values()):
+            if index == 0:
+                continue  # the ToolContext
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (hints[param.name], pydantic.Field(default, description=arg_docs.get(param.name)))
+        model = pydantic.create_model(f"{fn.__name__}_params", __config__=pydantic.ConfigDict(extra="ignore"),
+                                      **fields)
+        return Tool(name or fn.__name__.rstrip("_"), description, model, fn, read_only)
+
+    return wrap
+
+
+def _parse_docstring(doc: str) -> tuple[str, dict[str, str]]:
+    head, _, args = doc.partition("\nArgs:\n")
+    description = " ".join(head.split())
+    arg_docs: dict[str, str] = {}
+    current = None
+    for line in args.splitlines():
+        match = re.match(r"^\s{2,}(\w+)(?:\s*\(.*?\))?:\s*(.*)$", line)
+        if match and (current is None or len(line) - len(line.lstrip()) <= 4):
+            current = match.group(1)
+            arg_docs[current] = match.group(2).strip()
+        elif current and line.strip():
+            arg_docs[current] += " " + line.strip()
+        elif not line.strip():
+            current = None
+    return description, arg_docs
+
+
+def _clean(prop: dict[str, Any]) -> dict[str, Any]:
+    """Drop pydantic's noise and flatten Optional[X] to X so every provider accepts the schema."""
+    prop = {k: v for k, v in prop.items() if k != "title"}
+    options = prop.pop("anyOf", None)
+    if options:
+        non_null = [o for o in options if o.get("type") != "null"]
+        if len(non_null) == 1:
+            prop = {**non_null[0], **prop}
+    if prop.get("default", 0) is None:
+        prop.pop("default")
+    return prop
+
+
+def _describe(name: str, error: pydantic.ValidationError) -> str:
+    problems = []
+    for item in error.errors():
+        field = ".".join(str(p) for p in item["loc"]) or "arguments"
+        if item["type"] == "missing":
+            problems.append(f"{field}: required but missing")
+        else:
+            problems.append(f"{field}: {item['msg'].lower()}, got {item.get('input')!r:.60}")
+    return f"Invalid arguments for {name}: " + "; ".join(problems) + ". Fix them and call the tool again."

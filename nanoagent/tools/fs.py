@@ -1,0 +1,213 @@
+"""File tools. Paths resolve from the workspace; with restrictToWorkspace the real path must stay inside."""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+import re
+from pathlib import Path
+
+from nanoagent.fsutil import atomic_write
+from nanoagent.tools.base import ToolContext, ToolError, tool
+
+MAX_LINE_CHARS = 2000
+MAX_LIST = 1000
+MAX_GLOB = 500
+MAX_GREP_FILE_BYTES = 5_000_000
+SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv"}
+
+
+def resolve_path(ctx: ToolContext, path: str) -> Path:
+    """Absolute path for `path`; refused when its real location is outside a restricted workspace."""
+    candidate = Path(os.path.expanduser(path))
+    if not candidate.is_absolute():
+        candidate = ctx.workspace / candidate
+    if ctx.restrict_to_workspace:
+        real = Path(os.path.realpath(candidate))  # follows symlinks, even when the tail does not exist yet
+        root = Path(os.path.realpath(ctx.workspace))
+        if real != root and root not in real.parents:
+            raise ToolError(f"Path '{path}' is outside the workspace {ctx.workspace}; "
+                            "use a path inside it (restrictToWorkspace is on).")
+        return real
+    return Path(os.path.abspath(candidate))
+
+
+def _display(ctx: ToolContext, path: Path) -> str:
+    root = Path(os.path.realpath(ctx.workspace))
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _is_binary(path: Path) -> bool:
+    with open(path, "rb") as f:
+        return b"\0" in f.read(8192)
+
+
+@tool(read_only=True)
+def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -> str:
+    """Read a text file, with line numbers. Long files are paged: use offset and limit to read more.
+
+    Args:
+        path: File to read, relative to the workspace.
+        offset: First line to show, counting from 1.
+        limit: Most lines to show.
+    """
+    target = resolve_path(ctx, path)
+    if target.is_dir():
+        raise ToolError(f"'{path}' is a directory; use list_dir to see what it holds.")
+    if not target.exists():
+        raise ToolError(f"File '{path}' does not exist; check the name with list_dir or glob.")
+    if _is_binary(target):
+        raise ToolError(f"'{path}' is a binary file; read_file shows text only.")
+    offset, limit = max(1, offset), max(1, limit)
+    lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+    shown = lines[offset - 1: offset - 1 + limit]
+    out = []
+    for number, line in enumerate(shown, start=offset):
+        if len(line) > MAX_LINE_CHARS:
+            line = line[:MAX_LINE_CHARS] + f" [... line cut, {len(line) - MAX_LINE_CHARS} more characters]"
+        out.append(f"{number:>6}\t{line}")
+    if not lines:
+        return "(empty file)"
+    if offset > len(lines):
+        return f"(the file has only {len(lines)} lines)"
+    last = offset + len(shown) - 1
+    if last < len(lines):
+        out.append(f"[lines {offset}-{last} of {len(lines)}; call read_file with offset={last + 1} to continue]")
+    return "\n".join(out)
+
+
+@tool()
+def write_file(ctx: ToolContext, path: str, content: str) -> str:
+    """Create or replace a file with the given content. Parent folders are created.
+
+    Args:
+        path: File to write, relative to the workspace.
+        content: The complete new content of the file.
+    """
+    target = resolve_path(ctx, path)
+    if target.is_dir():
+        raise ToolError(f"'{path}' is a directory; give a file path.")
+    data = content.encode("utf-8")
+    atomic_write(target, data)
+    return f"Wrote {len(data)} bytes to {_display(ctx, target)}"
+
+
+@tool()
+def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
+    """Replace one exact piece of text in a file. old_text must occur exactly once.
+
+    Args:
+        path: File to edit, relative to the workspace.
+        old_text: The exact text to replace, including whitespace; add surrounding lines to make it unique.
+        new_text: The text to put in its place.
+    """
+    if old_text == new_text:
+        raise ToolError("old_text and new_text are identical: a no-op edit. Send the change you mean to make.")
+    target = resolve_path(ctx, path)
+    if not target.is_file():
+        raise ToolError(f"File '{path}' does not exist; create it with write_file.")
+    text = target.read_text(encoding="utf-8")
+    count = text.count(old_text) if old_text else 0
+    if count == 0:
+        raise ToolError(f"old_text was not found in '{path}'. Read the file with read_file and copy the text exactly.")
+    if count > 1:
+        raise ToolError(f"old_text occurs {count} times in '{path}'; include more surrounding lines so it is unique.")
+    atomic_write(target, text.replace(old_text, new_text, 1).encode("utf-8"))
+    return f"Edited {_display(ctx, target)}"
+
+
+@tool(read_only=True)
+def list_dir(ctx: ToolContext, path: str = ".") -> str:
+    """List a folder: entries sorted by name, folders marked with a trailing slash.
+
+    Args:
+        path: Folder to list, relative to the workspace.
+    """
+    target = resolve_path(ctx, path)
+    if not target.is_dir():
+        raise ToolError(f"'{path}' is not a folder." + ("" if target.exists() else " It does not exist."))
+    entries = sorted(target.iterdir(), key=lambda p: p.name)
+    lines = [p.name + ("/" if p.is_dir() else "") for p in entries[:MAX_LIST]]
+    if len(entries) > MAX_LIST:
+        lines.append(f"[{len(entries) - MAX_LIST} more entries not shown]")
+    return "\n".join(lines) or "(empty folder)"
+
+
+@tool(read_only=True)
+def glob(ctx: ToolContext, pattern: str, path: str = ".") -> str:
+    """Find files whose path matches a glob pattern such as **/*.py.
+
+    Args:
+        pattern: Glob pattern, relative to path.
+        path: Folder to search from, relative to the workspace.
+    """
+    base = resolve_path(ctx, path)
+    if not base.is_dir():
+        raise ToolError(f"'{path}' is not a folder.")
+    root = Path(os.path.realpath(ctx.workspace))
+    found = []
+    for match in sorted(base.glob(pattern)):
+        if SKIP_DIRS & set(match.relative_to(base).parts):
+            continue
+        real = Path(os.path.realpath(match))
+        if ctx.restrict_to_workspace and real != root and root not in real.parents:
+            continue
+        found.append(_display(ctx, match))
+        if len(found) > MAX_GLOB:
+            break
+    if len(found) > MAX_GLOB:
+        return "\n".join(found[:MAX_GLOB]) + f"\n[more than {MAX_GLOB} matches; narrow the pattern]"
+    return "\n".join(found) or "(no matches)"
+
+
+@tool(read_only=True)
+def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = None, ignore_case: bool = False,
+         max_results: int = 200) -> str:
+    """Search file contents with a regular expression; prints path:line: text for each match.
+
+    Args:
+        pattern: Python regular expression.
+        path: File or folder to search, relative to the workspace.
+        glob: Only search files whose name matches this glob, e.g. *.md.
+        ignore_case: Match regardless of case.
+        max_results: Most matching lines to return.
+    """
+    try:
+        regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
+    except re.error as e:
+        raise ToolError(f"Invalid regular expression {pattern!r}: {e}.") from None
+    base = resolve_path(ctx, path)
+    if not base.exists():
+        raise ToolError(f"'{path}' does not exist.")
+    results: list[str] = []
+    root = Path(os.path.realpath(ctx.workspace))
+    for file in _walk(base):
+        if glob and not fnmatch.fnmatch(file.name, glob):
+            continue
+        if ctx.restrict_to_workspace and root not in Path(os.path.realpath(file)).parents:
+            continue  # a symlink inside the workspace pointing out of it
+        try:
+            if file.stat().st_size > MAX_GREP_FILE_BYTES or _is_binary(file):
+                continue
+            with open(file, encoding="utf-8", errors="replace") as f:
+                for number, line in enumerate(f, start=1):
+                    if regex.search(line):
+                        results.append(f"{_display(ctx, file)}:{number}: {line.rstrip()[:300]}")
+                        if len(results) >= max_results:
+                            return "\n".join(results) + f"\n[stopped at {max_results} matches]"
+        except OSError:
+            continue
+    return "\n".join(results) or "(no matches)"
+
+
+def _walk(base: Path):
+    if base.is_file():
+        yield base
+        return
+    for folder, dirs, files in os.walk(base):
+        dirs[:] = sorted(d for d in dirs if d not in SKIP_DIRS)
+        for name in sorted(files):
+            yield Path(folder) / name

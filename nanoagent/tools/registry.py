@@ -1,0 +1,42 @@
+"""The set of tools an agent may call, in a stable order (so the prompt cache keeps hitting)."""
+
+from __future__ import annotations
+
+from nanoagent.providers.base import ToolSpec
+from nanoagent.tools.base import Tool
+
+
+class ToolRegistry:
+    def __init__(self, tools: list[Tool] | None = None):
+        self._tools: dict[str, Tool] = {}
+        self._specs: list[ToolSpec] | None = None
+        for t in tools or ():
+            self.register(t)
+
+    def register(self, tool: Tool) -> None:
+        self._tools[tool.name] = tool
+        self._specs = None
+
+    def get(self, name: str) -> Tool | None:
+        return self._tools.get(name)
+
+    def names(self) -> list[str]:
+        return list(self._tools)
+
+    def specs(self) -> list[ToolSpec]:
+        if self._specs is None:
+            self._specs = [t.spec() for t in self._tools.values()]
+        return self._specs
+
+    def is_read_only(self, name: str) -> bool:
+        tool = self._tools.get(name)
+        return bool(tool and tool.read_only)
+
+    def restricted(self, allowed: set[str]) -> ToolRegistry:
+        return ToolRegistry([t for name, t in self._tools.items() if name in allowed])
+
+
+def default_tools() -> ToolRegistry:
+    from nanoagent.tools import fs, shell
+
+    return ToolRegistry([fs.read_file, fs.write_file, fs.edit_file, fs.list_dir, fs.glob, fs.grep, shell.exec_])

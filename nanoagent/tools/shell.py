@@ -1,0 +1,98 @@
+"""The exec tool: a shell command in its own process group, with bounded output and a timeout."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+from nanoagent.tools.base import ToolContext, ToolError, tool
+from nanoagent.tools.fs import resolve_path
+
+MAX_TIMEOUT = 600
+CHUNK = 65536
+
+
+class BoundedOutput:
+    """Keeps the first and last `limit // 2` bytes of a stream and counts what falls between."""
+
+    def __init__(self, limit: int):
+        self.half = max(1, limit // 2)
+        self.head = bytearray()
+        self.tail = bytearray()
+        self.omitted = 0
+
+    def add(self, data: bytes) -> None:
+        room = self.half - len(self.head)
+        if room > 0:
+            self.head += data[:room]
+            data = data[room:]
+        if not data:
+            return
+        self.tail += data
+        if len(self.tail) > self.half:
+            drop = len(self.tail) - self.half
+            self.omitted += drop
+            del self.tail[:drop]
+
+    def text(self) -> str:
+        head = self.head.decode("utf-8", errors="replace")
+        tail = self.tail.decode("utf-8", errors="replace")
+        if self.omitted:
+            return f"{head}\n[... {self.omitted:,} bytes omitted ...]\n{tail}"
+        return head + tail
+
+
+@tool(name="exec")
+async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, workdir: str | None = None) -> str:
+    """Run a shell command in the workspace and return its output and exit code.
+
+    Args:
+        command: The command line, run with /bin/sh -c.
+        timeout: Seconds before the command is killed (default from config, at most 600).
+        workdir: Folder to run in, relative to the workspace.
+    """
+    cwd = resolve_path(ctx, workdir) if workdir else ctx.workspace
+    if not cwd.is_dir():
+        raise ToolError(f"workdir '{workdir}' is not a folder.")
+    limit = min(MAX_TIMEOUT, timeout or ctx.exec_timeout)
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+    )
+    output = BoundedOutput(ctx.max_output_chars)
+    try:
+        await asyncio.wait_for(_drain(proc, output), timeout=limit)
+        code = await proc.wait()
+    except asyncio.TimeoutError:
+        await _kill_group(proc)
+        return f"{output.text()}\n[timed out after {limit} s; process group killed]"
+    except asyncio.CancelledError:
+        await _kill_group(proc)
+        raise
+    return f"{output.text()}\n[exit code: {code}]"
+
+
+async def _drain(proc: asyncio.subprocess.Process, output: BoundedOutput) -> None:
+    assert proc.stdout is not None
+    while chunk := await proc.stdout.read(CHUNK):
+        output.add(chunk)
+
+
+async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+    for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=grace)
+            if sig == signal.SIGKILL:
+                return
+        except asyncio.TimeoutError:
+            continue
+    # SIGTERM may end the leader while children linger in the group: make sure they go too
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

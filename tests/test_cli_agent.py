@@ -1,0 +1,159 @@
+"""`nanoagent agent -m` run as a subprocess against the local LLM server."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from nanoagent.session.store import SessionStore
+from tests.conftest import ROOT, anthropic_env, fast_retries, openai_env, run_cli, write_config
+from tests.llm_server import Reply
+
+
+def session_messages(home, key="cli:direct"):
+    return SessionStore(home / "sessions").load(key).messages
+
+
+@pytest.mark.parametrize("env_for", [anthropic_env, openai_env], ids=["anthropic", "openai"])
+def test_one_shot_reply_goes_to_stdout_and_the_session(llm, isolated_home, env_for):
+    llm.script(Reply(text="Hello, human."))
+    proc = run_cli("agent", "-m", "hello", env=env_for(llm))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Hello, human.\n"
+    messages = session_messages(isolated_home)
+    assert [m["role"] for m in messages] == ["user", "assistant"]
+    assert messages[0]["content"].endswith("hello") and "<runtime_context>" in messages[0]["content"]
+
+
+def test_the_next_run_continues_the_same_conversation(llm, isolated_home):
+    env = anthropic_env(llm)
+    llm.script(Reply(text="Noted: your name is Ada."), Reply(text="Your name is Ada."))
+    assert run_cli("agent", "-m", "my name is Ada", env=env).returncode == 0
+    assert run_cli("agent", "-m", "what is my name?", env=env).returncode == 0
+    sent = llm.requests[-1].body["messages"]
+    assert len(sent) == 3 and "my name is Ada" in json.dumps(sent[0])
+    assert len(session_messages(isolated_home)) == 4
+
+
+def test_sessions_are_separate_by_key(llm, isolated_home):
+    env = anthropic_env(llm)
+    run_cli("agent", "-m", "one", "-s", "work", env=env)
+    run_cli("agent", "-m", "two", "-s", "telegram:42", env=env)
+    assert len(session_messages(isolated_home, "cli:work")) == 2
+    assert len(session_messages(isolated_home, "telegram:42")) == 2
+    assert "channel: telegram\nchat_id: 42" in session_messages(isolated_home, "telegram:42")[0]["content"]
+
+
+def test_system_prompt_stays_byte_identical_between_turns(llm, isolated_home):
+    env = anthropic_env(llm)
+    run_cli("agent", "-m", "one", env=env)
+    run_cli("agent", "-m", "two", env=env)
+    first, second = llm.requests[-2].body, llm.requests[-1].body
+    assert first["system"] == second["system"] and first["tools"] == second["tools"]
+    assert "runtime_context" not in json.dumps(first["system"])
+
+
+def test_json_output_has_reply_session_usage_and_tool_calls(llm, isolated_home):
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True)
+    (workspace / "todo.md").write_text("- buy milk\n")
+    llm.script(Reply(tool_calls=[("read_file", {"path": "todo.md"})]), Reply(text="Buy milk."))
+    proc = run_cli("agent", "-m", "what is on my list?", "--json", env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["reply"] == "Buy milk." and data["session"] == "cli:direct"
+    assert data["usage"]["input_tokens"] > 0 and data["usage"]["output_tokens"] > 0
+    assert data["tool_calls"][0]["name"] == "read_file" and data["tool_calls"][0]["ok"] is True
+    assert "read_file" in proc.stderr  # activity goes to stderr
+
+
+def test_workspace_flag_picks_another_workspace(llm, isolated_home, tmp_path):
+    other = tmp_path / "elsewhere"
+    llm.script(Reply(tool_calls=[("write_file", {"path": "out.txt", "content": "hi"})]), Reply(text="done"))
+    proc = run_cli("agent", "-m", "write it", "-w", str(other), env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    assert (other / "out.txt").read_text() == "hi"
+    assert (other / "SOUL.md").exists()
+
+
+def test_provider_failure_is_one_line_and_keeps_the_users_message(llm, isolated_home):
+    write_config(isolated_home, fast_retries())
+    llm.script(*[Reply(status=500)] * 5)
+    proc = run_cli("agent", "-m", "please remember this", env=anthropic_env(llm))
+    assert proc.returncode == 1
+    assert "500" in proc.stderr and "Traceback" not in proc.stderr
+    messages = session_messages(isolated_home)
+    assert messages[-1]["role"] == "user" and "please remember this" in messages[-1]["content"]
+
+
+def test_connection_refused_is_a_clear_error(isolated_home):
+    write_config(isolated_home, fast_retries(maxRetries=0))
+    env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "NANOAGENT_MODEL": "claude-x"}
+    proc = run_cli("agent", "-m", "hi", env=env)
+    assert proc.returncode == 1
+    assert "connection failed" in proc.stderr.lower() and "Traceback" not in proc.stderr
+
+
+def test_debug_shows_tracebacks_only_when_asked(isolated_home):
+    (isolated_home).mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.json").write_text("[]")
+    assert "Traceback" not in run_cli("status").stderr
+    assert "Traceback" in run_cli("--debug", "status").stderr
+
+
+def test_killed_between_tool_call_and_result_the_next_run_repairs_and_continues(llm, isolated_home):
+    env = anthropic_env(llm)
+    llm.script(Reply(tool_calls=[("exec", {"command": "sleep 30"})]), Reply(text="Recovered."))
+    proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "run it"], cwd=ROOT,
+                            env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            start_new_session=True)
+    deadline = time.time() + 30
+    while time.time() < deadline:
+        messages = session_messages(isolated_home)
+        if messages and messages[-1].get("tool_calls"):
+            break
+        time.sleep(0.05)
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert session_messages(isolated_home)[-1].get("tool_calls")
+    done = run_cli("agent", "-m", "are you there?", env=env)
+    assert done.returncode == 0, done.stderr
+    assert "Recovered." in done.stdout
+    messages = session_messages(isolated_home)
+    tool = [m for m in messages if m["role"] == "tool"]
+    assert len(tool) == 1 and "interrupted" in tool[0]["content"]
+    sent = json.dumps(llm.requests[-1].body["messages"])
+    assert "interrupted" in sent
+
+
+def test_two_processes_on_one_session_take_turns(llm, isolated_home):
+    env = anthropic_env(llm)
+    llm.script(Reply(text="slow one", delay=0.5), Reply(text="second"))
+    procs = [subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", f"message {i}"], cwd=ROOT,
+                              env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for i in range(2)]
+    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    roles = [m["role"] for m in session_messages(isolated_home)]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert len(llm.requests[-1].body["messages"]) == 3  # the second turn saw the first
+
+
+def test_help_and_version_do_not_import_provider_sdks():
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "--help"], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 0 and "agent" in proc.stdout
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
+    assert not imported & {"anthropic", "litellm", "httpx", "openai", "git", "prompt_toolkit", "tiktoken"}
+    version = run_cli("--version")
+    assert version.returncode == 0 and version.stdout.startswith("nanoagent ")
+
+
+def test_empty_model_reply_is_explained_not_silent(llm, isolated_home):
+    llm.script(Reply(text=""))
+    proc = run_cli("agent", "-m", "hi", env=anthropic_env(llm))
+    assert proc.returncode == 0
+    assert "empty reply" in proc.stdout

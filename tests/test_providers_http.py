@@ -1,0 +1,178 @@
+"""The real anthropic SDK, httpx and litellm talking to the local LLM server over HTTP."""
+
+import asyncio
+import socket
+
+import pytest
+
+from nanoagent.config.schema import Config, ProviderConfig
+from nanoagent.providers import base as pb
+from nanoagent.providers.base import ChatRequest, ProviderError, ToolSpec
+from nanoagent.providers.registry import build_provider
+from tests.llm_server import Reply
+
+TOOLS = [ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}},
+                                                "required": ["path"]})]
+
+
+def config_for(server, model, **defaults):
+    config = Config()
+    config.agents.defaults.model = model
+    config.agents.defaults.retry_base_delay = 0.01
+    config.agents.defaults.stream_idle_timeout = defaults.pop("timeout", 5)
+    for key, value in defaults.items():
+        setattr(config.agents.defaults, key, value)
+    config.providers["anthropic"] = ProviderConfig(api_key="sk-ant-test", api_base=server.url)
+    config.providers["openai"] = ProviderConfig(api_key="sk-test", api_base=server.url + "/v1")
+    return config
+
+
+def stream(server, model, messages=None, tools=(), **defaults):
+    provider = build_provider(config_for(server, model, **defaults))
+    request = ChatRequest(model=model, system="You are a test.", tools=list(tools),
+                          messages=messages or [{"role": "user", "content": "hi"}], max_tokens=100)
+
+    async def go():
+        return [e async for e in provider.stream(request)]
+
+    return asyncio.run(go())
+
+
+def text_of(events):
+    return "".join(e.text for e in events if isinstance(e, pb.TextDelta))
+
+
+def calls_of(events):
+    return [e.call for e in events if isinstance(e, pb.ToolCallReady)]
+
+
+MODELS = ["anthropic/claude-test", "openai/gpt-test", "litellm/openai/gpt-test"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_streams_text_and_reports_usage(llm, model):
+    llm.script(Reply(text="Hello from the server", output_tokens=5))
+    events = stream(llm, model)
+    assert text_of(events) == "Hello from the server"
+    usage = [e for e in events if isinstance(e, pb.UsageReport)][-1]
+    assert usage.usage.output_tokens == 5 and usage.usage.input_tokens > 0
+    assert isinstance(events[-1], pb.StreamEnd) and events[-1].stop_reason == "end_turn"
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_streams_tool_calls(llm, model):
+    llm.script(Reply(text="Let me look.", tool_calls=[("read_file", {"path": "notes.md"})]))
+    events = stream(llm, model, tools=TOOLS)
+    (call,) = calls_of(events)
+    assert call.name == "read_file" and call.id
+    import json
+
+    assert json.loads(call.arguments) == {"path": "notes.md"}
+    assert events[-1].stop_reason == "tool_use"
+    body = llm.requests[-1].body
+    assert "tools" in body
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_429_with_retry_after_then_success(llm, model):
+    llm.script(Reply(status=429, headers={"retry-after": "0"}), Reply(text="after retry"))
+    events = stream(llm, model)
+    assert text_of(events) == "after retry"
+    assert len(llm.requests) == 2
+    assert any(isinstance(e, pb.RetryNotice) for e in events)
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_5xx_beyond_retries_fails_with_the_status(llm, model):
+    llm.script(*[Reply(status=503)] * 5)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, model, max_retries=2)
+    assert len(llm.requests) == 3
+    assert "503" in info.value.message and "3 attempts" in info.value.message
+
+
+@pytest.mark.parametrize("model", MODELS[:2])
+def test_quota_exhausted_429_and_401_are_final(llm, model):
+    llm.script(Reply(status=429, error_message="Your credit balance is too low"))
+    with pytest.raises(ProviderError) as info:
+        stream(llm, model)
+    assert len(llm.requests) == 1 and "credit balance" in info.value.message
+    llm.reset()
+    llm.script(Reply(status=401, error_message="invalid x-api-key"))
+    with pytest.raises(ProviderError):
+        stream(llm, model)
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("model", MODELS[:2])
+def test_a_stream_cut_mid_response_is_an_error_not_a_partial_answer(llm, model):
+    llm.script(*[Reply(text="this reply will be cut off " * 5, cut_after=4)] * 3)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, model)
+    assert "cut off mid-stream" in info.value.message
+    assert len(llm.requests) == 1  # output had streamed: never retried
+
+
+@pytest.mark.parametrize("model", MODELS[:2])
+def test_a_stalled_stream_times_out(llm, model):
+    llm.script(*[Reply(text="stall", stall_after=1)] * 3)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, model, timeout=0.5, max_retries=0)
+    assert "no data" in info.value.message or "cut off" in info.value.message
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("model", MODELS[:2])
+def test_connection_refused_is_retried_then_reported(model):
+    class Dead:
+        url = f"http://127.0.0.1:{free_port()}"
+
+    with pytest.raises(ProviderError) as info:
+        stream(Dead, model, max_retries=1)
+    assert "connection" in info.value.message.lower()
+
+
+def test_fallback_model_answers_when_the_primary_fails(llm):
+    llm.script(*[Reply(status=529)] * 2, Reply(text="fallback here"))
+    events = stream(llm, "anthropic/claude-test", max_retries=1, fallback_models=["openai/gpt-test"])
+    assert text_of(events) == "fallback here"
+    assert llm.requests[-1].api == "openai"
+    assert [e for e in events if isinstance(e, pb.UsageReport)][-1].model == "openai/gpt-test"
+
+
+def test_anthropic_requests_carry_cache_breakpoints_and_read_the_prefix_from_cache(llm):
+    history = [{"role": "user", "content": "first question"}]
+    llm.script(Reply(text="first answer"), Reply(text="second answer"))
+    first = stream(llm, "anthropic/claude-test", messages=history, tools=TOOLS)
+    history += [{"role": "assistant", "content": "first answer"}, {"role": "user", "content": "second question"}]
+    second = stream(llm, "anthropic/claude-test", messages=history, tools=TOOLS)
+    body = llm.requests[-1].body
+    assert body["system"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert body["tools"][-1]["cache_control"] == {"type": "ephemeral"}
+    assert body["messages"][-1]["content"][-1]["cache_control"] == {"type": "ephemeral"}
+    usage1 = [e for e in first if isinstance(e, pb.UsageReport)][-1].usage
+    usage2 = [e for e in second if isinstance(e, pb.UsageReport)][-1].usage
+    assert usage1.cache_write_tokens > 0 and usage1.cache_read_tokens == 0
+    assert usage2.cache_read_tokens >= usage1.cache_write_tokens
+
+
+def test_extended_thinking_is_requested_and_its_block_kept(llm):
+    llm.script(Reply(thinking="let me think", text="answer"))
+    events = stream(llm, "anthropic/claude-test", thinking_budget=2048)
+    body = llm.requests[-1].body
+    assert body["thinking"] == {"type": "enabled", "budget_tokens": 2048}
+    assert body["max_tokens"] > 2048 and "temperature" not in body
+    blocks = [e.block for e in events if isinstance(e, pb.ThinkingBlock)]
+    assert blocks and blocks[0]["thinking"] == "let me think" and blocks[0]["signature"]
+
+
+def test_anthropic_sdk_retries_are_off_so_one_layer_counts(llm):
+    llm.script(*[Reply(status=500)] * 10)
+    with pytest.raises(ProviderError):
+        stream(llm, "anthropic/claude-test", max_retries=0)
+    assert len(llm.requests) == 1
