@@ -54,7 +54,7 @@ def test_system_prompt_stays_byte_identical_between_turns(llm, isolated_home):
     run_cli("agent", "-m", "two", env=env)
     first, second = llm.requests[-2].body, llm.requests[-1].body
     assert first["system"] == second["system"] and first["tools"] == second["tools"]
-    assert "runtime_context" not in json.dumps(first["system"])
+    assert "chat_id: direct" not in json.dumps(first["system"])
 
 
 def test_json_output_has_reply_session_usage_and_tool_calls(llm, isolated_home):

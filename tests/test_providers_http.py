@@ -28,9 +28,11 @@ def config_for(server, model, **defaults):
 
 
 def stream(server, model, messages=None, tools=(), **defaults):
-    provider = build_provider(config_for(server, model, **defaults))
+    config = config_for(server, model, **defaults)
+    provider = build_provider(config)
     request = ChatRequest(model=model, system="You are a test.", tools=list(tools),
-                          messages=messages or [{"role": "user", "content": "hi"}], max_tokens=100)
+                          messages=messages or [{"role": "user", "content": "hi"}], max_tokens=100,
+                          thinking_budget=config.defaults.thinking_budget)
 
     async def go():
         return [e async for e in provider.stream(request)]

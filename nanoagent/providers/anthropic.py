@@ -93,6 +93,7 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
     blocks: dict[int, dict[str, Any]] = {}
     usage = Usage()
     stop_reason = "end_turn"
+    finished = False
     async for ev in raw:
         kind = ev.type
         if kind == "message_start":
@@ -132,6 +133,10 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
             if ev.usage is not None and ev.usage.output_tokens is not None:
                 usage = Usage(usage.input_tokens, ev.usage.output_tokens, usage.cache_read_tokens,
                               usage.cache_write_tokens)
+        elif kind == "message_stop":
+            finished = True
+    if not finished:
+        raise ProviderError("the stream ended before the reply was complete", retryable=True)
     yield UsageReport(usage)
     yield StreamEnd(stop_reason)
 

@@ -1,0 +1,334 @@
+"""A scripted LLM server over real HTTP for tests: Anthropic Messages and OpenAI Chat Completions.
+
+Tests queue `Reply` objects with `server.script(...)`; each request pops one (or gets
+`default_reply`). The real anthropic SDK, litellm and httpx talk to it, and so does
+the nanoagent CLI run as a subprocess. Anthropic prompt caching is simulated: a
+prefix ending at a `cache_control` block that an earlier request also sent counts
+as a cache read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+
+@dataclass
+class Reply:
+    text: str = ""
+    tool_calls: list = field(default_factory=list)  # (name, dict | raw str)
+    thinking: str = ""
+    status: int = 200
+    error_message: str = ""
+    error_type: str = ""
+    headers: dict = field(default_factory=dict)
+    delay: float = 0.0
+    chunk_delay: float = 0.0
+    cut_after: int | None = None
+    stall_after: int | None = None
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    stop_reason: str | None = None
+    echo: bool = False
+
+
+@dataclass
+class Recorded:
+    path: str
+    headers: dict
+    body: Any
+    api: str
+
+
+ERROR_TYPES = {400: "invalid_request_error", 401: "authentication_error", 403: "permission_error",
+               404: "not_found_error", 429: "rate_limit_error", 500: "api_error", 529: "overloaded_error"}
+
+
+class _Cut(Exception):
+    pass
+
+
+class LLMServer:
+    def __init__(self) -> None:
+        self._queue: list[Reply] = []
+        self._lock = threading.Lock()
+        self._cache: set[str] = set()
+        self._closing = threading.Event()
+        self.requests: list[Recorded] = []
+        self.default_reply = Reply(text="ok")
+        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        self._httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+
+    def script(self, *replies: Reply) -> None:
+        with self._lock:
+            self._queue.extend(replies)
+
+    def reset(self) -> None:
+        with self._lock:
+            self._queue.clear()
+            self.requests.clear()
+            self._cache.clear()
+
+    def close(self) -> None:
+        self._closing.set()
+        self._httpd.shutdown()
+        self._httpd.server_close()
+
+    def _next(self, record: Recorded) -> Reply:
+        with self._lock:
+            self.requests.append(record)
+            return self._queue.pop(0) if self._queue else self.default_reply
+
+    def _cache_usage(self, body: dict) -> tuple[int, int]:
+        """(cache_read, cache_write) token estimates for an Anthropic request."""
+        blocks: list[Any] = list(body.get("tools") or [])
+        system = body.get("system")
+        blocks += system if isinstance(system, list) else ([{"type": "text", "text": system}] if system else [])
+        for message in body.get("messages", []):
+            content = message["content"]
+            blocks += content if isinstance(content, list) else [{"type": "text", "text": content}]
+        prefix, read, write, hashes = "", 0, 0, []
+        for block in blocks:
+            clean = {k: v for k, v in block.items() if k != "cache_control"} if isinstance(block, dict) else block
+            prefix += json.dumps(clean, sort_keys=True)
+            if isinstance(block, dict) and "cache_control" in block:
+                hashes.append((hashlib.sha256(prefix.encode()).hexdigest(), len(prefix) // 4))
+        with self._lock:
+            for digest, size in hashes:
+                if digest in self._cache:
+                    read = size
+            last = hashes[-1][1] if hashes else 0
+            write = max(0, last - read) if hashes and hashes[-1][0] not in self._cache else 0
+            self._cache.update(d for d, _ in hashes)
+        return read, write
+
+
+def _make_handler(server: LLMServer):
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def handle(self) -> None:
+            try:
+                super().handle()
+            except (BrokenPipeError, ConnectionResetError, _Cut):
+                pass
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/").endswith("/models"):
+                self._json(200, {"object": "list", "data": [{"id": "gpt-test", "object": "model"}]})
+            else:
+                self._json(404, {"error": {"message": "not found"}})
+
+        def do_POST(self) -> None:
+            length = int(self.headers.get("content-length") or 0)
+            body = json.loads(self.rfile.read(length) or b"{}")
+            path = self.path.split("?")[0]
+            if path.endswith("/count_tokens"):
+                self._json(200, {"input_tokens": len(json.dumps(body)) // 4})
+                return
+            api = "anthropic" if path.endswith("/messages") else "openai"
+            reply = server._next(Recorded(path, {k.lower(): v for k, v in self.headers.items()}, body, api))
+            if reply.delay:
+                time.sleep(reply.delay)
+            if reply.status >= 400:
+                self._error(api, reply)
+                return
+            if reply.echo:
+                reply = Reply(**{**reply.__dict__, "text": _last_user_text(body)})
+            events = anthropic_events(server, body, reply) if api == "anthropic" else openai_events(body, reply)
+            if body.get("stream"):
+                self._stream(api, events, reply)
+            else:
+                self._json(200, anthropic_message(events) if api == "anthropic" else openai_message(events))
+
+        def _json(self, status: int, data: Any, headers: dict | None = None) -> None:
+            raw = json.dumps(data).encode()
+            self.send_response(status)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(raw)))
+            for k, v in (headers or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(raw)
+
+        def _error(self, api: str, reply: Reply) -> None:
+            message = reply.error_message or f"scripted error {reply.status}"
+            if api == "anthropic":
+                kind = reply.error_type or ERROR_TYPES.get(reply.status, "api_error")
+                data = {"type": "error", "error": {"type": kind, "message": message}}
+            else:
+                data = {"error": {"message": message, "type": reply.error_type or "server_error", "code": None}}
+            self._json(reply.status, data, reply.headers)
+
+        def _stream(self, api: str, events: list[tuple[str, dict]], reply: Reply) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "text/event-stream")
+            self.send_header("cache-control", "no-cache")
+            self.send_header("connection", "close")
+            for k, v in reply.headers.items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.close_connection = True
+            for number, (name, data) in enumerate(events):
+                if reply.cut_after is not None and number >= reply.cut_after:
+                    self.wfile.flush()
+                    self.connection.shutdown(socket.SHUT_RDWR)
+                    raise _Cut
+                if reply.stall_after is not None and number >= reply.stall_after:
+                    self.wfile.flush()
+                    server._closing.wait(30)
+                    raise _Cut
+                line = f"event: {name}\ndata: {json.dumps(data)}\n\n" if api == "anthropic" else f"data: {json.dumps(data)}\n\n"
+                self.wfile.write(line.encode())
+                self.wfile.flush()
+                if reply.chunk_delay:
+                    time.sleep(reply.chunk_delay)
+            if api == "openai":
+                self.wfile.write(b"data: [DONE]\n\n")
+                self.wfile.flush()
+
+    return Handler
+
+
+def _last_user_text(body: dict) -> str:
+    for message in reversed(body.get("messages", [])):
+        if message.get("role") == "user":
+            content = message["content"]
+            if isinstance(content, str):
+                return content
+            return " ".join(b.get("text", "") for b in content if isinstance(b, dict) and b.get("type") == "text")
+    return ""
+
+
+def _split(text: str, parts: int = 3) -> list[str]:
+    if not text:
+        return []
+    size = max(1, -(-len(text) // parts))
+    return [text[i:i + size] for i in range(0, len(text), size)]
+
+
+def _args_json(arguments: Any) -> str:
+    return arguments if isinstance(arguments, str) else json.dumps(arguments)
+
+
+def anthropic_events(server: LLMServer, body: dict, reply: Reply) -> list[tuple[str, dict]]:
+    read, write = server._cache_usage(body)
+    total = reply.input_tokens if reply.input_tokens is not None else len(json.dumps(body)) // 4
+    usage = {"input_tokens": max(1, total - read - write), "output_tokens": 1,
+             "cache_read_input_tokens": read, "cache_creation_input_tokens": write}
+    message = {"id": "msg_test", "type": "message", "role": "assistant", "model": body.get("model", ""),
+               "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
+    events: list[tuple[str, dict]] = [("message_start", {"type": "message_start", "message": message})]
+    index = 0
+
+    def block(start: dict, deltas: list[dict]) -> None:
+        nonlocal index
+        events.append(("content_block_start", {"type": "content_block_start", "index": index, "content_block": start}))
+        for delta in deltas:
+            events.append(("content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}))
+        events.append(("content_block_stop", {"type": "content_block_stop", "index": index}))
+        index += 1
+
+    if reply.thinking:
+        block({"type": "thinking", "thinking": "", "signature": ""},
+              [{"type": "thinking_delta", "thinking": p} for p in _split(reply.thinking)]
+              + [{"type": "signature_delta", "signature": "sig-" + hashlib.md5(reply.thinking.encode()).hexdigest()}])
+    if reply.text:
+        block({"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in _split(reply.text)])
+    for n, (name, arguments) in enumerate(reply.tool_calls):
+        block({"type": "tool_use", "id": f"toolu_{len(server.requests)}_{n}", "name": name, "input": {}},
+              [{"type": "input_json_delta", "partial_json": p} for p in _split(_args_json(arguments), 2)])
+    stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
+    output = reply.output_tokens if reply.output_tokens is not None else max(1, len(reply.text) // 4)
+    events.append(("message_delta", {"type": "message_delta", "delta": {"stop_reason": stop, "stop_sequence": None},
+                                     "usage": {"output_tokens": output}}))
+    events.append(("message_stop", {"type": "message_stop"}))
+    return events
+
+
+def anthropic_message(events: list[tuple[str, dict]]) -> dict:
+    message = dict(events[0][1]["message"])
+    content: list[dict] = []
+    for name, data in events[1:]:
+        if name == "content_block_start":
+            content.append(dict(data["content_block"], _json=""))
+        elif name == "content_block_delta":
+            d, b = data["delta"], content[-1]
+            if d["type"] == "text_delta":
+                b["text"] += d["text"]
+            elif d["type"] == "thinking_delta":
+                b["thinking"] += d["thinking"]
+            elif d["type"] == "signature_delta":
+                b["signature"] += d["signature"]
+            elif d["type"] == "input_json_delta":
+                b["_json"] += d["partial_json"]
+        elif name == "message_delta":
+            message["stop_reason"] = data["delta"]["stop_reason"]
+            message["usage"] = {**message["usage"], **data["usage"]}
+    for b in content:
+        raw = b.pop("_json")
+        if b["type"] == "tool_use":
+            b["input"] = json.loads(raw) if raw else {}
+    message["content"] = content
+    return message
+
+
+def openai_events(body: dict, reply: Reply) -> list[tuple[str, dict]]:
+    base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": int(time.time()),
+            "model": body.get("model", "")}
+
+    def chunk(delta: dict, finish: str | None = None) -> tuple[str, dict]:
+        return ("", {**base, "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]})
+
+    events = [chunk({"role": "assistant", "content": ""})]
+    events += [chunk({"content": p}) for p in _split(reply.text)]
+    for n, (name, arguments) in enumerate(reply.tool_calls):
+        parts = _split(_args_json(arguments), 2) or [""]
+        events.append(chunk({"tool_calls": [{"index": n, "id": f"call_{n}", "type": "function",
+                                             "function": {"name": name, "arguments": ""}}]}))
+        events += [chunk({"tool_calls": [{"index": n, "function": {"arguments": p}}]}) for p in parts]
+    finish = reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")
+    events.append(chunk({}, finish))
+    if (body.get("stream_options") or {}).get("include_usage") or not body.get("stream"):
+        prompt = reply.input_tokens if reply.input_tokens is not None else len(json.dumps(body)) // 4
+        output = reply.output_tokens if reply.output_tokens is not None else max(1, len(reply.text) // 4)
+        events.append(("", {**base, "choices": [], "usage": {
+            "prompt_tokens": prompt, "completion_tokens": output, "total_tokens": prompt + output,
+            "prompt_tokens_details": {"cached_tokens": 0}}}))
+    return events
+
+
+def openai_message(events: list[tuple[str, dict]]) -> dict:
+    text, calls, finish, usage = "", {}, "stop", None
+    for _, data in events:
+        usage = data.get("usage") or usage
+        for choice in data["choices"]:
+            delta = choice["delta"]
+            text += delta.get("content") or ""
+            for tc in delta.get("tool_calls") or ():
+                entry = calls.setdefault(tc["index"], {"id": tc.get("id"), "type": "function",
+                                                       "function": {"name": "", "arguments": ""}})
+                entry["function"]["name"] += tc["function"].get("name", "")
+                entry["function"]["arguments"] += tc["function"].get("arguments", "")
+            finish = choice.get("finish_reason") or finish
+    message: dict[str, Any] = {"role": "assistant", "content": text or None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    return {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": "test",
+            "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+
+
+def start_server() -> LLMServer:
+    return LLMServer()
