@@ -1,0 +1,73 @@
+from datetime import datetime, timezone
+
+from nanoagent.agent.context import ContextBuilder, history_for_model, strip_runtime_context
+from nanoagent.skills import SkillsLoader
+from nanoagent.templates import seed_workspace
+
+
+def test_system_prompt_includes_workspace_files_each_capped_with_a_note(tmp_path):
+    seed_workspace(tmp_path)
+    (tmp_path / "USER.md").write_text("The user is called Ada.")
+    (tmp_path / "memory" / "MEMORY.md").write_text("x" * 50_000)
+    prompt = ContextBuilder(tmp_path, True).system_prompt()
+    assert "The user is called Ada." in prompt and "## SOUL.md" in prompt and "## TOOLS.md" in prompt
+    assert "more characters cut" in prompt and len(prompt) < 40_000
+
+
+def test_system_prompt_has_no_clock_so_it_stays_identical(tmp_path):
+    seed_workspace(tmp_path)
+    builder = ContextBuilder(tmp_path, True)
+    assert builder.system_prompt() == builder.system_prompt()
+    assert str(datetime.now().year) not in builder.system_prompt()
+
+
+def test_runtime_context_goes_at_the_start_of_the_user_message(tmp_path):
+    builder = ContextBuilder(tmp_path, True)
+    now = datetime(2026, 11, 22, 14, 5, tzinfo=timezone.utc)
+    message = builder.user_message("hello", "telegram", "42", now=now)
+    assert message["content"].startswith("<runtime_context>\ntime: 2026-11-22 14:05 Sunday (UTC)\n"
+                                         "channel: telegram\nchat_id: 42\n</runtime_context>")
+    assert strip_runtime_context(message["content"]) == "hello"
+
+
+def test_history_starts_at_a_user_message_and_drops_orphaned_tool_results():
+    messages = [
+        {"role": "user", "content": "old"},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "c1", "name": "x", "arguments": "{}"}]},
+        {"role": "tool", "tool_call_id": "c1", "content": "r"},
+        {"role": "assistant", "content": "done"},
+        {"role": "user", "content": "new"},
+    ]
+    assert history_for_model(messages, 2) == [messages[4]]
+    assert history_for_model(messages, 0) == messages
+
+
+def write_skill(root, name, frontmatter, body="Do the thing."):
+    (root / name).mkdir(parents=True)
+    (root / name / "SKILL.md").write_text(f"---\n{frontmatter}\n---\n{body}\n")
+
+
+def test_workspace_skill_overrides_builtin_and_missing_requirements_are_explained(tmp_path):
+    builtin, ws = tmp_path / "builtin", tmp_path / "ws"
+    write_skill(builtin, "notes", "name: notes\ndescription: builtin notes")
+    write_skill(ws, "notes", "name: notes\ndescription: my notes")
+    write_skill(builtin, "gh", "name: gh\ndescription: GitHub\nmetadata:\n  requires:\n    bins: [no-such-binary-xyz]")
+    skills = {s.name: s for s in SkillsLoader(ws, builtin).skills()}
+    assert skills["notes"].description == "my notes" and skills["notes"].source == "workspace"
+    assert skills["gh"].missing == ("needs `no-such-binary-xyz` on PATH",)
+    summary = SkillsLoader(ws, builtin).summary()
+    assert "unavailable: needs `no-such-binary-xyz` on PATH" in summary
+
+
+def test_malformed_skills_are_skipped_with_a_warning_naming_the_file(tmp_path):
+    builtin, ws = tmp_path / "builtin", tmp_path / "ws"
+    write_skill(ws, "nofront", "")
+    (ws / "nofront" / "SKILL.md").write_text("just text")
+    write_skill(ws, "badyaml", "name: [unclosed")
+    write_skill(ws, "noname", "description: nameless")
+    write_skill(ws, "good", "name: good\ndescription: fine", body="ok")
+    warnings = []
+    skills = SkillsLoader(ws, builtin, warn=warnings.append).skills()
+    assert [s.name for s in skills] == ["good"]
+    assert len(warnings) == 3 and all("SKILL.md" in w for w in warnings)
+    assert any("no YAML frontmatter" in w for w in warnings) and any("no `name`" in w for w in warnings)
