@@ -1,4 +1,4 @@
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from nanoagent.agent.context import ContextBuilder, history_for_model, strip_runtime_context
 from nanoagent.skills import SkillsLoader
@@ -23,7 +23,7 @@ def test_system_prompt_has_no_clock_so_it_stays_identical(tmp_path):
 
 def test_runtime_context_goes_at_the_start_of_the_user_message(tmp_path):
     builder = ContextBuilder(tmp_path, True)
-    now = datetime(2026, 11, 22, 14, 5, tzinfo=timezone.utc)
+    now = datetime(2026, 11, 22, 14, 5, tzinfo=UTC)
     message = builder.user_message("hello", "telegram", "42", now=now)
     assert message["content"].startswith("<runtime_context>\ntime: 2026-11-22 14:05 Sunday (UTC)\n"
                                          "channel: telegram\nchat_id: 42\n</runtime_context>")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from datetime import UTC
 from typing import Any, Protocol
 
 
@@ -151,14 +152,14 @@ def parse_retry_after(headers: Any) -> float | None:
     try:
         return max(0.0, float(value))
     except ValueError:
+        from datetime import datetime
         from email.utils import parsedate_to_datetime
-        from datetime import datetime, timezone
 
         try:
             when = parsedate_to_datetime(value)
         except (TypeError, ValueError):
             return None
-        return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
 class Provider(Protocol):

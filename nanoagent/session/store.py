@@ -21,7 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -114,7 +114,7 @@ class SessionStore:
         session.path.parent.mkdir(parents=True, exist_ok=True)
         new_file = not session.path.exists()
         if new_file:
-            created = datetime.now(timezone.utc).isoformat(timespec="seconds")
+            created = datetime.now(UTC).isoformat(timespec="seconds")
             header = {"type": "header", "version": FORMAT_VERSION, "key": session.key, "created": created}
             records = [header, *records]
             session.meta.setdefault("created", created)

@@ -64,7 +64,7 @@ async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, work
     try:
         await asyncio.wait_for(_drain(proc, output), timeout=limit)
         code = await proc.wait()
-    except asyncio.TimeoutError:
+    except TimeoutError:
         await _kill_group(proc)
         return f"{output.text()}\n[timed out after {limit} s; process group killed]"
     except asyncio.CancelledError:
@@ -89,7 +89,7 @@ async def _kill_group(proc: asyncio.subprocess.Process) -> None:
             await asyncio.wait_for(proc.wait(), timeout=grace)
             if sig == signal.SIGKILL:
                 return
-        except asyncio.TimeoutError:
+        except TimeoutError:
             continue
     # SIGTERM may end the leader while children linger in the group: make sure they go too
     try:

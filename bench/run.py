@@ -1,0 +1,127 @@
+"""`make bench`: speed and memory budgets for this 2-core machine. Prints a table; exits 1 on a miss.
+
+Budgets (issue 2): `--help` median < 0.2 s; `agent -m` against a zero-latency local server
+< 2.0 s median and < 100 MiB peak for an anthropic/ and an OpenAI-compatible model; per-turn
+time at a 10,000-message session within 1.2x of a 10-message session; bytes written per turn
+proportional to the new messages only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from tests.llm_server import start_server  # noqa: E402
+
+RESULTS: list[tuple[str, str, str, bool]] = []
+
+
+def record(name: str, value: str, budget: str, ok: bool) -> None:
+    RESULTS.append((name, value, budget, ok))
+    print(f"{'ok  ' if ok else 'MISS'} {name:<52} {value:>18}   budget {budget}", flush=True)
+
+
+def run_process(args: list[str], env: dict) -> tuple[float, float]:
+    """(seconds, peak RSS in MiB) of one whole process."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    elapsed = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise SystemExit(f"{args} failed: {proc.stderr.read().decode()[:500]}")
+    return elapsed, usage.ru_maxrss / 1024
+
+
+def bench_cli(home: Path, server) -> None:
+    cli = [sys.executable, "-m", "nanoagent"]
+    base_env = {**os.environ, "NANOAGENT_HOME": str(home)}
+    runs = [run_process([*cli, "--help"], base_env)[0] for _ in range(11)]
+    median = statistics.median(runs)
+    record("nanoagent --help (median of 11)", f"{median:.3f} s", "< 0.2 s", median < 0.2)
+    models = {
+        "anthropic/claude-bench": {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.url},
+        "openai/gpt-bench": {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": server.url + "/v1"},
+    }
+    for model, env in models.items():
+        env = {**base_env, **env, "NANOAGENT_MODEL": model}
+        samples = [run_process([*cli, "agent", "-m", "hello", "-s", f"bench-{i}"], env) for i in range(7)]
+        median = statistics.median(s[0] for s in samples)
+        peak = max(s[1] for s in samples)
+        record(f"agent -m, {model} (median of 7)", f"{median:.3f} s", "< 2.0 s", median < 2.0)
+        record(f"agent -m, {model} peak memory", f"{peak:.0f} MiB", "< 100 MiB", peak < 100)
+
+
+def make_session(home: Path, key: str, count: int) -> None:
+    from nanoagent.session.store import SessionStore
+
+    store = SessionStore(home / "sessions")
+    session = store.load(key)
+    batch = []
+    for i in range(count):
+        batch.append({"role": "user", "content": f"question {i} " + "words " * 30})
+        batch.append({"role": "assistant", "content": f"answer {i} " + "words " * 60})
+    store.add_messages(session, batch[:count], sync=True)
+    # Long sessions are kept short for the model by consolidation; only the tail is unconsolidated.
+    store.set_meta(session, last_consolidated=max(0, count - 10))
+
+
+def bench_turns(home: Path) -> None:
+    from nanoagent.agent.build import build_agent
+    from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
+    from nanoagent.providers.scripted import ScriptedProvider
+
+    paths = Paths(home=home, workspace=home / "workspace")
+    per_turn: dict[int, float] = {}
+    written: dict[int, float] = {}
+    for size in (10, 10_000):
+        key = f"cli:turns-{size}"
+        make_session(home, key, size)
+        loop = build_agent(Config(), paths, sink=lambda e: None, provider=ScriptedProvider(default="fine, thanks"))
+        loop.session(key)  # loaded once, as an interactive session would
+        path = loop.store.path_for(key)
+        times, sizes = [], []
+        for i in range(40):
+            before = path.stat().st_size
+            started = time.perf_counter()
+            asyncio.run(loop.handle(f"turn {i}", key))
+            times.append(time.perf_counter() - started)
+            sizes.append(path.stat().st_size - before)
+        per_turn[size] = statistics.median(times[5:])
+        written[size] = statistics.median(sizes)
+    ratio = per_turn[10_000] / per_turn[10]
+    record("per-turn time, 10 messages", f"{per_turn[10] * 1000:.2f} ms", "-", True)
+    record("per-turn time, 10,000 messages", f"{per_turn[10_000] * 1000:.2f} ms", "-", True)
+    record("per-turn ratio 10,000 / 10", f"{ratio:.2f}x", "<= 1.2x", ratio <= 1.2)
+    same = abs(written[10_000] - written[10]) <= 16
+    record("bytes written per turn (10 vs 10,000 messages)", f"{written[10]:.0f} / {written[10_000]:.0f}",
+           "equal", same)
+
+
+def main() -> int:
+    with tempfile.TemporaryDirectory() as tmp:
+        home = Path(tmp)
+        server = start_server()
+        try:
+            bench_cli(home, server)
+        finally:
+            server.close()
+        bench_turns(home)
+    failed = [r for r in RESULTS if not r[3]]
+    (ROOT / "bench" / "last-run.json").write_text(json.dumps(RESULTS, indent=1) + "\n")
+    print(f"\n{len(RESULTS) - len(failed)}/{len(RESULTS)} within budget")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
