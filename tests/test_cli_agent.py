@@ -157,3 +157,12 @@ def test_empty_model_reply_is_explained_not_silent(llm, isolated_home):
     proc = run_cli("agent", "-m", "hi", env=anthropic_env(llm))
     assert proc.returncode == 0
     assert "empty reply" in proc.stdout
+
+
+def test_failures_are_logged_without_the_api_key(llm, isolated_home):
+    write_config(isolated_home, fast_retries(maxRetries=0))
+    llm.script(Reply(status=500, error_message="boom"))
+    env = {**anthropic_env(llm), "ANTHROPIC_API_KEY": "sk-ant-do-not-log-me"}
+    assert run_cli("agent", "-m", "hi", env=env).returncode == 1
+    log = (isolated_home / "logs" / "nanoagent.log").read_text()
+    assert "boom" in log and "sk-ant-do-not-log-me" not in log

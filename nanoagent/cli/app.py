@@ -6,6 +6,7 @@ Keep module-level imports light: `nanoagent --help` must not load a provider SDK
 from __future__ import annotations
 
 import json
+import logging
 import os
 import sys
 from pathlib import Path
@@ -42,8 +43,27 @@ def root(
     """A personal AI agent for your terminal."""
 
 
+log = logging.getLogger("nanoagent")
+
+
 def _warn(message: str) -> None:
     print(f"warning: {message}", file=sys.stderr)
+    log.warning(message)
+
+
+def _start_log(logs_dir: Path) -> None:
+    """Warnings and errors go to logs/nanoagent.log: never keys, never message contents."""
+    if log.handlers:
+        return
+    try:
+        logs_dir.mkdir(parents=True, exist_ok=True)
+        handler = logging.FileHandler(logs_dir / "nanoagent.log", encoding="utf-8")
+    except OSError:
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+    log.setLevel(logging.WARNING)
+    log.propagate = False
 
 
 def _setup(workspace: Path | None):
@@ -51,6 +71,7 @@ def _setup(workspace: Path | None):
     from nanoagent.paths import Paths
 
     paths = Paths.from_env(workspace)
+    _start_log(paths.logs_dir)
     config, warnings = load_config(paths.config_file)
     for warning in warnings:
         _warn(warning)
@@ -80,6 +101,8 @@ def agent(
     loop = build_agent(config, paths, sink=renderer, model=model, warn=_warn)
     turn = asyncio.run(loop.handle(message, key))
     failed = turn.result is not None and turn.result.error is not None
+    if failed:
+        log.error("turn failed in session %s: %s", turn.session, turn.result.error)
     if json_output:
         print(json.dumps(_turn_json(turn), ensure_ascii=False))
     else:
@@ -131,6 +154,7 @@ def main() -> None:
     try:
         app()
     except NanoagentError as e:
+        log.error("%s", e)
         if debug:
             raise
         print(f"Error: {e}", file=sys.stderr)
@@ -139,6 +163,7 @@ def main() -> None:
         print("Interrupted.", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the one boundary where surprises become exit codes
+        log.error("unexpected error", exc_info=True)
         if debug:
             raise
         print(f"Error: {type(e).__name__}: {e} (run again with --debug for the traceback)", file=sys.stderr)
