@@ -28,16 +28,22 @@ def build_agent(
     """Wire one AgentLoop. `provider` replaces the configured one (the ScriptedProvider in tests and demos)."""
     from nanoagent.providers.registry import build_provider
 
-    model = model or config.defaults.model
+    default_model = model or config.defaults.model
     if provider is None:
-        provider = build_provider(config, model)
+        build_provider(config, default_model)  # a bad model name or missing key fails before the first turn
+
+        def provider_for(name: str) -> Provider:
+            return build_provider(config, name)
+    else:
+        def provider_for(name: str) -> Provider:
+            return provider
     seed_workspace(paths.workspace)
     skills = SkillsLoader(paths.workspace / "skills", warn=warn)
     tools_config = config.tools
     return AgentLoop(
-        provider=provider,
+        provider_for=provider_for,
         store=SessionStore(paths.sessions_dir, warn=warn),
-        context=ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, skills.summary(),
+        context=ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, skills,
                                config.defaults.timezone),
         tools=default_tools(),
         tool_context=ToolContext(
@@ -49,6 +55,7 @@ def build_agent(
         settings=config.defaults,
         max_result_chars=tools_config.max_result_chars,
         sink=sink,
-        model=model,
+        model=default_model,
+        model_pinned=model is not None,
         commands=dict(COMMANDS),
     )

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
@@ -21,11 +22,11 @@ RUNTIME_OPEN, RUNTIME_CLOSE = "<runtime_context>", "</runtime_context>"
 
 
 class ContextBuilder:
-    def __init__(self, workspace: Path, restrict_to_workspace: bool, skills_summary: str = "",
+    def __init__(self, workspace: Path, restrict_to_workspace: bool, skills: SkillsLoader | None = None,
                  timezone: str | None = None):
         self.workspace = workspace
         self.restrict_to_workspace = restrict_to_workspace
-        self.skills_summary = skills_summary
+        self.skills = skills
         self.timezone = timezone
 
     def system_prompt(self) -> str:
@@ -38,8 +39,9 @@ class ContextBuilder:
             text = _read_capped(self.workspace / name)
             if text:
                 parts.append(f"## {name}\n\n{text}")
-        if self.skills_summary:
-            parts.append(self.skills_summary)
+        summary = self.skills.summary() if self.skills else ""
+        if summary:
+            parts.append(summary)
         return "\n\n---\n\n".join(parts) + "\n"
 
     def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None) -> dict[str, Any]:

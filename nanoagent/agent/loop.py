@@ -2,14 +2,17 @@
 
 A turn: lock the session file, repair what a killed process left behind, persist
 the user's message, run the runner, append each message as it completes, fsync
-at the end. A process killed at any point leaves a session the next turn can use.
+at the end. A process killed at any point leaves a session the next turn can use;
+a cancelled turn (Ctrl-C) leaves the same consistent state at once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from datetime import datetime, timezone
 from typing import Any
 
 from nanoagent.agent import events as ev
@@ -18,9 +21,12 @@ from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import Session, SessionStore
+from nanoagent.tokens import count_message_tokens, count_tokens
 from nanoagent.tools import ToolContext, ToolRegistry
 
-INTERRUPTED = "Error: interrupted before this tool finished (nanoagent was stopped); its effect is unknown."
+INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
+               "its effect is unknown.")
+CANCELLED = "(The user cancelled this turn before it finished.)"
 
 Command = Callable[["AgentLoop", Session, str], Awaitable[str]]
 
@@ -35,7 +41,7 @@ class TurnResult:
 
 @dataclass
 class AgentLoop:
-    provider: Provider
+    provider_for: Callable[[str], Provider]  # model name -> provider (with retries and fallbacks)
     store: SessionStore
     context: ContextBuilder
     tools: ToolRegistry
@@ -43,32 +49,41 @@ class AgentLoop:
     settings: AgentDefaults
     max_result_chars: int
     sink: ev.EventSink
-    model: str
+    model: str  # the default model; a session may switch with /model
+    model_pinned: bool = False  # --model on the command line beats a session's /model
     commands: dict[str, Command] = field(default_factory=dict)
+    archive: Callable[[Session], Awaitable[None]] | None = None  # hands a conversation to memory
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _providers: dict[str, Provider] = field(default_factory=dict)
 
     def session(self, key: str) -> Session:
         if key not in self._sessions:
             self._sessions[key] = self.store.load(key)
         return self._sessions[key]
 
+    def model_for(self, session: Session) -> str:
+        return self.model if self.model_pinned else session.meta.get("model") or self.model
+
+    def provider(self, model: str) -> Provider:
+        if model not in self._providers:
+            self._providers[model] = self.provider_for(model)
+        return self._providers[model]
+
     async def handle(self, text: str, key: str = "cli:direct",
                      injections: Callable[[], list[str]] | None = None) -> TurnResult:
         session = self.session(key)
-        command = text.strip().split(maxsplit=1)[0] if text.strip().startswith("/") else None
-        if command is not None:
-            return TurnResult(await self._dispatch_command(session, text.strip()), key)
+        if text.strip().startswith("/"):
+            return TurnResult(await self.run_command(session, text.strip()), key, model=self.model_for(session))
         async with self._locks.setdefault(key, asyncio.Lock()):
             with self.store.lock(session):
                 return await self._turn(session, text, injections)
 
-    async def _dispatch_command(self, session: Session, text: str) -> str:
+    async def run_command(self, session: Session, text: str) -> str:
         name, _, args = text.partition(" ")
         handler = self.commands.get(name)
         if handler is None:
-            known = ", ".join(sorted(self.commands))
-            return f"Unknown command {name}. Commands: {known}. Type /help for details."
+            return f"Unknown command {name}. Type /help to see the commands."
         return await handler(self, session, args.strip())
 
     async def _turn(self, session: Session, text: str, injections: Callable[[], list[str]] | None) -> TurnResult:
@@ -76,33 +91,45 @@ class AgentLoop:
         channel, _, chat_id = session.key.partition(":")
         user = self.context.user_message(text, channel or "cli", chat_id or "direct")
         self.store.add_messages(session, [user], sync=True)
+        model = self.model_for(session)
         spec = RunSpec(
             system=self.context.system_prompt(),
             messages=history_for_model(session.messages, session.last_consolidated),
-            tools=self.tools, tool_context=self.tool_context, model=self.model,
+            tools=self.tools, tool_context=self.tool_context, model=model,
             max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
             thinking_budget=self.settings.thinking_budget, max_iterations=self.settings.max_tool_iterations,
             max_result_chars=self.max_result_chars, injections=injections,
         )
-        runner = AgentRunner(self.provider, self._checkpointing_sink(session))
+        runner = AgentRunner(self.provider(model), self._checkpointing_sink(session))
         try:
             result = await runner.run(spec)
+        except asyncio.CancelledError:
+            self._after_cancel(session)
+            raise
         finally:
             self.store.sync(session)
         reply = result.reply if result.error is None else f"Error: {result.error}"
-        return TurnResult(reply, session.key, result, self.model)
+        return TurnResult(reply, session.key, result, model)
+
+    def _after_cancel(self, session: Session) -> None:
+        """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""
+        self.repair(session, notify=False)
+        self.store.add_messages(session, [{"role": "assistant", "content": CANCELLED}], sync=True)
+        self.sink(ev.TurnEnded(ev.StopReason.CANCELLED))
 
     def _checkpointing_sink(self, session: Session) -> ev.EventSink:
         def sink(event: ev.Event) -> None:
             if isinstance(event, ev.MessageAdded):
                 self.store.add_messages(session, [event.message])
             elif isinstance(event, ev.UsageRecorded):
-                self.store.append(session, [{"type": "usage", "model": event.model, **event.usage.to_dict()}])
+                stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                self.store.append(session, [{"type": "usage", "ts": stamp, "model": event.model,
+                                             **event.usage.to_dict()}])
             self.sink(event)
 
         return sink
 
-    def repair(self, session: Session) -> None:
+    def repair(self, session: Session, notify: bool = True) -> None:
         """Give tool calls that never got a result (process killed mid-turn) an 'interrupted' result."""
         missing = unanswered_tool_calls(session.messages)
         if missing:
@@ -110,7 +137,27 @@ class AgentLoop:
                 {"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": INTERRUPTED,
                  "is_error": True} for call in missing
             ], sync=True)
-            self.sink(ev.Notice(f"Repaired session {session.key}: {len(missing)} tool call(s) were interrupted."))
+            if notify:
+                self.sink(ev.Notice(f"Repaired session {session.key}: {len(missing)} tool call(s) were interrupted."))
+
+    async def new_conversation(self, session: Session) -> int:
+        """Hand the conversation to memory, then start the model on a clean slate. Returns messages archived."""
+        with self.store.lock(session):
+            pending = len(session.messages) - session.last_consolidated
+            if pending <= 0:
+                return 0
+            if self.archive is not None:
+                await self.archive(session)  # writes history before anything is hidden from the model
+            if session.last_consolidated < len(session.messages):
+                self.store.set_meta(session, last_consolidated=len(session.messages))
+            return pending
+
+    def prompt_tokens(self, session: Session) -> int:
+        """Estimated tokens the next request would send: system prompt, tools and unconsolidated history."""
+        tools = json.dumps([t.__dict__ for t in self.tools.specs()])
+        history = history_for_model(session.messages, session.last_consolidated)
+        return (count_tokens(self.context.system_prompt()) + count_tokens(tools)
+                + sum(count_message_tokens(m) for m in history))
 
 
 def unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
