@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nanoagent.pricing import format_cost, price_for
@@ -48,7 +48,7 @@ def session_total(records: list[dict[str, Any]]) -> Total:
 def summarize(records: list[tuple[str, dict[str, Any]]], days: int | None = None,
               now: datetime | None = None) -> list[tuple[str, str, str, Total]]:
     """(day, session, model, total) rows, oldest day first, from (session key, usage record) pairs."""
-    now = now or datetime.now(timezone.utc)
+    now = now or datetime.now(UTC)
     since = (now - timedelta(days=days)).date().isoformat() if days else ""
     rows: dict[tuple[str, str, str], Total] = defaultdict(Total)
     for key, record in records:

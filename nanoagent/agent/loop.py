@@ -12,7 +12,7 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from nanoagent.agent import events as ev
@@ -122,7 +122,7 @@ class AgentLoop:
             if isinstance(event, ev.MessageAdded):
                 self.store.add_messages(session, [event.message])
             elif isinstance(event, ev.UsageRecorded):
-                stamp = datetime.now(timezone.utc).isoformat(timespec="seconds")
+                stamp = datetime.now(UTC).isoformat(timespec="seconds")
                 self.store.append(session, [{"type": "usage", "ts": stamp, "model": event.model,
                                              **event.usage.to_dict()}])
             self.sink(event)

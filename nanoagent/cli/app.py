@@ -88,9 +88,11 @@ def agent(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     """Talk to the agent: `-m` for one message; interactive when no message is given."""
-    if message is None:
-        raise NanoagentError("Interactive sessions are not available yet; pass a message with -m \"...\".")
     import asyncio
+
+    if message is None:
+        _interactive(model, session, workspace)
+        return
 
     from nanoagent.agent.build import build_agent
     from nanoagent.cli.render import OneShotRenderer
@@ -109,6 +111,25 @@ def agent(
         renderer.finish(turn.reply, failed)
     if failed:
         raise typer.Exit(1)
+
+
+def _interactive(model: str | None, session: str, workspace: Path | None) -> None:
+    import asyncio
+
+    from rich.console import Console
+
+    from nanoagent.agent.build import build_agent
+    from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
+
+    paths, config = _setup(workspace)
+    key = session if ":" in session else f"cli:{session}"
+    terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    ui = TerminalUI(min(Console().width, 100) if terminal else 100, plain=not terminal)
+    loop = build_agent(config, paths, sink=ui, model=model, warn=_warn)
+    if terminal:
+        asyncio.run(run_interactive(loop, key, paths.home / "history" / "cli_history", ui))
+    else:
+        asyncio.run(run_plain(loop, key, ui))
 
 
 def _turn_json(turn) -> dict:

@@ -52,6 +52,10 @@ class AnthropicProvider:
             )
         return self._client
 
+    def prepare(self) -> None:
+        """Import the SDK ahead of the first call (it takes over a second)."""
+        self._get_client()
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         import anthropic
         import httpx

@@ -165,6 +165,10 @@ def parse_retry_after(headers: Any) -> float | None:
 class Provider(Protocol):
     name: str
 
+    def prepare(self) -> None:
+        """Load the SDK and client ahead of the first call; optional warm-up, safe to skip."""
+        ...
+
     def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         """Yield events for one model call; raise ProviderError on failure."""
         ...

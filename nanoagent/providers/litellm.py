@@ -48,6 +48,9 @@ class LiteLLMProvider:
         self.api_base = api_base
         self.idle_timeout = idle_timeout
 
+    def prepare(self) -> None:
+        _import_litellm()
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         litellm = _import_litellm()
         kwargs: dict[str, Any] = {

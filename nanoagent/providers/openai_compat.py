@@ -48,6 +48,9 @@ class OpenAICompatProvider:
             self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.idle_timeout, connect=10.0))
         return self._client
 
+    def prepare(self) -> None:
+        self._get_client()
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         import httpx
 

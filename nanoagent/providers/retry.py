@@ -52,6 +52,10 @@ class RetryingProvider:
         self.policy = policy
         self.sleep = sleep
 
+    def prepare(self) -> None:
+        if self.chain:
+            self.chain[0][1].prepare()
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         failures: list[str] = []
         for position, (model, provider) in enumerate(self.chain):

@@ -38,6 +38,9 @@ class ScriptedProvider:
         self.requests: list[ChatRequest] = []
         self._calls = 0
 
+    def prepare(self) -> None:
+        pass
+
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         self.requests.append(dataclasses.replace(request, messages=list(request.messages)))
         if not self.replies:

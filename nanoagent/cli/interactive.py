@@ -1,0 +1,294 @@
+"""The interactive terminal session: `nanoagent agent` with no -m.
+
+Input stays live while a turn runs: a message typed meanwhile joins the running
+turn before its next model call. Ctrl-C cancels the turn (model call and tools);
+at an empty prompt it warns, and a second Ctrl-C, Ctrl-D or /exit quits.
+Replies stream paragraph by paragraph, rendered as Markdown. Nothing on the
+per-keystroke path touches the disk or the network.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import re
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from rich.console import Console
+from rich.markdown import Markdown
+from rich.markup import escape
+
+from nanoagent.agent import events as ev
+from nanoagent.agent.loop import AgentLoop
+from nanoagent.cli.render import short_args
+
+_SLASH_WORD = re.compile(r"^/\w*")
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+READ_ONLY_COMMANDS = {"/help", "/status", "/usage", "/skills", "/sessions"}
+EXIT_COMMANDS = {"/exit", "/quit"}
+
+
+class MarkdownStream:
+    """Prints a streamed reply block by block, each rendered as Markdown once complete."""
+
+    def __init__(self, write: Callable[[str], None], width: int, plain: bool):
+        self.write = write
+        self.width = width
+        self.plain = plain
+        self.buffer = ""
+        self.printed = ""
+
+    def feed(self, text: str) -> None:
+        self.buffer += text
+        cut = self._complete_prefix()
+        if cut:
+            self._emit(self.buffer[:cut])
+            self.buffer = self.buffer[cut:]
+
+    def flush(self) -> None:
+        if self.buffer.strip():
+            self._emit(self.buffer)
+        self.buffer = ""
+
+    def _complete_prefix(self) -> int:
+        """End of the last finished block: a blank line outside any code fence."""
+        index = self.buffer.rfind("\n\n")
+        while index > 0:
+            if self.buffer.count("```", 0, index) % 2 == 0:
+                return index + 2
+            index = self.buffer.rfind("\n\n", 0, index)
+        return 0
+
+    def _emit(self, text: str) -> None:
+        self.printed += text
+        if self.plain:
+            self.write(text if text.endswith("\n") else text + "\n")
+            return
+        out = io.StringIO()
+        Console(file=out, width=self.width, force_terminal=True, color_system="standard").print(Markdown(text))
+        self.write(out.getvalue())
+
+
+class TerminalUI:
+    """The event sink for interactive sessions, plus the status line under the prompt."""
+
+    def __init__(self, width: int, plain: bool):
+        self.width = width
+        self.plain = plain
+        self.console = Console(width=width, force_terminal=not plain, highlight=False,
+                               no_color=plain, soft_wrap=True)
+        self.stream = MarkdownStream(self._write, width, plain)
+        self.activity: str | None = None
+        self.since = time.monotonic()
+        self.idle_status = ""
+
+    def _write(self, text: str) -> None:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+    def line(self, markup: str) -> None:
+        self.console.print(markup)
+
+    def __call__(self, event: ev.Event) -> None:
+        match event:
+            case ev.TextDelta(text=text):
+                self.stream.feed(text)
+            case ev.ToolStarted(name=name, arguments=arguments):
+                self.stream.flush()
+                self._busy(f"{name} {short_args(arguments, max(20, self.width - 30))}")
+            case ev.ToolFinished(name=name, ok=ok, result=result, elapsed=elapsed):
+                mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
+                detail = "" if ok else f" [red]{escape(result[7:][: self.width - 30])}[/red]"
+                self.line(f"  {mark} [dim]{escape(name)} {elapsed:.2f}s[/dim]{detail}")
+                self._busy("thinking")
+            case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
+                action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"
+                self.line(f"[yellow]  {escape(model)}: {escape(reason[:80])}; {action}[/yellow]")
+            case ev.Injected(text=text):
+                self.stream.flush()
+                self.line(f"[cyan]  ↳ your message joined the turn here: {escape(text[:60])}[/cyan]")
+            case ev.Notice(text=text):
+                self.line(f"[yellow]{escape(text)}[/yellow]")
+            case ev.TurnEnded():
+                self.stream.flush()
+                self.activity = None
+            case _:
+                pass
+
+    def _busy(self, what: str) -> None:
+        self.activity = what
+        self.since = time.monotonic()
+
+    def start_turn(self) -> None:
+        self.stream = MarkdownStream(self._write, self.width, self.plain)
+        self._busy("thinking")
+
+    def toolbar(self) -> str:
+        if self.activity is None:
+            return self.idle_status
+        frame = SPINNER[int(time.monotonic() * 10) % len(SPINNER)]
+        return f" {frame} {self.activity} {time.monotonic() - self.since:.1f}s   (Ctrl-C cancels)"
+
+
+class Session:
+    """Runs turns as tasks while the prompt keeps reading input."""
+
+    def __init__(self, loop: AgentLoop, key: str, ui: TerminalUI):
+        self.loop = loop
+        self.key = key
+        self.ui = ui
+        self.turn: asyncio.Task | None = None
+        self.pending: list[str] = []
+
+    @property
+    def busy(self) -> bool:
+        return self.turn is not None and not self.turn.done()
+
+    def take_pending(self) -> list[str]:
+        taken, self.pending = self.pending, []
+        return taken
+
+    def start(self, text: str) -> None:
+        self.turn = asyncio.create_task(self._run(text))
+
+    async def _run(self, text: str) -> None:
+        self.ui.start_turn()
+        try:
+            turn = await self.loop.handle(text, self.key, injections=self.take_pending)
+        except asyncio.CancelledError:
+            self.ui.stream.flush()
+            self.ui.activity = None
+            self.ui.line("[yellow]Cancelled.[/yellow]")
+            return
+        except Exception as e:  # noqa: BLE001 - one failed turn must not end the session
+            self.ui.activity = None
+            self.ui.line(f"[red]Error: {escape(str(e))}[/red]")
+            return
+        result = turn.result
+        if result is not None and result.error:
+            self.ui.line(f"[red]{escape(turn.reply)}[/red]")
+        elif not self.ui.stream.printed.strip().endswith(turn.reply.strip()):
+            self.ui.stream.feed(turn.reply)
+            self.ui.stream.flush()
+        self.refresh_status()
+        if self.pending:  # typed after the turn's last model call: it starts the next turn
+            self.start("\n\n".join(self.take_pending()))
+
+    def refresh_status(self) -> None:
+        session = self.loop.session(self.key)
+        tokens = ""
+        if session.usage:
+            last = session.usage[-1]
+            used = sum(int(last.get(k, 0)) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
+            window = self.loop.settings.context_window_tokens
+            tokens = f" · context {used:,} tokens ({used / window:.0%})"
+        self.ui.idle_status = f" {self.loop.model_for(session)} · {self.key}{tokens} · /help"
+
+    async def command(self, text: str) -> None:
+        name = text.split()[0]
+        if self.busy and name not in READ_ONLY_COMMANDS:
+            self.ui.line("[yellow]Wait for the current turn to finish, or press Ctrl-C to cancel it.[/yellow]")
+            return
+        reply = await self.loop.handle(text, self.key)
+        self.ui.line(escape(reply.reply))
+        self.refresh_status()
+
+
+async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: TerminalUI) -> None:
+    from prompt_toolkit import PromptSession
+    from prompt_toolkit.completion import WordCompleter
+    from prompt_toolkit.history import FileHistory
+    from prompt_toolkit.key_binding import KeyBindings
+    from prompt_toolkit.patch_stdout import patch_stdout
+
+    session = Session(loop, key, ui)
+    session.refresh_status()
+    bindings = KeyBindings()
+
+    @bindings.add("escape", "enter")
+    @bindings.add("c-j")
+    def _newline(event) -> None:
+        event.current_buffer.insert_text("\n")
+
+    @bindings.add("c-c")
+    def _interrupt(event) -> None:
+        if event.current_buffer.text:
+            event.current_buffer.reset()
+        else:
+            event.app.exit(exception=KeyboardInterrupt)
+
+    history_file.parent.mkdir(parents=True, exist_ok=True)
+    commands = [*sorted(loop.commands), *sorted(EXIT_COMMANDS)]
+    prompt = PromptSession(
+        history=FileHistory(str(history_file)),
+        completer=WordCompleter(commands, pattern=_SLASH_WORD, sentence=True),
+        complete_while_typing=True,
+        key_bindings=bindings,
+        bottom_toolbar=ui.toolbar,
+        refresh_interval=0.1,
+    )
+    _warm_up(loop, key)
+    ui.line(f"[bold]nanoagent[/bold] · {escape(loop.model_for(loop.session(key)))} · session {escape(key)}. "
+            "Type /help for commands, Ctrl-D to quit.")
+    warned = False
+    with patch_stdout(raw=True):
+        while True:
+            try:
+                text = await prompt.prompt_async("› ")
+            except KeyboardInterrupt:
+                if session.busy:
+                    session.turn.cancel()
+                    continue
+                if warned:
+                    break
+                warned = True
+                ui.line("[dim]Press Ctrl-C again, Ctrl-D or type /exit to quit.[/dim]")
+                continue
+            except EOFError:
+                break
+            warned = False
+            if not await _dispatch(session, text.strip()):
+                break
+        if session.busy:
+            session.turn.cancel()
+            await asyncio.gather(session.turn, return_exceptions=True)
+
+
+async def _dispatch(session: Session, text: str) -> bool:
+    """Handle one line of input; False means quit."""
+    if not text:
+        return True
+    if text.split()[0] in EXIT_COMMANDS:
+        return False
+    if text.startswith("/"):
+        await session.command(text)
+    elif session.busy:
+        session.pending.append(text)
+    else:
+        session.start(text)
+    return True
+
+
+def _warm_up(loop: AgentLoop, key: str) -> None:
+    """Import the provider SDK in the background so the first reply does not wait for it."""
+    provider = loop.provider(loop.model_for(loop.session(key)))
+    asyncio.get_running_loop().run_in_executor(None, provider.prepare)
+
+
+async def run_plain(loop: AgentLoop, key: str, ui: TerminalUI) -> None:
+    """No terminal: read one message a line from stdin, print plain replies."""
+    for line in sys.stdin:
+        text = line.strip()
+        if not text:
+            continue
+        if text.split()[0] in EXIT_COMMANDS:
+            break
+        ui.start_turn()
+        turn = await loop.handle(text, key)
+        if turn.result is None or turn.result.error:
+            print(turn.reply, flush=True)
+        elif not ui.stream.printed.strip().endswith(turn.reply.strip()):
+            print(turn.reply, flush=True)
