@@ -1,0 +1,157 @@
+"""The interactive session driven in a real pseudo-terminal against the local LLM server."""
+
+import json
+import os
+import re
+import sys
+import time
+
+import pexpect
+import pytest
+
+from nanoagent.session.store import SessionStore
+from tests.conftest import ROOT, anthropic_env
+from tests.llm_server import Reply
+
+PROMPT = "›"
+SGR = r"(?:\x1b\[[0-9;]*m)*"  # colour codes between rendered words
+
+
+def styled(*words: str) -> str:
+    """A regex matching words separated by single spaces, with any colour codes around them."""
+    return SGR + (SGR + " " + SGR).join(re.escape(w) for w in words) + SGR
+
+
+@pytest.fixture
+def term(llm, isolated_home):
+    children = []
+
+    def spawn(*args):
+        env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
+               "PROMPT_TOOLKIT_NO_CPR": "1"}  # pexpect does not answer cursor-position requests
+        child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", *args], cwd=str(ROOT), env=env,
+                              encoding="utf-8", timeout=20, dimensions=(30, 80))
+        child.expect_exact(PROMPT)
+        children.append(child)
+        return child
+
+    yield spawn
+    for child in children:
+        child.terminate(force=True)
+
+
+def wait_for_requests(llm, count, timeout=20.0):
+    deadline = time.monotonic() + timeout
+    while len(llm.requests) < count:
+        assert time.monotonic() < deadline, "the model was never called"
+        time.sleep(0.02)
+
+
+def messages(home, key="cli:direct"):
+    return SessionStore(home / "sessions").load(key).messages
+
+
+def test_a_reply_streams_in_and_is_rendered(term, llm):
+    llm.script(Reply(text="First paragraph here.\n\nSecond **bold** paragraph.", chunk_delay=0.05))
+    child = term()
+    child.send("hello" + "\r")  # Enter is CR; LF (Ctrl-J) adds a new line
+    child.expect_exact("First paragraph here.")
+    child.expect(styled("Second", "bold", "paragraph."))  # Markdown rendered: no asterisks
+    child.expect_exact(PROMPT)
+
+
+def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
+    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace" / "notes.md").write_text("remember the milk\n")
+    llm.script(Reply(tool_calls=[("read_file", {"path": "notes.md"})]), Reply(text="You must remember the milk."))
+    child = term()
+    child.send("what do my notes say?" + "\r")
+    child.expect("✓" + styled("", "read_file") + r" \d+\.\d\ds")
+    child.expect_exact("You must remember the milk.")
+
+
+def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolated_home):
+    llm.script(Reply(text="too late", delay=30), Reply(text="Back in business."))
+    child = term()
+    child.send("take your time" + "\r")
+    wait_for_requests(llm, 1)  # the model call is under way
+    child.sendcontrol("c")
+    child.expect_exact("Cancelled.")
+    child.send("are you there?" + "\r")
+    child.expect_exact("Back in business.")
+    roles = [m["role"] for m in messages(isolated_home)]
+    assert roles == ["user", "assistant", "user", "assistant"]
+    assert "cancelled" in messages(isolated_home)[1]["content"]
+
+
+def test_a_message_typed_during_a_turn_joins_it(term, llm, isolated_home):
+    llm.script(Reply(tool_calls=[("exec", {"command": "sleep 1.5"})]), Reply(text="Handled both."))
+    child = term()
+    child.send("start something slow" + "\r")
+    wait_for_requests(llm, 1)
+    time.sleep(0.3)  # the tool is running now
+    child.send("and also this" + "\r")
+    child.expect_exact("joined the turn here: and also this")
+    child.expect_exact("Handled both.")
+    sent = llm.requests[-1].body["messages"]
+    assert "and also this" in json.dumps(sent[-1])
+    assert len(llm.requests) == 2
+
+
+def test_slash_new_starts_fresh_but_keeps_the_old_conversation(term, llm, isolated_home):
+    child = term()
+    child.send("remember: the code word is heron" + "\r")
+    child.expect_exact("ok")
+    child.expect_exact(PROMPT)
+    child.send("/new" + "\r")
+    child.expect_exact("Started a fresh conversation")
+    child.send("what is the code word?" + "\r")
+    child.expect_exact("ok")
+    child.expect_exact(PROMPT)
+    assert "heron" not in json.dumps(llm.requests[-1].body["messages"])
+    assert "heron" in json.dumps(messages(isolated_home))
+
+
+def test_slash_status_shows_token_counts(term, llm):
+    llm.script(Reply(text="hi", input_tokens=1234, output_tokens=56))
+    child = term()
+    child.send("hello" + "\r")
+    child.expect_exact("hi")
+    child.expect_exact(PROMPT)
+    child.send("/status" + "\r")
+    child.expect(r"context:\s+[\d,]+ of 200,000 tokens \(\d+%\)")
+    child.expect(r"tokens:\s+[\d,]+ in, 56 out")
+
+
+def test_unknown_command_gets_a_hint_not_a_model_call(term, llm):
+    child = term()
+    child.send("/frobnicate" + "\r")
+    child.expect_exact("Unknown command /frobnicate")
+    assert llm.requests == []
+
+
+def test_ctrl_c_at_an_empty_prompt_warns_and_a_second_quits(term):
+    child = term()
+    child.sendcontrol("c")
+    child.expect_exact("Press Ctrl-C again")
+    child.sendcontrol("c")
+    child.expect(pexpect.EOF)
+
+
+def test_ctrl_d_and_exit_quit(term):
+    child = term()
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    child = term()
+    child.send("/exit" + "\r")
+    child.expect(pexpect.EOF)
+
+
+def test_piped_input_gets_plain_replies(llm, isolated_home):
+    import subprocess
+
+    llm.script(Reply(text="Plain **one**."), Reply(text="Plain two."))
+    proc = subprocess.run([sys.executable, "-m", "nanoagent", "agent"], input="first\nsecond\n", text=True,
+                          capture_output=True, env={**os.environ, **anthropic_env(llm)}, cwd=ROOT, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout == "Plain **one**.\nPlain two.\n"
