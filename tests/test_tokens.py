@@ -10,9 +10,9 @@ def test_tokenizer_works_offline_from_the_files_litellm_ships():
 
 
 def test_counting_never_returns_zero_for_text_when_the_tokenizer_is_missing(tmp_path):
-    code = ("import os; os.environ['TIKTOKEN_CACHE_DIR'] = %r; "
+    code = (f"import os; os.environ['TIKTOKEN_CACHE_DIR'] = {str(tmp_path)!r}; "
             "from nanoagent.tokens import count_tokens, tokenizer_available; "
-            "print(tokenizer_available(), count_tokens('hello world, how are you today?'))" % str(tmp_path))
+            "print(tokenizer_available(), count_tokens('hello world, how are you today?'))")
     env = {"PATH": "/usr/bin:/bin", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     available, count = proc.stdout.split()
