@@ -120,7 +120,7 @@ def test_unknown_model_and_unknown_provider_are_clear_errors(isolated_home):
 
 
 def test_onboard_creates_private_config_and_workspace_without_overwriting(isolated_home):
-    proc = run_cli("onboard", "--provider", "anthropic", "--api-key", "sk-ant-secret")
+    proc = run_cli("onboard", "--provider", "anthropic", "--api-key", "sk-ant-secret-0123456789abcdef")
     assert proc.returncode == 0, proc.stderr
     config = isolated_home / "config.json"
     assert config.stat().st_mode & 0o777 == 0o600
@@ -129,8 +129,8 @@ def test_onboard_creates_private_config_and_workspace_without_overwriting(isolat
     proc = run_cli("onboard")
     assert proc.returncode == 0
     assert soul.read_text() == "my own soul"
-    assert json.loads(config.read_text())["providers"]["anthropic"]["apiKey"] == "sk-ant-secret"
-    assert "sk-ant-secret" not in proc.stdout + proc.stderr
+    assert json.loads(config.read_text())["providers"]["anthropic"]["apiKey"] == "sk-ant-secret-0123456789abcdef"
+    assert "sk-ant-secret-0123456789abcdef" not in proc.stdout + proc.stderr
 
 
 def test_status_shows_key_presence_but_never_the_key(isolated_home):

@@ -28,6 +28,12 @@ app = typer.Typer(
 WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
 
 
+def _register_subcommands() -> None:
+    from nanoagent.cli.skills_cmd import skills_app
+
+    app.add_typer(skills_app, name="skills")
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"nanoagent {__version__}")
@@ -154,10 +160,14 @@ def onboard(
     api_base: Annotated[str | None, typer.Option("--api-base", help="Base URL for an OpenAI-compatible server.")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Create config.json (mode 0600) and the workspace, keeping anything that already exists."""
+    """Create config.json (mode 0600) and the workspace, keeping anything that already exists.
+
+    With no options on a terminal, asks for provider, model and key.
+    """
     from nanoagent.cli.setup import onboard as run_onboard
 
-    run_onboard(workspace, provider=provider, model=model, api_key=api_key, api_base=api_base)
+    ask = not any((provider, model, api_key, api_base)) and sys.stdin.isatty() and sys.stdout.isatty()
+    run_onboard(workspace, provider=provider, model=model, api_key=api_key, api_base=api_base, interactive=ask)
 
 
 @app.command()
@@ -168,6 +178,56 @@ def status(workspace: WorkspaceOpt = None) -> None:
     paths, config = _setup(workspace)
     for line in status_lines(paths, config):
         print(line)
+
+
+_register_subcommands()
+
+
+@app.command()
+def usage(
+    session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session key.")] = None,
+    days: Annotated[int | None, typer.Option("--days", "-d", help="Only the last N days.")] = None,
+) -> None:
+    """Tokens and cost per day, session and model."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from nanoagent.session.store import SessionStore
+    from nanoagent.usage import Total, summarize
+
+    paths, _ = _setup(None)
+    store = SessionStore(paths.sessions_dir, warn=_warn)
+    keys = [session if session is None or ":" in session else f"cli:{session}"] if session else store.keys()
+    records = [(key, record) for key in keys for record in store.load(key).usage]
+    rows = summarize(records, days=days)
+    if not rows:
+        print("No usage recorded" + (f" for session {keys[0]}" if session else "") + ".")
+        return
+    table = Table("day", "session", "model", "calls", "input", "output", "cache read", "cache write", "cost")
+    grand = Total()
+    for day, key, model, total in rows:
+        u = total.usage
+        table.add_row(day, key, model, str(total.calls), f"{u.input_tokens:,}", f"{u.output_tokens:,}",
+                      f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", total.cost_text())
+        grand.usage, grand.calls = grand.usage + u, grand.calls + total.calls
+        grand.cost += total.cost
+        grand.unpriced = grand.unpriced or total.unpriced
+    g = grand.usage
+    table.add_row("total", "", "", str(grand.calls), f"{g.input_tokens:,}", f"{g.output_tokens:,}",
+                  f"{g.cache_read_tokens:,}", f"{g.cache_write_tokens:,}", grand.cost_text(), style="bold")
+    Console().print(table)
+
+
+@app.command()
+def doctor(
+    workspace: WorkspaceOpt = None,
+    fix: Annotated[bool, typer.Option("--fix", help="Migrate renamed config keys (a backup is kept).")] = False,
+) -> None:
+    """Check config, keys, workspace, git and the offline tokenizer, and say what to fix."""
+    from nanoagent.cli.setup import run_doctor
+
+    if not run_doctor(workspace, fix):
+        raise typer.Exit(1)
 
 
 def main() -> None:

@@ -10,9 +10,65 @@ from nanoagent.errors import ConfigError
 from nanoagent.paths import Paths
 from nanoagent.templates import seed_workspace
 
+DEFAULT_MODELS = {
+    "anthropic": "anthropic/claude-sonnet-4-5",
+    "openai": "openai/gpt-4.1",
+    "openrouter": "openrouter/anthropic/claude-sonnet-4.5",
+    "ollama": "ollama/llama3.2",
+}
+KEY_PREFIXES = {"anthropic": "sk-ant-", "openai": "sk-", "openrouter": "sk-or-"}
+
+
+def key_problem(provider: str, key: str) -> str | None:
+    """Why a key cannot be right for this provider, or None when it looks plausible."""
+    if not key or key != key.strip() or any(c.isspace() for c in key):
+        return "the key is empty or contains spaces"
+    prefix = KEY_PREFIXES.get(provider)
+    if prefix and not key.startswith(prefix):
+        return f"{provider} keys start with `{prefix}`"
+    if len(key) < 20:
+        return "the key is too short; copy the whole key"
+    return None
+
+
+def ask_onboarding() -> dict[str, str | None]:
+    """Ask for provider, model and key at the terminal (prompt-toolkit)."""
+    from prompt_toolkit import prompt
+    from prompt_toolkit.completion import WordCompleter
+
+    names = [*DEFAULT_MODELS, "other"]
+    provider = ""
+    while provider not in names:
+        provider = prompt(f"Provider ({', '.join(names)}) [anthropic]: ",
+                          completer=WordCompleter(names)).strip() or "anthropic"
+    if provider == "other":
+        provider = prompt("Provider name as litellm knows it (e.g. gemini, mistral): ").strip()
+    model = prompt(f"Model [{DEFAULT_MODELS.get(provider, provider + '/...')}]: ").strip()
+    model = model or DEFAULT_MODELS.get(provider, "")
+    api_base = None
+    if provider in ("ollama", "other") or provider not in DEFAULT_MODELS:
+        api_base = prompt("API base URL (empty for the default): ").strip() or None
+    api_key = None
+    if provider != "ollama":
+        while True:
+            api_key = prompt(f"API key for {provider}: ", is_password=True).strip()
+            problem = key_problem(provider, api_key)
+            if problem is None:
+                break
+            print(f"That key does not look right: {problem}. Try again (Ctrl-C to stop).")
+    return {"provider": provider, "model": model, "api_key": api_key, "api_base": api_base}
+
 
 def onboard(workspace: Path | None, provider: str | None = None, model: str | None = None,
-            api_key: str | None = None, api_base: str | None = None) -> None:
+            api_key: str | None = None, api_base: str | None = None, interactive: bool = False) -> None:
+    if interactive:
+        answers = ask_onboarding()
+        provider, model, api_key, api_base = (answers["provider"], answers["model"], answers["api_key"],
+                                              answers["api_base"])
+    if api_key and provider:
+        problem = key_problem(provider, api_key)
+        if problem:
+            raise ConfigError(f"The API key for {provider} does not look right: {problem}.")
     paths = Paths.from_env(workspace)
     paths.home.mkdir(parents=True, exist_ok=True)
     for folder in (paths.sessions_dir, paths.logs_dir):
@@ -73,3 +129,100 @@ def status_lines(paths: Paths, config: Config) -> list[str]:
         f"logs:      {paths.logs_dir}",
     ]
     return lines
+
+
+def migrate_renamed_keys(data: dict) -> list[str]:
+    """Rename keys a newer version renamed, in place. Returns what was moved."""
+    from nanoagent.config.loader import RENAMED_KEYS, to_camel, to_snake
+
+    moved = []
+    for old, new in RENAMED_KEYS.items():
+        *parents, old_leaf = old.split(".")
+        node = data
+        for part in parents:
+            node = next((v for k, v in node.items() if to_snake(k) == part), None) if isinstance(node, dict) else None
+        if not isinstance(node, dict):
+            continue
+        old_key = next((k for k in node if to_snake(k) == old_leaf), None)
+        if old_key is None:
+            continue
+        new_leaf = to_camel(new.split(".")[-1])
+        value = node.pop(old_key)
+        node.setdefault(new_leaf, value)
+        moved.append(f"{old} -> {new}")
+    return moved
+
+
+def run_doctor(workspace: Path | None, fix: bool) -> bool:
+    import os
+    import shutil
+    import subprocess
+
+    from nanoagent.providers.registry import key_variable, provider_name
+    from nanoagent.skills import SkillsLoader
+    from nanoagent.templates import workspace_templates
+    from nanoagent.tokens import tokenizer_available
+
+    paths = Paths.from_env(workspace)
+    problems = 0
+
+    def report(ok: bool, text: str, fix_hint: str = "") -> None:
+        nonlocal problems
+        problems += not ok
+        print(("ok    " if ok else "FIX   ") + text + (f"\n      -> {fix_hint}" if fix_hint and not ok else ""))
+
+    config = None
+    if not paths.config_file.exists():
+        report(True, f"no config file at {paths.config_file}; using defaults and environment variables")
+        config, warnings = load_config(paths.config_file)
+    else:
+        try:
+            config, warnings = load_config(paths.config_file)
+        except ConfigError as e:
+            report(False, str(e))
+            warnings = []
+        if config is not None:
+            report(True, f"config {paths.config_file} is valid")
+        renamed = [w for w in warnings if "renamed" in w]
+        if renamed and fix:
+            data = _read_raw(paths.config_file)
+            backup = paths.config_file.with_suffix(".json.bak")
+            backup.write_bytes(paths.config_file.read_bytes())
+            os.chmod(backup, 0o600)
+            moved = migrate_renamed_keys(data)
+            save_config(paths.config_file, data)
+            report(True, f"migrated {', '.join(moved)} (backup in {backup.name})")
+        elif renamed:
+            report(False, "config uses renamed keys: " + "; ".join(renamed), "run `nanoagent doctor --fix` to migrate")
+        for warning in (w for w in warnings if "renamed" not in w):
+            report(False, warning, "delete the key, or check its spelling")
+        mode = paths.config_file.stat().st_mode & 0o777
+        if mode & 0o077:
+            if fix:
+                os.chmod(paths.config_file, 0o600)
+                report(True, f"config mode changed from {mode:o} to 600")
+            else:
+                report(False, f"config mode is {mode:o}; other users can read your keys", "chmod 600 it, or --fix")
+    if config is not None:
+        model = config.defaults.model
+        try:
+            provider = provider_name(model)
+            has_key = bool(config.provider(provider).api_key) or provider == "ollama"
+            report(has_key, f"model {model}: API key for {provider} " + ("present" if has_key else "missing"),
+                   f"set {key_variable(provider)} or run `nanoagent onboard`")
+        except ConfigError as e:
+            report(False, str(e))
+    missing = [str(rel) for _, rel in workspace_templates() if not (paths.workspace / rel).exists()]
+    report(not missing, f"workspace {paths.workspace}" + (f" lacks {', '.join(missing)}" if missing else " is complete"),
+           "run `nanoagent onboard` (it never overwrites your files)")
+    git = shutil.which("git")
+    version = subprocess.run([git, "--version"], capture_output=True, text=True).stdout.strip() if git else ""
+    report(bool(git), f"git: {version or 'not found'}", "install git; memory history needs it")
+    report(tokenizer_available(), "offline tokenizer " + ("works" if tokenizer_available() else "missing; using estimates"),
+           "reinstall nanoagent (the tokenizer files come with litellm)")
+    bad_skills: list[str] = []
+    SkillsLoader(paths.workspace / "skills", warn=bad_skills.append).skills()
+    for warning in bad_skills:
+        report(False, warning, "fix the file, or check it with `nanoagent skills validate`")
+    print("All good." if not problems else f"{problems} thing(s) to fix.")
+    return problems == 0

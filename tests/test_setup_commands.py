@@ -1,0 +1,104 @@
+"""onboard (interactive and with flags), doctor, usage and skills commands."""
+
+import json
+import os
+import sys
+
+import pexpect
+
+from nanoagent.session.store import SessionStore
+from tests.conftest import ROOT, run_cli, write_config
+
+GOOD_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
+
+
+def test_onboard_asks_at_the_terminal_and_rejects_a_malformed_key(isolated_home):
+    env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", timeout=20, dimensions=(30, 80))
+    child.expect_exact("Provider")
+    child.send("anthropic\r")
+    child.expect_exact("Model")
+    child.send("\r")
+    child.expect_exact("API key for anthropic")
+    child.send("not-a-key\r")
+    child.expect_exact("does not look right")
+    child.expect_exact("API key for anthropic")
+    child.send(GOOD_KEY + "\r")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    config = json.loads((isolated_home / "config.json").read_text())
+    assert config["providers"]["anthropic"]["apiKey"] == GOOD_KEY
+    assert config["agents"]["defaults"]["model"] == "anthropic/claude-sonnet-4-5"
+    assert (isolated_home / "config.json").stat().st_mode & 0o777 == 0o600
+    assert (isolated_home / "workspace" / "memory" / "MEMORY.md").exists()
+
+
+def test_onboard_with_flags_refuses_a_key_of_the_wrong_shape(isolated_home):
+    proc = run_cli("onboard", "--provider", "openai", "--api-key", "hello world")
+    assert proc.returncode == 1 and "does not look right" in proc.stderr
+    assert not (isolated_home / "config.json").exists()
+
+
+def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home):
+    config = write_config(isolated_home, {"agents": {"defaults": {"maxToolIteration": 9}}})
+    os.chmod(config, 0o644)
+    proc = run_cli("doctor")
+    assert proc.returncode == 1
+    assert "renamed" in proc.stdout and "doctor --fix" in proc.stdout
+    assert "ANTHROPIC_API_KEY" in proc.stdout and "lacks" in proc.stdout
+    fixed = run_cli("doctor", "--fix", env={"ANTHROPIC_API_KEY": GOOD_KEY})
+    data = json.loads(config.read_text())
+    assert data["agents"]["defaults"] == {"maxToolIterations": 9}
+    assert config.stat().st_mode & 0o777 == 0o600
+    assert (isolated_home / "config.json.bak").exists()
+    assert "migrated" in fixed.stdout
+    run_cli("onboard")
+    assert run_cli("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY}).returncode == 0
+
+
+def add_usage(home, key, model, day, tokens):
+    store = SessionStore(home / "sessions")
+    session = store.load(key)
+    store.append(session, [{"type": "usage", "ts": f"{day}T10:00:00+00:00", "model": model,
+                            "input_tokens": tokens, "output_tokens": tokens // 10,
+                            "cache_read_tokens": 0, "cache_write_tokens": 0}])
+
+
+def test_usage_summarises_tokens_and_cost_per_day_session_and_model(isolated_home):
+    from datetime import date
+
+    today = date.today().isoformat()
+    add_usage(isolated_home, "cli:direct", "anthropic/claude-sonnet-4-5", today, 1_000_000)
+    add_usage(isolated_home, "cli:work", "mystery/unknown-model", today, 5000)
+    add_usage(isolated_home, "cli:work", "anthropic/claude-sonnet-4-5", "2020-01-01", 10)
+    proc = run_cli("usage", env={"COLUMNS": "200"})
+    assert proc.returncode == 0, proc.stderr
+    assert "$4.50" in proc.stdout  # 1M in at $3/M + 100k out at $15/M
+    assert "n/a" in proc.stdout  # unknown model: tokens shown, no price
+    assert "2020-01-01" in proc.stdout
+    recent = run_cli("usage", "--days", "7", "--session", "work", env={"COLUMNS": "200"})
+    assert "2020-01-01" not in recent.stdout and "unknown-model" in recent.stdout
+    assert "claude" not in recent.stdout
+
+
+def test_skills_list_shows_source_and_availability(isolated_home):
+    workspace_skill = isolated_home / "workspace" / "skills" / "summarize"
+    workspace_skill.mkdir(parents=True)
+    (workspace_skill / "SKILL.md").write_text("---\nname: summarize\ndescription: my own summariser\n---\nSteps.\n")
+    proc = run_cli("skills", "list", env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    assert proc.returncode == 0
+    line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("summarize"))
+    assert "workspace" in line and "my own summariser" in line
+    assert "skill-creator" in proc.stdout
+
+
+def test_skills_validate_explains_problems(tmp_path):
+    skill = tmp_path / "weekly"
+    skill.mkdir()
+    (skill / "SKILL.md").write_text("---\nname: other\ndescription: short\n---\n")
+    proc = run_cli("skills", "validate", str(skill))
+    assert proc.returncode == 1 and "differs from the folder name" in proc.stderr
+    (skill / "SKILL.md").write_text("---\nname: weekly\ndescription: Build the weekly report from git.\n---\nDo it.\n")
+    assert run_cli("skills", "validate", str(skill)).returncode == 0
