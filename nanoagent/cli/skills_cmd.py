@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Annotated
 
 import typer
 from rich.console import Console
@@ -14,7 +15,9 @@ skills_app = typer.Typer(help="List and validate skills.", no_args_is_help=True)
 
 
 @skills_app.command("list")
-def list_skills(workspace: Path | None = typer.Option(None, "--workspace", "-w", help="Workspace folder.")) -> None:
+def list_skills(
+    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder.")] = None,
+) -> None:
     """Show every skill with its source and whether it can be used here."""
     from nanoagent.paths import Paths
     from nanoagent.skills import SkillsLoader
