@@ -61,6 +61,59 @@ def bench_cli(home: Path, server) -> None:
         record(f"agent -m, {model} peak memory", f"{peak:.0f} MiB", "< 100 MiB", peak < 100)
 
 
+def bench_interactive(home: Path, server) -> None:
+    import pexpect
+
+    env = {**os.environ, "NANOAGENT_HOME": str(home), "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.url,
+           "NANOAGENT_MODEL": "anthropic/claude-bench", "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
+    times = []
+    for _ in range(7):
+        started = time.perf_counter()
+        child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], env=env, encoding="utf-8",
+                              timeout=20, dimensions=(30, 80))
+        child.expect_exact("›")
+        times.append(time.perf_counter() - started)
+        child.terminate(force=True)
+    median = statistics.median(times)
+    record("interactive start to prompt ready (median of 7)", f"{median:.3f} s", "< 0.6 s", median < 0.6)
+
+
+def bench_keystrokes(home: Path) -> None:
+    """Type into the real prompt with an audit hook armed: no file opened, no socket used."""
+    from prompt_toolkit.input import create_pipe_input
+    from prompt_toolkit.output import DummyOutput
+
+    from nanoagent.cli.interactive import build_prompt
+
+    seen: list[str] = []
+    armed = False
+
+    def hook(event: str, args: tuple) -> None:
+        if armed and event in ("open", "socket.connect", "socket.sendto", "os.listdir", "os.scandir"):
+            seen.append(f"{event} {args[:1]}")
+
+    sys.addaudithook(hook)
+
+    async def session() -> str:
+        nonlocal armed
+        with create_pipe_input() as pipe:
+            prompt = build_prompt(["/help", "/status", "/new"], lambda: "model · session", home / "hist",
+                                  input=pipe, output=DummyOutput())
+            task = asyncio.create_task(prompt.prompt_async("› "))
+            await asyncio.sleep(0.3)
+            armed = True
+            for ch in "hello there /sta":
+                pipe.send_text(ch)
+                await asyncio.sleep(0.005)
+            await asyncio.sleep(0.3)  # toolbar refreshes and completion run in this window
+            armed = False
+            pipe.send_text("\r")
+            return await task
+
+    asyncio.run(session())
+    record("disk or network I/O while typing 16 keys", f"{len(seen)} calls", "0", not seen)
+
+
 def make_session(home: Path, key: str, count: int) -> None:
     from nanoagent.session.store import SessionStore
 
@@ -114,9 +167,11 @@ def main() -> int:
         server = start_server()
         try:
             bench_cli(home, server)
+            bench_interactive(home, server)
         finally:
             server.close()
         bench_turns(home)
+        bench_keystrokes(home)
     failed = [r for r in RESULTS if not r[3]]
     (ROOT / "bench" / "last-run.json").write_text(json.dumps(RESULTS, indent=1) + "\n")
     print(f"\n{len(RESULTS) - len(failed)}/{len(RESULTS)} within budget")

@@ -18,7 +18,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.markup import escape
 
 from nanoagent.agent import events as ev
@@ -67,6 +66,8 @@ class MarkdownStream:
         if self.plain:
             self.write(text if text.endswith("\n") else text + "\n")
             return
+        from rich.markdown import Markdown  # markdown-it loads on the first reply, not at start
+
         out = io.StringIO()
         Console(file=out, width=self.width, force_terminal=True, color_system="standard").print(Markdown(text))
         self.write(out.getvalue())
@@ -197,15 +198,17 @@ class Session:
         self.refresh_status()
 
 
-async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: TerminalUI) -> None:
+def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: Path, **io):
+    """The prompt-toolkit session: history on disk, slash-command completion, multi-line keys.
+
+    Keystrokes touch only memory: completion is a fixed word list, the toolbar reads cached state,
+    and history is written only when a line is accepted.
+    """
     from prompt_toolkit import PromptSession
     from prompt_toolkit.completion import WordCompleter
     from prompt_toolkit.history import FileHistory
     from prompt_toolkit.key_binding import KeyBindings
-    from prompt_toolkit.patch_stdout import patch_stdout
 
-    session = Session(loop, key, ui)
-    session.refresh_status()
     bindings = KeyBindings()
 
     @bindings.add("escape", "enter")
@@ -221,15 +224,23 @@ async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: Ter
             event.app.exit(exception=KeyboardInterrupt)
 
     history_file.parent.mkdir(parents=True, exist_ok=True)
-    commands = [*sorted(loop.commands), *sorted(EXIT_COMMANDS)]
-    prompt = PromptSession(
+    return PromptSession(
         history=FileHistory(str(history_file)),
-        completer=WordCompleter(commands, pattern=_SLASH_WORD, sentence=True),
+        completer=WordCompleter([*commands, *sorted(EXIT_COMMANDS)], pattern=_SLASH_WORD, sentence=True),
         complete_while_typing=True,
         key_bindings=bindings,
-        bottom_toolbar=ui.toolbar,
+        bottom_toolbar=toolbar,
         refresh_interval=0.1,
+        **io,
     )
+
+
+async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: TerminalUI) -> None:
+    from prompt_toolkit.patch_stdout import patch_stdout
+
+    session = Session(loop, key, ui)
+    session.refresh_status()
+    prompt = build_prompt(sorted(loop.commands), ui.toolbar, history_file)
     _warm_up(loop, key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(loop.model_for(loop.session(key)))} · session {escape(key)}. "
             "Type /help for commands, Ctrl-D to quit.")
@@ -275,7 +286,9 @@ async def _dispatch(session: Session, text: str) -> bool:
 def _warm_up(loop: AgentLoop, key: str) -> None:
     """Import the provider SDK in the background so the first reply does not wait for it."""
     provider = loop.provider(loop.model_for(loop.session(key)))
-    asyncio.get_running_loop().run_in_executor(None, provider.prepare)
+    loop_ = asyncio.get_running_loop()
+    # after the prompt is on screen, so the import does not hold up the first frame
+    loop_.call_later(0.3, lambda: loop_.run_in_executor(None, provider.prepare))
 
 
 async def run_plain(loop: AgentLoop, key: str, ui: TerminalUI) -> None:

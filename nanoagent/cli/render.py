@@ -7,7 +7,6 @@ import sys
 from typing import Any
 
 from rich.console import Console
-from rich.markdown import Markdown
 
 from nanoagent.agent import events as ev
 
@@ -63,6 +62,8 @@ class OneShotRenderer:
             sys.stdout.write("\n")
             return
         if self.out.is_terminal:
+            from rich.markdown import Markdown
+
             self.out.print(Markdown(reply))
         else:
             sys.stdout.write(reply + "\n")

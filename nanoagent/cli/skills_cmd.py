@@ -6,8 +6,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich.console import Console
-from rich.table import Table
 
 from nanoagent.errors import NanoagentError
 
@@ -19,6 +17,9 @@ def list_skills(
     workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder.")] = None,
 ) -> None:
     """Show every skill with its source and whether it can be used here."""
+    from rich.console import Console
+    from rich.table import Table
+
     from nanoagent.paths import Paths
     from nanoagent.skills import SkillsLoader
 

@@ -20,10 +20,12 @@ import inspect
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import pydantic
+if TYPE_CHECKING:
+    import pydantic
 
 from nanoagent.providers.base import ToolSpec
 
@@ -48,9 +50,24 @@ class ToolContext:
 class Tool:
     name: str
     description: str
-    params: type[pydantic.BaseModel]
     fn: Callable[..., Any]
     read_only: bool
+    arg_docs: dict[str, str]
+
+    @cached_property
+    def params(self) -> type[pydantic.BaseModel]:
+        """The arguments as a pydantic model, built on first use (pydantic costs ~50 ms to import)."""
+        import pydantic
+
+        fields: dict[str, Any] = {}
+        hints = inspect.get_annotations(self.fn, eval_str=True)
+        for index, param in enumerate(inspect.signature(self.fn).parameters.values()):
+            if index == 0:
+                continue  # the ToolContext
+            default = ... if param.default is inspect.Parameter.empty else param.default
+            fields[param.name] = (hints[param.name], pydantic.Field(default, description=self.arg_docs.get(param.name)))
+        return pydantic.create_model(f"{self.fn.__name__}_params", __config__=pydantic.ConfigDict(extra="ignore"),
+                                     **fields)
 
     def spec(self) -> ToolSpec:
         schema = self.params.model_json_schema()
@@ -61,6 +78,8 @@ class Tool:
         return ToolSpec(self.name, self.description, parameters)
 
     async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
+        import pydantic
+
         try:
             params = self.params.model_validate(arguments)
         except pydantic.ValidationError as e:
@@ -76,16 +95,7 @@ class Tool:
 def tool(*, read_only: bool = False, name: str | None = None) -> Callable[[Callable[..., Any]], Tool]:
     def wrap(fn: Callable[..., Any]) -> Tool:
         description, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
-        fields: dict[str, Any] = {}
-        hints = inspect.get_annotations(fn, eval_str=True)
-        for index, param in enumerate(inspect.signature(fn).parameters.values()):
-            if index == 0:
-                continue  # the ToolContext
-            default = ... if param.default is inspect.Parameter.empty else param.default
-            fields[param.name] = (hints[param.name], pydantic.Field(default, description=arg_docs.get(param.name)))
-        model = pydantic.create_model(f"{fn.__name__}_params", __config__=pydantic.ConfigDict(extra="ignore"),
-                                      **fields)
-        return Tool(name or fn.__name__.rstrip("_"), description, model, fn, read_only)
+        return Tool(name or fn.__name__.rstrip("_"), description, fn, read_only, arg_docs)
 
     return wrap
 
