@@ -40,3 +40,32 @@ def fsync_dir(path: Path) -> None:
         pass
     finally:
         os.close(fd)
+
+
+def cut_torn_tail(fd: int) -> int:
+    """Truncate a partial last line left by a killed writer; return the new end of file."""
+    end = os.lseek(fd, 0, os.SEEK_END)
+    if end == 0:
+        return 0
+    if os.pread(fd, 1, end - 1) == b"\n":
+        return end
+    pos = end
+    while pos > 0:
+        start = max(0, pos - 65536)
+        chunk = os.pread(fd, pos - start, start)
+        newline = chunk.rfind(b"\n")
+        if newline >= 0:
+            keep = start + newline + 1
+            break
+        pos = start
+    else:
+        keep = 0
+    os.ftruncate(fd, keep)
+    return keep
+
+
+def write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.write(fd, view)
+        view = view[written:]

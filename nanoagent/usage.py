@@ -33,6 +33,12 @@ class Total:
         return format_cost(self.cost)
 
 
+def usage_record(model: str, usage: Usage, purpose: str = "turn") -> dict[str, Any]:
+    """The session-file record of one model call."""
+    stamp = datetime.now(UTC).isoformat(timespec="seconds")
+    return {"type": "usage", "ts": stamp, "model": model, "purpose": purpose, **usage.to_dict()}
+
+
 def usage_of(record: dict[str, Any]) -> Usage:
     return Usage(int(record.get("input_tokens", 0)), int(record.get("output_tokens", 0)),
                  int(record.get("cache_read_tokens", 0)), int(record.get("cache_write_tokens", 0)))

@@ -24,7 +24,7 @@ async def new_command(loop: AgentLoop, session: Session, args: str) -> str:
     count = await loop.new_conversation(session)
     if count == 0:
         return "Already a fresh conversation."
-    kept = " and archived to memory" if loop.archive else ""
+    kept = " and archived to memory" if loop.consolidator else ""
     return f"Started a fresh conversation. The previous {count} messages stay in {session.path.name}{kept}."
 
 

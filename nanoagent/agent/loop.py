@@ -12,17 +12,18 @@ import asyncio
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.context import ContextBuilder, history_for_model
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
+from nanoagent.memory.consolidator import Consolidator
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tokens import count_message_tokens, count_tokens
 from nanoagent.tools import ToolContext, ToolRegistry
+from nanoagent.usage import usage_record
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
@@ -52,10 +53,11 @@ class AgentLoop:
     model: str  # the default model; a session may switch with /model
     model_pinned: bool = False  # --model on the command line beats a session's /model
     commands: dict[str, Command] = field(default_factory=dict)
-    archive: Callable[[Session], Awaitable[None]] | None = None  # hands a conversation to memory
+    consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _providers: dict[str, Provider] = field(default_factory=dict)
+    _fixed_cache: tuple[str, int] = ("", 0)
 
     def session(self, key: str) -> Session:
         if key not in self._sessions:
@@ -90,10 +92,15 @@ class AgentLoop:
         self.repair(session)
         channel, _, chat_id = session.key.partition(":")
         user = self.context.user_message(text, channel or "cli", chat_id or "direct")
-        self.store.add_messages(session, [user], sync=True)
         model = self.model_for(session)
+        system = self.context.system_prompt()
+        if self.consolidator is not None:
+            fixed = self._fixed_tokens(system) + count_message_tokens(user)
+            await self.consolidator.maybe_consolidate(session, fixed, model)
+            system = self.context.system_prompt()  # recent history may have grown
+        self.store.add_messages(session, [user], sync=True)
         spec = RunSpec(
-            system=self.context.system_prompt(),
+            system=system,
             messages=history_for_model(session.messages, session.last_consolidated),
             tools=self.tools, tool_context=self.tool_context, model=model,
             max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
@@ -108,8 +115,17 @@ class AgentLoop:
             raise
         finally:
             self.store.sync(session)
+        if self.consolidator is not None:  # near the budget: archive now, not at the start of the next turn
+            await self.consolidator.maybe_consolidate(session, self._fixed_tokens(system), model, threshold=0.8)
         reply = result.reply if result.error is None else f"Error: {result.error}"
         return TurnResult(reply, session.key, result, model)
+
+    def _fixed_tokens(self, system: str) -> int:
+        """Tokens of the system prompt and tool list, recounted only when the prompt changes."""
+        if self._fixed_cache[0] != system:
+            tools = json.dumps([t.__dict__ for t in self.tools.specs()])
+            self._fixed_cache = (system, count_tokens(system) + count_tokens(tools))
+        return self._fixed_cache[1]
 
     def _after_cancel(self, session: Session) -> None:
         """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""
@@ -122,9 +138,7 @@ class AgentLoop:
             if isinstance(event, ev.MessageAdded):
                 self.store.add_messages(session, [event.message])
             elif isinstance(event, ev.UsageRecorded):
-                stamp = datetime.now(UTC).isoformat(timespec="seconds")
-                self.store.append(session, [{"type": "usage", "ts": stamp, "model": event.model,
-                                             **event.usage.to_dict()}])
+                self.store.append(session, [usage_record(event.model, event.usage)])
             self.sink(event)
 
         return sink
@@ -146,18 +160,16 @@ class AgentLoop:
             pending = len(session.messages) - session.last_consolidated
             if pending <= 0:
                 return 0
-            if self.archive is not None:
-                await self.archive(session)  # writes history before anything is hidden from the model
+            if self.consolidator is not None:  # history is written before anything is hidden from the model
+                await self.consolidator.archive_all(session, self.model_for(session))
             if session.last_consolidated < len(session.messages):
                 self.store.set_meta(session, last_consolidated=len(session.messages))
             return pending
 
     def prompt_tokens(self, session: Session) -> int:
         """Estimated tokens the next request would send: system prompt, tools and unconsolidated history."""
-        tools = json.dumps([t.__dict__ for t in self.tools.specs()])
         history = history_for_model(session.messages, session.last_consolidated)
-        return (count_tokens(self.context.system_prompt()) + count_tokens(tools)
-                + sum(count_message_tokens(m) for m in history))
+        return self._fixed_tokens(self.context.system_prompt()) + sum(count_message_tokens(m) for m in history)
 
 
 def unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -40,6 +40,15 @@ class ToolsConfig:
 
 
 @dataclass
+class MemoryConfig:
+    recent_history_tokens: int = 4000  # history entries Dream has not processed, shown to the model
+    dream_batch_size: int = 20  # history entries one Dream run takes
+    dream_max_iterations: int = 30  # tool steps Dream's editing phase may take
+    dream_model: str | None = None  # defaults to agents.defaults.model
+    embedding_model: str | None = None  # hybrid memory search; off (None) by default
+
+
+@dataclass
 class AgentsConfig:
     defaults: AgentDefaults = field(default_factory=AgentDefaults)
 
@@ -49,6 +58,7 @@ class Config:
     agents: AgentsConfig = field(default_factory=AgentsConfig)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
 
     @property
     def defaults(self) -> AgentDefaults:

@@ -172,3 +172,15 @@ class Provider(Protocol):
     def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         """Yield events for one model call; raise ProviderError on failure."""
         ...
+
+
+async def complete_text(provider: Provider, request: ChatRequest) -> tuple[str, Usage, str]:
+    """Run one call to the end; returns (text, usage, model that answered). Tool calls are ignored."""
+    text, usage, model = "", Usage(), request.model
+    async for event in provider.stream(request):
+        if isinstance(event, TextDelta):
+            text += event.text
+        elif isinstance(event, UsageReport):
+            usage = usage + event.usage
+            model = event.model or model
+    return text, usage, model

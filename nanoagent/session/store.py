@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import fsync_dir
+from nanoagent.fsutil import cut_torn_tail, fsync_dir, write_all
 from nanoagent.paths import safe_key
 
 FORMAT_VERSION = 1
@@ -121,9 +121,9 @@ class SessionStore:
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
         fd = os.open(session.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            end = _cut_torn_tail(fd)
+            end = cut_torn_tail(fd)
             os.lseek(fd, end, os.SEEK_SET)
-            _write_all(fd, payload)
+            write_all(fd, payload)
             if sync:
                 os.fsync(fd)
         finally:
@@ -182,32 +182,3 @@ class SessionStore:
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         return keys
-
-
-def _cut_torn_tail(fd: int) -> int:
-    """Truncate a partial last line left by a killed writer; return the new end of file."""
-    end = os.lseek(fd, 0, os.SEEK_END)
-    if end == 0:
-        return 0
-    if os.pread(fd, 1, end - 1) == b"\n":
-        return end
-    pos = end
-    while pos > 0:
-        start = max(0, pos - 65536)
-        chunk = os.pread(fd, pos - start, start)
-        newline = chunk.rfind(b"\n")
-        if newline >= 0:
-            keep = start + newline + 1
-            break
-        pos = start
-    else:
-        keep = 0
-    os.ftruncate(fd, keep)
-    return keep
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]

@@ -1,0 +1,146 @@
+"""The Consolidator: keeps the prompt under budget by summarising old turns into history.jsonl.
+
+Before a turn, it estimates the prompt (system prompt, tools, unconsolidated history). Over
+`contextWindowTokens - maxTokens - margin`, it archives the oldest messages until the estimate
+is under half of that budget, cutting only where a user turn starts. Each archive is a model
+summary appended to history.jsonl, and only then does the session's `last_consolidated` move.
+If the summary call fails (or is empty), a capped raw excerpt marked as raw is archived instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from nanoagent.agent.context import strip_runtime_context
+from nanoagent.config.schema import AgentDefaults
+from nanoagent.memory.history import HistoryLog
+from nanoagent.providers.base import ProviderError, Usage
+from nanoagent.session.store import Session, SessionStore
+from nanoagent.templates import render
+from nanoagent.tokens import count_message_tokens
+from nanoagent.usage import usage_record
+
+MAX_MESSAGES_PER_ARCHIVE = 200
+MAX_ROUNDS = 8
+RAW_CAP_CHARS = 4000
+MESSAGE_CAP_CHARS = 2000
+TRANSCRIPT_CAP_CHARS = 60_000
+
+# (model, system, user) -> (text, usage, model that answered)
+Complete = Callable[[str, str, str], Awaitable[tuple[str, Usage, str]]]
+
+
+@dataclass
+class _Counts:
+    prefix: list[int] = field(default_factory=lambda: [0])  # prefix[i] = tokens of messages[:i]
+
+
+class Consolidator:
+    def __init__(self, history: HistoryLog, store: SessionStore, settings: AgentDefaults, complete: Complete):
+        self.history = history
+        self.store = store
+        self.settings = settings
+        self.complete = complete
+        self._counts: dict[str, _Counts] = {}
+
+    @property
+    def budget(self) -> int:
+        s = self.settings
+        margin = max(1024, s.context_window_tokens // 20)
+        return max(1, s.context_window_tokens - s.max_tokens - margin)
+
+    def history_tokens(self, session: Session) -> int:
+        """Tokens of the unconsolidated messages; each message is counted once, ever."""
+        counts = self._counts.setdefault(session.key, _Counts())
+        for message in session.messages[len(counts.prefix) - 1:]:
+            counts.prefix.append(counts.prefix[-1] + count_message_tokens(message))
+        return counts.prefix[len(session.messages)] - counts.prefix[min(session.last_consolidated, len(session.messages))]
+
+    def _tokens_between(self, session: Session, start: int, end: int) -> int:
+        prefix = self._counts[session.key].prefix
+        return prefix[end] - prefix[start]
+
+    async def maybe_consolidate(self, session: Session, fixed_tokens: int, model: str, threshold: float = 1.0) -> int:
+        """Archive old turns when the estimate is over `threshold` x budget. Returns messages archived."""
+        estimate = fixed_tokens + self.history_tokens(session)
+        if estimate <= self.budget * threshold:
+            return 0
+        target = self.budget // 2
+        archived = 0
+        for _ in range(MAX_ROUNDS):
+            excess = fixed_tokens + self.history_tokens(session) - target
+            if excess <= 0:
+                break
+            end = self._cut_point(session, excess)
+            if end is None:
+                break
+            start = session.last_consolidated
+            await self.archive(session, start, end, model)
+            archived += end - start
+        return archived
+
+    def _cut_point(self, session: Session, excess: int) -> int | None:
+        """The first user-turn start that archives at least `excess` tokens, within the per-round bound."""
+        start = session.last_consolidated
+        limit = min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE)
+        best = None
+        for index in range(start + 1, limit + 1):
+            if index < len(session.messages) and session.messages[index].get("role") != "user":
+                continue
+            best = index
+            if self._tokens_between(session, start, index) >= excess:
+                break
+        return best
+
+    async def archive(self, session: Session, start: int, end: int, model: str) -> None:
+        """Summarise messages[start:end] into history, then advance last_consolidated to `end`."""
+        chunk = session.messages[start:end]
+        if not chunk:
+            return
+        transcript = format_transcript(chunk)
+        try:
+            summary, usage, used = await self.complete(model, render("prompts/consolidate.md"), transcript)
+            summary = summary.strip()
+            failure = "" if summary else "the model returned an empty summary"
+            self.store.append(session, [usage_record(used, usage, "consolidate")])
+        except ProviderError as e:
+            summary, failure = "", e.message
+        if summary.upper() == "NOTHING":
+            summary, failure = "", ""
+        if summary:
+            self.history.append(session.key, summary)
+        elif failure:
+            excerpt = _cap(transcript, RAW_CAP_CHARS)
+            self.history.append(session.key, f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
+        self.store.set_meta(session, last_consolidated=end)
+
+    async def archive_all(self, session: Session, model: str) -> None:
+        while session.last_consolidated < len(session.messages):
+            start = session.last_consolidated
+            await self.archive(session, start, min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE), model)
+
+
+def format_transcript(messages: list[dict[str, Any]]) -> str:
+    lines = []
+    for m in messages:
+        role = m.get("role")
+        if role == "user":
+            lines.append(f"[user] {_cap(strip_runtime_context(m.get('content') or ''), MESSAGE_CAP_CHARS)}")
+        elif role == "assistant":
+            if m.get("content"):
+                lines.append(f"[assistant] {_cap(m['content'], MESSAGE_CAP_CHARS)}")
+            for call in m.get("tool_calls") or ():
+                lines.append(f"[tool call] {call['name']} {_cap(call.get('arguments', ''), 300)}")
+        elif role == "tool":
+            lines.append(f"[tool result {m.get('name', '')}] {_cap(m.get('content') or '', 500)}")
+    return _cap("\n".join(lines), TRANSCRIPT_CAP_CHARS)
+
+
+def _cap(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    return f"{text[:head]} [... {len(text) - limit:,} characters cut ...] {text[-(limit - head):]}"
+

@@ -1,0 +1,138 @@
+"""memory/history.jsonl: the mid-term memory, append-only, one summary a line.
+
+    {"cursor": 42, "timestamp": "2026-11-22 14:05", "session": "cli:direct", "content": "...", "raw": false}
+
+`memory/.cursor` holds the last cursor written and `memory/.dream_cursor` the last
+cursor Dream has processed, each a plain integer. Allocating a cursor and appending
+happen under one exclusive lock, so two processes never write the same cursor.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+from nanoagent.fsutil import atomic_write, cut_torn_tail, write_all
+
+
+@dataclass(frozen=True)
+class HistoryEntry:
+    cursor: int
+    timestamp: str
+    session: str
+    content: str
+    raw: bool = False
+
+
+class HistoryLog:
+    def __init__(self, memory_dir: Path, warn: Callable[[str], None] = lambda message: None):
+        self.dir = memory_dir
+        self.warn = warn
+        self._entries: list[HistoryEntry] = []
+        self._offset = 0  # bytes of the file already parsed into _entries
+
+    @property
+    def path(self) -> Path:
+        return self.dir / "history.jsonl"
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.dir / ".history.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)
+
+    def append(self, session: str, content: str, raw: bool = False, now: datetime | None = None) -> HistoryEntry:
+        with self._locked():
+            cursor = max(self._read_int(".cursor"), self._last_cursor_on_disk()) + 1
+            stamp = (now or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M")
+            entry = HistoryEntry(cursor, stamp, session, content, raw)
+            line = json.dumps({"cursor": cursor, "timestamp": stamp, "session": session, "content": content,
+                               "raw": raw}, ensure_ascii=False).encode("utf-8") + b"\n"
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                end = cut_torn_tail(fd)
+                os.lseek(fd, end, os.SEEK_SET)
+                write_all(fd, line)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            atomic_write(self.dir / ".cursor", f"{cursor}\n")
+            return entry
+
+    def entries(self, after: int = 0, limit: int | None = None) -> list[HistoryEntry]:
+        self._refresh()
+        out = [e for e in self._entries if e.cursor > after]
+        return out[:limit] if limit is not None else out
+
+    def _refresh(self) -> None:
+        """Parse only the bytes appended since the last read (the file is append-only)."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            self._entries, self._offset = [], 0
+            return
+        if size < self._offset:
+            self._entries, self._offset = [], 0
+        if size == self._offset:
+            return
+        with open(self.path, "rb") as f:
+            f.seek(self._offset)
+            data = f.read(size - self._offset)
+        complete = data.rfind(b"\n") + 1
+        if complete < len(data):
+            self.warn(f"{self.path}: skipped an incomplete last line (a previous run was interrupted)")
+        for line in data[:complete].split(b"\n"):
+            if not line.strip():
+                continue
+            try:
+                d = json.loads(line)
+                self._entries.append(HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")),
+                                                  str(d.get("session", "")), str(d["content"]),
+                                                  bool(d.get("raw", False))))
+            except (ValueError, KeyError, TypeError):
+                self.warn(f"{self.path}: skipped a corrupt line ({line[:60]!r})")
+        self._offset += complete
+
+    def _last_cursor_on_disk(self) -> int:
+        """The cursor of the last complete line; guards against a stale or missing .cursor file."""
+        try:
+            with open(self.path, "rb") as f:
+                f.seek(0, os.SEEK_END)
+                size = f.tell()
+                f.seek(max(0, size - 65536))
+                tail = f.read()
+        except FileNotFoundError:
+            return 0
+        for line in reversed(tail.split(b"\n")[:-1]):
+            try:
+                return int(json.loads(line)["cursor"])
+            except (ValueError, KeyError, TypeError):
+                continue
+        return 0
+
+    def _read_int(self, name: str) -> int:
+        try:
+            return int((self.dir / name).read_text().strip() or 0)
+        except (FileNotFoundError, ValueError):
+            return 0
+
+    @property
+    def cursor(self) -> int:
+        return max(self._read_int(".cursor"), self._last_cursor_on_disk())
+
+    @property
+    def dream_cursor(self) -> int:
+        return self._read_int(".dream_cursor")
+
+    def set_dream_cursor(self, cursor: int) -> None:
+        atomic_write(self.dir / ".dream_cursor", f"{cursor}\n")
