@@ -34,6 +34,24 @@ class Paths:
     def memory_dir(self) -> Path:
         return self.workspace / "memory"
 
+    @property
+    def index_dir(self) -> Path:
+        """Derived, rebuildable data (the memory search index)."""
+        return self.home / "index"
+
+    def workspace_slug(self) -> str:
+        """A stable name for this workspace: folder name plus a hash of its real path."""
+        import hashlib
+
+        real = os.path.realpath(self.workspace)
+        return f"{safe_key(Path(real).name) or 'root'}-{hashlib.sha1(real.encode()).hexdigest()[:10]}"
+
+    @property
+    def memory_git_dir(self) -> Path:
+        """The git dir recording memory edits; outside the workspace so the agent's tools cannot touch it
+        and a workspace inside another repository keeps working."""
+        return self.home / "git" / f"{self.workspace_slug()}.git"
+
     def session_file(self, key: str) -> Path:
         return self.sessions_dir / f"{safe_key(key)}.jsonl"
 

@@ -54,6 +54,7 @@ class AgentLoop:
     model_pinned: bool = False  # --model on the command line beats a session's /model
     commands: dict[str, Command] = field(default_factory=dict)
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
+    memory_git: Any = None  # nanoagent.memory.gitlog.MemoryGit: the git log of memory edits
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _providers: dict[str, Provider] = field(default_factory=dict)
