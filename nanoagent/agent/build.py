@@ -9,6 +9,8 @@ from nanoagent.agent.commands import COMMANDS
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.config.schema import Config
+from nanoagent.memory.consolidator import Consolidator
+from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import SessionStore
@@ -40,11 +42,13 @@ def build_agent(
     seed_workspace(paths.workspace)
     skills = SkillsLoader(paths.workspace / "skills", warn=warn)
     tools_config = config.tools
-    return AgentLoop(
+    history = HistoryLog(paths.memory_dir, warn=warn)
+    store = SessionStore(paths.sessions_dir, warn=warn)
+    loop = AgentLoop(
         provider_for=provider_for,
-        store=SessionStore(paths.sessions_dir, warn=warn),
+        store=store,
         context=ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, skills,
-                               config.defaults.timezone),
+                               config.defaults.timezone, history, config.memory.recent_history_tokens),
         tools=default_tools(),
         tool_context=ToolContext(
             workspace=paths.workspace,
@@ -59,3 +63,5 @@ def build_agent(
         model_pinned=model is not None,
         commands=dict(COMMANDS),
     )
+    loop.consolidator = Consolidator(history, store, config.defaults, loop.complete)
+    return loop

@@ -19,7 +19,7 @@ from nanoagent.agent.context import ContextBuilder, history_for_model
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
-from nanoagent.providers.base import Provider
+from nanoagent.providers.base import ChatRequest, Provider, Usage, complete_text
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tokens import count_message_tokens, count_tokens
 from nanoagent.tools import ToolContext, ToolRegistry
@@ -72,6 +72,12 @@ class AgentLoop:
         if model not in self._providers:
             self._providers[model] = self.provider_for(model)
         return self._providers[model]
+
+    async def complete(self, model: str, system: str, user: str, max_tokens: int = 1024) -> tuple[str, Usage, str]:
+        """One tool-free model call (summaries): (text, usage, model that answered)."""
+        request = ChatRequest(model=model, system=system, messages=[{"role": "user", "content": user}],
+                              max_tokens=max_tokens)
+        return await complete_text(self.provider(model), request)
 
     async def handle(self, text: str, key: str = "cli:direct",
                      injections: Callable[[], list[str]] | None = None) -> TurnResult:

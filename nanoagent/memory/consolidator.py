@@ -84,10 +84,12 @@ class Consolidator:
     def _cut_point(self, session: Session, excess: int) -> int | None:
         """The first user-turn start that archives at least `excess` tokens, within the per-round bound."""
         start = session.last_consolidated
-        limit = min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE)
+        last_user = max((i for i in range(start, len(session.messages))
+                         if session.messages[i].get("role") == "user"), default=start)
+        limit = min(last_user, start + MAX_MESSAGES_PER_ARCHIVE)  # the latest turn always stays in the prompt
         best = None
         for index in range(start + 1, limit + 1):
-            if index < len(session.messages) and session.messages[index].get("role") != "user":
+            if session.messages[index].get("role") != "user":
                 continue
             best = index
             if self._tokens_between(session, start, index) >= excess:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,9 +32,11 @@ class ScriptedReply:
 class ScriptedProvider:
     name = "scripted"
 
-    def __init__(self, replies: Iterable[ScriptedReply | str] = (), default: str | None = None):
+    def __init__(self, replies: Iterable[ScriptedReply | str] = (), default: str | None = None,
+                 respond: Callable[[ChatRequest], ScriptedReply | str | None] | None = None):
         self.replies = [ScriptedReply(r) if isinstance(r, str) else r for r in replies]
         self.default = default
+        self.respond = respond  # picks a reply from the request; None falls through to the script
         self.requests: list[ChatRequest] = []
         self._calls = 0
 
@@ -43,7 +45,10 @@ class ScriptedProvider:
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         self.requests.append(dataclasses.replace(request, messages=list(request.messages)))
-        if not self.replies:
+        chosen = self.respond(request) if self.respond else None
+        if chosen is not None:
+            reply = ScriptedReply(chosen) if isinstance(chosen, str) else chosen
+        elif not self.replies:
             if self.default is None:
                 raise ProviderError("the scripted provider has no replies left")
             reply = ScriptedReply(self.default)
