@@ -224,3 +224,25 @@ def test_events_do_not_leak_summary_text_to_the_terminal(tmp_path):
     talk(loop, 12)
     streamed = "".join(e.text for e in seen if isinstance(e, ev.TextDelta))
     assert "secret summary" not in streamed
+
+
+def test_a_backlog_too_big_for_one_turn_is_left_out_of_the_request_but_kept(tmp_path):
+    from nanoagent.session.store import SessionStore
+
+    paths = Paths.from_env()
+    store = SessionStore(paths.sessions_dir)
+    session = store.load("cli:direct")
+    with store.lock(session):
+        for i in range(2000):  # as if imported, or left by a model with a larger window
+            store.add_messages(session, [{"role": "user", "content": f"old question {i} " + "pad " * 60},
+                                         {"role": "assistant", "content": f"old answer {i}"}])
+    provider = ScriptedProvider(default="ok", respond=summarizer())
+    loop, _ = agent(tmp_path, provider, small_window_config(window=20_000, max_tokens=500))
+    asyncio.run(loop.handle("newest question", "cli:direct"))
+    [turn] = [r for r in provider.requests if not is_summary(r)]
+    sent = sum(len(m["content"]) for m in turn.messages) // 4
+    assert sent < loop.consolidator.budget, "the request must fit the window even before the backlog is archived"
+    assert turn.messages[-1]["content"].endswith("newest question")
+    session = loop.session("cli:direct")
+    assert session.last_consolidated < 4000  # not all archived in one turn (bounded) ...
+    assert len(session.messages) == 4002  # ... and nothing was dropped from the session

@@ -19,6 +19,7 @@ from nanoagent.agent.context import ContextBuilder, history_for_model
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
+from nanoagent.memory.dream import Dream
 from nanoagent.providers.base import ChatRequest, Provider, Usage, complete_text
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tokens import count_message_tokens, count_tokens
@@ -55,6 +56,7 @@ class AgentLoop:
     commands: dict[str, Command] = field(default_factory=dict)
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
     memory_git: Any = None  # nanoagent.memory.gitlog.MemoryGit: the git log of memory edits
+    dream_factory: Callable[[], Dream] | None = None  # builds Dream for /dream
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _providers: dict[str, Provider] = field(default_factory=dict)
@@ -101,14 +103,16 @@ class AgentLoop:
         user = self.context.user_message(text, channel or "cli", chat_id or "direct")
         model = self.model_for(session)
         system = self.context.system_prompt()
+        start = session.last_consolidated
         if self.consolidator is not None:
             fixed = self._fixed_tokens(system) + count_message_tokens(user)
             await self.consolidator.maybe_consolidate(session, fixed, model)
             system = self.context.system_prompt()  # recent history may have grown
+            start = self.consolidator.window_start(session, self._fixed_tokens(system) + count_message_tokens(user))
         self.store.add_messages(session, [user], sync=True)
         spec = RunSpec(
             system=system,
-            messages=history_for_model(session.messages, session.last_consolidated),
+            messages=history_for_model(session.messages, start),
             tools=self.tools, tool_context=self.tool_context, model=model,
             max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
             thinking_budget=self.settings.thinking_budget, max_iterations=self.settings.max_tool_iterations,

@@ -81,6 +81,19 @@ class Consolidator:
             archived += end - start
         return archived
 
+    def window_start(self, session: Session, fixed_tokens: int) -> int:
+        """Where the prompt's history starts. Normally `last_consolidated`; when a backlog is still over the
+        budget after this turn's bounded archiving (a switch to a smaller model, an imported session), the
+        oldest unarchived turns are left out of this request, not dropped: they stay for later rounds."""
+        start = min(session.last_consolidated, len(session.messages))
+        excess = fixed_tokens + self.history_tokens(session) - self.budget
+        if excess <= 0:
+            return start
+        for index in range(start + 1, len(session.messages)):
+            if session.messages[index].get("role") == "user" and self._tokens_between(session, start, index) >= excess:
+                return index
+        return start
+
     def _cut_point(self, session: Session, excess: int) -> int | None:
         """The first user-turn start that archives at least `excess` tokens, within the per-round bound."""
         start = session.last_consolidated
