@@ -71,3 +71,14 @@ def test_cancelling_the_turn_kills_the_running_command(ctx, tmp_path):
     asyncio.run(go())
     time.sleep(0.1)
     assert not alive(int(pidfile.read_text()))
+
+
+def test_a_command_that_closes_its_output_and_keeps_running_is_still_killed_at_the_timeout(ctx, tmp_path):
+    pidfile = tmp_path / "pid"
+    started = time.monotonic()
+    # sleep 6, not forever: before the fix this returned only when the command ended by itself
+    out = call(ctx, command=f"echo $$ > {pidfile}; exec >/dev/null 2>&1; sleep 6", timeout=1)
+    assert time.monotonic() - started < 4
+    assert "timed out after 1 s" in out
+    time.sleep(0.1)
+    assert not alive(int(pidfile.read_text()))

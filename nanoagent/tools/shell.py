@@ -62,8 +62,8 @@ async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, work
     )
     output = BoundedOutput(ctx.max_output_chars)
     try:
-        await asyncio.wait_for(_drain(proc, output), timeout=limit)
-        code = await proc.wait()
+        # the deadline covers reading AND waiting for exit: a command may close its output and keep running
+        code = await asyncio.wait_for(_drain_and_wait(proc, output), timeout=limit)
     except TimeoutError:
         await _kill_group(proc)
         return f"{output.text()}\n[timed out after {limit} s; process group killed]"
@@ -73,10 +73,11 @@ async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, work
     return f"{output.text()}\n[exit code: {code}]"
 
 
-async def _drain(proc: asyncio.subprocess.Process, output: BoundedOutput) -> None:
+async def _drain_and_wait(proc: asyncio.subprocess.Process, output: BoundedOutput) -> int:
     assert proc.stdout is not None
     while chunk := await proc.stdout.read(CHUNK):
         output.add(chunk)
+    return await proc.wait()
 
 
 async def _kill_group(proc: asyncio.subprocess.Process) -> None:
