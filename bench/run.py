@@ -161,6 +161,53 @@ def bench_turns(home: Path) -> None:
            "equal", same)
 
 
+def bench_consolidation(home: Path) -> None:
+    """A 10,000-message session with nothing archived yet, against a zero-latency summariser."""
+    from nanoagent.agent.build import build_agent
+    from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
+    from nanoagent.providers.scripted import ScriptedProvider
+
+    paths = Paths(home=home, workspace=home / "workspace")
+
+    def summarise(request):
+        return "- a summary of the archived turns" if "condense a stretch" in request.system else None
+
+    timings = {}
+    for key in ("cli:backlog-turn", "cli:backlog-all"):
+        make_session(home, key, 10_000)
+        session_store_meta(home, key, 0)
+        provider = ScriptedProvider(default="fine", respond=summarise)
+        loop = build_agent(Config(), paths, sink=lambda e: None, provider=provider)
+        session = loop.session(key)
+        started = time.perf_counter()
+        if key.endswith("turn"):
+            asyncio.run(loop.handle("hello again", key))
+            from nanoagent.tokens import count_message_tokens, count_tokens
+
+            sent = [r for r in provider.requests if "condense a stretch" not in r.system][-1]
+            tokens = count_tokens(sent.system) + sum(count_message_tokens(m) for m in sent.messages)
+            timings["turn"] = (time.perf_counter() - started, session.last_consolidated,
+                               tokens < loop.consolidator.budget)
+        else:
+            asyncio.run(loop.consolidator.archive_all(session, loop.model))
+            timings["all"] = (time.perf_counter() - started, session.last_consolidated)
+    seconds, archived, fits = timings["turn"]
+    record("first turn of a 10,000-message backlog", f"{seconds:.2f} s", "< 3 s", seconds < 3.0)
+    record("  messages archived in that turn (bounded)", f"{archived:,}", "-", True)
+    record("  request within the context budget", "yes" if fits else "no", "yes", fits)
+    seconds, archived = timings["all"]
+    record("archive a whole 10,000-message session", f"{seconds:.2f} s", "< 10 s", seconds < 10.0)
+
+
+def session_store_meta(home: Path, key: str, last_consolidated: int) -> None:
+    from nanoagent.session.store import SessionStore
+
+    store = SessionStore(home / "sessions")
+    session = store.load(key)
+    store.set_meta(session, last_consolidated=last_consolidated)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
@@ -171,6 +218,7 @@ def main() -> int:
         finally:
             server.close()
         bench_turns(home)
+        bench_consolidation(home)
         bench_keystrokes(home)
     failed = [r for r in RESULTS if not r[3]]
     (ROOT / "bench" / "last-run.json").write_text(json.dumps(RESULTS, indent=1) + "\n")
