@@ -81,11 +81,14 @@ def test_workspace_flag_picks_another_workspace(llm, isolated_home, tmp_path):
 
 
 def test_provider_failure_is_one_line_and_keeps_the_users_message(llm, isolated_home):
-    write_config(isolated_home, fast_retries())
-    llm.script(*[Reply(status=500)] * 5)
+    write_config(isolated_home, fast_retries(maxRetries=0))
+    long_message = "the upstream model is overloaded " * 8 + "END-OF-MESSAGE"
+    llm.script(Reply(status=500, error_message=long_message))
     proc = run_cli("agent", "-m", "please remember this", env=anthropic_env(llm))
     assert proc.returncode == 1
-    assert "500" in proc.stderr and "Traceback" not in proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert "500" in lines[0] and "END-OF-MESSAGE" in lines[0] and "Traceback" not in proc.stderr
     messages = session_messages(isolated_home)
     assert messages[-1]["role"] == "user" and "please remember this" in messages[-1]["content"]
 

@@ -26,7 +26,8 @@ class OneShotRenderer:
 
     def __init__(self, quiet_reply: bool = False):
         self.out = Console(soft_wrap=False)
-        self.err = Console(stderr=True, highlight=False)
+        # soft_wrap: each activity line and the final error stay one line when piped (rich wraps at 80 otherwise)
+        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self.quiet_reply = quiet_reply  # --json prints everything at the end
         self.streamed = ""
         self.stream_plain = not self.out.is_terminal and not quiet_reply
@@ -54,7 +55,7 @@ class OneShotRenderer:
         if failed:
             if self.streamed:
                 sys.stdout.write("\n")
-            self.err.print(f"[red]{_escape(reply)}[/red]")
+            self.err.print(f"[red]{_escape(' '.join(reply.split()))}[/red]")  # one line, even if the provider sent several
             return
         if self.streamed:
             if not self.streamed.rstrip().endswith(reply.rstrip()):
