@@ -139,3 +139,35 @@ def test_paths_outside_are_allowed_when_restriction_is_off(ws, tmp_path):
     (tmp_path / "outside.txt").write_text("reachable\n")
     ctx = ToolContext(workspace=ws, restrict_to_workspace=False)
     assert "reachable" in call(ctx, "read_file", path="../outside.txt")
+
+
+def builtin_skill_path_from_the_summary(ws, name: str) -> str:
+    from nanoagent.skills import SkillsLoader
+
+    summary = SkillsLoader(ws / "skills").summary()
+    line = next(line for line in summary.splitlines() if line.startswith(f"- **{name}**"))
+    return line.split("`")[1]  # "- **name**: description `path`", maybe followed by "(unavailable: ...)"
+
+
+def test_built_in_skills_listed_in_the_summary_can_be_read_with_the_workspace_restricted(ctx, ws):
+    skill_md = builtin_skill_path_from_the_summary(ws, "github")
+    skill_dir = os.path.dirname(skill_md)
+    assert "name: github" in call(ctx, "read_file", path=skill_md)
+    assert "SKILL.md" in call(ctx, "list_dir", path=skill_dir).splitlines()
+    assert call(ctx, "glob", pattern="*.md", path=skill_dir).endswith("SKILL.md")
+    assert "name: github" in call(ctx, "grep", pattern="^name:", path=skill_dir)
+
+
+def test_built_in_skills_cannot_be_written_edited_or_run_in(ctx, ws):
+    skill_md = builtin_skill_path_from_the_summary(ws, "github")
+    before = open(skill_md, "rb").read()
+    with pytest.raises(ToolError, match="outside the workspace"):
+        call(ctx, "write_file", path=skill_md, content="overwritten")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        call(ctx, "edit_file", path=skill_md, old_text="github", new_text="gitlab")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        call(ctx, "write_file", path=os.path.join(os.path.dirname(skill_md), "new.md"), content="x")
+    with pytest.raises(ToolError, match="outside the workspace"):
+        call(ctx, "exec", command="ls", workdir=os.path.dirname(skill_md))
+    assert open(skill_md, "rb").read() == before
+    assert not os.path.exists(os.path.join(os.path.dirname(skill_md), "new.md"))

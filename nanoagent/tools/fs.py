@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import fnmatch
+import functools
 import os
 import re
 from pathlib import Path
 
 from nanoagent.fsutil import atomic_write
+from nanoagent.resources import skills_dir
 from nanoagent.tools.base import ToolContext, ToolError, tool
 
 MAX_LINE_CHARS = 2000
@@ -17,19 +19,43 @@ MAX_GREP_FILE_BYTES = 5_000_000
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv"}
 
 
-def resolve_path(ctx: ToolContext, path: str) -> Path:
-    """Absolute path for `path`; refused when its real location is outside a restricted workspace."""
+def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Path:
+    """Absolute path for `path`; refused when its real location is outside a restricted workspace.
+
+    Read-only callers may also reach the built-in skills folder: the skills summary lists its
+    SKILL.md paths for the model to read. Nothing there may be written or run in.
+    """
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
         candidate = ctx.workspace / candidate
     if ctx.restrict_to_workspace:
         real = Path(os.path.realpath(candidate))  # follows symlinks, even when the tail does not exist yet
-        root = Path(os.path.realpath(ctx.workspace))
-        if real != root and root not in real.parents:
+        if not _inside(real, _allowed_roots(ctx, read_only)):
+            hint = ("built-in skills are read-only: copy the skill into the workspace's skills/ folder to change it"
+                    if _inside(real, _allowed_roots(ctx, True)) else "use a path inside it")
             raise ToolError(f"Path '{path}' is outside the workspace {ctx.workspace}; "
-                            "use a path inside it (restrictToWorkspace is on).")
+                            f"{hint} (restrictToWorkspace is on).")
         return real
     return Path(os.path.abspath(candidate))
+
+
+def _allowed_roots(ctx: ToolContext, read_only: bool) -> tuple[Path, ...]:
+    """Real paths a restricted tool may reach: the workspace, plus the built-in skills when only reading."""
+    root = Path(os.path.realpath(ctx.workspace))
+    builtin = _builtin_skills() if read_only else None
+    return (root, builtin) if builtin else (root,)
+
+
+@functools.cache
+def _builtin_skills() -> Path | None:
+    try:
+        return Path(os.path.realpath(skills_dir()))
+    except FileNotFoundError:
+        return None  # installed without skills: nothing extra to allow
+
+
+def _inside(real: Path, roots: tuple[Path, ...]) -> bool:
+    return any(real == root or root in real.parents for root in roots)
 
 
 def _display(ctx: ToolContext, path: Path) -> str:
@@ -54,7 +80,7 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
         offset: First line to show, counting from 1.
         limit: Most lines to show.
     """
-    target = resolve_path(ctx, path)
+    target = resolve_path(ctx, path, read_only=True)
     if target.is_dir():
         raise ToolError(f"'{path}' is a directory; use list_dir to see what it holds.")
     if not target.exists():
@@ -126,7 +152,7 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
     Args:
         path: Folder to list, relative to the workspace.
     """
-    target = resolve_path(ctx, path)
+    target = resolve_path(ctx, path, read_only=True)
     if not target.is_dir():
         raise ToolError(f"'{path}' is not a folder." + ("" if target.exists() else " It does not exist."))
     entries = sorted(target.iterdir(), key=lambda p: p.name)
@@ -144,16 +170,15 @@ def glob(ctx: ToolContext, pattern: str, path: str = ".") -> str:
         pattern: Glob pattern, relative to path.
         path: Folder to search from, relative to the workspace.
     """
-    base = resolve_path(ctx, path)
+    base = resolve_path(ctx, path, read_only=True)
     if not base.is_dir():
         raise ToolError(f"'{path}' is not a folder.")
-    root = Path(os.path.realpath(ctx.workspace))
+    roots = _allowed_roots(ctx, read_only=True)
     found = []
     for match in sorted(base.glob(pattern)):
         if SKIP_DIRS & set(match.relative_to(base).parts):
             continue
-        real = Path(os.path.realpath(match))
-        if ctx.restrict_to_workspace and real != root and root not in real.parents:
+        if ctx.restrict_to_workspace and not _inside(Path(os.path.realpath(match)), roots):
             continue
         found.append(_display(ctx, match))
         if len(found) > MAX_GLOB:
@@ -179,15 +204,15 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = Non
         regex = re.compile(pattern, re.IGNORECASE if ignore_case else 0)
     except re.error as e:
         raise ToolError(f"Invalid regular expression {pattern!r}: {e}.") from None
-    base = resolve_path(ctx, path)
+    base = resolve_path(ctx, path, read_only=True)
     if not base.exists():
         raise ToolError(f"'{path}' does not exist.")
     results: list[str] = []
-    root = Path(os.path.realpath(ctx.workspace))
+    roots = _allowed_roots(ctx, read_only=True)
     for file in _walk(base):
         if glob and not fnmatch.fnmatch(file.name, glob):
             continue
-        if ctx.restrict_to_workspace and root not in Path(os.path.realpath(file)).parents:
+        if ctx.restrict_to_workspace and not _inside(Path(os.path.realpath(file)), roots):
             continue  # a symlink inside the workspace pointing out of it
         try:
             if file.stat().st_size > MAX_GREP_FILE_BYTES or _is_binary(file):
