@@ -1,5 +1,6 @@
 import asyncio
 import os
+import sys
 import time
 
 import pytest
@@ -82,3 +83,16 @@ def test_a_command_that_closes_its_output_and_keeps_running_is_still_killed_at_t
     assert "timed out after 1 s" in out
     time.sleep(0.1)
     assert not alive(int(pidfile.read_text()))
+
+
+def test_nanoagent_itself_runs_through_exec_when_its_venv_is_not_on_path(ctx, monkeypatch):
+    monkeypatch.setenv("PATH", "/usr/bin:/bin")
+    out = call(ctx, command="nanoagent --version")
+    assert out.endswith("[exit code: 0]"), out
+    assert "nanoagent" in out.lower()
+
+
+def test_the_venv_is_not_added_to_path_twice(ctx, monkeypatch):
+    venv_bin = os.path.dirname(sys.executable)
+    monkeypatch.setenv("PATH", f"/usr/bin:{venv_bin}:/bin")
+    assert call(ctx, command="echo $PATH") == f"/usr/bin:{venv_bin}:/bin\n\n[exit code: 0]"

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import sys
 
 from nanoagent.tools.base import ToolContext, ToolError, tool
 from nanoagent.tools.fs import resolve_path
@@ -59,6 +60,7 @@ async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, work
     proc = await asyncio.create_subprocess_exec(
         "/bin/sh", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
+        env=_command_env(),
     )
     output = BoundedOutput(ctx.max_output_chars)
     try:
@@ -71,6 +73,17 @@ async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, work
         await _kill_group(proc)
         raise
     return f"{output.text()}\n[exit code: {code}]"
+
+
+def _command_env() -> dict[str, str]:
+    """The environment with this Python's bin folder first on PATH, so commands the skills name
+    (`nanoagent skills validate`) work even when the venv was never activated."""
+    env = dict(os.environ)
+    own_bin = os.path.dirname(sys.executable)
+    entries = env.get("PATH", "").split(os.pathsep) if env.get("PATH") else []
+    if own_bin not in entries:
+        env["PATH"] = os.pathsep.join([own_bin, *entries])
+    return env
 
 
 async def _drain_and_wait(proc: asyncio.subprocess.Process, output: BoundedOutput) -> int:
