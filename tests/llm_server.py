@@ -1,4 +1,4 @@
-"""A scripted LLM server over real HTTP for tests: Anthropic Messages and OpenAI Chat Completions.
+"""A scripted LLM server over real HTTP for tests: Anthropic Messages and Batches, OpenAI Chat Completions.
 
 Tests queue `Reply` objects with `server.script(...)`; each request pops one (or gets
 `default_reply`). The real anthropic SDK, litellm and httpx talk to it, and so does
@@ -36,6 +36,8 @@ class Reply:
     output_tokens: int | None = None
     stop_reason: str | None = None
     echo: bool = False
+    batch_polls: int = 0  # Message Batches: polls answered "in_progress" before the batch has ended
+    batch_result: str = "succeeded"  # Message Batches: "succeeded" | "errored" | "expired" | "canceled"
 
 
 @dataclass
@@ -54,6 +56,15 @@ class _Cut(Exception):
     pass
 
 
+@dataclass
+class _Batch:
+    id: str
+    lines: list[dict]  # one results-file line per request, served once the batch has ended
+    polls_left: int
+    canceled: bool = False
+    ended: bool = False
+
+
 class LLMServer:
     def __init__(self) -> None:
         self._queue: list[Reply] = []
@@ -61,6 +72,7 @@ class LLMServer:
         self._cache: set[str] = set()
         self._closing = threading.Event()
         self.requests: list[Recorded] = []
+        self.batches: dict[str, _Batch] = {}
         self.default_reply = Reply(text="ok")
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
@@ -77,6 +89,7 @@ class LLMServer:
             self._queue.clear()
             self.requests.clear()
             self._cache.clear()
+            self.batches.clear()
 
     def close(self) -> None:
         self._closing.set()
@@ -87,6 +100,35 @@ class LLMServer:
         with self._lock:
             self.requests.append(record)
             return self._queue.pop(0) if self._queue else self.default_reply
+
+    def _next_batch(self, record: Recorded, count: int) -> list[Reply]:
+        """Record a batch creation; each of its `count` requests takes the next scripted reply."""
+        with self._lock:
+            self.requests.append(record)
+            return [self._queue.pop(0) if self._queue else self.default_reply for _ in range(count)]
+
+    def _new_batch(self, requests: list[dict], replies: list[Reply]) -> _Batch:
+        lines = [batch_line(self, request, reply) for request, reply in zip(requests, replies, strict=True)]
+        with self._lock:
+            batch = _Batch(f"msgbatch_test{len(self.batches)}", lines, max((r.batch_polls for r in replies), default=0))
+            self.batches[batch.id] = batch
+            return batch
+
+    def _batch(self, record: Recorded, batch_id: str, poll: bool = False, cancel: bool = False) -> _Batch | None:
+        """Record a request about a batch; a poll counts down to "ended", a cancel ends it at the next poll."""
+        with self._lock:
+            self.requests.append(record)
+            batch = self.batches.get(batch_id)
+            if batch is None or batch.ended:
+                return batch
+            batch.canceled = batch.canceled or cancel
+            if poll and (batch.canceled or batch.polls_left == 0):
+                batch.ended = True
+                if batch.canceled:
+                    batch.lines = [{"custom_id": line["custom_id"], "result": {"type": "canceled"}} for line in batch.lines]
+            elif poll:
+                batch.polls_left -= 1
+            return batch
 
     def _cache_usage(self, body: dict) -> tuple[int, int]:
         """(cache_read, cache_write) token estimates for an Anthropic request."""
@@ -128,6 +170,8 @@ def _make_handler(server: LLMServer):
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
                 self._json(200, {"object": "list", "data": [{"id": "gpt-test", "object": "model"}]})
+            elif "/messages/batches/" in self.path:
+                self._batch_get(self.path.split("?")[0])
             else:
                 self._json(404, {"error": {"message": "not found"}})
 
@@ -135,6 +179,9 @@ def _make_handler(server: LLMServer):
             length = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             path = self.path.split("?")[0]
+            if "/messages/batches" in path:
+                self._batch_post(path, body)
+                return
             if path.endswith("/count_tokens"):
                 self._json(200, {"input_tokens": len(json.dumps(body)) // 4})
                 return
@@ -152,6 +199,46 @@ def _make_handler(server: LLMServer):
                 self._stream(api, events, reply)
             else:
                 self._json(200, anthropic_message(events) if api == "anthropic" else openai_message(events))
+
+        def _batch_post(self, path: str, body: Any) -> None:
+            """Create a Message Batch (a scripted HTTP error fails the creation itself) or cancel one."""
+            record = Recorded(path, {k.lower(): v for k, v in self.headers.items()}, body, "anthropic-batch")
+            if path.endswith("/cancel"):
+                self._batch_answer(server._batch(record, path.split("/")[-2], cancel=True), path.split("/")[-2])
+                return
+            requests = body.get("requests") or []
+            replies = server._next_batch(record, len(requests))
+            failed = next((r for r in replies if r.status >= 400 and r.batch_result == "succeeded"), None)
+            if failed is not None:
+                self._error("anthropic", failed)
+                return
+            self._json(200, batch_object(server, server._new_batch(requests, replies)))
+
+        def _batch_get(self, path: str) -> None:
+            """Retrieve a Message Batch (each call is one poll) or its JSONL results once it has ended."""
+            parts = path.rstrip("/").split("/")
+            results = parts[-1] == "results"
+            batch_id = parts[-2] if results else parts[-1]
+            record = Recorded(path, {k.lower(): v for k, v in self.headers.items()}, None, "anthropic-batch")
+            batch = server._batch(record, batch_id, poll=not results)
+            if not results:
+                self._batch_answer(batch, batch_id)
+            elif batch is not None and batch.ended:
+                raw = "".join(json.dumps(line) + "\n" for line in batch.lines).encode()
+                self.send_response(200)
+                self.send_header("content-type", "application/binary")
+                self.send_header("content-length", str(len(raw)))
+                self.end_headers()
+                self.wfile.write(raw)
+            else:
+                self._batch_answer(None, batch_id)
+
+        def _batch_answer(self, batch: _Batch | None, batch_id: str) -> None:
+            if batch is None:
+                self._json(404, {"type": "error", "error": {"type": "not_found_error",
+                                                            "message": f"no batch (or no results yet) for {batch_id}"}})
+            else:
+                self._json(200, batch_object(server, batch))
 
         def _json(self, status: int, data: Any, headers: dict | None = None) -> None:
             raw = json.dumps(data).encode()
@@ -256,6 +343,35 @@ def anthropic_events(server: LLMServer, body: dict, reply: Reply) -> list[tuple[
                                      "usage": {"output_tokens": output}}))
     events.append(("message_stop", {"type": "message_stop"}))
     return events
+
+
+def batch_line(server: LLMServer, request: dict, reply: Reply) -> dict:
+    """One line of a batch's results file, built like a non-streaming Anthropic reply."""
+    params = request.get("params") or {}
+    if reply.batch_result == "errored":
+        kind = reply.error_type or ERROR_TYPES.get(reply.status, "api_error")
+        error = {"type": kind, "message": reply.error_message or f"scripted batch error ({kind})"}
+        result: dict = {"type": "errored", "error": {"type": "error", "error": error}}
+    elif reply.batch_result in ("expired", "canceled"):
+        result = {"type": reply.batch_result}
+    else:
+        if reply.echo:
+            reply = Reply(**{**reply.__dict__, "text": _last_user_text(params)})
+        result = {"type": "succeeded", "message": anthropic_message(anthropic_events(server, params, reply))}
+    return {"custom_id": request.get("custom_id", ""), "result": result}
+
+
+def batch_object(server: LLMServer, batch: _Batch) -> dict:
+    status = "ended" if batch.ended else "canceling" if batch.canceled else "in_progress"
+    counts = {"processing": 0 if batch.ended else len(batch.lines), "succeeded": 0, "errored": 0, "canceled": 0,
+              "expired": 0}
+    for line in batch.lines if batch.ended else ():
+        counts[line["result"]["type"]] += 1
+    return {"id": batch.id, "type": "message_batch", "processing_status": status, "request_counts": counts,
+            "created_at": "2025-01-01T00:00:00Z", "expires_at": "2025-01-02T00:00:00Z",
+            "ended_at": "2025-01-01T00:01:00Z" if batch.ended else None,
+            "cancel_initiated_at": "2025-01-01T00:00:30Z" if batch.canceled else None, "archived_at": None,
+            "results_url": f"{server.url}/v1/messages/batches/{batch.id}/results" if batch.ended else None}
 
 
 def anthropic_message(events: list[tuple[str, dict]]) -> dict:

@@ -83,7 +83,12 @@ def build_provider(config: Config, model: str | None = None) -> RetryingProvider
     """The primary model and its fallbacks, each checked now so a bad name fails before the first turn."""
     d = config.defaults
     models = [model or d.model, *[m for m in d.fallback_models if m != (model or d.model)]]
-    chain = [(m, make_provider(m, config)) for m in models]
+    return with_retries(config, [(m, make_provider(m, config)) for m in models])
+
+
+def with_retries(config: Config, chain: list[tuple[str, Provider]]) -> RetryingProvider:
+    """A chain of (model, provider) behind the one retry layer, with the policy from config."""
+    d = config.defaults
     policy = RetryPolicy(max_retries=d.max_retries, base_delay=d.retry_base_delay, max_retry_wait=d.max_retry_wait)
     return RetryingProvider(chain, policy)
 
