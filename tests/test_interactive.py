@@ -66,8 +66,20 @@ def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
     llm.script(Reply(tool_calls=[("read_file", {"path": "notes.md"})]), Reply(text="You must remember the milk."))
     child = term()
     child.send("what do my notes say?" + "\r")
-    child.expect("✓" + styled("", "read_file") + r" \d+\.\d\ds")
+    child.expect("✓" + styled("", "read_file", "path=notes.md") + r" \d+\.\d\ds")
     child.expect_exact("You must remember the milk.")
+
+
+def test_a_failed_tool_line_shows_its_arguments_and_error_within_80_columns(term, llm):
+    path = "a/very/deep/folder/" * 6 + "missing.md"
+    llm.script(Reply(tool_calls=[("read_file", {"path": path, "offset": 3})]), Reply(text="No such file."))
+    child = term()
+    child.send("read it" + "\r")
+    child.expect(r"✗[^\r\n]*")
+    line = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.after)
+    assert len("  " + line) <= 80, line
+    assert re.match(r"✗ read_file path=a/very/deep/\S*… \d+\.\d\ds File 'a/very", line), line
+    child.expect_exact("No such file.")
 
 
 def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolated_home):

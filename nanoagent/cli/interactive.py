@@ -16,6 +16,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -83,6 +84,7 @@ class TerminalUI:
                                no_color=plain, soft_wrap=True)
         self.stream = MarkdownStream(self._write, width, plain)
         self.activity: str | None = None
+        self.tool_args: dict[str, dict[str, Any]] = {}  # call id -> arguments, until the call finishes
         self.since = time.monotonic()
         self.idle_status = ""
 
@@ -97,13 +99,12 @@ class TerminalUI:
         match event:
             case ev.TextDelta(text=text):
                 self.stream.feed(text)
-            case ev.ToolStarted(name=name, arguments=arguments):
+            case ev.ToolStarted(call_id=call_id, name=name, arguments=arguments):
                 self.stream.flush()
+                self.tool_args[call_id] = arguments
                 self._busy(f"{name} {short_args(arguments, max(20, self.width - 30))}")
-            case ev.ToolFinished(name=name, ok=ok, result=result, elapsed=elapsed):
-                mark = "[green]✓[/green]" if ok else "[red]✗[/red]"
-                detail = "" if ok else f" [red]{escape(result[7:][: self.width - 30])}[/red]"
-                self.line(f"  {mark} [dim]{escape(name)} {elapsed:.2f}s[/dim]{detail}")
+            case ev.ToolFinished(call_id=call_id, name=name, ok=ok, result=result, elapsed=elapsed):
+                self.line(self._tool_line(name, self.tool_args.pop(call_id, {}), ok, result, elapsed))
                 self._busy("thinking")
             case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
                 action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"
@@ -118,6 +119,22 @@ class TerminalUI:
                 self.activity = None
             case _:
                 pass
+
+    def _tool_line(self, name: str, arguments: dict[str, Any], ok: bool, result: str, elapsed: float) -> str:
+        """The lasting line for a finished call, at most `width` columns: mark, name, short arguments,
+        elapsed time and, on failure, as much of the error as fits (it gets at least half the room)."""
+        timing = f"{elapsed:.2f}s"
+        room = self.width - len(f"  ✓ {name}  {timing}")
+        error = "" if ok else " ".join(result.removeprefix("Error: ").split())
+        args_room = room if ok else min(room // 2, len(short_args(arguments, room)))
+        args = short_args(arguments, args_room) if args_room >= 8 and arguments else ""
+        head = f"[dim]{escape(name)}{' ' + escape(args) if args else ''} {timing}[/dim]"
+        if ok:
+            return f"  [green]✓[/green] {head}"
+        error_room = room - (len(args) + 1 if args else 0)
+        if len(error) > error_room:
+            error = error[: max(0, error_room - 1)] + "…"
+        return f"  [red]✗[/red] {head} [red]{escape(error)}[/red]"
 
     def _busy(self, what: str) -> None:
         self.activity = what
