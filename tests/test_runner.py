@@ -3,7 +3,7 @@ import json
 from pathlib import Path
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.runner import AgentRunner, RunSpec, parse_arguments, truncate
+from nanoagent.agent.runner import AgentRunner, RunSpec, truncate
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.tools import ToolContext, default_tools
@@ -154,7 +154,13 @@ def test_injected_messages_join_the_running_turn_before_the_next_model_call(tmp_
     assert any(isinstance(e, ev.Injected) for e in events)
 
 
-def test_assistant_messages_keep_normalized_arguments():
-    arguments, error = parse_arguments('{"path": "a"')
-    assert error is None and arguments == {"path": "a"}
-    assert json.loads(json.dumps(arguments)) == {"path": "a"}
+def test_assistant_messages_keep_normalized_arguments(tmp_path):
+    (tmp_path / "a.txt").write_text("alpha\n")
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("read_file", '{"path": "a.txt"'),
+                                                           ("read_file", "[1, 2]")]), "ok"])
+    result, _ = run(provider, tmp_path)
+    (assistant,) = [m for m in result.messages if m.get("tool_calls")]
+    repaired, unrepairable = assistant["tool_calls"]
+    assert json.loads(repaired["arguments"]) == {"path": "a.txt"}  # stored and resent as valid JSON
+    assert unrepairable["arguments"] == "[1, 2]"  # kept as sent, so the model sees what it got wrong
+    assert provider.requests[1].messages[-3]["tool_calls"] == assistant["tool_calls"]
