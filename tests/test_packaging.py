@@ -4,8 +4,11 @@ import subprocess
 import sys
 import zipfile
 
-from nanoagent.skills import parse_skill
-from nanoagent.templates import render, workspace_templates
+import pytest
+
+from nanoagent.resources import skills_dir, templates_dir
+from nanoagent.skills import SkillsLoader, parse_skill
+from nanoagent.templates import TemplateError, render, workspace_templates
 from tests.conftest import ROOT
 
 
@@ -28,25 +31,48 @@ def test_wheel_contains_templates_and_skills_and_finds_them_without_the_source_t
     assert out.stdout.splitlines() == [str(target / "nanoagent/templates"), str(target / "nanoagent/skills")]
 
 
-def test_every_template_renders_with_its_values():
-    assert "/some/workspace" in render("prompts/identity.md", workspace="/some/workspace", restriction="")
+# the values each prompt is rendered with; a prompt not listed takes none
+PROMPT_VALUES: dict[str, dict[str, str]] = {
+    "prompts/identity.md": {"workspace": "/some/workspace", "restriction": "RESTRICTION-TEXT"},
+}
+PROMPTS = sorted(f"prompts/{p.name}" for p in (templates_dir() / "prompts").iterdir() if p.is_file())
+
+
+def test_the_prompt_templates_are_found():
+    assert "prompts/identity.md" in PROMPTS and len(PROMPTS) >= 2
+
+
+@pytest.mark.parametrize("name", PROMPTS)
+def test_every_prompt_template_renders_with_its_values(name):
+    values = PROMPT_VALUES.get(name, {})
+    try:
+        text = render(name, **values)
+    except TemplateError as e:
+        pytest.fail(f"{e}; add them to PROMPT_VALUES in tests/test_packaging.py")
+    assert text.strip() and "{{" not in text
+    for value in values.values():
+        assert value in text
+
+
+def test_workspace_templates_have_no_placeholders():
+    assert workspace_templates()
     for source, _ in workspace_templates():
         assert "{{" not in source.read_text()
 
 
 def test_rendering_fails_loudly_on_a_missing_value():
-    import pytest
-
-    from nanoagent.templates import TemplateError
-
     with pytest.raises(TemplateError, match="workspace"):
         render("prompts/identity.md", restriction="")
 
 
-def test_every_builtin_skill_parses():
-    for path in sorted((ROOT / "skills").glob("*/SKILL.md")):
+def test_every_builtin_skill_parses_and_is_listed_in_the_skills_summary(tmp_path):
+    paths = sorted(skills_dir().glob("*/SKILL.md"))
+    assert {p.parent.name for p in paths} >= {"memory", "skill-creator", "github", "summarize", "tmux"}
+    summary = SkillsLoader(tmp_path / "no-workspace-skills").summary()
+    for path in paths:
         skill = parse_skill(path, "builtin")
         assert skill.name == path.parent.name and skill.description and skill.body
+        assert f"- **{skill.name}**: {skill.description} `{path}`" in summary
 
 
 def test_python_dash_m_runs_the_cli():
