@@ -2,6 +2,7 @@
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -169,3 +170,74 @@ def test_failures_are_logged_without_the_api_key(llm, isolated_home):
     assert run_cli("agent", "-m", "hi", env=env).returncode == 1
     log = (isolated_home / "logs" / "nanoagent.log").read_text()
     assert "boom" in log and "sk-ant-do-not-log-me" not in log
+
+
+def test_model_flag_beats_the_nanoagent_model_variable(llm, isolated_home):
+    llm.script(Reply(text="from the flag's model"))
+    proc = run_cli("agent", "-m", "hi", "--model", "anthropic/claude-flag", env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    assert anthropic_env(llm)["NANOAGENT_MODEL"] == "anthropic/claude-test"
+    assert llm.requests[-1].body["model"] == "claude-flag"
+
+
+def slash(llm, command: str, session: str = "cli:direct") -> subprocess.CompletedProcess:
+    proc = run_cli("agent", "-m", command, "-s", session, env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    return proc
+
+
+def test_slash_help_lists_every_command_without_calling_the_model(llm):
+    out = slash(llm, "/help").stdout
+    for command in ("/help", "/new", "/status", "/model", "/usage", "/skills", "/sessions"):
+        assert any(line.startswith(command + " ") for line in out.splitlines()), command
+    assert llm.requests == []
+
+
+def test_slash_model_shows_and_switches_the_model_for_this_session_only(llm, isolated_home):
+    assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-test")
+    assert "now uses anthropic/claude-other" in slash(llm, "/model anthropic/claude-other").stdout
+    assert SessionStore(isolated_home / "sessions").load("cli:direct").meta["model"] == "anthropic/claude-other"
+    assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-other")
+    llm.script(Reply(text="switched"), Reply(text="unchanged"))
+    slash(llm, "hello")
+    assert llm.requests[-1].body["model"] == "claude-other"
+    slash(llm, "hello", session="cli:elsewhere")
+    assert llm.requests[-1].body["model"] == "claude-test"
+
+
+def test_slash_model_refuses_an_unknown_model_and_keeps_the_current_one(llm, isolated_home):
+    out = slash(llm, "/model mystery-model").stdout
+    assert out.startswith("Cannot switch: Unknown model 'mystery-model'") and "provider/model" in out
+    assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-test")
+    assert llm.requests == []
+
+
+def test_slash_usage_totals_this_sessions_tokens_by_model(llm):
+    assert slash(llm, "/usage").stdout.strip() == "No model calls in this session yet."
+    llm.script(Reply(text="hi", input_tokens=1234, output_tokens=56))
+    slash(llm, "hello")
+    out = slash(llm, "/usage").stdout
+    assert re.match(r"anthropic/claude-test: 1 calls, [\d,]+ in, 56 out, [\d,]+ cache read, [\d,]+ cache write", out)
+
+
+def test_slash_skills_lists_the_built_in_skills_with_their_source(llm):
+    lines = slash(llm, "/skills").stdout.splitlines()
+    names = [line.split(" ")[0] for line in lines]
+    assert names == sorted(names) and {"memory", "skill-creator", "github", "summarize", "tmux"} <= set(names)
+    assert any(line.startswith("memory (builtin, always loaded): ") for line in lines)
+    assert llm.requests == []
+
+
+def test_slash_sessions_lists_saved_sessions_and_marks_the_current_one(llm):
+    assert slash(llm, "/sessions").stdout.strip() == "No saved sessions yet."
+    llm.script(Reply(text="a"), Reply(text="b"))
+    slash(llm, "hello", session="cli:first")
+    slash(llm, "hello", session="cli:second")
+    lines = slash(llm, "/sessions", session="cli:second").stdout.splitlines()
+    assert "  cli:first" in lines and "* cli:second" in lines
+
+
+def test_an_unknown_slash_command_gets_a_hint_and_no_model_call(llm):
+    out = slash(llm, "/foo bar").stdout
+    assert out.strip() == "Unknown command /foo. Type /help to see the commands."
+    assert llm.requests == []
