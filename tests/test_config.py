@@ -92,6 +92,19 @@ def test_cli_reports_wrong_type_with_exit_code_1(isolated_home):
     assert "tools.exec.timeout" in proc.stderr and "Traceback" not in proc.stderr
 
 
+def test_wrong_type_is_one_stderr_line_and_leaves_the_file_byte_identical(isolated_home):
+    path = write_config(isolated_home, {})
+    path.write_bytes(b'{\n  "agents": {"defaults": {"maxTokens": "lots"}},\n  "tools": {}\n}\n')
+    before = path.read_bytes()
+    for args in (("status",), ("agent", "-m", "hi")):
+        proc = run_cli(*args)
+        assert proc.returncode == 1
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1, proc.stderr
+        assert "agents.defaults.maxTokens" in lines[0] and "whole number" in lines[0]
+    assert path.read_bytes() == before
+
+
 def test_unreadable_config_is_a_clear_error(isolated_home):
     if os.geteuid() == 0:
         path = write_config(isolated_home, {})
