@@ -1,5 +1,7 @@
 from datetime import UTC, datetime
 
+import pytest
+
 from nanoagent.agent.context import ContextBuilder, history_for_model, strip_runtime_context
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
@@ -71,3 +73,54 @@ def test_malformed_skills_are_skipped_with_a_warning_naming_the_file(tmp_path):
     assert [s.name for s in skills] == ["good"]
     assert len(warnings) == 3 and all("SKILL.md" in w for w in warnings)
     assert any("no YAML frontmatter" in w for w in warnings) and any("no `name`" in w for w in warnings)
+
+
+def test_always_skills_are_included_whole_and_others_only_by_name_description_and_path(tmp_path):
+    builtin, ws = tmp_path / "builtin", tmp_path / "ws"
+    write_skill(builtin, "house-rules", "name: house-rules\ndescription: rules to follow\nalways: true",
+                body="ALWAYS-BODY: answer in British English.")
+    write_skill(ws / "skills", "deploy", "name: deploy\ndescription: how to deploy", body="LAZY-BODY: run make.")
+    prompt = ContextBuilder(ws, True, SkillsLoader(ws / "skills", builtin)).system_prompt()
+    assert "ALWAYS-BODY: answer in British English." in prompt
+    assert "LAZY-BODY" not in prompt
+    assert f"- **deploy**: how to deploy `{ws / 'skills' / 'deploy' / 'SKILL.md'}`" in prompt
+    assert f"- **house-rules**: rules to follow `{builtin / 'house-rules' / 'SKILL.md'}`" in prompt
+
+
+def test_skills_are_listed_in_name_order_whatever_their_folders_or_source(tmp_path):
+    builtin, ws = tmp_path / "builtin", tmp_path / "ws"
+    write_skill(ws, "z-folder", "name: alpha\ndescription: first")
+    write_skill(builtin, "a-folder", "name: zulu\ndescription: last")
+    write_skill(builtin, "m", "name: mike\ndescription: middle")
+    skills = SkillsLoader(ws, builtin).skills()
+    assert [s.name for s in skills] == ["alpha", "mike", "zulu"]
+    summary = SkillsLoader(ws, builtin).summary()
+    assert summary == SkillsLoader(ws, builtin).summary() == SkillsLoader(ws, builtin).summary()
+    assert summary.index("**alpha**") < summary.index("**mike**") < summary.index("**zulu**")
+
+
+def test_a_workspace_skill_replaces_the_built_in_skill_of_the_same_name(tmp_path):
+    from nanoagent.resources import skills_dir
+
+    write_skill(tmp_path / "skills", "github", "name: github\ndescription: our own GitHub workflow")
+    summary = SkillsLoader(tmp_path / "skills").summary()
+    assert f"- **github**: our own GitHub workflow `{tmp_path / 'skills' / 'github' / 'SKILL.md'}`" in summary
+    assert str(skills_dir() / "github") not in summary
+    assert summary.count("**github**") == 1
+
+
+@pytest.mark.parametrize("content, problem", [
+    (b"---\nname: nodesc\n---\nbody\n", "no `description`"),
+    (b"---\nname: open\ndescription: never closed\nbody\n", "not closed"),
+    (b"---\n- just\n- a list\n---\nbody\n", "must be a mapping"),
+    (b"---\nname: latin\ndescription: caf\xe9\n---\nbody\n", "utf-8"),
+], ids=["missing-description", "unclosed-frontmatter", "non-mapping-frontmatter", "non-utf8-bytes"])
+def test_a_malformed_skill_is_skipped_with_a_warning_naming_its_file(tmp_path, content, problem):
+    builtin, ws = tmp_path / "builtin", tmp_path / "ws"
+    (ws / "broken").mkdir(parents=True)
+    (ws / "broken" / "SKILL.md").write_bytes(content)
+    write_skill(ws, "good", "name: good\ndescription: fine")
+    warnings: list[str] = []
+    assert [s.name for s in SkillsLoader(ws, builtin, warn=warnings.append).skills()] == ["good"]
+    assert len(warnings) == 1 and str(ws / "broken" / "SKILL.md") in warnings[0]
+    assert problem in warnings[0]
