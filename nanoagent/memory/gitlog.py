@@ -1,0 +1,383 @@
+"""The git log of long-term memory: every edit of SOUL.md, USER.md, memory/MEMORY.md and skills/*/SKILL.md
+is its own commit, so a person can read and undo each one.
+
+The git dir lives under `$NANOAGENT_HOME/git/`, outside the workspace: the agent's file tools cannot
+reach it, and a workspace that sits inside another repository keeps working (no `.git` is ever written
+into the workspace). Invariants:
+- Only memory files (see `is_memory_file`) are ever staged; the rest of the workspace is the user's.
+- Once `ensure` has run, HEAD exists (the first commit may be empty), so every later commit has a parent.
+- Every process that writes to the git dir holds `nanoagent.lock` in it (fcntl) for the whole operation.
+- `restore` computes the whole revert before writing anything: a conflict leaves files, index and
+  history exactly as they were.
+
+gitpython is imported inside functions only: `nanoagent --help` must not load it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import atomic_write
+
+TRACKED = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md
+SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
+SKILLS_PATHSPEC = ":(glob)skills/*/SKILL.md"
+IDENTITY = ("nanoagent", "nanoagent@localhost")
+LOCK_TIMEOUT = 60.0
+NOT_COMMITTED = "0" * 40  # the sha git blame gives lines not yet committed
+LOG_FORMAT = "%x1e%H%x1f%h%x1f%at%x1f%an%x1f%s"  # records start with \x1e, fields split by \x1f
+CONFLICT = object()  # _merge's answer when a file cannot be merged
+INSTALL_GIT = ("git is not installed or not on PATH: install git (e.g. `apt install git` or `brew install git`) "
+               "to keep the history of memory edits.")
+
+
+@dataclass(frozen=True)
+class MemoryCommit:
+    sha: str
+    short: str
+    time: datetime  # aware, local time zone
+    files: tuple[str, ...]
+    summary: str
+    author: str  # "dream" | "user" | "restore" | "init"
+
+
+class RestoreConflict(NanoagentError):
+    """A later edit touches the same lines as the commit being undone; nothing was changed."""
+
+
+def is_memory_file(relpath: str) -> bool:
+    return relpath in TRACKED or SKILL_FILE.fullmatch(relpath) is not None
+
+
+class MemoryGit:
+    def __init__(self, workspace: Path, git_dir: Path):
+        self.workspace = Path(workspace)
+        self.git_dir = Path(git_dir)
+        self._lock_depth = 0  # re-entrant within one process: public methods call each other under the lock
+
+    # ---- public operations ---------------------------------------------------------------------------
+
+    def ensure(self) -> None:
+        """Create the repository if missing and record the memory files that already exist as "init"."""
+        with self._locked():
+            self._ensure()
+
+    def snapshot_user_edits(self) -> MemoryCommit | None:
+        """Commit hand edits (and deletions) of memory files as the user's own; None when there are none.
+
+        Call before an automated edit so the user's text is never attributed to, or undone with, it.
+        """
+        with self._locked():
+            self._ensure()
+            return self._snapshot()
+
+    def commit(self, files: list[str], message: str, author: str = "dream") -> MemoryCommit | None:
+        """Commit exactly these workspace-relative memory files; None when none of them changed."""
+        for relpath in files:
+            if not is_memory_file(relpath):
+                raise NanoagentError(f"{relpath!r} is not a memory file; only {', '.join(TRACKED)} and "
+                                     "skills/<name>/SKILL.md are recorded in the memory history.")
+        with self._locked():
+            self._ensure()
+            return self._commit(files, message, author)
+
+    def log(self, n: int = 20) -> list[MemoryCommit]:
+        """The newest `n` commits, newest first; empty before the first `ensure`."""
+        if not self._initialized():
+            return []
+        out = self._git("log", f"-n{max(n, 0)}", "-z", "--name-only", f"--format={LOG_FORMAT}")
+        return [_parse_log_record(record) for record in out.split("\x1e") if record.strip("\n\0")]
+
+    def show(self, sha: str) -> str:
+        """The header and unified diff of one commit."""
+        full = self._resolve(sha)
+        return self._git("show", "--no-color", "--no-ext-diff",
+                         "--format=commit %H%nAuthor: %an%nDate:   %ad%n%n    %s", "--date=iso", full)
+
+    def restore(self, sha: str) -> MemoryCommit:
+        """Undo exactly that commit, keeping every later change, as a new "restore" commit.
+
+        Raises RestoreConflict, having changed nothing, when a later edit overlaps the undone lines.
+        """
+        with self._locked():
+            target = self._read_commit(sha)  # first: an unknown sha must not create a history as a side effect
+            self._ensure()
+            parents = self._git("rev-list", "--parents", "-n1", target.sha).split()[1:]
+            if not parents:
+                raise NanoagentError(f"{target.short} is the start of the memory history ({target.summary}); there "
+                                     "is nothing before it to go back to. Pick a later commit from "
+                                     "`nanoagent dream-log`.")
+            if len(parents) > 1:
+                raise NanoagentError(f"{target.short} is a merge; undo one of the commits it joins instead "
+                                     "(see `nanoagent dream-log`).")
+            plan = self._revert_plan(target, parents[0])
+            if not plan:
+                raise NanoagentError(f"The change of {target.short} ({target.summary}) is no longer in the files; "
+                                     "there is nothing to undo.")
+            self._snapshot()  # hand edits become the user's own commit, so the restore commit holds only the undo
+            self._apply(plan)
+            made = self._commit(list(plan), f"Restore: undo {target.short} {target.summary}", "restore")
+            if made is None:  # the plan only holds files whose content changes
+                raise NanoagentError(f"Undoing {target.short} changed nothing; the memory history is unchanged.")
+            return made
+
+    def line_ages(self, relpath: str, now: datetime | None = None) -> list[tuple[str, int | None]]:
+        """Each line of a workspace file with its age in whole days from git blame; None for uncommitted lines."""
+        path = self.workspace / relpath
+        if not path.is_file():
+            return []
+        if not self._initialized() or not self._in_head(relpath):
+            return [(line, None) for line in path.read_text(encoding="utf-8", errors="replace").splitlines()]
+        now = now or datetime.now(UTC)
+        out = self._git("blame", "--porcelain", "--", relpath)
+        times: dict[str, int] = {}
+        current, ages = "", []
+        for line in out.split("\n"):
+            if line.startswith("\t"):
+                age = None if current == NOT_COMMITTED else max(0, int((now.timestamp() - times[current]) // 86400))
+                ages.append((line[1:], age))
+            elif re.match(r"[0-9a-f]{40} \d+ \d+", line):
+                current = line[:40]
+            elif line.startswith("author-time "):
+                times[current] = int(line.split()[1])
+        return ages
+
+    # ---- steps that run under the lock ---------------------------------------------------------------
+
+    def _ensure(self) -> None:
+        if not self.workspace.is_dir():
+            raise NanoagentError(f"Workspace {self.workspace} does not exist: run `nanoagent onboard` to create it, "
+                                 "or pass the right folder with -w.")
+        if self._initialized():
+            return
+        self._git("init", "-q", "-b", "main")
+        for key, value in (("user.name", IDENTITY[0]), ("user.email", IDENTITY[1]), ("commit.gpgsign", "false"),
+                           ("core.quotepath", "false"), ("gc.autoDetach", "false")):
+            self._git("config", key, value)
+        files = self._memory_files(with_head=False)
+        if files:
+            self._git("add", "-A", "-f", "--", *files)
+        names = ", ".join(files) or "no memory files yet"
+        self._git("commit", "-q", "--allow-empty", "--no-verify", f"--author=init <{IDENTITY[1]}>",
+                  "-m", f"Start memory history: {names}")
+
+    def _snapshot(self) -> MemoryCommit | None:
+        files = self._memory_files()
+        changes = self._stage(files)
+        if not changes:
+            return None
+        words = [name if status == "M" else f"{'added' if status == 'A' else 'deleted'} {name}"
+                 for status, name in changes]
+        return self._commit([name for _, name in changes], "Your edit: " + ", ".join(words), "user")
+
+    def _commit(self, files: list[str], message: str, author: str) -> MemoryCommit | None:
+        changes = self._stage(files)
+        if not changes:
+            return None
+        names = [name for _, name in changes]
+        summary, _, body = message.strip().partition("\n")
+        if not any(name in summary or name.rsplit("/", 1)[-1] in summary for name in names):
+            summary = f"{summary} ({', '.join(names)})"  # every summary names the files it changed
+        self._git("commit", "-q", "--no-verify", f"--author={author} <{IDENTITY[1]}>",
+                  "-m", (summary + "\n\n" + body.strip()).strip(), "--", *names)
+        return self._read_commit("HEAD")
+
+    def _stage(self, files: list[str]) -> list[tuple[str, str]]:
+        """Stage these files (new, changed or deleted); return (A|M|D, path) for those differing from HEAD."""
+        files = list(dict.fromkeys(files))
+        if not files:
+            return []
+        indexed = set(self._git("ls-files", "-z", "--", *files).split("\0"))
+        to_add = [f for f in files if (self.workspace / f).exists() or f in indexed]
+        if to_add:  # a file in neither place is new-and-gone or its deletion is already staged
+            self._git("add", "-A", "-f", "--", *to_add)
+        out = self._git("diff", "--cached", "--no-renames", "--name-status", "-z", "HEAD", "--", *files)
+        fields = [f for f in out.split("\0") if f]
+        return [(fields[i][0], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+
+    def _revert_plan(self, target: MemoryCommit, parent: str) -> dict[str, bytes | None]:
+        """New content (None: delete) for each file whose content the revert changes; raise on conflict."""
+        changed = self._git("diff-tree", "--no-commit-id", "--no-renames", "-r", "-z", "--name-only",
+                            parent, target.sha).split("\0")
+        plan: dict[str, bytes | None] = {}
+        conflicts = []
+        for relpath in filter(None, changed):
+            path = self.workspace / relpath
+            ours = path.read_bytes() if path.is_file() else None
+            merged = self._merge(ours, self._blob(target.sha, relpath), self._blob(parent, relpath))
+            if merged is CONFLICT:
+                conflicts.append(relpath)
+            elif merged != ours:
+                plan[relpath] = merged
+        if conflicts:
+            raise RestoreConflict(
+                f"Cannot undo {target.short} ({target.summary}): {', '.join(conflicts)} changed again since then "
+                "in the same lines. Nothing was changed; edit the file by hand, or undo the later commit first.")
+        return plan
+
+    def _merge(self, ours: bytes | None, base: bytes | None, theirs: bytes | None) -> Any:
+        """Three-way merge of one file: take base -> theirs onto ours. Returns bytes, None (absent) or CONFLICT."""
+        if ours == base:
+            return theirs
+        if ours == theirs:
+            return ours
+        if ours is None or base is None or theirs is None:
+            return CONFLICT  # created or deleted on one side, edited on the other
+        with tempfile.TemporaryDirectory() as tmp:
+            names = []
+            for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
+                Path(tmp, name).write_bytes(data)
+                names.append(str(Path(tmp, name)))
+            status, out = self._git_status("merge-file", "-p", "-q", *names)
+        return out if status == 0 else CONFLICT  # >0: conflicting hunks; <0: binary or unreadable
+
+    def _apply(self, plan: dict[str, bytes | None]) -> None:
+        """Write the planned contents; on failure put back what was there, so the files match HEAD again."""
+        before = {rel: (self.workspace / rel).read_bytes() if (self.workspace / rel).is_file() else None
+                  for rel in plan}
+        try:
+            for relpath, data in plan.items():
+                _put(self.workspace / relpath, data)
+        except BaseException:
+            for relpath, data in before.items():
+                _put(self.workspace / relpath, data)
+            raise
+
+    # ---- git plumbing --------------------------------------------------------------------------------
+
+    def _read_commit(self, rev: str) -> MemoryCommit:
+        out = self._git("log", "-n1", "-z", "--name-only", f"--format={LOG_FORMAT}", self._resolve(rev))
+        return _parse_log_record(out.split("\x1e", 1)[1])
+
+    def _initialized(self) -> bool:
+        if not (self.git_dir / "HEAD").is_file():
+            return False
+        return self._git_status("rev-parse", "--verify", "-q", "HEAD^{commit}")[0] == 0
+
+    def _resolve(self, sha: str) -> str:
+        sha = sha.strip()
+        if self._initialized() and sha and not sha.startswith("-"):
+            status, out = self._git_status("rev-parse", "--verify", "-q", f"{sha}^{{commit}}")
+            if status == 0:
+                return out.decode().strip()
+        raise NanoagentError(f"No memory commit {sha!r}: run `nanoagent dream-log` to list them "
+                             "and use one of the short shas shown.")
+
+    def _in_head(self, relpath: str) -> bool:
+        return self._git_status("cat-file", "-e", f"HEAD:{relpath}")[0] == 0
+
+    def _blob(self, commit: str, relpath: str) -> bytes | None:
+        status, out = self._git_status("cat-file", "blob", f"{commit}:{relpath}")
+        return out if status == 0 else None
+
+    def _memory_files(self, with_head: bool = True) -> list[str]:
+        """Memory files on disk plus those in the index or HEAD (so deletions are seen), sorted."""
+        on_disk = [rel for rel in TRACKED if (self.workspace / rel).exists()]
+        skills = self.workspace / "skills"
+        if skills.is_dir():
+            on_disk += [f"skills/{d.name}/SKILL.md" for d in skills.iterdir() if (d / "SKILL.md").is_file()]
+        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *TRACKED, SKILLS_PATHSPEC).split("\0") \
+            if with_head else []
+        return sorted({rel for rel in on_disk + known if rel and is_memory_file(rel)})
+
+    def _git(self, *args: str) -> str:
+        status, out, err = self._run(args)
+        if status != 0:
+            raise NanoagentError(f"git {args[0]} failed in the memory history {self.git_dir}: "
+                                 f"{err.strip().rstrip('.') or f'exit {status}'}. Check that the folder is writable; "
+                                 "`nanoagent doctor` checks git.")
+        return out.decode("utf-8", errors="replace")
+
+    def _git_status(self, *args: str) -> tuple[int, bytes]:
+        status, out, _ = self._run(args)
+        return status, out
+
+    def _run(self, args: tuple[str, ...]) -> tuple[int, bytes, str]:
+        try:
+            import git
+        except ImportError:  # gitpython checks for the git binary when first imported
+            raise NanoagentError(INSTALL_GIT) from None
+        command = [git.Git.GIT_PYTHON_GIT_EXECUTABLE, f"--git-dir={self.git_dir}",
+                   f"--work-tree={self.workspace}", *args]
+        try:
+            status, out, err = git.Git(self.git_dir).execute(
+                command, with_extended_output=True, with_exceptions=False, stdout_as_string=False,
+                strip_newline_in_stdout=False, env=self._env())
+        except git.exc.GitCommandNotFound:
+            raise NanoagentError(INSTALL_GIT) from None
+        return status, out or b"", err.decode(errors="replace") if isinstance(err, bytes) else (err or "")
+
+    def _env(self) -> dict[str, str]:
+        """Isolate from the user's git setup: no system or global config (signing, hooks, aliases), and an
+        index and object store that an outer repository's variables cannot redirect."""
+        return {"GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": os.devnull, "GIT_TERMINAL_PROMPT": "0",
+                "GIT_INDEX_FILE": str(self.git_dir / "index"), "GIT_OBJECT_DIRECTORY": str(self.git_dir / "objects"),
+                "GIT_COMMITTER_NAME": IDENTITY[0], "GIT_COMMITTER_EMAIL": IDENTITY[1]}
+
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        if self._lock_depth:
+            self._lock_depth += 1
+            try:
+                yield
+            finally:
+                self._lock_depth -= 1
+            return
+        self.git_dir.mkdir(parents=True, exist_ok=True)
+        lock = self.git_dir / "nanoagent.lock"
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            deadline = time.monotonic() + LOCK_TIMEOUT
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise NanoagentError(f"The memory history is busy in another nanoagent process ({lock}); "
+                                             "wait for it to finish and try again.") from None
+                    time.sleep(0.05)
+            self._drop_stale_index_lock()
+            self._lock_depth = 1
+            try:
+                yield
+            finally:
+                self._lock_depth = 0
+        finally:
+            os.close(fd)  # closing releases the lock
+
+    def _drop_stale_index_lock(self) -> None:
+        """Every nanoagent writer holds our lock, so an index.lock seen now was left by a killed process;
+        the age check spares a person running git by hand at this moment."""
+        stale = self.git_dir / "index.lock"
+        try:
+            if time.time() - stale.stat().st_mtime > 10:
+                stale.unlink()
+        except FileNotFoundError:
+            pass
+
+
+def _put(path: Path, data: bytes | None) -> None:
+    if data is None:
+        path.unlink(missing_ok=True)
+    else:
+        atomic_write(path, data)
+
+
+def _parse_log_record(record: str) -> MemoryCommit:
+    header, _, names = record.partition("\0")
+    sha, short, stamp, author, summary = header.split("\x1f", 4)
+    files = tuple(name for name in names.strip("\n").split("\0") if name.strip("\n"))
+    when = datetime.fromtimestamp(int(stamp), UTC).astimezone()
+    return MemoryCommit(sha=sha, short=short, time=when, files=files, summary=summary, author=author)
