@@ -16,7 +16,7 @@ lint:
 	$(BIN)/ruff check nanoagent tests bench
 
 bench:
-	$(BIN)/python bench/run.py
+	$(BIN)/python bench/run.py && $(BIN)/python bench/memory_search.py
 
 size:
 	@echo "core lines (nanoagent/, excluding blank lines and comments):"

@@ -185,6 +185,12 @@ def _make_handler(server: LLMServer):
             if path.endswith("/count_tokens"):
                 self._json(200, {"input_tokens": len(json.dumps(body)) // 4})
                 return
+            if path.endswith("/embeddings"):
+                with server._lock:
+                    server.requests.append(Recorded(path, {k.lower(): v for k, v in self.headers.items()}, body,
+                                                    "embeddings"))
+                self._json(200, embeddings_reply(body))
+                return
             api = "anthropic" if path.endswith("/messages") else "openai"
             reply = server._next(Recorded(path, {k.lower(): v for k, v in self.headers.items()}, body, api))
             if reply.delay:
@@ -444,6 +450,21 @@ def openai_message(events: list[tuple[str, dict]]) -> dict:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
     return {"id": "chatcmpl-test", "object": "chat.completion", "created": int(time.time()), "model": "test",
             "choices": [{"index": 0, "message": message, "finish_reason": finish}], "usage": usage}
+
+
+def embeddings_reply(body: dict, dims: int = 256) -> dict:
+    """OpenAI /v1/embeddings with deterministic vectors: hashed character trigrams of each word, so words that
+    share spelling ("colour", "color") land near each other and unrelated words do not."""
+    inputs = body.get("input") or []
+    data = []
+    for index, text in enumerate([inputs] if isinstance(inputs, str) else inputs):
+        vector = [0.0] * dims
+        for word in "".join(c if c.isalnum() else " " for c in text.lower()).split():
+            padded = f"#{word}#"
+            for i in range(len(padded) - 2):
+                vector[int(hashlib.sha1(padded[i:i + 3].encode()).hexdigest(), 16) % dims] += 1.0
+        data.append({"object": "embedding", "index": index, "embedding": vector})
+    return {"object": "list", "data": data, "model": body.get("model"), "usage": {"prompt_tokens": 0, "total_tokens": 0}}
 
 
 def start_server() -> LLMServer:

@@ -53,7 +53,8 @@ def test_missing_and_mistyped_arguments_are_explained(ctx):
 
 def test_tool_list_is_stable_between_calls():
     assert default_tools().specs() == default_tools().specs()
-    assert default_tools().names() == ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "exec"]
+    assert default_tools().names() == ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "exec",
+                                       "memory_search"]
 
 
 def test_read_file_numbers_lines_and_pages(ctx, ws):

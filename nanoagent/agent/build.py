@@ -11,6 +11,7 @@ from nanoagent.agent.loop import AgentLoop
 from nanoagent.config.schema import Config
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.history import HistoryLog
+from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import SessionStore
@@ -55,6 +56,7 @@ def build_agent(
             restrict_to_workspace=tools_config.restrict_to_workspace,
             exec_timeout=tools_config.exec.timeout,
             max_output_chars=tools_config.max_result_chars,
+            memory_search=MemorySearch(paths, embedding_settings(config), warn=warn),
         ),
         settings=config.defaults,
         max_result_chars=tools_config.max_result_chars,

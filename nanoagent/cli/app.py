@@ -29,9 +29,11 @@ WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Wo
 
 
 def _register_subcommands() -> None:
+    from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.skills_cmd import skills_app
 
     app.add_typer(skills_app, name="skills")
+    app.add_typer(memory_app, name="memory")
 
 
 def _version(value: bool) -> None:

@@ -27,6 +27,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     import pydantic
 
+    from nanoagent.memory.search import MemorySearch
+
 from nanoagent.providers.base import ToolSpec
 
 
@@ -44,6 +46,7 @@ class ToolContext:
     restrict_to_workspace: bool = True
     exec_timeout: int = 60
     max_output_chars: int = 16_000
+    memory_search: MemorySearch | None = None  # opens its index on the first search, not when built
 
 
 @dataclass(frozen=True)

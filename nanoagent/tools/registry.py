@@ -37,6 +37,7 @@ class ToolRegistry:
 
 
 def default_tools() -> ToolRegistry:
-    from nanoagent.tools import fs, shell
+    from nanoagent.tools import fs, memory, shell
 
-    return ToolRegistry([fs.read_file, fs.write_file, fs.edit_file, fs.list_dir, fs.glob, fs.grep, shell.exec_])
+    return ToolRegistry([fs.read_file, fs.write_file, fs.edit_file, fs.list_dir, fs.glob, fs.grep, shell.exec_,
+                         memory.memory_search])

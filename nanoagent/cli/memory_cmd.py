@@ -1,0 +1,44 @@
+"""`nanoagent memory search QUERY`: what the agent's memory_search tool sees, from the terminal."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanoagent.errors import NanoagentError
+
+memory_app = typer.Typer(help="Search what the agent remembers.", no_args_is_help=True)
+
+
+@memory_app.command("search")
+def search(
+    query: Annotated[str, typer.Argument(help="Words to look for, in any language.")],
+    limit: Annotated[int, typer.Option("--limit", "-n", help="Most results to show.")] = 8,
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
+    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder.")] = None,
+) -> None:
+    """Search memory files, history and past conversations; best matches first, each with its source."""
+    from nanoagent.cli.app import _setup, _warn
+    from nanoagent.memory.search import MemorySearch, embedding_settings
+
+    if limit < 1:
+        raise NanoagentError(f"--limit must be at least 1, got {limit}.")
+    paths, config = _setup(workspace)
+    searcher = MemorySearch(paths, embedding_settings(config), warn=_warn)
+    try:
+        hits = searcher.search(query, limit)
+    finally:
+        searcher.close()
+    if json_output:
+        print(json.dumps([hit.to_dict() for hit in hits], ensure_ascii=False, indent=2))
+        return
+    if not hits:
+        print(f"No memory matches {query!r} in {paths.workspace}.")
+        return
+    for hit in hits:
+        role = f"  {hit.role}" if hit.role else ""
+        print(f"{hit.source}{role}  score {hit.score:g}")
+        print(f"    {hit.snippet}")

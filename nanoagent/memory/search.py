@@ -1,0 +1,744 @@
+"""Memory search: one SQLite FTS5 index over everything the agent remembers, ranked by BM25.
+
+Documents:
+    - `memory/MEMORY.md`, `USER.md`, `SOUL.md`: whole paragraphs grouped under their heading, with line ranges
+    - every `memory/history.jsonl` entry
+    - every user and assistant message in `$NANOAGENT_HOME/sessions/*.jsonl` (user text without the runtime block)
+
+Tool results are not indexed: they are file contents and command output the agent can read again, their long,
+repetitive text would swamp the ranking, and they are third-party data that should not come back later looking
+like something the user said.
+
+The index lives at `<home>/index/<workspace-slug>.sqlite`. It is derived data: a corrupt file or one with another
+schema version is deleted and rebuilt without asking. Before each search it catches up with what changed, with
+work in proportion to what is new:
+    - memory files by (inode, size, mtime): a changed file has its chunks replaced
+    - history.jsonl by (inode, size, mtime), then only the bytes after the last indexed line, and of those only
+      entries after the last indexed cursor; a file that shrank or was replaced is indexed again
+    - sessions by byte offset: only bytes after the last indexed complete line are read; a file that shrank or was
+      replaced (new inode) is indexed again from the start
+
+Chinese, Japanese and Korean put no spaces between words, so FTS5's unicode61 tokenizer sees a whole sentence as
+one token. Each document's CJK runs also go into a second column as overlapping character bigrams plus the run's
+last character ("寿司店" -> "寿司 司店 店"); a query's CJK runs become the same bigrams, or a prefix query for a
+single character. Other text goes through unicode61 and the porter stemmer ("meetings" finds "meeting").
+
+With `memory.embeddingModel` set, documents are also embedded through an OpenAI-compatible `/embeddings`
+endpoint; vectors are stored with the model name (another model re-embeds everything) and the BM25 and cosine
+rankings are merged by reciprocal rank fusion. Any embedding failure falls back to BM25 with a warning.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import math
+import operator
+import os
+import re
+import sqlite3
+import threading
+from array import array
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from enum import StrEnum
+from functools import cached_property
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from nanoagent.agent.context import strip_runtime_context
+from nanoagent.memory.history import HistoryEntry
+from nanoagent.paths import Paths
+from nanoagent.session.store import Session, SessionStore
+
+if TYPE_CHECKING:
+    from nanoagent.config.schema import Config
+
+SCHEMA_VERSION = 1  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+MEMORY_FILES = ("memory/MEMORY.md", "USER.md", "SOUL.md")
+CHUNK_CHARS = 800  # memory-file chunks group paragraphs up to about this size
+DOC_CHARS = 8000  # a longer document (a pasted file in a message) is indexed by its first DOC_CHARS only
+SNIPPET_CHARS = 240
+MAX_QUERY_TERMS = 32  # bounds the cost of one query whatever the user typed
+CANDIDATES = 50  # each ranking contributes this many documents to the fused one
+RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight of the very top ranks
+EMBED_BATCH = 64
+EMBED_CHARS = 4000
+EMBED_TIMEOUT = 20.0
+
+# Hiragana, Katakana, CJK ideographs (with extension A and compatibility), Hangul syllables, halfwidth Katakana.
+CJK = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
+_CJK_RUN = re.compile(f"[{CJK}]+")
+_WORD = re.compile(rf"[^\W{CJK}]+")  # letters, digits and underscores that are not CJK
+_HEADING = re.compile(r"^#{1,6}\s")
+_TRUST_TAG = re.compile("untrusted_data", re.IGNORECASE)
+STOPWORDS = frozenset(
+    "a about an and are as at be been but by can could did do does for from had has have he her him his how i if "
+    "in into is it its me my of on or our she so than that the their them then there these they this to was we "
+    "were what when where which who whom why will with would you your".split()
+)
+
+
+class SourceKind(StrEnum):
+    FILE = "file"
+    HISTORY = "history"
+    SESSION = "session"
+
+
+@dataclass(frozen=True)
+class SearchHit:
+    kind: SourceKind
+    ref: str  # the file relative to the workspace, "history", or the session key
+    start: int  # first line of a file chunk, the history cursor, or the message's index in the session
+    end: int  # last line of a file chunk; equal to start otherwise
+    timestamp: str  # history entries only
+    role: str  # session messages only: "user" or "assistant"
+    content: str
+    snippet: str
+    score: float  # higher is better: -bm25 for keyword search, the fused reciprocal-rank score with embeddings
+
+    @property
+    def source(self) -> str:
+        if self.kind is SourceKind.FILE:
+            return f"{self.ref}:{self.start}-{self.end}"
+        if self.kind is SourceKind.HISTORY:
+            return f"history#{self.start} {self.timestamp}".rstrip()
+        return f"session {self.ref} #{self.start}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"source": self.source, "score": self.score, "kind": self.kind.value, "ref": self.ref,
+                "start": self.start, "end": self.end, "timestamp": self.timestamp, "role": self.role,
+                "snippet": self.snippet, "content": self.content}
+
+
+@dataclass
+class IndexUpdate:
+    """What one catch-up did; all zero when nothing changed since the last search."""
+
+    added: int = 0  # documents indexed
+    removed: int = 0  # documents dropped (a changed memory file, a replaced session)
+    sources: int = 0  # files or logs that had changed
+    embedded: int = 0  # documents embedded
+
+
+@dataclass(frozen=True)
+class EmbeddingSettings:
+    model: str  # as configured, e.g. openai/text-embedding-3-small; stored with each vector
+    provider: str
+    api_base: str  # "" when no base URL is known for the provider
+    api_key: str | None
+    key_variable: str | None  # the variable that must hold the key, for hosted providers that need one
+
+
+class EmbeddingError(Exception):
+    pass
+
+
+class _StaleIndex(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class _Doc:
+    kind: SourceKind
+    ref: str
+    start: int
+    end: int
+    text: str
+    timestamp: str = ""
+    role: str = ""
+
+
+@dataclass
+class _Source:
+    """Bookkeeping for one indexed file: what it looked like, how far it was read, where numbering continues."""
+
+    ino: int = 0
+    size: int = 0
+    mtime_ns: int = 0
+    offset: int = 0  # sessions: bytes read, always the end of a complete line
+    position: int = 0  # history: last cursor indexed; sessions: messages seen
+    label: str = ""  # sessions: the session key
+
+    def unchanged(self, st: os.stat_result) -> bool:
+        return (self.ino, self.size, self.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+
+
+_SCHEMA = """
+CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE sources(name TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns INTEGER, "offset" INTEGER,
+                     position INTEGER, label TEXT);
+CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
+                  start INTEGER NOT NULL, "end" INTEGER NOT NULL, timestamp TEXT NOT NULL, role TEXT NOT NULL);
+CREATE INDEX docs_source ON docs(source);
+CREATE VIRTUAL TABLE fts USING fts5(body, cjk, tokenize = 'porter unicode61 remove_diacritics 2');
+CREATE TABLE vectors(doc_id INTEGER PRIMARY KEY, vec BLOB NOT NULL);
+"""
+
+
+class MemorySearch:
+    """Search over the workspace's memory files, history and every session. Safe to share between threads.
+
+    Constructing it touches no file; the index is opened and brought up to date by the first search.
+    """
+
+    def __init__(self, paths: Paths, embedding: EmbeddingSettings | None = None,
+                 warn: Callable[[str], None] = lambda message: None):
+        self.paths = paths
+        self.embedding = embedding
+        self.warn = warn
+        self.last_update = IndexUpdate()
+        self._db: sqlite3.Connection | None = None
+        self._lock = threading.Lock()
+        self._warned: set[str] = set()
+
+    @property
+    def index_path(self) -> Path:
+        return self.paths.index_dir / f"{self.paths.workspace_slug()}.sqlite"
+
+    @cached_property
+    def _sessions(self) -> SessionStore:
+        return SessionStore(self.paths.sessions_dir)
+
+    def search(self, query: str, limit: int = 8) -> list[SearchHit]:
+        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises."""
+        with self._lock:
+            try:
+                return self._search(query, limit)
+            except sqlite3.DatabaseError as e:
+                if not _is_corrupt(e):
+                    raise
+                self._rebuild()
+                return self._search(query, limit)
+
+    def update(self) -> IndexUpdate:
+        """Bring the index up to date without searching (search does this itself)."""
+        with self._lock:
+            try:
+                self.last_update = self._update(self._connection())
+            except sqlite3.DatabaseError as e:
+                if not _is_corrupt(e):
+                    raise
+                self._rebuild()
+                self.last_update = self._update(self._connection())
+            return self.last_update
+
+    def close(self) -> None:
+        with self._lock:
+            if self._db is not None:
+                self._db.close()
+                self._db = None
+
+    # --- the index file ---------------------------------------------------------------------------
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._db is None:
+            path = self.index_path
+            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                self._db = _open(str(path))
+            except _StaleIndex:
+                _remove_index(str(path))
+                self._db = _open(str(path))
+            except sqlite3.DatabaseError as e:
+                if not _is_corrupt(e):
+                    raise  # e.g. locked by another process for longer than the timeout: never delete then
+                _remove_index(str(path))
+                self._db = _open(str(path))
+        return self._db
+
+    def _rebuild(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+        _remove_index(str(self.index_path))
+
+    # --- catching up ---------------------------------------------------------------------------------
+
+    def _update(self, db: sqlite3.Connection) -> IndexUpdate:
+        stats = IndexUpdate()
+        with _writing(db):
+            self._update_files(db, stats)
+            self._update_history(db, stats)
+            self._update_sessions(db, stats)
+        return stats
+
+    def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
+        for rel in MEMORY_FILES:
+            name = f"file:{rel}"
+            st = _stat(self.paths.workspace / rel)
+            row = _load_source(db, name)
+            if row is not None and st is not None and row.unchanged(st):
+                continue
+            if row is not None:
+                stats.removed += _drop(db, name)
+                db.execute("DELETE FROM sources WHERE name = ?", (name,))
+            if st is None:
+                continue
+            stats.sources += 1
+            try:
+                text = (self.paths.workspace / rel).read_text(encoding="utf-8", errors="replace")
+            except OSError:
+                continue  # vanished or unreadable since the stat; the next search tries again
+            docs = [_Doc(SourceKind.FILE, rel, first, last, chunk) for first, last, chunk in chunk_markdown(text)]
+            stats.added += _insert(db, name, docs)
+            _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns))
+
+    def _update_history(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
+        name = "history"
+        path = self.paths.memory_dir / "history.jsonl"
+        st = _stat(path)
+        row = _load_source(db, name)
+        if row is not None and st is not None and row.unchanged(st):
+            return
+        if row is not None and (st is None or st.st_ino != row.ino or st.st_size < row.offset):
+            stats.removed += _drop(db, name)  # rewritten or gone: start again from the first cursor
+            db.execute("DELETE FROM sources WHERE name = ?", (name,))
+            row = None
+        if st is None:
+            return
+        stats.sources += 1
+        row = row or _Source()
+        entries, offset = read_history_tail(path, row.offset)
+        entries = [e for e in entries if e.cursor > row.position]
+        docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
+                for e in entries if e.content.strip()]
+        stats.added += _insert(db, name, docs)
+        last = max((e.cursor for e in entries), default=row.position)
+        _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, offset, position=last))
+
+    def _update_sessions(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
+        known = {name for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'session:%'")}
+        directory = self.paths.sessions_dir
+        files = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
+        for path in files:
+            name = f"session:{path.name}"
+            known.discard(name)
+            st = _stat(path)
+            row = _load_source(db, name)
+            if st is None or (row is not None and row.unchanged(st)):
+                continue
+            stats.sources += 1
+            if row is None or row.ino != st.st_ino or st.st_size < row.offset:
+                if row is not None:
+                    stats.removed += _drop(db, name)
+                row = _Source(label=_session_key(path))
+            session = Session(key=row.label, path=path, size=row.offset)
+            self._sessions.refresh(session)  # reads only the bytes after row.offset
+            docs = []
+            for index, message in enumerate(session.messages, start=row.position):
+                text = message_text(message)
+                if text:
+                    docs.append(_Doc(SourceKind.SESSION, row.label, index, index, text, role=message["role"]))
+            stats.added += _insert(db, name, docs)
+            _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, session.size,
+                                           row.position + len(session.messages), row.label))
+        for name in known:  # session files that were deleted
+            stats.sources += 1
+            stats.removed += _drop(db, name)
+            db.execute("DELETE FROM sources WHERE name = ?", (name,))
+
+    # --- searching ---------------------------------------------------------------------------------
+
+    def _search(self, query: str, limit: int) -> list[SearchHit]:
+        db = self._connection()
+        self.last_update = self._update(db)
+        if match_expression(query) is None or limit < 1:
+            return []
+        wanted = max(limit, CANDIDATES) if self.embedding else limit
+        ranked = _keyword_ranking(db, query, wanted)
+        order = [doc_id for doc_id, _ in ranked]
+        scores = dict(ranked)
+        if self.embedding is not None:
+            fused = self._fuse(db, self.embedding, query, order)
+            if fused is not None:
+                order, scores = fused
+        return _hits(db, order[:limit], scores, needles(query))
+
+    def _fuse(self, db: sqlite3.Connection, settings: EmbeddingSettings, query: str,
+              keyword_order: list[int]) -> tuple[list[int], dict[int, float]] | None:
+        """Reciprocal rank fusion of the keyword and the cosine rankings; None (and a warning) when embedding fails."""
+        try:
+            self._embed_missing(db, settings)
+            wanted = _unit(embed_texts(settings, [query])[0])
+        except EmbeddingError as e:
+            message = f"semantic memory search failed ({e}); using keyword ranking only"
+            if message not in self._warned:
+                self._warned.add(message)
+                self.warn(message)
+            return None
+        similarities = []
+        for doc_id, blob in db.execute("SELECT doc_id, vec FROM vectors"):
+            vector = array("f")
+            vector.frombytes(blob)
+            if len(vector) == len(wanted):
+                similarities.append((sum(map(operator.mul, wanted, vector)), doc_id))
+        semantic = [doc_id for _, doc_id in heapq.nlargest(CANDIDATES, similarities)]
+        fused: dict[int, float] = {}
+        for ranking in (keyword_order, semantic):
+            for rank, doc_id in enumerate(ranking, start=1):
+                fused[doc_id] = fused.get(doc_id, 0.0) + 1.0 / (RRF_K + rank)
+        return sorted(fused, key=lambda doc_id: -fused[doc_id]), fused
+
+    def _embed_missing(self, db: sqlite3.Connection, settings: EmbeddingSettings) -> None:
+        stored = db.execute("SELECT value FROM meta WHERE key = 'embedding_model'").fetchone()
+        if stored is None or stored[0] != settings.model:
+            with _writing(db):  # vectors of another model are not comparable: embed everything again
+                db.execute("DELETE FROM vectors")
+                db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('embedding_model', ?)", (settings.model,))
+        missing = db.execute("SELECT fts.rowid, fts.body FROM fts WHERE fts.rowid NOT IN "
+                             "(SELECT doc_id FROM vectors)").fetchall()
+        for start in range(0, len(missing), EMBED_BATCH):
+            batch = missing[start:start + EMBED_BATCH]
+            vectors = embed_texts(settings, [body[:EMBED_CHARS] for _, body in batch])
+            with _writing(db):
+                db.executemany("INSERT OR REPLACE INTO vectors(doc_id, vec) SELECT ?, ? "
+                               "WHERE EXISTS (SELECT 1 FROM docs WHERE id = ?)",
+                               [(doc_id, _unit(v).tobytes(), doc_id) for (doc_id, _), v in zip(batch, vectors,
+                                                                                          strict=True)])
+            self.last_update.embedded += len(batch)
+
+
+# --- documents ------------------------------------------------------------------------------------
+
+
+def chunk_markdown(text: str, limit: int = CHUNK_CHARS) -> list[tuple[int, int, str]]:
+    """(first line, last line, text) chunks: paragraphs grouped under their heading up to about `limit` characters
+    (a longer paragraph stays whole). A heading always starts a chunk; a fenced code block is never split."""
+    lines = text.splitlines()
+    chunks: list[tuple[int, int, str]] = []
+    group: list[tuple[int, int]] = []  # blocks (first, last), 0-based line numbers
+    size = 0
+
+    def emit() -> None:
+        if group:
+            first, last = group[0][0], group[-1][1]
+            chunks.append((first + 1, last + 1, "\n".join(lines[first:last + 1])))
+
+    for first, last, heading in _blocks(lines):
+        block_size = sum(len(line) + 1 for line in lines[first:last + 1])
+        if group and (heading or size + block_size > limit):
+            emit()
+            group, size = [], 0
+        group.append((first, last))
+        size += block_size
+    emit()
+    return [(first, last, chunk[:DOC_CHARS]) for first, last, chunk in chunks if chunk.strip()]
+
+
+def _blocks(lines: list[str]) -> Iterator[tuple[int, int, bool]]:
+    """Paragraphs (first, last, is_heading): runs of non-blank lines; a heading line is a block of its own."""
+    start: int | None = None
+    fenced = False
+    for number, line in enumerate(lines):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        if not fenced and _HEADING.match(line):
+            if start is not None:
+                yield start, number - 1, False
+            yield number, number, True
+            start = None
+        elif not fenced and not line.strip():
+            if start is not None:
+                yield start, number - 1, False
+            start = None
+        elif start is None:
+            start = number
+    if start is not None:
+        yield start, len(lines) - 1, False
+
+
+def read_history_tail(path: Path, offset: int) -> tuple[list[HistoryEntry], int]:
+    """Entries in the complete lines after byte `offset` of history.jsonl, and the offset after the last of them.
+
+    HistoryLog.entries() parses the whole file once per process; a one-shot command over a large history would
+    pay for that on every run, so the index keeps its own byte offset into the append-only file. Lines that do
+    not parse are skipped here without a warning: HistoryLog, the file's owner, reports them.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    complete = data.rfind(b"\n") + 1
+    entries = []
+    for line in data[:complete].split(b"\n"):
+        try:
+            d = json.loads(line)
+            entries.append(HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")), str(d.get("session", "")),
+                                        str(d["content"]), bool(d.get("raw", False))))
+        except (ValueError, KeyError, TypeError):
+            continue
+    return entries, offset + complete
+
+
+def message_text(message: dict[str, Any]) -> str:
+    """The searchable text of a session message: user and assistant text only (tool results are not indexed)."""
+    role = message.get("role")
+    if role not in ("user", "assistant"):
+        return ""
+    content = message.get("content")
+    if isinstance(content, list):
+        content = "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+    if not isinstance(content, str):
+        return ""
+    if role == "user":
+        content = strip_runtime_context(content)
+    return content.strip()[:DOC_CHARS]
+
+
+def cjk_bigrams(text: str) -> str:
+    """Each CJK run as overlapping bigrams plus its last character, so a prefix query finds any single character."""
+    tokens: list[str] = []
+    for run in _CJK_RUN.findall(text):
+        tokens += [run[i:i + 2] for i in range(len(run) - 1)]
+        tokens.append(run[-1])
+    return " ".join(tokens)
+
+
+def match_expression(query: str, joiner: str = "OR") -> str | None:
+    """An FTS5 MATCH expression for free text, or None when it holds nothing to search for.
+
+    Every term is a quoted string, so no input (quotes, `*`, `AND`, parentheses, a lone `-`) is FTS5 syntax.
+    With OR, BM25 ranks documents matching more, and rarer, terms first.
+    """
+    words = [w.lower() for w in _WORD.findall(query)]
+    meaningful = [w for w in words if w not in STOPWORDS and len(w) > 1]
+    terms = [f"body:{_quote(w)}" for w in dict.fromkeys(meaningful or words)]
+    for run in dict.fromkeys(_CJK_RUN.findall(query)):
+        if len(run) == 1:
+            terms.append(f"cjk:{_quote(run)}*")
+            continue
+        bigrams = [run[i:i + 2] for i in range(len(run) - 1)]
+        terms += [f"cjk:{_quote(b)}" for b in dict.fromkeys(bigrams)]
+        if len(bigrams) > 1:
+            terms.append(f"cjk:{_quote(' '.join(bigrams))}")  # the whole run in order ranks higher
+    terms = list(dict.fromkeys(terms))[:MAX_QUERY_TERMS]
+    return f" {joiner} ".join(terms) if terms else None
+
+
+def needles(query: str) -> list[str]:
+    """Lower-case strings to look for when choosing a snippet: query words (cut to a stem-like prefix) and CJK."""
+    out = []
+    for word in dict.fromkeys(w.lower() for w in _WORD.findall(query)):
+        if word not in STOPWORDS and len(word) > 1:
+            out.append(word if len(word) <= 5 else word[:max(5, len(word) - 3)])
+    for run in _CJK_RUN.findall(query):
+        out += [run] if len(run) == 1 else [run[i:i + 2] for i in range(len(run) - 1)]
+    return out
+
+
+def make_snippet(text: str, wanted: Sequence[str], width: int = SNIPPET_CHARS) -> str:
+    """About `width` characters of `text` around the place where most of `wanted` occur."""
+    flat = " ".join(text.split())
+    if len(flat) <= width:
+        return flat
+    lower = flat.lower()
+    positions = sorted(m.start() for n in wanted for m in re.finditer(re.escape(n), lower))[:200]
+    best, best_count = 0, 0
+    for position in positions:
+        start = max(0, position - width // 4)
+        count = sum(1 for n in wanted if n in lower[start:start + width])
+        if count > best_count:
+            best, best_count = start, count
+    if best:
+        space = flat.find(" ", best, best + 20)
+        best = space + 1 if space >= 0 else best
+    piece = flat[best:best + width]
+    return ("…" if best else "") + piece + ("…" if best + width < len(flat) else "")
+
+
+def defang(text: str) -> str:
+    """Stored text cannot close or open the runner's untrusted-data wrapper."""
+    return _TRUST_TAG.sub("untrusted-data", text)
+
+
+def _quote(term: str) -> str:
+    return '"' + term.replace('"', '""') + '"'
+
+
+# --- SQLite helpers -------------------------------------------------------------------------------
+
+
+def _open(path: str) -> sqlite3.Connection:
+    db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
+    try:
+        version = db.execute("PRAGMA user_version").fetchone()[0]
+        if version != SCHEMA_VERSION:
+            with _writing(db):
+                version = db.execute("PRAGMA user_version").fetchone()[0]  # another process may have built it
+                if version not in (0, SCHEMA_VERSION) or (
+                        version == 0 and db.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]):
+                    raise _StaleIndex(path)
+                if version == 0:
+                    for statement in filter(str.strip, _SCHEMA.split(";")):
+                        db.execute(statement)
+                    db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+        db.execute("PRAGMA journal_mode = WAL")
+        db.execute("PRAGMA synchronous = NORMAL")  # derived data: losing the last commit on power loss is fine
+    except BaseException:
+        db.close()
+        raise
+    return db
+
+
+def _remove_index(path: str) -> None:
+    for suffix in ("", "-wal", "-shm", "-journal"):
+        try:
+            os.unlink(path + suffix)
+        except FileNotFoundError:
+            pass
+
+
+def _is_corrupt(error: sqlite3.DatabaseError) -> bool:
+    name = getattr(error, "sqlite_errorname", "")
+    return name in ("SQLITE_CORRUPT", "SQLITE_NOTADB") or "no such table" in str(error) or (
+        type(error) is sqlite3.DatabaseError and "malformed" in str(error))
+
+
+@contextmanager
+def _writing(db: sqlite3.Connection) -> Iterator[None]:
+    """One write transaction; IMMEDIATE so two processes catching up take turns instead of failing."""
+    db.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+    except BaseException:
+        db.execute("ROLLBACK")
+        raise
+    db.execute("COMMIT")
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def _load_source(db: sqlite3.Connection, name: str) -> _Source | None:
+    row = db.execute('SELECT ino, size, mtime_ns, "offset", position, label FROM sources WHERE name = ?',
+                     (name,)).fetchone()
+    return _Source(*row) if row else None
+
+
+def _save_source(db: sqlite3.Connection, name: str, source: _Source) -> None:
+    db.execute('INSERT OR REPLACE INTO sources(name, ino, size, mtime_ns, "offset", position, label) '
+               "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, source.ino, source.size, source.mtime_ns, source.offset,
+                                                 source.position, source.label))
+
+
+def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
+    if not docs:
+        return 0
+    first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
+    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role) '
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role)
+                    for i, d in enumerate(docs, start=first)])
+    db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
+                   [(i, d.text[:DOC_CHARS], cjk_bigrams(d.text[:DOC_CHARS])) for i, d in enumerate(docs, start=first)])
+    return len(docs)
+
+
+def _drop(db: sqlite3.Connection, source: str) -> int:
+    ids = "SELECT id FROM docs WHERE source = ?"
+    db.execute(f"DELETE FROM fts WHERE rowid IN ({ids})", (source,))
+    db.execute(f"DELETE FROM vectors WHERE doc_id IN ({ids})", (source,))
+    return db.execute("DELETE FROM docs WHERE source = ?", (source,)).rowcount
+
+
+def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> list[tuple[int, float]]:
+    """The best `wanted` (doc id, -bm25). Documents holding every term come first when there are enough of them:
+    the AND query is ~10x faster than OR for common words (BM25 must score every document that matches), and
+    those documents are what OR would rank first anyway. Otherwise OR, so a partial match still counts."""
+    sql = "SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?"
+    every = match_expression(query, "AND")
+    if every is not None and " AND " in every:
+        ranked = db.execute(sql, (every, wanted)).fetchall()
+        if len(ranked) >= wanted:
+            return ranked
+    return db.execute(sql, (match_expression(query), wanted)).fetchall()
+
+
+def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wanted: list[str]) -> list[SearchHit]:
+    if not order:
+        return []
+    marks = ",".join("?" * len(order))
+    rows = db.execute(f'SELECT d.id, d.kind, d.ref, d.start, d."end", d.timestamp, d.role, fts.body FROM docs d '
+                      f"JOIN fts ON fts.rowid = d.id WHERE d.id IN ({marks})", order).fetchall()
+    by_id = {row[0]: row for row in rows}
+    hits = []
+    for doc_id in order:
+        if doc_id not in by_id:
+            continue
+        _, kind, ref, start, end, timestamp, role, body = by_id[doc_id]
+        hits.append(SearchHit(SourceKind(kind), ref, start, end, timestamp, role, body, make_snippet(body, wanted),
+                              round(scores.get(doc_id, 0.0), 4)))
+    return hits
+
+
+def _session_key(path: Path) -> str:
+    """The key from the session's header line; the file name when the header is unreadable."""
+    try:
+        with open(path, "rb") as f:
+            header = json.loads(f.readline(65536))
+        return str(header["key"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return path.stem
+
+
+# --- embeddings -----------------------------------------------------------------------------------
+
+
+def embedding_settings(config: Config) -> EmbeddingSettings | None:
+    """Where `memory.embeddingModel` is served, from the provider's apiBase/apiKey (or their defaults); no I/O."""
+    model = config.memory.embedding_model
+    if not model:
+        return None
+    from nanoagent.errors import ConfigError
+    from nanoagent.providers.registry import OPENAI_COMPATIBLE, provider_name
+
+    try:
+        name = provider_name(model)
+    except ConfigError:
+        name = model.split("/", 1)[0]
+    settings = config.provider(name)
+    default_base, key_var = OPENAI_COMPATIBLE.get(name, ("", None))
+    return EmbeddingSettings(model=model, provider=name, api_base=(settings.api_base or default_base).rstrip("/"),
+                             api_key=settings.api_key, key_variable=key_var)
+
+
+def embed_texts(settings: EmbeddingSettings, texts: list[str]) -> list[list[float]]:
+    """Vectors for `texts` from the OpenAI-compatible `/embeddings` endpoint; raises EmbeddingError with the cause."""
+    if not settings.api_base:
+        raise EmbeddingError(f"no API base URL for provider {settings.provider}: set providers.{settings.provider}"
+                             ".apiBase in config.json")
+    if settings.key_variable and not settings.api_key:
+        raise EmbeddingError(f"no API key for {settings.provider}: set {settings.key_variable} or "
+                             f"providers.{settings.provider}.apiKey")
+    import httpx
+
+    name = settings.model.split("/", 1)[1] if "/" in settings.model else settings.model
+    headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
+    url = f"{settings.api_base}/embeddings"
+    try:
+        response = httpx.post(url, json={"model": name, "input": texts}, headers=headers, timeout=EMBED_TIMEOUT)
+    except httpx.HTTPError as e:
+        raise EmbeddingError(f"cannot reach {url}: {e or type(e).__name__}") from None
+    if response.status_code >= 400:
+        raise EmbeddingError(f"{url} answered {response.status_code}: {response.text[:200]}")
+    try:
+        data = sorted(response.json()["data"], key=lambda item: item["index"])
+        vectors = [[float(x) for x in item["embedding"]] for item in data]
+    except (ValueError, KeyError, TypeError):
+        raise EmbeddingError(f"{url} sent a response that is not an embeddings list") from None
+    if len(vectors) != len(texts):
+        raise EmbeddingError(f"{url} returned {len(vectors)} vectors for {len(texts)} texts")
+    return vectors
+
+
+def _unit(vector: Sequence[float]) -> array:
+    norm = math.sqrt(sum(x * x for x in vector)) or 1.0
+    return array("f", (x / norm for x in vector))
