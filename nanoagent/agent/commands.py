@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from nanoagent.agent.memory_commands import dream_log_command, dream_restore_command
 from nanoagent.errors import NanoagentError
 from nanoagent.pricing import context_window
 from nanoagent.usage import session_total
@@ -93,6 +94,20 @@ async def sessions_command(loop: AgentLoop, session: Session, args: str) -> str:
     return "\n".join(f"{'*' if k == session.key else ' '} {k}" for k in keys) or "No saved sessions yet."
 
 
+async def dream_command(loop: AgentLoop, session: Session, args: str) -> str:
+    """fold new history into long-term memory now (/dream --dry-run to preview)"""
+    from nanoagent.memory.dream import describe
+
+    if loop.dream_factory is None:
+        return "Dream is not available here."
+    dream = loop.dream_factory()
+    try:
+        results = await dream.run(dry_run="--dry-run" in args.split(), all_entries="--all" in args.split())
+    except NanoagentError as e:
+        return f"Dream failed: {e}"
+    return describe(results, dream.history.dream_cursor)
+
+
 help_command.__doc__ = "show this help"
 
 COMMANDS: dict[str, Command] = {
@@ -103,4 +118,7 @@ COMMANDS: dict[str, Command] = {
     "/usage": usage_command,
     "/skills": skills_command,
     "/sessions": sessions_command,
+    "/dream-log": dream_log_command,
+    "/dream-restore": dream_restore_command,
+    "/dream": dream_command,
 }

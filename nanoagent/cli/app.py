@@ -29,11 +29,13 @@ WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Wo
 
 
 def _register_subcommands() -> None:
+    from nanoagent.cli import dream_cmd
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.skills_cmd import skills_app
 
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
+    dream_cmd.register(app)
 
 
 def _version(value: bool) -> None:
@@ -218,6 +220,31 @@ def usage(
     table.add_row("total", "", "", str(grand.calls), f"{g.input_tokens:,}", f"{g.output_tokens:,}",
                   f"{g.cache_read_tokens:,}", f"{g.cache_write_tokens:,}", grand.cost_text(), style="bold")
     Console().print(table)
+
+
+@app.command()
+def dream(
+    all_entries: Annotated[bool, typer.Option("--all", help="Keep going, batch after batch, until every entry is processed.")] = False,
+    dry_run: Annotated[bool, typer.Option("--dry-run", help="Print the analysis and the edits it would make; change nothing.")] = False,
+    batch: Annotated[bool, typer.Option("--batch", help="Use Anthropic's Message Batches API (half price, slower).")] = False,
+    model: Annotated[str | None, typer.Option("--model", help="Model for this run (default: memory.dreamModel, then the agent's model).")] = None,
+    workspace: WorkspaceOpt = None,
+) -> None:
+    """Fold new conversation history into long-term memory (SOUL.md, USER.md, memory/MEMORY.md).
+
+    Each edit becomes its own commit: see them with `nanoagent dream-log`, undo one with
+    `nanoagent dream-restore SHA`. Safe to run from cron; only one Dream runs at a time.
+    """
+    import asyncio
+
+    from nanoagent.agent.build import build_dream
+    from nanoagent.cli.render import OneShotRenderer
+    from nanoagent.memory.dream import describe
+
+    paths, config = _setup(workspace)
+    runner = build_dream(config, paths, sink=OneShotRenderer(quiet_reply=True), model=model, batch=batch, warn=_warn)
+    results = asyncio.run(runner.run(all_entries=all_entries, dry_run=dry_run))
+    print(describe(results, runner.history.dream_cursor))
 
 
 @app.command()

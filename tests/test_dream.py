@@ -1,0 +1,291 @@
+"""Dream: new history entries become surgical, separately committed edits of the long-term memory files."""
+
+import asyncio
+import json
+import os
+
+import pytest
+
+from nanoagent.agent.build import build_agent, build_dream
+from nanoagent.config.schema import Config
+from nanoagent.memory.dream import DreamBusy, DreamFailed, describe
+from nanoagent.memory.history import HistoryLog
+from nanoagent.paths import Paths
+from nanoagent.providers.base import ProviderError
+from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
+
+ANALYSIS = "## memory/MEMORY.md\n- ADD: the user's sister is called Ines"
+
+
+def setup(facts=("the user's sister is called Ines",), batch_size=20):
+    paths = Paths.from_env()
+    config = Config()
+    config.memory.dream_batch_size = batch_size
+    log = HistoryLog(paths.memory_dir)
+    for fact in facts:
+        log.append("cli:direct", f"- {fact}")
+    return paths, config, log
+
+
+def dream(paths, config, provider, **run):
+    runner = build_dream(config, paths, sink=lambda e: None, provider=provider)
+    return runner, asyncio.run(runner.run(**run))
+
+
+def append(path, text, summary):
+    return ScriptedReply(tool_calls=[("append_to_file", {"path": path, "text": text, "summary": summary})])
+
+
+def memory(paths) -> str:
+    return (paths.workspace / "memory" / "MEMORY.md").read_text()
+
+
+def test_nothing_new_makes_no_model_call_and_no_commit(tmp_path):
+    paths, config, _ = setup(facts=())
+    provider = ScriptedProvider()
+    runner, results = dream(paths, config, provider)
+    assert results == [] and provider.requests == []
+    assert "Nothing new" in describe(results, runner.history.dream_cursor)
+    assert not paths.memory_git_dir.exists() or runner.git.log() == [] or all(
+        c.author != "dream" for c in runner.git.log())
+
+
+def test_dream_edits_memory_commits_the_edit_and_advances_the_cursor(tmp_path):
+    paths, config, log = setup()
+    provider = ScriptedProvider([ANALYSIS, append("memory/MEMORY.md", "- Sister: Ines", "add: sister is Ines"),
+                                 "Added one fact."])
+    runner, results = dream(paths, config, provider)
+    assert "- Sister: Ines" in memory(paths)
+    assert log.dream_cursor == 1
+    [commit] = [c for c in runner.git.log() if c.author == "dream"]
+    assert commit.files == ("memory/MEMORY.md",) and "add: sister is Ines" in commit.summary
+    assert "memory/MEMORY.md" in commit.summary
+    analysis_request = provider.requests[0]
+    assert analysis_request.tools == []  # phase 1 is a plain call
+    assert "the user's sister is called Ines" in analysis_request.messages[0]["content"]
+    assert commit.short in describe(results, log.dream_cursor)
+
+
+def test_each_edit_is_its_own_commit_naming_its_file(tmp_path):
+    paths, config, _ = setup()
+    edits = ScriptedReply(tool_calls=[
+        ("append_to_file", {"path": "USER.md", "text": "- Has a sister, Ines", "summary": "add: sister Ines"}),
+        ("edit_file", {"path": "memory/MEMORY.md", "old_text": "Long-term facts worth keeping across conversations.",
+                       "new_text": "Long-term facts worth keeping.", "summary": "shorten the intro"}),
+    ])
+    runner, _ = dream(paths, config, ScriptedProvider([ANALYSIS, edits, "done"]))
+    commits = [c for c in runner.git.log() if c.author == "dream"]
+    assert sorted(c.files for c in commits) == [("USER.md",), ("memory/MEMORY.md",)]
+    assert {c.summary.split(":")[0] for c in commits} == {"USER.md", "memory/MEMORY.md"}
+
+
+def test_a_failing_editing_phase_leaves_cursor_and_files_untouched(tmp_path):
+    paths, config, log = setup()
+    before = memory(paths) if (paths.workspace / "memory" / "MEMORY.md").exists() else None
+    provider = ScriptedProvider([ANALYSIS, append("memory/MEMORY.md", "- Sister: Ines", "add"),
+                                 ScriptedReply(error=ProviderError("529 overloaded"))])
+    runner = build_dream(config, paths, sink=lambda e: None, provider=provider)
+    before = memory(paths)
+    with pytest.raises(DreamFailed, match="Nothing changed"):
+        asyncio.run(runner.run())
+    assert memory(paths) == before
+    assert log.dream_cursor == 0
+    assert [c for c in runner.git.log() if c.author == "dream"] == []
+    # the next run retries the same entries
+    provider.replies = [ScriptedReply(ANALYSIS), append("memory/MEMORY.md", "- Sister: Ines", "add"),
+                        ScriptedReply("done")]
+    asyncio.run(runner.run())
+    assert log.dream_cursor == 1 and "- Sister: Ines" in memory(paths)
+
+
+def test_a_failing_analysis_changes_nothing(tmp_path):
+    paths, config, log = setup()
+    runner = build_dream(config, paths, sink=lambda e: None,
+                         provider=ScriptedProvider([ScriptedReply(error=ProviderError("401 invalid key"))]))
+    with pytest.raises(DreamFailed, match="analysis failed: 401 invalid key"):
+        asyncio.run(runner.run())
+    assert log.dream_cursor == 0
+
+
+def test_an_editing_phase_that_never_finishes_changes_nothing(tmp_path):
+    paths, config, log = setup()
+    config.memory.dream_max_iterations = 3
+    looping = [append("memory/MEMORY.md", f"- fact {i}", "add") for i in range(5)]
+    runner = build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider([ANALYSIS, *looping]))
+    with pytest.raises(DreamFailed, match="did not finish within 3 steps"):
+        asyncio.run(runner.run())
+    assert "fact 0" not in memory(paths) and log.dream_cursor == 0
+
+
+@pytest.mark.parametrize("path", ["AGENTS.md", "TOOLS.md", "../outside.md", "/etc/passwd", "memory/history.jsonl",
+                                  "memory/.dream_cursor", "skills/x/run.sh", "notes.md"])
+def test_the_editing_phase_cannot_touch_any_other_file(tmp_path, path):
+    paths, config, log = setup()
+    (paths.workspace / "notes.md").parent.mkdir(parents=True, exist_ok=True)
+    (paths.workspace / "notes.md").write_text("mine")
+    events = []
+    provider = ScriptedProvider([
+        ANALYSIS,
+        ScriptedReply(tool_calls=[("edit_file", {"path": path, "old_text": "a", "new_text": "b", "summary": "x"}),
+                                  ("append_to_file", {"path": path, "text": "pwned", "summary": "x"}),
+                                  ("read_file", {"path": path})]),
+        "done",
+    ])
+    runner = build_dream(config, paths, sink=events.append, provider=provider)
+    asyncio.run(runner.run())
+    results = [e for e in events if type(e).__name__ == "ToolFinished"]
+    assert len(results) == 3 and not any(r.ok for r in results)
+    assert all("refused" in r.result for r in results)
+    assert (paths.workspace / "notes.md").read_text() == "mine"
+    assert not (tmp_path / "home" / "outside.md").exists()
+
+
+def test_the_editing_phase_cannot_follow_a_symlink_out_of_the_workspace(tmp_path):
+    paths, config, _ = setup()
+    secret = tmp_path / "secret.md"
+    secret.write_text("private")
+    build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider())  # seeds the workspace
+    (paths.workspace / "USER.md").unlink()
+    (paths.workspace / "USER.md").symlink_to(secret)
+    events = []
+    provider = ScriptedProvider([ANALYSIS, append("USER.md", "- leaked", "x"), "done"])
+    asyncio.run(build_dream(config, paths, sink=events.append, provider=provider).run())
+    assert secret.read_text() == "private"
+
+
+def test_the_editing_phase_has_no_shell_or_write_tool(tmp_path):
+    paths, config, _ = setup()
+    provider = ScriptedProvider([ANALYSIS, "nothing to do"])
+    dream(paths, config, provider)
+    names = {t.name for t in provider.requests[1].tools}
+    assert names == {"read_file", "edit_file", "append_to_file", "create_skill"}
+
+
+def test_a_no_op_edit_is_refused(tmp_path):
+    paths, config, _ = setup()
+    events = []
+    provider = ScriptedProvider([ANALYSIS, ScriptedReply(tool_calls=[("edit_file", {
+        "path": "USER.md", "old_text": "- (nothing yet)", "new_text": "- (nothing yet)", "summary": "x"})]), "done"])
+    runner = build_dream(config, paths, sink=events.append, provider=provider)
+    asyncio.run(runner.run())
+    [finished] = [e for e in events if type(e).__name__ == "ToolFinished"]
+    assert not finished.ok and "no-op" in finished.result
+    assert [c for c in runner.git.log() if c.author == "dream"] == []
+
+
+def test_dry_run_prints_the_edits_and_changes_nothing(tmp_path):
+    paths, config, log = setup()
+    provider = ScriptedProvider([ANALYSIS, append("memory/MEMORY.md", "- Sister: Ines", "add: sister"), "done"])
+    runner = build_dream(config, paths, sink=lambda e: None, provider=provider)
+    before = memory(paths)
+    results = asyncio.run(runner.run(dry_run=True))
+    text = describe(results, log.dream_cursor)
+    assert "ADD: the user's sister is called Ines" in text
+    assert "would append memory/MEMORY.md: add: sister" in text and "+ - Sister: Ines" in text
+    assert memory(paths) == before and log.dream_cursor == 0
+    assert not paths.memory_git_dir.exists()
+
+
+def test_only_one_dream_runs_at_a_time(tmp_path):
+    import fcntl
+
+    paths, config, log = setup()
+    runner = build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider())
+    fd = os.open(runner.lock_path, os.O_RDWR | os.O_CREAT)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # as a Dream started by cron would hold it
+    try:
+        with pytest.raises(DreamBusy, match="already running"):
+            asyncio.run(runner.run())
+    finally:
+        os.close(fd)
+    assert log.dream_cursor == 0
+
+
+def test_all_keeps_going_batch_after_batch(tmp_path):
+    paths, config, log = setup(facts=[f"fact {i}" for i in range(5)], batch_size=2)
+    provider = ScriptedProvider(respond=lambda request: "NOTHING")
+    _, results = dream(paths, config, provider, all_entries=True)
+    assert [r.cursor_range for r in results] == [(1, 2), (3, 4), (5, 5)]
+    assert log.dream_cursor == 5 and len(provider.requests) == 3  # NOTHING skips the editing phase
+
+
+def test_one_run_takes_one_bounded_batch(tmp_path):
+    paths, config, log = setup(facts=[f"fact {i}" for i in range(5)], batch_size=2)
+    dream(paths, config, ScriptedProvider(respond=lambda request: "NOTHING"))
+    assert log.dream_cursor == 2
+
+
+def test_dream_never_drops_or_rewrites_history_entries(tmp_path):
+    paths, config, log = setup(facts=[f"fact {i}" for i in range(4)], batch_size=2)
+    before = (paths.memory_dir / "history.jsonl").read_bytes()
+    dream(paths, config, ScriptedProvider(respond=lambda request: "NOTHING"), all_entries=True)
+    assert (paths.memory_dir / "history.jsonl").read_bytes() == before
+    assert [e.cursor for e in log.entries()] == [1, 2, 3, 4]
+
+
+def test_hand_edits_are_committed_as_the_users_before_dream_edits(tmp_path):
+    paths, config, _ = setup()
+    dream(paths, config, ScriptedProvider(respond=lambda r: "NOTHING"))
+    user_md = paths.workspace / "USER.md"
+    user_md.write_text(user_md.read_text() + "- Lives in Porto\n")
+    HistoryLog(paths.memory_dir).append("cli:direct", "- the user's sister is called Ines")
+    runner, _ = dream(paths, config, ScriptedProvider([ANALYSIS, append("USER.md", "- Sister: Ines", "add: sister"),
+                                                       "done"]))
+    log = runner.git.log()
+    assert [c.author for c in log[:2]] == ["dream", "user"]
+    assert "- Lives in Porto" in user_md.read_text() and "- Sister: Ines" in user_md.read_text()
+
+
+def test_a_file_changed_during_dream_stops_the_write_without_changing_anything(tmp_path):
+    paths, config, log = setup()
+    user_md = paths.workspace / "USER.md"
+
+    def respond(request):
+        if request.tools and request.messages[-1]["role"] == "tool":
+            user_md.write_text("# User\n\nrewritten by hand meanwhile\n")
+            return "done"
+        return None
+
+    provider = ScriptedProvider([ANALYSIS, ScriptedReply(tool_calls=[("edit_file", {
+        "path": "USER.md", "old_text": "- (nothing yet)", "new_text": "- Sister: Ines", "summary": "x"})])],
+        respond=respond)
+    runner = build_dream(config, paths, sink=lambda e: None, provider=provider)
+    with pytest.raises(DreamFailed, match="changed while Dream was working"):
+        asyncio.run(runner.run())
+    assert user_md.read_text() == "# User\n\nrewritten by hand meanwhile\n" and log.dream_cursor == 0
+
+
+def test_dream_can_create_a_skill_for_a_repeated_workflow(tmp_path):
+    paths, config, _ = setup()
+    skill = "---\nname: weekly-report\ndescription: Write the Friday report.\n---\n1. Collect the notes.\n"
+    provider = ScriptedProvider([ANALYSIS, ScriptedReply(tool_calls=[("create_skill", {
+        "name": "weekly-report", "content": skill, "summary": "workflow repeated 3 times"})]), "done"])
+    runner, _ = dream(paths, config, provider)
+    assert (paths.workspace / "skills" / "weekly-report" / "SKILL.md").read_text() == skill
+    [commit] = [c for c in runner.git.log() if c.author == "dream"]
+    assert commit.files == ("skills/weekly-report/SKILL.md",)
+
+
+def test_memory_lines_reach_the_analysis_with_their_age(tmp_path):
+    paths, config, _ = setup()
+    provider = ScriptedProvider(respond=lambda r: "NOTHING")
+    dream(paths, config, provider)
+    content = provider.requests[0].messages[0]["content"]
+    assert "# memory/MEMORY.md (each line prefixed with its age)" in content
+    assert "[0d] # Memory" in content
+
+
+def test_dream_calls_are_recorded_for_nanoagent_usage(tmp_path):
+    paths, config, _ = setup()
+    dream(paths, config, ScriptedProvider([ANALYSIS, "nothing to do"]))
+    ledger = next(paths.sessions_dir.glob("dream__*.jsonl"))
+    records = [json.loads(line) for line in ledger.read_text().splitlines()]
+    assert [r.get("purpose") for r in records if r["type"] == "usage"] == ["dream", "dream"]
+
+
+def test_slash_dream_runs_dream_from_a_session(tmp_path):
+    paths, config, log = setup()
+    provider = ScriptedProvider([ANALYSIS, append("memory/MEMORY.md", "- Sister: Ines", "add: sister"), "done"])
+    loop = build_agent(config, paths, sink=lambda e: None, provider=provider)
+    reply = asyncio.run(loop.handle("/dream", "cli:direct")).reply
+    assert "memory/MEMORY.md: add: sister" in reply and log.dream_cursor == 1
