@@ -391,3 +391,14 @@ def test_cli_hybrid_search_takes_the_endpoint_from_openai_environment_variables(
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["source"] == "memory/MEMORY.md:3-5"
     assert embedding_requests(llm) and embedding_requests(llm)[0].path == "/v1/embeddings"
+
+
+def test_the_tool_leaves_out_the_conversation_already_in_the_prompt_but_finds_older_sessions(paths):
+    add_session(paths, "cli:old", user("the spare key hides under the blue pot"), {"role": "assistant", "content": "ok"})
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("memory_search", {"query": "spare key"})]),
+                                 ScriptedReply("Under the blue pot.")])
+    loop = build_agent(Config(), paths, sink=lambda event: None, provider=provider)
+    asyncio.run(loop.handle("where is the spare key?", "cli:direct"))
+    result = provider.requests[1].messages[-1]["content"]
+    assert "session cli:old #0" in result
+    assert "session cli:direct" not in result  # the question just asked is not an answer

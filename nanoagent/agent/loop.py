@@ -9,6 +9,7 @@ a cancelled turn (Ctrl-C) leaves the same consistent state at once.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -113,7 +114,8 @@ class AgentLoop:
         spec = RunSpec(
             system=system,
             messages=history_for_model(session.messages, start),
-            tools=self.tools, tool_context=self.tool_context, model=model,
+            tools=self.tools, model=model,
+            tool_context=dataclasses.replace(self.tool_context, session_key=session.key, visible_from=start),
             max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
             thinking_budget=self.settings.thinking_budget, max_iterations=self.settings.max_tool_iterations,
             max_result_chars=self.max_result_chars, injections=injections,

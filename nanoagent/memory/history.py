@@ -85,23 +85,8 @@ class HistoryLog:
             self._entries, self._offset = [], 0
         if size == self._offset:
             return
-        with open(self.path, "rb") as f:
-            f.seek(self._offset)
-            data = f.read(size - self._offset)
-        complete = data.rfind(b"\n") + 1
-        if complete < len(data):
-            self.warn(f"{self.path}: skipped an incomplete last line (a previous run was interrupted)")
-        for line in data[:complete].split(b"\n"):
-            if not line.strip():
-                continue
-            try:
-                d = json.loads(line)
-                self._entries.append(HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")),
-                                                  str(d.get("session", "")), str(d["content"]),
-                                                  bool(d.get("raw", False))))
-            except (ValueError, KeyError, TypeError):
-                self.warn(f"{self.path}: skipped a corrupt line ({line[:60]!r})")
-        self._offset += complete
+        entries, self._offset = read_entries(self.path, self._offset, self.warn)
+        self._entries.extend(entries)
 
     def _last_cursor_on_disk(self) -> int:
         """The cursor of the last complete line; guards against a stale or missing .cursor file."""
@@ -136,3 +121,33 @@ class HistoryLog:
 
     def set_dream_cursor(self, cursor: int) -> None:
         atomic_write(self.dir / ".dream_cursor", f"{cursor}\n")
+
+
+def read_entries(path: Path, offset: int = 0,
+                 warn: Callable[[str], None] | None = None) -> tuple[list[HistoryEntry], int]:
+    """The entries in the complete lines after byte `offset`, and the offset just past the last of them.
+
+    The one tolerant reader of history.jsonl: a torn last line is left for later (a writer may still be
+    appending it) and a corrupt line is skipped, each with a warning when `warn` is given.
+    """
+    try:
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read()
+    except OSError:
+        return [], offset
+    complete = data.rfind(b"\n") + 1
+    if complete < len(data) and warn:
+        warn(f"{path}: skipped an incomplete last line (a previous run was interrupted)")
+    entries = []
+    for line in data[:complete].split(b"\n"):
+        if not line.strip():
+            continue
+        try:
+            d = json.loads(line)
+            entries.append(HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")), str(d.get("session", "")),
+                                        str(d["content"]), bool(d.get("raw", False))))
+        except (ValueError, KeyError, TypeError):
+            if warn:
+                warn(f"{path}: skipped a corrupt line ({line[:60]!r})")
+    return entries, offset + complete

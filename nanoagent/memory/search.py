@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent.context import strip_runtime_context
-from nanoagent.memory.history import HistoryEntry
+from nanoagent.memory.history import read_entries
 from nanoagent.paths import Paths
 from nanoagent.session.store import Session, SessionStore
 
@@ -300,7 +300,7 @@ class MemorySearch:
             return
         stats.sources += 1
         row = row or _Source()
-        entries, offset = read_history_tail(path, row.offset)
+        entries, offset = read_entries(path, row.offset)  # HistoryLog, the file's owner, warns about bad lines
         entries = [e for e in entries if e.cursor > row.position]
         docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
                 for e in entries if e.content.strip()]
@@ -447,31 +447,6 @@ def _blocks(lines: list[str]) -> Iterator[tuple[int, int, bool]]:
             start = number
     if start is not None:
         yield start, len(lines) - 1, False
-
-
-def read_history_tail(path: Path, offset: int) -> tuple[list[HistoryEntry], int]:
-    """Entries in the complete lines after byte `offset` of history.jsonl, and the offset after the last of them.
-
-    HistoryLog.entries() parses the whole file once per process; a one-shot command over a large history would
-    pay for that on every run, so the index keeps its own byte offset into the append-only file. Lines that do
-    not parse are skipped here without a warning: HistoryLog, the file's owner, reports them.
-    """
-    try:
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read()
-    except OSError:
-        return [], offset
-    complete = data.rfind(b"\n") + 1
-    entries = []
-    for line in data[:complete].split(b"\n"):
-        try:
-            d = json.loads(line)
-            entries.append(HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")), str(d.get("session", "")),
-                                        str(d["content"]), bool(d.get("raw", False))))
-        except (ValueError, KeyError, TypeError):
-            continue
-    return entries, offset + complete
 
 
 def message_text(message: dict[str, Any]) -> str:

@@ -47,6 +47,8 @@ class ToolContext:
     exec_timeout: int = 60
     max_output_chars: int = 16_000
     memory_search: MemorySearch | None = None  # opens its index on the first search, not when built
+    session_key: str = ""  # the session whose turn is running
+    visible_from: int = 0  # that session's messages from this index on are already in the prompt
 
 
 @dataclass(frozen=True)

@@ -20,9 +20,11 @@ def memory_search(ctx: ToolContext, query: str, limit: int = 8) -> str:
     searcher = ctx.memory_search
     if searcher is None:
         raise ToolError("Memory search is not available here; use grep over memory/ instead.")
-    from nanoagent.memory.search import defang
+    from nanoagent.memory.search import SourceKind, defang
 
-    hits = searcher.search(query, max(1, min(limit, MAX_LIMIT)))
+    limit = max(1, min(limit, MAX_LIMIT))
+    hits = [h for h in searcher.search(query, limit + 12)  # the current conversation is already in the prompt
+            if not (h.kind is SourceKind.SESSION and h.ref == ctx.session_key and h.start >= ctx.visible_from)][:limit]
     if not hits:
         return (f"No memory matches {query!r}. Try other keywords or synonyms; if it is still not found, "
                 "say you do not remember rather than guessing.")
