@@ -107,7 +107,10 @@ class SkillsLoader:
             return cached[1]
         try:
             skill: Skill | None = parse_skill(path, source)
-        except (SkillError, OSError, UnicodeDecodeError) as e:
+        except UnicodeDecodeError:
+            self.warn(f"Skipped skill {path}: it is not UTF-8 text; save it as UTF-8.")
+            skill = None
+        except (SkillError, OSError) as e:
             self.warn(f"Skipped skill {path}: {e}")
             skill = None
         self._cache[path] = (mtime, skill)

@@ -113,7 +113,7 @@ def test_a_workspace_skill_replaces_the_built_in_skill_of_the_same_name(tmp_path
     (b"---\nname: nodesc\n---\nbody\n", "no `description`"),
     (b"---\nname: open\ndescription: never closed\nbody\n", "not closed"),
     (b"---\n- just\n- a list\n---\nbody\n", "must be a mapping"),
-    (b"---\nname: latin\ndescription: caf\xe9\n---\nbody\n", "utf-8"),
+    (b"---\nname: latin\ndescription: caf\xe9\n---\nbody\n", "save it as UTF-8"),
 ], ids=["missing-description", "unclosed-frontmatter", "non-mapping-frontmatter", "non-utf8-bytes"])
 def test_a_malformed_skill_is_skipped_with_a_warning_naming_its_file(tmp_path, content, problem):
     builtin, ws = tmp_path / "builtin", tmp_path / "ws"
