@@ -28,12 +28,12 @@ def memory_md(home) -> str:
 def test_a_long_conversation_consolidates_into_history_with_correct_cursors(llm, isolated_home):
     write_config(isolated_home, {"agents": {"defaults": {"contextWindowTokens": 8000, "maxTokens": 200}}})
     llm.default_reply = Reply(text="noted " * 40)
-    for i in range(14):
-        result = run_cli("agent", "-m", f"turn {i}: " + "the harbour is busy today " * 70, env=anthropic_env(llm))
+    for i in range(6):
+        result = run_cli("agent", "-m", f"turn {i}: " + "the harbour is busy today " * 280, env=anthropic_env(llm))
         assert result.returncode == 0, result.stderr
     lines = (isolated_home / "workspace" / "memory" / "history.jsonl").read_text().splitlines()
     entries = [json.loads(line) for line in lines]
-    assert entries, "the conversation outgrew the window but nothing was archived"
+    assert len(entries) >= 2, "the conversation outgrew the window but was not archived"
     assert [e["cursor"] for e in entries] == list(range(1, len(entries) + 1))
     assert (isolated_home / "workspace" / "memory" / ".cursor").read_text().strip() == str(len(entries))
     session = (isolated_home / "sessions" / "cli__direct.jsonl").read_text()
