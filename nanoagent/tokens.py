@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+from collections.abc import Callable
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -37,8 +38,15 @@ def _encoding() -> Any | None:
 
 
 def estimate_tokens(text: str) -> int:
-    """Rough count for when no tokenizer is available: about 4 characters a token."""
-    return (len(text) + 3) // 4
+    """Rough count for when no tokenizer is available: about 4 ASCII characters a token, and about one
+    token for each other character (CJK text runs close to a token a character)."""
+    other = sum(1 for c in text if ord(c) > 127) if not text.isascii() else 0
+    return (len(text) - other + 3) // 4 + other
+
+
+def token_bound(text: str) -> int:
+    """An upper bound on the token count, without a tokenizer: a BPE token covers at least one UTF-8 byte."""
+    return len(text.encode("utf-8"))
 
 
 def count_tokens(text: str) -> int:
@@ -57,12 +65,17 @@ def tokenizer_available() -> bool:
     return _encoding() is not None
 
 
-def count_message_tokens(message: dict[str, Any]) -> int:
-    """Tokens one stored message adds to a prompt, including a small per-message overhead."""
-    total = 4 + count_tokens(message.get("content") or "")
+def count_message_tokens(message: dict[str, Any], count: Callable[[str], int] = count_tokens) -> int:
+    """Tokens one stored message adds to a prompt, including a small per-message overhead.
+    With `count=token_bound`, an upper bound that needs no tokenizer."""
+    total = 4 + count(message.get("content") or "")
     for call in message.get("tool_calls") or ():
-        total += count_tokens(call.get("name", "")) + count_tokens(call.get("arguments", "")) + 8
+        total += count(call.get("name", "")) + count(call.get("arguments", "")) + 8
     return total
+
+
+def message_bound(message: dict[str, Any]) -> int:
+    return count_message_tokens(message, token_bound)
 
 
 def count_json_tokens(value: Any) -> int:

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from nanoagent.memory.history import HistoryEntry, HistoryLog
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
-from nanoagent.tokens import count_tokens
+from nanoagent.tokens import estimate_tokens
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
 FILE_CAP_CHARS = 12_000
@@ -62,7 +62,7 @@ class ContextBuilder:
         budget = self.recent_history_tokens
         for entry in reversed(entries):
             if entry.cursor not in self._entry_tokens:
-                self._entry_tokens[entry.cursor] = count_tokens(entry.content) + 12
+                self._entry_tokens[entry.cursor] = estimate_tokens(entry.content) + 12  # no tokenizer load per start
             budget -= self._entry_tokens[entry.cursor]
             if budget < 0:
                 break

@@ -23,7 +23,7 @@ from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
 from nanoagent.providers.base import ChatRequest, Provider, Usage, complete_text
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tokens import count_message_tokens, count_tokens
+from nanoagent.tokens import count_message_tokens, count_tokens, message_bound, token_bound
 from nanoagent.tools import ToolContext, ToolRegistry
 from nanoagent.usage import usage_record
 
@@ -61,7 +61,7 @@ class AgentLoop:
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
     _providers: dict[str, Provider] = field(default_factory=dict)
-    _fixed_cache: tuple[str, int] = ("", 0)
+    _fixed_cache: dict[tuple[str, bool], int] = field(default_factory=dict)
 
     def session(self, key: str) -> Session:
         if key not in self._sessions:
@@ -106,10 +106,9 @@ class AgentLoop:
         system = self.context.system_prompt()
         start = session.last_consolidated
         if self.consolidator is not None:
-            fixed = self._fixed_tokens(system) + count_message_tokens(user)
-            await self.consolidator.maybe_consolidate(session, fixed, model)
+            await self.consolidator.maybe_consolidate(session, self._fixed(system, user), model)
             system = self.context.system_prompt()  # recent history may have grown
-            start = self.consolidator.window_start(session, self._fixed_tokens(system) + count_message_tokens(user))
+            start = self.consolidator.window_start(session, self._fixed(system, user))
         self.store.add_messages(session, [user], sync=True)
         spec = RunSpec(
             system=system,
@@ -129,16 +128,27 @@ class AgentLoop:
         finally:
             self.store.sync(session)
         if self.consolidator is not None:  # near the budget: archive now, not at the start of the next turn
-            await self.consolidator.maybe_consolidate(session, self._fixed_tokens(system), model, threshold=0.8)
+            await self.consolidator.maybe_consolidate(session, self._fixed(system), model, threshold=0.8)
         reply = result.reply if result.error is None else f"Error: {result.error}"
         return TurnResult(reply, session.key, result, model)
 
-    def _fixed_tokens(self, system: str) -> int:
+    def _fixed(self, system: str, user: dict[str, Any] | None = None) -> Callable[[bool], int]:
+        """Tokens of the system prompt, tool list and new message (an upper bound when not exact)."""
+        def tokens(exact: bool) -> int:
+            message = (count_message_tokens(user) if exact else message_bound(user)) if user else 0
+            return self._fixed_tokens(system, exact) + message
+
+        return tokens
+
+    def _fixed_tokens(self, system: str, exact: bool = True) -> int:
         """Tokens of the system prompt and tool list, recounted only when the prompt changes."""
-        if self._fixed_cache[0] != system:
+        key = (system, exact)
+        if key not in self._fixed_cache:
             tools = json.dumps([t.__dict__ for t in self.tools.specs()])
-            self._fixed_cache = (system, count_tokens(system) + count_tokens(tools))
-        return self._fixed_cache[1]
+            count = count_tokens if exact else token_bound
+            self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[0] == system}
+            self._fixed_cache[key] = count(system) + count(tools)
+        return self._fixed_cache[key]
 
     def _after_cancel(self, session: Session) -> None:
         """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""

@@ -19,7 +19,7 @@ from nanoagent.memory.history import HistoryLog
 from nanoagent.providers.base import ProviderError, Usage
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
-from nanoagent.tokens import count_message_tokens
+from nanoagent.tokens import count_message_tokens, message_bound
 from nanoagent.usage import usage_record
 
 MAX_MESSAGES_PER_ARCHIVE = 200
@@ -32,9 +32,23 @@ TRANSCRIPT_CAP_CHARS = 60_000
 Complete = Callable[[str, str, str], Awaitable[tuple[str, Usage, str]]]
 
 
+# Everything in the prompt but the session's history, in tokens; an upper bound when `exact` is False.
+FixedCost = Callable[[bool], int]
+
+
 @dataclass
 class _Counts:
-    prefix: list[int] = field(default_factory=lambda: [0])  # prefix[i] = tokens of messages[:i]
+    """Running token totals of one session's messages from `base` on: prefix[k] covers messages[base:base + k].
+    Each message is counted once, ever."""
+
+    measure: Callable[[dict[str, Any]], int]
+    base: int
+    prefix: list[int] = field(default_factory=lambda: [0])
+
+    def between(self, messages: list[dict[str, Any]], start: int, end: int) -> int:
+        for message in messages[self.base + len(self.prefix) - 1:end]:
+            self.prefix.append(self.prefix[-1] + self.measure(message))
+        return self.prefix[end - self.base] - self.prefix[start - self.base]
 
 
 class Consolidator:
@@ -43,7 +57,8 @@ class Consolidator:
         self.store = store
         self.settings = settings
         self.complete = complete
-        self._counts: dict[str, _Counts] = {}
+        self._exact: dict[str, _Counts] = {}
+        self._bound: dict[str, _Counts] = {}
 
     @property
     def budget(self) -> int:
@@ -51,26 +66,32 @@ class Consolidator:
         margin = max(1024, s.context_window_tokens // 20)
         return max(1, s.context_window_tokens - s.max_tokens - margin)
 
-    def history_tokens(self, session: Session) -> int:
-        """Tokens of the unconsolidated messages; each message is counted once, ever."""
-        counts = self._counts.setdefault(session.key, _Counts())
-        for message in session.messages[len(counts.prefix) - 1:]:
-            counts.prefix.append(counts.prefix[-1] + count_message_tokens(message))
-        return counts.prefix[len(session.messages)] - counts.prefix[min(session.last_consolidated, len(session.messages))]
+    def history_tokens(self, session: Session, exact: bool = True) -> int:
+        """Tokens of the messages not yet archived; with `exact=False` a bound that needs no tokenizer."""
+        return self._tokens_between(session, session.last_consolidated, len(session.messages), exact)
 
-    def _tokens_between(self, session: Session, start: int, end: int) -> int:
-        prefix = self._counts[session.key].prefix
-        return prefix[end] - prefix[start]
+    def _tokens_between(self, session: Session, start: int, end: int, exact: bool = True) -> int:
+        table = self._exact if exact else self._bound
+        counts = table.get(session.key)
+        if counts is None or start < counts.base:
+            counts = table[session.key] = _Counts(count_message_tokens if exact else message_bound, start)
+        return counts.between(session.messages, start, end)
 
-    async def maybe_consolidate(self, session: Session, fixed_tokens: int, model: str, threshold: float = 1.0) -> int:
-        """Archive old turns when the estimate is over `threshold` x budget. Returns messages archived."""
-        estimate = fixed_tokens + self.history_tokens(session)
-        if estimate <= self.budget * threshold:
+    def over(self, session: Session, fixed: FixedCost, limit: float) -> int:
+        """How far the prompt is over `limit` tokens (<= 0: within). The byte bound answers first, so the
+        tokenizer (0.6 s to load) is only needed when the prompt might really be near the limit."""
+        if fixed(False) + self.history_tokens(session, exact=False) <= limit:
+            return 0
+        return int(fixed(True) + self.history_tokens(session) - limit)
+
+    async def maybe_consolidate(self, session: Session, fixed: FixedCost, model: str, threshold: float = 1.0) -> int:
+        """Archive old turns when the prompt is over `threshold` x budget. Returns messages archived."""
+        if self.over(session, fixed, self.budget * threshold) <= 0:
             return 0
         target = self.budget // 2
         archived = 0
         for _ in range(MAX_ROUNDS):
-            excess = fixed_tokens + self.history_tokens(session) - target
+            excess = self.over(session, fixed, target)
             if excess <= 0:
                 break
             end = self._cut_point(session, excess)
@@ -81,12 +102,12 @@ class Consolidator:
             archived += end - start
         return archived
 
-    def window_start(self, session: Session, fixed_tokens: int) -> int:
+    def window_start(self, session: Session, fixed: FixedCost) -> int:
         """Where the prompt's history starts. Normally `last_consolidated`; when a backlog is still over the
         budget after this turn's bounded archiving (a switch to a smaller model, an imported session), the
         oldest unarchived turns are left out of this request, not dropped: they stay for later rounds."""
         start = min(session.last_consolidated, len(session.messages))
-        excess = fixed_tokens + self.history_tokens(session) - self.budget
+        excess = self.over(session, fixed, self.budget)
         if excess <= 0:
             return start
         for index in range(start + 1, len(session.messages)):
