@@ -52,6 +52,8 @@ def bench_cli(home: Path, server) -> None:
         "anthropic/claude-bench": {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.url},
         "openai/gpt-bench": {"OPENAI_API_KEY": "k", "OPENAI_BASE_URL": server.url + "/v1"},
     }
+    sdk = statistics.median(run_process([sys.executable, "-c", "import anthropic"], base_env)[0] for _ in range(7))
+    record("  reference: python -c 'import anthropic' (median of 7)", f"{sdk:.3f} s", "-", True)
     for model, env in models.items():
         env = {**base_env, **env, "NANOAGENT_MODEL": model}
         samples = [run_process([*cli, "agent", "-m", "hello", "-s", f"bench-{i}"], env) for i in range(7)]
