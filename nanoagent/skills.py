@@ -2,7 +2,8 @@
 
 The frontmatter is the one AgentSkills, Claude Code and OpenClaw use:
 `name`, `description`, optional `always`, and `metadata.requires.{bins,env}`
-(also accepted under `metadata.openclaw.requires` / `metadata.nanobot.requires`).
+(also accepted under `metadata.<vendor>.requires` for openclaw, clawdis, clawdbot and nanobot,
+with OpenClaw's `anyBins`: at least one of them on PATH).
 The system prompt lists every skill (name, description, path); `always` skills
 are included in full; the model reads the others when it needs them.
 """
@@ -60,17 +61,27 @@ def parse_skill(path: Path, source: str) -> Skill:
         raise SkillError("frontmatter has no `description`")
     body = text[end + 4:].lstrip("\n")
     return Skill(name=name.strip(), description=" ".join(description.split()), path=path, source=source,
-                 body=body, always=bool(meta.get("always", False)), missing=_missing(meta))
+                 body=body, always=_truthy(meta.get("always", False)), missing=_missing(meta))
+
+
+def _truthy(value: Any) -> bool:
+    """YAML gives a bool for `always: true`; a quoted "false" must not count as true."""
+    if isinstance(value, str):
+        return value.strip().lower() in ("true", "yes", "on", "1")
+    return bool(value)
 
 
 def _missing(meta: dict[str, Any]) -> tuple[str, ...]:
     metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
     requires = metadata.get("requires")
-    for vendor in ("openclaw", "nanobot", "clawdbot"):
+    for vendor in ("openclaw", "clawdis", "clawdbot", "nanobot"):
         if requires is None and isinstance(metadata.get(vendor), dict):
             requires = metadata[vendor].get("requires")
     requires = requires if isinstance(requires, dict) else {}
     missing = [f"needs `{b}` on PATH" for b in _as_list(requires.get("bins")) if shutil.which(b) is None]
+    any_bins = _as_list(requires.get("anyBins") or requires.get("any_bins"))
+    if any_bins and not any(shutil.which(b) for b in any_bins):
+        missing.append("needs one of " + ", ".join(f"`{b}`" for b in any_bins) + " on PATH")
     missing += [f"needs ${v}" for v in _as_list(requires.get("env")) if not os.environ.get(v)]
     return tuple(missing)
 

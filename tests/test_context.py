@@ -124,3 +124,16 @@ def test_a_malformed_skill_is_skipped_with_a_warning_naming_its_file(tmp_path, c
     assert [s.name for s in SkillsLoader(ws, builtin, warn=warnings.append).skills()] == ["good"]
     assert len(warnings) == 1 and str(ws / "broken" / "SKILL.md") in warnings[0]
     assert problem in warnings[0]
+
+
+def test_openclaw_skills_drop_in_with_their_vendor_metadata_and_any_bins(tmp_path):
+    builtin, ws = tmp_path / "builtin", tmp_path / "ws"
+    write_skill(ws, "claw", 'name: claw\ndescription: d\nmetadata: {"clawdis": {"requires": {"bins": ["no-such-bin-x"]}}}')
+    write_skill(ws, "anyof", 'name: anyof\ndescription: d\nmetadata: {"openclaw": {"requires": {"anyBins": ["no-such-a", "sh"]}}}')
+    write_skill(ws, "noneof", 'name: noneof\ndescription: d\nmetadata: {"openclaw": {"requires": {"anyBins": ["no-such-a", "no-such-b"]}}}')
+    write_skill(ws, "quoted", 'name: quoted\ndescription: d\nalways: "false"')
+    skills = {s.name: s for s in SkillsLoader(ws, builtin).skills()}
+    assert skills["claw"].missing == ("needs `no-such-bin-x` on PATH",)
+    assert skills["anyof"].available
+    assert skills["noneof"].missing == ("needs one of `no-such-a`, `no-such-b` on PATH",)
+    assert skills["quoted"].always is False
