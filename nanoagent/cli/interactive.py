@@ -31,6 +31,9 @@ READ_ONLY_COMMANDS = {"/help", "/status", "/usage", "/skills", "/sessions"}
 EXIT_COMMANDS = {"/exit", "/quit"}
 
 
+LONG_BLOCK_LINES = 6
+
+
 class MarkdownStream:
     """Prints a streamed reply block by block, each rendered as Markdown once complete."""
 
@@ -54,12 +57,19 @@ class MarkdownStream:
         self.buffer = ""
 
     def _complete_prefix(self) -> int:
-        """End of the last finished block: a blank line outside any code fence."""
+        """End of the last finished block: a blank line outside any code fence. A long run of lines with no
+        blank line (a list, a log) is cut at its last complete line instead, so it still streams; tables
+        are kept whole because their rows only render together."""
         index = self.buffer.rfind("\n\n")
         while index > 0:
             if self.buffer.count("```", 0, index) % 2 == 0:
                 return index + 2
             index = self.buffer.rfind("\n\n", 0, index)
+        last = self.buffer.rfind("\n")
+        if self.buffer.count("\n") >= LONG_BLOCK_LINES and self.buffer.count("```", 0, last) % 2 == 0:
+            line_start = self.buffer.rfind("\n", 0, last) + 1
+            if not self.buffer[line_start:last].lstrip().startswith("|"):
+                return last + 1
         return 0
 
     def _emit(self, text: str) -> None:
