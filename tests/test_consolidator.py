@@ -246,3 +246,19 @@ def test_a_backlog_too_big_for_one_turn_is_left_out_of_the_request_but_kept(tmp_
     session = loop.session("cli:direct")
     assert session.last_consolidated < 4000  # not all archived in one turn (bounded) ...
     assert len(session.messages) == 4002  # ... and nothing was dropped from the session
+
+
+def test_the_users_message_is_on_disk_before_any_summary_call(tmp_path):
+    seen_on_disk = []
+
+    def respond(request):
+        if is_summary(request):
+            session_file = Paths.from_env().session_file("cli:direct")
+            seen_on_disk.append("the newest message" in session_file.read_text())
+            return "- summary"
+        return None
+
+    loop, _ = agent(tmp_path, ScriptedProvider(default="ok " * 50, respond=respond))
+    talk(loop, 8)
+    asyncio.run(loop.handle("the newest message " + "words " * 400, "cli:direct"))
+    assert seen_on_disk and seen_on_disk[-1] is True  # a process killed while summarising keeps the message

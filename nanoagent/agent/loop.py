@@ -23,7 +23,7 @@ from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
 from nanoagent.providers.base import ChatRequest, Provider, Usage, complete_text
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tokens import count_message_tokens, count_tokens, message_bound, token_bound
+from nanoagent.tokens import count_message_tokens, count_tokens, token_bound
 from nanoagent.tools import ToolContext, ToolRegistry
 from nanoagent.usage import usage_record
 
@@ -103,13 +103,12 @@ class AgentLoop:
         channel, _, chat_id = session.key.partition(":")
         user = self.context.user_message(text, channel or "cli", chat_id or "direct")
         model = self.model_for(session)
-        system = self.context.system_prompt()
-        start = session.last_consolidated
-        if self.consolidator is not None:
-            await self.consolidator.maybe_consolidate(session, self._fixed(system, user), model)
-            system = self.context.system_prompt()  # recent history may have grown
-            start = self.consolidator.window_start(session, self._fixed(system, user))
-        self.store.add_messages(session, [user], sync=True)
+        self.store.add_messages(session, [user], sync=True)  # on disk before any model call, summaries included
+        try:
+            system, start = await self._fit_context(session, model)
+        except asyncio.CancelledError:
+            self._after_cancel(session)
+            raise
         spec = RunSpec(
             system=system,
             messages=history_for_model(session.messages, start),
@@ -132,13 +131,18 @@ class AgentLoop:
         reply = result.reply if result.error is None else f"Error: {result.error}"
         return TurnResult(reply, session.key, result, model)
 
-    def _fixed(self, system: str, user: dict[str, Any] | None = None) -> Callable[[bool], int]:
-        """Tokens of the system prompt, tool list and new message (an upper bound when not exact)."""
-        def tokens(exact: bool) -> int:
-            message = (count_message_tokens(user) if exact else message_bound(user)) if user else 0
-            return self._fixed_tokens(system, exact) + message
+    async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
+        """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""
+        system = self.context.system_prompt()
+        if self.consolidator is None:
+            return system, session.last_consolidated
+        await self.consolidator.maybe_consolidate(session, self._fixed(system), model)
+        system = self.context.system_prompt()  # recent history may have grown
+        return system, self.consolidator.window_start(session, self._fixed(system))
 
-        return tokens
+    def _fixed(self, system: str) -> Callable[[bool], int]:
+        """Tokens of the system prompt and tool list (an upper bound when not exact)."""
+        return lambda exact: self._fixed_tokens(system, exact)
 
     def _fixed_tokens(self, system: str, exact: bool = True) -> int:
         """Tokens of the system prompt and tool list, recounted only when the prompt changes."""
