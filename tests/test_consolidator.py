@@ -263,3 +263,31 @@ def test_the_users_message_is_on_disk_before_any_summary_call(tmp_path):
     assert seen_on_disk == []
     asyncio.run(loop.handle("the newest message " + "words " * 4000, "cli:direct"))
     assert seen_on_disk and all(seen_on_disk)  # a process killed while summarising keeps the message
+
+
+def test_newest_first_reads_back_across_chunks_and_skips_torn_and_corrupt_lines(tmp_path):
+    log = HistoryLog(tmp_path)
+    for n in range(1, 401):
+        log.append("cli:direct", f"entry {n} " + "x" * 400)  # ~170 KB: several 64 KB chunks
+    with open(tmp_path / "history.jsonl", "ab") as f:
+        f.write(b'not json\n{"cursor": 401, "timestamp": "2026-11-22 10:00", "sess')
+    newest = list(HistoryLog(tmp_path).newest_first(after=250))
+    assert [e.cursor for e in newest] == list(range(400, 250, -1))
+    assert newest[0].content.startswith("entry 400 ")
+    assert [e.cursor for e in HistoryLog(tmp_path).newest_first()][-1] == 1
+
+
+def test_recent_history_at_start_reads_only_the_end_of_a_long_history(tmp_path, monkeypatch):
+    loop, paths = agent(tmp_path, ScriptedProvider(default="ok"), Config())
+    log = HistoryLog(paths.memory_dir)
+    for n in range(1, 2001):
+        log.append("cli:direct", f"- fact {n}")
+    fresh, _ = agent(tmp_path, ScriptedProvider(default="ok"), Config())
+    parsed = []
+    import nanoagent.memory.history as history_module
+
+    original = history_module._parse
+    monkeypatch.setattr(history_module, "_parse", lambda line: parsed.append(1) or original(line))
+    prompt = fresh.context.system_prompt()
+    assert "- fact 2000" in prompt and "older entries are left out" in prompt
+    assert len(parsed) < 1000  # not the whole file: a start stays fast however long the history grows

@@ -74,6 +74,28 @@ class HistoryLog:
         out = [e for e in self._entries if e.cursor > after]
         return out[:limit] if limit is not None else out
 
+    def newest_first(self, after: int = 0) -> Iterator[HistoryEntry]:
+        """Entries with a cursor above `after`, newest first, read backwards from the end of the file, so
+        the cost follows how many are taken, not how long the history is (cursors only grow down the file)."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return
+        with f:
+            pos, head = f.seek(0, os.SEEK_END), b""
+            while pos > 0:
+                start = max(0, pos - 65536)
+                f.seek(start)
+                lines = (f.read(pos - start) + head).split(b"\n")
+                head, pos = (lines.pop(0) if start > 0 else b""), start  # the first line may be cut: keep it
+                for line in reversed(lines):
+                    entry = _parse(line)
+                    if entry is None:
+                        continue
+                    if entry.cursor <= after:
+                        return
+                    yield entry
+
     def _refresh(self) -> None:
         """Parse only the bytes appended since the last read (the file is append-only)."""
         try:
@@ -141,13 +163,20 @@ def read_entries(path: Path, offset: int = 0,
         warn(f"{path}: skipped an incomplete last line (a previous run was interrupted)")
     entries = []
     for line in data[:complete].split(b"\n"):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-            entries.append(HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")), str(d.get("session", "")),
-                                        str(d["content"]), bool(d.get("raw", False))))
-        except (ValueError, KeyError, TypeError):
-            if warn:
-                warn(f"{path}: skipped a corrupt line ({line[:60]!r})")
+        entry = _parse(line)
+        if entry is not None:
+            entries.append(entry)
+        elif line.strip() and warn:
+            warn(f"{path}: skipped a corrupt line ({line[:60]!r})")
     return entries, offset + complete
+
+
+def _parse(line: bytes) -> HistoryEntry | None:
+    if not line.strip():
+        return None
+    try:
+        d = json.loads(line)
+        return HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")), str(d.get("session", "")),
+                            str(d["content"]), bool(d.get("raw", False)))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
