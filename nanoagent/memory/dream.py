@@ -235,7 +235,8 @@ class Dream:
             os.close(fd)
 
     async def _batch(self, dry_run: bool) -> DreamResult | None:
-        entries = self.history.entries(after=self.history.dream_cursor, limit=self.batch_size)
+        undreamed = list(self.history.newest_first(after=self.history.dream_cursor))  # cost: the new entries only
+        entries = undreamed[::-1][:self.batch_size]
         if not entries:
             return None
         if not dry_run:
