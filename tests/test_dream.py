@@ -132,10 +132,12 @@ def test_the_editing_phase_cannot_touch_any_other_file(tmp_path, path):
         "done",
     ])
     runner = build_dream(config, paths, sink=events.append, provider=provider)
-    asyncio.run(runner.run())
+    with pytest.raises(DreamFailed, match="all 2 edit"):  # the findings were not applied: the cursor stays
+        asyncio.run(runner.run())
     results = [e for e in events if type(e).__name__ == "ToolFinished"]
     assert len(results) == 3 and not any(r.ok for r in results)
     assert all("refused" in r.result for r in results)
+    assert log.dream_cursor == 0
     assert (paths.workspace / "notes.md").read_text() == "mine"
     assert not (tmp_path / "home" / "outside.md").exists()
 
@@ -148,9 +150,14 @@ def test_the_editing_phase_cannot_follow_a_symlink_out_of_the_workspace(tmp_path
     (paths.workspace / "USER.md").unlink()
     (paths.workspace / "USER.md").symlink_to(secret)
     events = []
-    provider = ScriptedProvider([ANALYSIS, append("USER.md", "- leaked", "x"), "done"])
-    asyncio.run(build_dream(config, paths, sink=events.append, provider=provider).run())
-    assert secret.read_text() == "private"
+    provider = ScriptedProvider([ANALYSIS, append("USER.md", "- leaked", "x"), ScriptedReply(tool_calls=[
+        ("read_file", {"path": "USER.md"})]), "done"])
+    with pytest.raises(DreamFailed):
+        asyncio.run(build_dream(config, paths, sink=events.append, provider=provider).run())
+    results = [e.result for e in events if type(e).__name__ == "ToolFinished"]
+    assert all("link to a place outside the workspace" in r for r in results) and len(results) == 2
+    assert "private" not in "".join(results)  # nothing read through the link either
+    assert secret.read_text() == "private" and (paths.workspace / "USER.md").is_symlink()
 
 
 def test_the_editing_phase_has_no_shell_or_write_tool(tmp_path):
@@ -167,7 +174,8 @@ def test_a_no_op_edit_is_refused(tmp_path):
     provider = ScriptedProvider([ANALYSIS, ScriptedReply(tool_calls=[("edit_file", {
         "path": "USER.md", "old_text": "- (nothing yet)", "new_text": "- (nothing yet)", "summary": "x"})]), "done"])
     runner = build_dream(config, paths, sink=events.append, provider=provider)
-    asyncio.run(runner.run())
+    with pytest.raises(DreamFailed):
+        asyncio.run(runner.run())
     [finished] = [e for e in events if type(e).__name__ == "ToolFinished"]
     assert not finished.ok and "no-op" in finished.result
     assert [c for c in runner.git.log() if c.author == "dream"] == []
@@ -289,3 +297,109 @@ def test_slash_dream_runs_dream_from_a_session(tmp_path):
     loop = build_agent(config, paths, sink=lambda e: None, provider=provider)
     reply = asyncio.run(loop.handle("/dream", "cli:direct")).reply
     assert "memory/MEMORY.md: add: sister" in reply and log.dream_cursor == 1
+
+
+def test_the_cursor_does_not_advance_when_every_edit_failed(tmp_path):
+    paths, config, log = setup()
+    wrong = ScriptedReply(tool_calls=[("edit_file", {"path": "USER.md", "old_text": "- Lives in Lisbon",
+                                                     "new_text": "- Lives in Porto", "summary": "correct city"})])
+    runner = build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider(
+        ["## USER.md\n- CORRECT: '- Lives in Lisbon' -> Porto", wrong, "I could not change anything."]))
+    with pytest.raises(DreamFailed, match="made no change"):
+        asyncio.run(runner.run())
+    assert log.dream_cursor == 0
+
+
+def test_an_edit_that_failed_then_succeeded_counts(tmp_path):
+    paths, config, log = setup()
+    wrong = ScriptedReply(tool_calls=[("edit_file", {"path": "USER.md", "old_text": "nope", "new_text": "x",
+                                                     "summary": "x"})])
+    provider = ScriptedProvider([ANALYSIS, wrong, append("USER.md", "- Sister: Ines", "add: sister"), "done"])
+    _, results = dream(paths, config, provider)
+    assert log.dream_cursor == 1 and results[0].failed_edits == 1 and len(results[0].commits) == 1
+
+
+def test_dream_creates_skills_but_never_changes_the_users_or_shadows_a_builtin(tmp_path):
+    paths, config, log = setup()
+    build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider())  # seeds the workspace
+    mine = paths.workspace / "skills" / "deploy" / "SKILL.md"
+    mine.parent.mkdir(parents=True)
+    mine.write_text("---\nname: deploy\ndescription: mine\n---\nsteps\n")
+    skill = "---\nname: {0}\ndescription: d\n---\nbody\n"
+    events = []
+    provider = ScriptedProvider([ANALYSIS, ScriptedReply(tool_calls=[
+        ("edit_file", {"path": "skills/deploy/SKILL.md", "old_text": "steps", "new_text": "rm -rf", "summary": "x"}),
+        ("create_skill", {"name": "memory", "content": skill.format("memory"), "summary": "x"}),
+        ("create_skill", {"name": "deploy", "content": skill.format("deploy"), "summary": "x"}),
+        ("create_skill", {"name": "weekly", "content": skill.format("weekly"), "summary": "new"}),
+        ("edit_file", {"path": "skills/weekly/SKILL.md", "old_text": "body", "new_text": "steps", "summary": "y"}),
+    ]), "done"])
+    asyncio.run(build_dream(config, paths, sink=events.append, provider=provider).run())
+    oks = [e.ok for e in events if type(e).__name__ == "ToolFinished"]
+    assert oks == [False, False, False, True, True]
+    assert mine.read_text() == "---\nname: deploy\ndescription: mine\n---\nsteps\n"
+    assert not (paths.workspace / "skills" / "memory").exists()
+    assert (paths.workspace / "skills" / "weekly" / "SKILL.md").read_text().endswith("steps\n")
+
+
+def test_a_hand_edit_saved_while_dream_works_stays_the_users_and_survives_a_restore(tmp_path):
+    paths, config, _ = setup()
+    user_md = paths.workspace / "USER.md"
+
+    def respond(request):
+        if request.tools and request.messages[-1]["role"] == "tool":
+            user_md.write_text(user_md.read_text() + "- Hand-written while Dream worked\n")
+            return "done"
+        return None
+
+    provider = ScriptedProvider([ANALYSIS, append("USER.md", "- Sister: Ines", "add: sister")], respond=respond)
+    runner, results = dream(paths, config, provider)
+    [mine] = [c for c in runner.git.log() if c.author == "user"]
+    [dreamed] = results[0].commits
+    assert "\n+- Hand-written" not in runner.git.show(dreamed.sha)  # context maybe, never Dream's own change
+    assert "\n+- Hand-written" in runner.git.show(mine.sha)
+    runner.git.restore(dreamed.sha)
+    assert "- Hand-written while Dream worked" in user_md.read_text() and "Sister" not in user_md.read_text()
+
+
+def test_a_dream_killed_while_writing_is_finished_by_the_next_one(tmp_path, monkeypatch):
+    from nanoagent.memory.gitlog import MemoryGit
+
+    paths, config, log = setup()
+    edits = ScriptedReply(tool_calls=[
+        ("append_to_file", {"path": "USER.md", "text": "- Sister: Ines", "summary": "add: sister"}),
+        ("append_to_file", {"path": "memory/MEMORY.md", "text": "- Ines lives in Faro", "summary": "add: Faro"}),
+    ])
+    real_commit, calls = MemoryGit.commit, []
+
+    def dying_commit(self, files, message, author="dream"):
+        calls.append(files)
+        if len(calls) == 2:
+            raise KeyboardInterrupt  # killed after writing the second file, before committing it
+        return real_commit(self, files, message, author)
+
+    monkeypatch.setattr(MemoryGit, "commit", dying_commit)
+    runner = build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider([ANALYSIS, edits, "done"]))
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(runner.run())
+    assert log.dream_cursor == 0 and runner.journal_path.exists()
+    monkeypatch.setattr(MemoryGit, "commit", real_commit)
+    provider = ScriptedProvider()
+    results = asyncio.run(build_dream(config, paths, sink=lambda e: None, provider=provider).run())
+    assert results == [] and provider.requests == []  # finished from the journal, no model call
+    assert log.dream_cursor == 1 and not runner.journal_path.exists()
+    authors = [c.author for c in runner.git.log()]
+    assert authors.count("dream") == 2 and "user" not in authors  # not passed off as a hand edit
+    assert memory(paths).count("- Ines lives in Faro") == 1
+
+
+def test_a_memory_file_linked_inside_the_workspace_stays_a_link(tmp_path):
+    paths, config, _ = setup()
+    build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider())
+    real = paths.workspace / "notes" / "about-me.md"
+    real.parent.mkdir()
+    real.write_text("# User\n")
+    (paths.workspace / "USER.md").unlink()
+    (paths.workspace / "USER.md").symlink_to(real)
+    dream(paths, config, ScriptedProvider([ANALYSIS, append("USER.md", "- Sister: Ines", "add"), "done"]))
+    assert (paths.workspace / "USER.md").is_symlink() and "- Sister: Ines" in real.read_text()

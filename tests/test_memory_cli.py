@@ -4,6 +4,7 @@ import json
 
 from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
+from nanoagent.templates import seed_workspace
 from tests.conftest import anthropic_env, fast_retries, run_cli, write_config
 from tests.llm_server import Reply
 
@@ -63,15 +64,15 @@ def test_dream_with_nothing_new_makes_no_model_call(llm, isolated_home):
 def test_a_failing_dream_exits_non_zero_and_leaves_cursor_and_files(llm, isolated_home):
     write_config(isolated_home, fast_retries())
     log = remember(isolated_home, "- the user bought a boat and named it Gull")
-    run_cli("status", env=anthropic_env(llm))
+    seed_workspace(isolated_home / "workspace")
     llm.script(Reply(text=ANALYSIS), append_call("- Boat: Gull", "add"),
                Reply(status=400, error_message="prompt is too long"))
-    before = memory_md(isolated_home) if (isolated_home / "workspace" / "memory" / "MEMORY.md").exists() else ""
+    before = memory_md(isolated_home)
     result = run_cli("dream", env=anthropic_env(llm))
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "Nothing changed" in errors[0] and "Traceback" not in result.stderr
-    assert "Boat: Gull" not in memory_md(isolated_home) and memory_md(isolated_home) in (before, memory_md(isolated_home))
+    assert memory_md(isolated_home) == before
     assert log.dream_cursor == 0
 
 
@@ -119,3 +120,27 @@ def test_dream_batch_sends_both_phases_through_message_batches_at_half_price(llm
     ledger = next((isolated_home / "sessions").glob("dream__*.jsonl"))
     usage = [json.loads(line) for line in ledger.read_text().splitlines() if '"usage"' in line]
     assert len(usage) == 3 and all(u["price_factor"] == 0.5 for u in usage)
+
+
+def test_the_system_prompt_tells_the_model_to_search_memory_before_answering_about_the_past(llm, isolated_home):
+    assert run_cli("agent", "-m", "hi", env=anthropic_env(llm)).returncode == 0
+    system = json.dumps(llm.requests[-1].body["system"])
+    assert "call `memory_search` first" in system and "memory_search" in json.dumps(llm.requests[-1].body["tools"])
+
+
+def test_a_fact_told_ten_sessions_earlier_is_found_through_the_agent(llm, isolated_home):
+    from nanoagent.session.store import SessionStore
+
+    llm.script(Reply(text="Noted."))
+    told = run_cli("agent", "-m", "My locker code at the pool is 4471, remember it.", "-s", "s0", env=anthropic_env(llm))
+    assert told.returncode == 0, told.stderr
+    store = SessionStore(isolated_home / "sessions")
+    for n in range(1, 10):  # nine conversations about other things in between
+        session = store.load(f"cli:s{n}")
+        store.add_messages(session, [{"role": "user", "content": f"Plan day {n} of the garden project"},
+                                     {"role": "assistant", "content": f"Day {n}: water the tomatoes."}])
+    llm.script(Reply(tool_calls=[("memory_search", {"query": "locker code pool"})]), Reply(text="It is 4471."))
+    asked = run_cli("agent", "-m", "What was my locker code?", "-s", "s10", env=anthropic_env(llm))
+    assert asked.returncode == 0, asked.stderr
+    result = json.dumps(llm.requests[-1].body["messages"][-1])
+    assert "4471" in result and "session cli:s0 #0" in result

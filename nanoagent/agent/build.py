@@ -16,6 +16,7 @@ from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
+from nanoagent.resources import skills_dir
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
@@ -121,5 +122,6 @@ def build_dream(
         lock_path=paths.memory_dir / ".dream.lock",
         batch_size=memory.dream_batch_size,
         max_iterations=memory.dream_max_iterations,
+        builtin_skills=frozenset(p.name for p in skills_dir().iterdir() if (p / "SKILL.md").is_file()),
         sink=recording_sink,
     )

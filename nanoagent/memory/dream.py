@@ -15,14 +15,17 @@ workspace (a lock file), so cron and a manual `/dream` cannot collide.
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
+import hashlib
+import json
 import os
 import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import AgentRunner, RunSpec
@@ -83,6 +86,7 @@ class DreamResult:
     usage: Usage = field(default_factory=Usage)
     dry_run: bool = False
     reply: str = ""
+    failed_edits: int = 0  # edit calls the model made that were refused (it may have retried them)
 
     @property
     def cursor_range(self) -> tuple[int, int]:
@@ -92,19 +96,39 @@ class DreamResult:
 class MemoryOverlay:
     """The memory files as the editing phase sees them: read from disk, changed only in memory."""
 
-    def __init__(self, workspace: Path):
+    def __init__(self, workspace: Path, builtin_skills: frozenset[str] = frozenset()):
         self.workspace = workspace
+        self.builtin_skills = builtin_skills
         self.edits: list[Edit] = []
         self._texts: dict[str, str | None] = {}
 
-    def check(self, path: str) -> str:
+    def check(self, path: str, writing: bool = False) -> str:
+        """The workspace-relative path, if Dream may read (or with `writing`, change) it; else ToolError.
+
+        Dream changes SOUL.md, USER.md and memory/MEMORY.md, and skills it creates in this run; it may read
+        existing skills but never change the user's own or replace a built-in one."""
         rel = os.path.normpath(path.strip())
-        if rel in MEMORY_FILES or SKILL_PATH.match(rel):
-            root = os.path.realpath(self.workspace)
-            if os.path.realpath(self.workspace / rel).startswith(root + os.sep):  # no symlink out of the workspace
-                return rel
-        raise ToolError(f"Dream may only touch {', '.join(MEMORY_FILES)} and skills/<name>/SKILL.md; "
-                        f"'{path}' is refused.")
+        skill = SKILL_PATH.match(rel)
+        if rel not in MEMORY_FILES and not skill:
+            raise ToolError(f"Dream may only touch {', '.join(MEMORY_FILES)} and skills/<name>/SKILL.md; "
+                            f"'{path}' is refused.")
+        root = os.path.realpath(self.workspace)
+        if not os.path.realpath(self.workspace / rel).startswith(root + os.sep):
+            raise ToolError(f"'{path}' is a link to a place outside the workspace; Dream leaves it alone.")
+        if writing and skill and not self.created(rel):
+            raise ToolError(f"{rel} is an existing skill; Dream only creates new skills (create_skill).")
+        return rel
+
+    def created(self, rel: str) -> bool:
+        return any(e.path == rel and e.kind == "create" for e in self.edits)
+
+    def check_new_skill(self, name: str) -> str:
+        rel = self.check(f"skills/{name}/SKILL.md")
+        if name in self.builtin_skills:
+            raise ToolError(f"'{name}' is a built-in skill; choose another name for a new skill.")
+        if self.read(rel) is not None:
+            raise ToolError(f"The skill '{name}' already exists; Dream only creates new skills.")
+        return rel
 
     def read(self, rel: str) -> str | None:
         if rel not in self._texts:
@@ -152,7 +176,7 @@ def dream_tools(overlay: MemoryOverlay) -> ToolRegistry:
             new_text: The text to put in its place.
             summary: What this edit changes, under 70 characters, for the memory log.
         """
-        rel = overlay.check(path)
+        rel = overlay.check(path, writing=True)
         overlay.apply(Edit(rel, old_text, new_text, _summary(summary, "edit"), "edit"))
         return f"Edited {rel}."
 
@@ -165,7 +189,7 @@ def dream_tools(overlay: MemoryOverlay) -> ToolRegistry:
             text: The lines to add, e.g. "- Prefers tea over coffee".
             summary: What this edit adds, under 70 characters, for the memory log.
         """
-        rel = overlay.check(path)
+        rel = overlay.check(path, writing=True)
         if not text.strip():
             raise ToolError("text is empty: nothing to add.")
         overlay.apply(Edit(rel, "", text, _summary(summary, "add"), "append"))
@@ -180,7 +204,7 @@ def dream_tools(overlay: MemoryOverlay) -> ToolRegistry:
             content: The whole SKILL.md: YAML frontmatter with name and description, then instructions.
             summary: Why this skill was created, under 70 characters, for the memory log.
         """
-        rel = overlay.check(f"skills/{name}/SKILL.md")
+        rel = overlay.check_new_skill(name)
         if not content.lstrip().startswith("---"):
             raise ToolError("A SKILL.md starts with YAML frontmatter (---, name:, description:, ---).")
         overlay.apply(Edit(rel, "", content.rstrip("\n") + "\n", _summary(summary, "new skill"), "create"))
@@ -205,6 +229,7 @@ class Dream:
     batch_size: int = 20
     max_iterations: int = 30
     max_tokens: int = 4096
+    builtin_skills: frozenset[str] = frozenset()
     sink: ev.EventSink = field(default=lambda event: None)
 
     async def run(self, all_entries: bool = False, dry_run: bool = False) -> list[DreamResult]:
@@ -235,20 +260,21 @@ class Dream:
             os.close(fd)
 
     async def _batch(self, dry_run: bool) -> DreamResult | None:
+        if not dry_run:
+            self.git.ensure()
+            self._resume()  # a Dream killed while writing left a journal: finish that batch first
         undreamed = list(self.history.newest_first(after=self.history.dream_cursor))  # cost: the new entries only
         entries = undreamed[::-1][:self.batch_size]
         if not entries:
             return None
         if not dry_run:
-            self.git.ensure()
             self.git.snapshot_user_edits()  # hand edits become the user's own commits before Dream touches files
         result = DreamResult(entries, "", dry_run=dry_run)
         result.analysis = await self._analyze(entries, result)
         if result.analysis.strip().upper() != "NOTHING":
             await self._edit(result)
         if not dry_run:
-            result.commits = self._write(result.edits)
-            self.history.set_dream_cursor(entries[-1].cursor)
+            result.commits = self._write(result.edits, entries[-1].cursor)
         return result
 
     async def _analyze(self, entries: list[HistoryEntry], result: DreamResult) -> str:
@@ -288,7 +314,7 @@ class Dream:
         return "\n".join(f"[{'new' if age is None else f'{age}d'}] {line}" for line, age in lines) or "(empty)"
 
     async def _edit(self, result: DreamResult) -> None:
-        overlay = MemoryOverlay(self.workspace)
+        overlay = MemoryOverlay(self.workspace, self.builtin_skills)
         files = "\n".join(f"\n# {rel}\n\n{_cap(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}"
                           for rel in MEMORY_FILES)
         spec = RunSpec(
@@ -305,11 +331,24 @@ class Dream:
         if run.stop is ev.StopReason.MAX_ITERATIONS:
             raise DreamFailed(f"Dream's editing did not finish within {self.max_iterations} steps "
                               "(memory.dreamMaxIterations). Nothing changed; the same entries are tried next time.")
-        result.edits, result.reply = overlay.edits, run.reply
+        failed = sum(1 for call in run.tool_calls if not call.ok and call.name != "read_file")
+        if failed and not overlay.edits:  # the findings were lost, not applied: keep the entries for next time
+            raise DreamFailed(f"Dream's editing made no change: all {failed} edit(s) failed. Nothing changed; "
+                              "the same entries are tried next time.")
+        result.edits, result.reply, result.failed_edits = overlay.edits, run.reply, failed
 
-    def _write(self, edits: list[Edit]) -> list[MemoryCommit]:
-        """Check every edit against the files as they are now, then write and commit them one by one."""
+    @property
+    def journal_path(self) -> Path:
+        return self.workspace / "memory" / ".dream_pending.json"
+
+    def _write(self, edits: list[Edit], cursor: int) -> list[MemoryCommit]:
+        """Check every edit against the files as they are now, then write and commit them one by one.
+
+        A journal lists the edits with the content each leaves behind, so a Dream killed part way is
+        finished by the next one (`_resume`) instead of repeating edits or passing them off as the user's."""
+        self.git.snapshot_user_edits()  # a hand edit saved while Dream worked stays the user's own commit
         texts: dict[str, str | None] = {}
+        steps = []
         for edit in edits:
             current = texts[edit.path] if edit.path in texts else read_text(self.workspace / edit.path)
             try:
@@ -317,17 +356,50 @@ class Dream:
             except ToolError as e:
                 raise DreamFailed(f"{edit.path} changed while Dream was working ({e}). Nothing changed; "
                                   "run Dream again.") from None
+            steps.append({**dataclasses.asdict(edit), "after": _digest(texts[edit.path])})
+        journal = {"version": 1, "cursor": cursor, "edits": steps, "done": 0}
+        atomic_write(self.journal_path, json.dumps(journal, ensure_ascii=False))
+        return self._play(journal)
+
+    def _play(self, journal: dict[str, Any]) -> list[MemoryCommit]:
         commits = []
-        texts.clear()
-        for edit in edits:
+        for index in range(journal["done"], len(journal["edits"])):
+            step = journal["edits"][index]
+            edit = Edit(step["path"], step["old_text"], step["new_text"], step["summary"], step["kind"])
             path = self.workspace / edit.path
-            current = texts[edit.path] if edit.path in texts else read_text(path)
-            texts[edit.path] = edit.apply(current)
-            atomic_write(path, texts[edit.path])
+            current = read_text(path)
+            if _digest(current) != step["after"]:  # not written yet (or killed before the write)
+                after = edit.apply(current)
+                target = Path(os.path.realpath(path))  # a link inside the workspace stays a link
+                atomic_write(target, after)
             commit = self.git.commit([edit.path], f"{edit.path}: {edit.summary}")
             if commit is not None:
                 commits.append(commit)
+            journal["done"] = index + 1
+            atomic_write(self.journal_path, json.dumps(journal, ensure_ascii=False))
+        self.history.set_dream_cursor(max(self.history.dream_cursor, journal["cursor"]))
+        self.journal_path.unlink(missing_ok=True)
         return commits
+
+    def _resume(self) -> None:
+        """Finish the batch a killed Dream was writing; if its edits no longer fit the files, drop the rest
+        and leave the cursor, so the entries are looked at again."""
+        try:
+            journal = json.loads(self.journal_path.read_text(encoding="utf-8"))
+            journal["edits"], journal["done"], journal["cursor"]  # noqa: B018 - the shape check
+        except FileNotFoundError:
+            return
+        except (ValueError, KeyError, TypeError):
+            self.journal_path.unlink(missing_ok=True)
+            return
+        try:
+            self._play(journal)
+        except ToolError:
+            self.journal_path.unlink(missing_ok=True)
+
+
+def _digest(text: str | None) -> str:
+    return "" if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _cap(text: str, limit: int) -> str:

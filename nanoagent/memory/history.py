@@ -111,21 +111,9 @@ class HistoryLog:
         self._entries.extend(entries)
 
     def _last_cursor_on_disk(self) -> int:
-        """The cursor of the last complete line; guards against a stale or missing .cursor file."""
-        try:
-            with open(self.path, "rb") as f:
-                f.seek(0, os.SEEK_END)
-                size = f.tell()
-                f.seek(max(0, size - 65536))
-                tail = f.read()
-        except FileNotFoundError:
-            return 0
-        for line in reversed(tail.split(b"\n")[:-1]):
-            try:
-                return int(json.loads(line)["cursor"])
-            except (ValueError, KeyError, TypeError):
-                continue
-        return 0
+        """The cursor of the last complete line, however long it is; guards against a stale or missing .cursor."""
+        newest = next(self.newest_first(), None)
+        return newest.cursor if newest else 0
 
     def _read_int(self, name: str) -> int:
         try:
@@ -176,7 +164,9 @@ def _parse(line: bytes) -> HistoryEntry | None:
         return None
     try:
         d = json.loads(line)
+        if not isinstance(d["content"], str):
+            return None
         return HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")), str(d.get("session", "")),
-                            str(d["content"]), bool(d.get("raw", False)))
+                            d["content"], bool(d.get("raw", False)))
     except (ValueError, KeyError, TypeError, AttributeError):
         return None
