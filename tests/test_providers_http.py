@@ -178,3 +178,31 @@ def test_anthropic_sdk_retries_are_off_so_one_layer_counts(llm):
     with pytest.raises(ProviderError):
         stream(llm, "anthropic/claude-test", max_retries=0)
     assert len(llm.requests) == 1
+
+
+LITELLM = MODELS[2]
+
+
+def test_litellm_quota_exhausted_429_is_final_not_retried(llm):
+    llm.script(*[Reply(status=429, error_message="Your credit balance is too low")] * 3)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, LITELLM)
+    assert len(llm.requests) == 1 and "credit balance" in info.value.message
+
+
+def test_litellm_stream_cut_mid_response_is_an_error_not_a_partial_answer(llm):
+    # litellm ends a stream whose connection closed early with a made-up "stop": it must not pass for a full reply
+    llm.script(*[Reply(text="this reply will be cut off " * 5, cut_after=4)] * 3)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, LITELLM)
+    assert "cut off mid-stream" in info.value.message
+    assert len(llm.requests) == 1  # output had streamed: never retried
+
+
+def test_litellm_stalled_stream_times_out_and_says_so(llm):
+    llm.script(*[Reply(text="stall", stall_after=1)] * 3)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, LITELLM, timeout=0.5, max_retries=0)
+    assert "no data from the model" in info.value.message
+    assert "500" not in info.value.message  # the server never answered with an error status
+    assert len(llm.requests) == 1

@@ -78,18 +78,20 @@ class LiteLLMProvider:
         except ProviderError:
             raise
         except Exception as e:  # noqa: BLE001 - litellm raises many types; classify by status
-            raise _classify(e) from e
+            raise _classify(e, self.idle_timeout) from e
 
 
-def _classify(e: Exception) -> ProviderError:
+def _classify(e: Exception, idle_timeout: float) -> ProviderError:
+    if type(e).__name__ == "MidStreamFallbackError" and getattr(e, "original_exception", None):
+        e = e.original_exception  # litellm wraps a failure mid-stream (a read timeout) as a 500
     status = getattr(e, "status_code", None)
     status = status if isinstance(status, int) else None
     message = str(getattr(e, "message", "") or e)
     response = getattr(e, "response", None)
     headers = getattr(response, "headers", None) or getattr(e, "litellm_response_headers", None)
     name = type(e).__name__
-    if "Timeout" in name:
-        return ProviderError(f"timed out: {message}", retryable=True)
+    if "Timeout" in name or "Timeout" in type(e.__cause__ or e.__context__).__name__:
+        return ProviderError(f"no data from the model for {idle_timeout:.0f} s", retryable=True)
     if status is None and "APIConnectionError" in name:
         return ProviderError(f"connection failed: {message}", retryable=True)
     if status is None and ("BadRequest" in name or "NotFound" in name or "Authentication" in name):
@@ -113,7 +115,9 @@ async def _translate(stream: Any) -> AsyncIterator[ProviderEvent]:
                 fn = tc.function
                 calls.add(tc.index or 0, tc.id, getattr(fn, "name", None), getattr(fn, "arguments", None))
             finish = choice.finish_reason or finish
-    if finish is None:
+    # when the connection closes early litellm makes up a final "stop"; its own record says none was sent
+    sent = getattr(stream, "received_finish_reason", finish) or getattr(stream, "intermittent_finish_reason", None)
+    if finish is None or sent is None:
         raise ProviderError("the stream ended before the reply was complete", retryable=True)
     for call in calls.calls():
         yield ToolCallReady(call)
