@@ -2,7 +2,9 @@
 
 import json
 import os
+import subprocess
 import sys
+from pathlib import Path
 
 import pexpect
 
@@ -102,3 +104,23 @@ def test_skills_validate_explains_problems(tmp_path):
     assert proc.returncode == 1 and "differs from the folder name" in proc.stderr
     (skill / "SKILL.md").write_text("---\nname: weekly\ndescription: Build the weekly report from git.\n---\nDo it.\n")
     assert run_cli("skills", "validate", str(skill)).returncode == 0
+
+
+def test_show_and_install_completion_give_bash_a_script_that_completes_nanoagent_commands(tmp_path):
+    home = tmp_path / "user"
+    env = {"SHELL": "/bin/bash", "HOME": str(home)}
+    shown = run_cli("--show-completion", "bash", env=env)
+    assert shown.returncode == 0, shown.stderr
+    assert "complete -o default -F _nanoagent_completion nanoagent" in shown.stdout
+    script = tmp_path / "completion.sh"
+    script.write_text(shown.stdout)
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the installed `nanoagent` command
+    completed = subprocess.run(
+        ["bash", "-c", 'source "$0"; COMP_WORDS=(nanoagent sk); COMP_CWORD=1; _nanoagent_completion nanoagent;'
+                       ' printf "%s\\n" "${COMPREPLY[@]}"', str(script)],
+        capture_output=True, text=True, env={**os.environ, **env, "PATH": path}, timeout=60)
+    assert completed.stdout.split() == ["skills"], completed.stderr
+    installed = run_cli("--install-completion", "bash", env=env)
+    assert installed.returncode == 0, installed.stderr
+    assert (home / ".bash_completions" / "nanoagent.sh").read_text().strip() == shown.stdout.strip()
+    assert "source '" + str(home / ".bash_completions" / "nanoagent.sh") + "'" in (home / ".bashrc").read_text()

@@ -262,7 +262,7 @@ def doctor(
 def main() -> None:
     debug = "--debug" in sys.argv or os.environ.get("NANOAGENT_DEBUG") == "1"
     try:
-        app()
+        app(prog_name="nanoagent")  # not `python -m nanoagent`: completion scripts name the command
     except NanoagentError as e:
         log.error("%s", e)
         if debug:
