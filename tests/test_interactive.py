@@ -5,6 +5,7 @@ import os
 import re
 import sys
 import time
+from pathlib import Path
 
 import pexpect
 import pytest
@@ -167,3 +168,109 @@ def test_piped_input_gets_plain_replies(llm, isolated_home):
                           capture_output=True, env={**os.environ, **anthropic_env(llm)}, cwd=ROOT, timeout=60)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "Plain **one**.\nPlain two.\n"
+
+
+def sent_text(request):
+    """The text of the last message the server received, as the model sees it."""
+    content = request.body["messages"][-1]["content"]
+    return content if isinstance(content, str) else "".join(b.get("text", "") for b in content)
+
+
+def processes():
+    """Every live process as pid -> (parent pid, process group, command line); zombies left out."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()  # state, parent, group after the name
+            command = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode().strip()
+        except (OSError, IndexError, ValueError):
+            continue  # it ended while we looked
+        if stat[0] != "Z":
+            found[int(entry.name)] = (int(stat[1]), int(stat[2]), command)
+    return found
+
+
+def descendant_running(pid, command):
+    """(pid, process group) of a live process started, at any depth, by `pid` and running `command`."""
+    table = processes()
+    for child, (_, group, line) in table.items():
+        ancestor = child
+        while ancestor in table and ancestor != pid:
+            ancestor = table[ancestor][0]
+        if ancestor == pid and child != pid and line == command:
+            return child, group
+    return None
+
+
+def test_input_history_persists_and_up_recalls_it_in_a_new_session(term, llm, isolated_home):
+    child = term()
+    child.send("the parrot is blue" + "\r")
+    child.expect_exact("ok")
+    child.expect_exact(PROMPT)
+    child.sendcontrol("d")
+    child.expect(pexpect.EOF)
+    assert "+the parrot is blue" in (isolated_home / "history" / "cli_history").read_text().splitlines()
+    child = term()
+    child.send("\x1b[A")  # Up
+    child.expect_exact("the parrot is blue")
+    child.send("\r")
+    wait_for_requests(llm, 2)
+    assert sent_text(llm.requests[-1]).endswith("\n\nthe parrot is blue")
+
+
+def test_ctrl_j_and_alt_enter_add_a_line_instead_of_sending(term, llm):
+    child = term()
+    child.send("first line")
+    child.sendcontrol("j")
+    child.send("second line")
+    child.send("\x1b\r")  # Esc Enter, which is also what Alt-Enter sends
+    child.send("third line" + "\r")
+    child.expect_exact("ok")
+    assert len(llm.requests) == 1
+    assert sent_text(llm.requests[0]).endswith("\n\nfirst line\nsecond line\nthird line")
+
+
+def test_tab_completes_a_slash_command(term, llm):
+    child = term()
+    child.send("/sta")
+    child.send("\t")
+    child.send("\r")
+    child.expect(r"session:\s+cli:direct \(0 messages")
+    assert llm.requests == []
+
+
+def test_a_pasted_block_of_lines_arrives_as_one_message(term, llm):
+    child = term()
+    child.send("\x1b[200~" + "line one\rline two\r\rline four" + "\x1b[201~")  # a terminal pastes Enter as CR
+    child.send("\r")
+    child.expect_exact("ok")
+    child.expect_exact(PROMPT)
+    assert len(llm.requests) == 1
+    assert sent_text(llm.requests[0]).endswith("\n\nline one\nline two\n\nline four")
+
+
+def test_ctrl_c_while_a_tool_runs_kills_it_and_leaves_a_consistent_session(term, llm, isolated_home):
+    llm.script(Reply(tool_calls=[("exec", {"command": "sleep 30"})]), Reply(text="Back after the tool."))
+    child = term()
+    child.send("run the slow command" + "\r")
+    deadline = time.monotonic() + 20
+    while (sleeper := descendant_running(child.pid, "sleep 30")) is None:
+        assert time.monotonic() < deadline, "the exec tool never started sleep 30"
+        time.sleep(0.02)
+    started = time.monotonic()
+    child.sendcontrol("c")
+    child.expect_exact("Cancelled.")
+    assert time.monotonic() - started < 5
+    group = sleeper[1]
+    assert [pid for pid, (_, g, _) in processes().items() if g == group] == []  # the whole process group is gone
+    assert descendant_running(child.pid, "sleep 30") is None
+    child.send("are you there?" + "\r")
+    child.expect_exact("Back after the tool.")
+    roles = [m["role"] for m in messages(isolated_home)]
+    assert roles == ["user", "assistant", "tool", "assistant", "user", "assistant"]
+    call = messages(isolated_home)[1]["tool_calls"][0]
+    result = messages(isolated_home)[2]
+    assert result["tool_call_id"] == call["id"] and "interrupted" in result["content"] and result["is_error"]
+    assert len(llm.requests) == 2
