@@ -144,3 +144,22 @@ def test_a_fact_told_ten_sessions_earlier_is_found_through_the_agent(llm, isolat
     assert asked.returncode == 0, asked.stderr
     result = json.dumps(llm.requests[-1].body["messages"][-1])
     assert "4471" in result and "session cli:s0 #0" in result
+
+
+def test_two_dreams_appending_to_memory_then_restoring_the_first_keeps_the_second_line(llm, isolated_home):
+    # Regression: the two appends sit on neighbouring lines, which git merge-file called a conflict.
+    log = remember(isolated_home, "- boat named Gull")
+    llm.script(Reply(text=ANALYSIS), append_call("- Boat: Gull", "add: boat Gull"), Reply(text="ok"))
+    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+    log.append("cli:direct", "- the user moved to Porto")
+    llm.script(Reply(text="## memory/MEMORY.md\n- ADD: lives in Porto"),
+               append_call("- Lives in Porto", "add: lives in Porto"), Reply(text="ok"))
+    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+    before = memory_md(isolated_home)
+    assert before.endswith("- Boat: Gull\n- Lives in Porto\n")
+    first = next(c for c in _log(isolated_home / "workspace") if "boat Gull" in c.summary)
+
+    restored = run_cli("dream-restore", first.short, env=anthropic_env(llm))
+
+    assert restored.returncode == 0, restored.stderr
+    assert memory_md(isolated_home) == before.replace("- Boat: Gull\n", "")

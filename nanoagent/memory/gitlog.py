@@ -9,6 +9,8 @@ into the workspace). Invariants:
 - Every process that writes to the git dir holds `nanoagent.lock` in it (fcntl) for the whole operation.
 - `restore` computes the whole revert before writing anything: a conflict leaves files, index and
   history exactly as they were.
+- `restore` reverts line by line: it conflicts only when a line the undone commit changed is different now,
+  never because a later commit changed the lines next to it (e.g. two Dream appends in a row).
 
 gitpython is imported inside functions only: `nanoagent --help` must not load it.
 """
@@ -18,12 +20,12 @@ from __future__ import annotations
 import fcntl
 import os
 import re
-import tempfile
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from difflib import SequenceMatcher
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +39,7 @@ IDENTITY = ("nanoagent", "nanoagent@localhost")
 LOCK_TIMEOUT = 60.0
 NOT_COMMITTED = "0" * 40  # the sha git blame gives lines not yet committed
 LOG_FORMAT = "%x1e%H%x1f%h%x1f%at%x1f%an%x1f%s"  # records start with \x1e, fields split by \x1f
-CONFLICT = object()  # _merge's answer when a file cannot be merged
+CONFLICT = object()  # _undo's answer when a file cannot be reverted
 INSTALL_GIT = ("git is not installed or not on PATH: install git (e.g. `apt install git` or `brew install git`) "
                "to keep the history of memory edits.")
 
@@ -215,7 +217,7 @@ class MemoryGit:
         for relpath in filter(None, changed):
             path = self.workspace / relpath
             ours = path.read_bytes() if path.is_file() else None
-            merged = self._merge(ours, self._blob(target.sha, relpath), self._blob(parent, relpath))
+            merged = _undo(ours, self._blob(target.sha, relpath), self._blob(parent, relpath))
             if merged is CONFLICT:
                 conflicts.append(relpath)
             elif merged != ours:
@@ -225,22 +227,6 @@ class MemoryGit:
                 f"Cannot undo {target.short} ({target.summary}): {', '.join(conflicts)} changed again since then "
                 "in the same lines. Nothing was changed; edit the file by hand, or undo the later commit first.")
         return plan
-
-    def _merge(self, ours: bytes | None, base: bytes | None, theirs: bytes | None) -> Any:
-        """Three-way merge of one file: take base -> theirs onto ours. Returns bytes, None (absent) or CONFLICT."""
-        if ours == base:
-            return theirs
-        if ours == theirs:
-            return ours
-        if ours is None or base is None or theirs is None:
-            return CONFLICT  # created or deleted on one side, edited on the other
-        with tempfile.TemporaryDirectory() as tmp:
-            names = []
-            for name, data in (("ours", ours), ("base", base), ("theirs", theirs)):
-                Path(tmp, name).write_bytes(data)
-                names.append(str(Path(tmp, name)))
-            status, out = self._git_status("merge-file", "-p", "-q", *names)
-        return out if status == 0 else CONFLICT  # >0: conflicting hunks; <0: binary or unreadable
 
     def _apply(self, plan: dict[str, bytes | None]) -> None:
         """Write the planned contents; on failure put back what was there, so the files match HEAD again."""
@@ -373,6 +359,61 @@ def _put(path: Path, data: bytes | None) -> None:
         path.unlink(missing_ok=True)
     else:
         atomic_write(path, data)
+
+
+def _undo(ours: bytes | None, base: bytes | None, theirs: bytes | None) -> Any:
+    """Take the change base -> theirs onto ours. Returns bytes, None (absent) or CONFLICT."""
+    if ours == base:
+        return theirs
+    if ours == theirs:
+        return ours
+    if ours is None or base is None or theirs is None:
+        return CONFLICT  # created or deleted on one side, edited on the other
+    return _undo_lines(ours, base, theirs)
+
+
+def _undo_lines(ours: bytes, base: bytes, theirs: bytes) -> Any:
+    """Apply each hunk of base -> theirs where its base lines sit in ours now; CONFLICT if one hunk cannot be placed.
+
+    Invariants: a hunk applies only when all of its base lines are in ours, byte for byte and in one unbroken
+    run; a pure insertion is placed next to a base neighbour that is still in ours (the one before it, else the
+    one after). Lines around a hunk may have changed freely. Lines are bytes, each ending after its newline byte,
+    so CRLF and text that is not UTF-8 compare exactly; data with a NUL byte is binary to git and never reverted.
+    """
+    if b"\0" in ours or b"\0" in base or b"\0" in theirs:
+        return CONFLICT
+    mine, old, new = _lines(ours), _lines(base), _lines(theirs)
+    where: dict[int, int] = {}  # index in old -> index in mine, for each old line still in ours (monotone)
+    for block in SequenceMatcher(None, old, mine, autojunk=False).get_matching_blocks():
+        where.update((block.a + k, block.b + k) for k in range(block.size))
+    spans: list[tuple[int, int, list[bytes]]] = []
+    for tag, i1, i2, j1, j2 in SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
+        if tag == "equal":
+            continue
+        if i1 < i2:  # replace or delete: every base line must still be there, in a row
+            start = where.get(i1)
+            if start is None or any(where.get(i) != start + i - i1 for i in range(i1, i2)):
+                return CONFLICT
+            spans.append((start, start + i2 - i1, new[j1:j2]))
+        elif i1 - 1 in where:  # insert: after the line before it ...
+            spans.append((where[i1 - 1] + 1, where[i1 - 1] + 1, new[j1:j2]))
+        elif i1 in where:  # ... or before the line after it
+            spans.append((where[i1], where[i1], new[j1:j2]))
+        else:
+            return CONFLICT
+    out = list(mine)
+    for start, end, lines in reversed(spans):  # bottom up: the spans are ordered and do not overlap
+        out[start:end] = lines
+    for i in range(len(out) - 1):  # a last line without b"\n" that now has lines after it gets one
+        if not out[i].endswith(b"\n"):
+            out[i] += b"\r\n" if out[i + 1].endswith(b"\r\n") else b"\n"
+    return b"".join(out)
+
+
+def _lines(data: bytes) -> list[bytes]:
+    """The lines of data with their endings; only the last may lack a newline. Joined, they give data back."""
+    parts = data.split(b"\n")
+    return [part + b"\n" for part in parts[:-1]] + ([parts[-1]] if parts[-1] else [])
 
 
 def _parse_log_record(record: str) -> MemoryCommit:
