@@ -14,6 +14,7 @@ import pytest
 from nanoagent.agent.build import build_agent
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.config.schema import Config, ProviderConfig
+from nanoagent.errors import NanoagentError
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import IndexUpdate, MemorySearch, embedding_settings
 from nanoagent.paths import Paths
@@ -402,3 +403,121 @@ def test_the_tool_leaves_out_the_conversation_already_in_the_prompt_but_finds_ol
     result = provider.requests[1].messages[-1]["content"]
     assert "session cli:old #0" in result
     assert "session cli:direct" not in result  # the question just asked is not an answer
+
+
+def test_latin_words_inside_cjk_text_are_found_and_cjk_words_still_are(paths):
+    remember(paths, "用Python写一个脚本上传到GitHub仓库", "Kubernetes集群在上海机房", "Python을 배우는 중입니다")
+    searcher = MemorySearch(paths)
+    assert sorted(sources(searcher.search("python"))) == ["history#1 2026-11-22 12:00", "history#3 2026-11-22 12:00"]
+    assert sources(searcher.search("GitHub")) == ["history#1 2026-11-22 12:00"]
+    assert sources(searcher.search("kubernetes")) == ["history#2 2026-11-22 12:00"]
+    assert sources(searcher.search("上海")) == ["history#2 2026-11-22 12:00"]
+    assert sources(searcher.search("GitHub仓库"))[0] == "history#1 2026-11-22 12:00"
+    hit = searcher.search("脚本")[0]
+    assert hit.content == "用Python写一个脚本上传到GitHub仓库" and hit.snippet == hit.content
+
+
+def test_a_latin_word_inside_cjk_text_in_a_memory_file_is_found(paths):
+    (paths.workspace / "USER.md").write_text("# User\n\n我在Berlin工作，用Rust写代码。\n")
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("berlin")) == ["USER.md:1-3"]
+    assert sources(searcher.search("rust")) == ["USER.md:1-3"]
+
+
+def edit_in_place(path: Path, old: str, new: str) -> None:
+    """Rewrite the file's bytes without replacing the file (same inode), as an editor saving in place can."""
+    data = path.read_bytes()
+    assert old.encode() in data
+    with open(path, "r+b") as f:
+        f.write(data.replace(old.encode(), new.encode()))
+        f.truncate()
+    os.utime(path, ns=(1, 1))  # a changed mtime, whatever the clock's resolution
+
+
+def test_a_history_entry_corrected_in_place_with_the_same_size_is_indexed_again(paths):
+    remember(paths, "Saw a Gull on the pier.", "Fed the ducks at the pond.")
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("gull")) == ["history#1 2026-11-22 12:00"]
+    history = paths.memory_dir / "history.jsonl"
+    size = history.stat().st_size
+    edit_in_place(history, "Gull", "Hawk")
+    assert history.stat().st_size == size
+    assert searcher.search("gull") == []
+    assert sources(searcher.search("hawk")) == ["history#1 2026-11-22 12:00"]
+    assert sources(searcher.search("ducks")) == ["history#2 2026-11-22 12:00"]
+
+
+def test_a_history_entry_lengthened_in_place_is_indexed_again(paths):
+    remember(paths, "Saw a Gull on the pier.", "Fed the ducks at the pond.")
+    searcher = MemorySearch(paths)
+    assert searcher.search("gull")
+    edit_in_place(paths.memory_dir / "history.jsonl", "Gull", "Herring gull")
+    remember(paths, "Walked to the lighthouse.")
+    assert sources(searcher.search("herring")) == ["history#1 2026-11-22 12:00"]
+    assert sources(searcher.search("ducks")) == ["history#2 2026-11-22 12:00"]
+    assert sources(searcher.search("lighthouse")) == ["history#3 2026-11-22 12:00"]
+
+
+def test_a_session_message_corrected_in_place_is_indexed_again(paths):
+    add_session(paths, "cli:direct", user("The Gull was on the roof."), {"role": "assistant", "content": "Noted."})
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("gull")) == ["session cli:direct #0"]
+    edit_in_place(paths.session_file("cli:direct"), "Gull", "Hawk")
+    assert searcher.search("gull") == []
+    assert sources(searcher.search("hawk")) == ["session cli:direct #0"]
+    edit_in_place(paths.session_file("cli:direct"), "Hawk", "Red kite")
+    add_session(paths, "cli:direct", user("And a heron by the canal."))
+    assert searcher.search("hawk") == []
+    assert sources(searcher.search("kite")) == ["session cli:direct #0"]
+    assert sources(searcher.search("heron")) == ["session cli:direct #2"]
+
+
+def test_an_index_path_that_is_a_directory_is_explained_with_the_fix(paths):
+    searcher = MemorySearch(paths)
+    (searcher.index_path / "stray").mkdir(parents=True)
+    with pytest.raises(NanoagentError) as raised:
+        searcher.search("beagle")
+    message = str(raised.value)
+    assert str(searcher.index_path) in message and "is a directory" in message and "rm -r" in message
+    assert "\n" not in message
+
+
+def test_an_index_folder_that_is_a_file_is_explained_with_the_fix(paths):
+    searcher = MemorySearch(paths)
+    paths.index_dir.parent.mkdir(parents=True, exist_ok=True)
+    paths.index_dir.write_text("not a folder")
+    with pytest.raises(NanoagentError) as raised:
+        searcher.update()
+    assert str(paths.index_dir) in str(raised.value) and "derived data" in str(raised.value)
+
+
+def test_cli_search_with_a_directory_for_an_index_exits_1_with_one_line(paths, isolated_home):
+    index = MemorySearch(paths).index_path
+    index.mkdir(parents=True)
+    proc = run_cli("memory", "search", "beagle", "-w", str(paths.workspace))
+    assert proc.returncode == 1
+    assert proc.stderr.startswith("Error: ") and str(index) in proc.stderr and "derived data" in proc.stderr
+    assert "Traceback" not in proc.stderr and "OperationalError" not in proc.stderr
+
+
+def test_the_tool_reports_an_unusable_index_as_an_error_result(paths):
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("memory_search", {"query": "sister"})]),
+                                 ScriptedReply("I cannot search my memory right now.")])
+    loop = build_agent(Config(), paths, sink=lambda event: None, provider=provider)
+    index = loop.tool_context.memory_search.index_path
+    index.mkdir(parents=True)
+    asyncio.run(loop.handle("Where does my sister live?", "cli:direct"))
+    result = provider.requests[1].messages[-1]
+    assert result["role"] == "tool" and result.get("is_error") is True
+    assert str(index) in result["content"] and "is a directory" in result["content"]
+    assert "OperationalError" not in result["content"]
+
+
+def test_a_session_text_block_without_text_is_not_indexed_as_none(paths):
+    add_session(paths, "cli:direct", {"role": "assistant", "content": [{"type": "text", "text": None},
+                                                                       {"type": "text", "text": "Booked the ferry."}]},
+                {"role": "assistant", "content": None}, {"role": "user", "content": 42})
+    searcher = MemorySearch(paths)
+    assert searcher.search("none") == [] and searcher.search("42") == []
+    hit = searcher.search("ferry")[0]
+    assert hit.source == "session cli:direct #0" and hit.content == "Booked the ferry."

@@ -14,12 +14,17 @@ schema version is deleted and rebuilt without asking. Before each search it catc
 work in proportion to what is new:
     - memory files by (inode, size, mtime): a changed file has its chunks replaced
     - history.jsonl by (inode, size, mtime), then only the bytes after the last indexed line, and of those only
-      entries after the last indexed cursor; a file that shrank or was replaced is indexed again
-    - sessions by byte offset: only bytes after the last indexed complete line are read; a file that shrank or was
-      replaced (new inode) is indexed again from the start
+      entries after the last indexed cursor
+    - sessions by byte offset: only bytes after the last indexed complete line are read
+  Both logs are append-only, so a change counts as an append only when the file kept its inode, grew, and still
+  ends its indexed part with the bytes it ended with before. Anything else (replaced, shrunk, same size with a new
+  mtime, an edit that shifted the indexed bytes) is indexed again from the start. One edit escapes this: a
+  same-length edit before the indexed tail made together with an append, between two searches.
 
 Chinese, Japanese and Korean put no spaces between words, so FTS5's unicode61 tokenizer sees a whole sentence as
-one token. Each document's CJK runs also go into a second column as overlapping character bigrams plus the run's
+one token. The body column gets a space wherever CJK meets a letter or digit ("用Python写" -> "用 Python 写"), so
+a Latin word inside CJK text is a token of its own; the original text is kept too when that changed it. Each
+document's CJK runs also go into a second column as overlapping character bigrams plus the run's
 last character ("寿司店" -> "寿司 司店 店"); a query's CJK runs become the same bigrams, or a prefix query for a
 single character. Other text goes through unicode61 and the porter stemmer ("meetings" finds "meeting").
 
@@ -36,6 +41,7 @@ import math
 import operator
 import os
 import re
+import shlex
 import sqlite3
 import threading
 from array import array
@@ -48,6 +54,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent.context import strip_runtime_context
+from nanoagent.errors import NanoagentError
 from nanoagent.memory.history import read_entries
 from nanoagent.paths import Paths
 from nanoagent.session.store import Session, SessionStore
@@ -55,7 +62,7 @@ from nanoagent.session.store import Session, SessionStore
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
 
-SCHEMA_VERSION = 1  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+SCHEMA_VERSION = 2  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 MEMORY_FILES = ("memory/MEMORY.md", "USER.md", "SOUL.md")
 CHUNK_CHARS = 800  # memory-file chunks group paragraphs up to about this size
 DOC_CHARS = 8000  # a longer document (a pasted file in a message) is indexed by its first DOC_CHARS only
@@ -71,6 +78,10 @@ EMBED_TIMEOUT = 20.0
 CJK = "\u3040-\u30ff\u31f0-\u31ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\uff66-\uff9f"
 _CJK_RUN = re.compile(f"[{CJK}]+")
 _WORD = re.compile(rf"[^\W{CJK}]+")  # letters, digits and underscores that are not CJK
+_CJK_EDGE = re.compile(rf"(?<=[{CJK}])(?=[^\W{CJK}])|(?<=[^\W{CJK}])(?=[{CJK}])")  # CJK next to a letter or digit
+# SQLite errors that mean the index's place is unusable (a directory, read-only, full): removing it is the fix.
+_UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
+TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 _HEADING = re.compile(r"^#{1,6}\s")
 _TRUST_TAG = re.compile("untrusted_data", re.IGNORECASE)
 STOPWORDS = frozenset(
@@ -139,6 +150,10 @@ class _StaleIndex(Exception):
     pass
 
 
+class SearchIndexError(NanoagentError):
+    """The index file cannot be opened or written; the message names it and says how to fix it."""
+
+
 @dataclass(frozen=True)
 class _Doc:
     kind: SourceKind
@@ -157,20 +172,30 @@ class _Source:
     ino: int = 0
     size: int = 0
     mtime_ns: int = 0
-    offset: int = 0  # sessions: bytes read, always the end of a complete line
+    offset: int = 0  # logs: bytes read, always the end of a complete line
     position: int = 0  # history: last cursor indexed; sessions: messages seen
     label: str = ""  # sessions: the session key
+    tail: bytes = b""  # logs: the last TAIL_BYTES bytes before `offset`
 
     def unchanged(self, st: os.stat_result) -> bool:
         return (self.ino, self.size, self.mtime_ns) == (st.st_ino, st.st_size, st.st_mtime_ns)
+
+    def appended_to(self, path: Path, st: os.stat_result) -> bool:
+        """Whether the log at `path`, which changed since this record, is the indexed file plus new bytes only.
+        An append always adds bytes, so a log that did not grow was edited or cut."""
+        if st.st_ino != self.ino or st.st_size <= self.size or st.st_size < self.offset:
+            return False
+        return _read_tail(path, self.offset) == self.tail
 
 
 _SCHEMA = """
 CREATE TABLE meta(key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE sources(name TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns INTEGER, "offset" INTEGER,
-                     position INTEGER, label TEXT);
+                     position INTEGER, label TEXT, tail BLOB);
 CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
-                  start INTEGER NOT NULL, "end" INTEGER NOT NULL, timestamp TEXT NOT NULL, role TEXT NOT NULL);
+                  start INTEGER NOT NULL, "end" INTEGER NOT NULL, timestamp TEXT NOT NULL, role TEXT NOT NULL,
+                  text TEXT  -- the document as written when fts.body differs from it (see split_cjk_edges), else NULL
+                  );
 CREATE INDEX docs_source ON docs(source);
 CREATE VIRTUAL TABLE fts USING fts5(body, cjk, tokenize = 'porter unicode61 remove_diacritics 2');
 CREATE TABLE vectors(doc_id INTEGER PRIMARY KEY, vec BLOB NOT NULL);
@@ -202,8 +227,9 @@ class MemorySearch:
         return SessionStore(self.paths.sessions_dir)
 
     def search(self, query: str, limit: int = 8) -> list[SearchHit]:
-        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises."""
-        with self._lock:
+        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises.
+        Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
+        with self._lock, self._explained():
             try:
                 return self._search(query, limit)
             except sqlite3.DatabaseError as e:
@@ -214,7 +240,7 @@ class MemorySearch:
 
     def update(self) -> IndexUpdate:
         """Bring the index up to date without searching (search does this itself)."""
-        with self._lock:
+        with self._lock, self._explained():
             try:
                 self.last_update = self._update(self._connection())
             except sqlite3.DatabaseError as e:
@@ -232,10 +258,35 @@ class MemorySearch:
 
     # --- the index file ---------------------------------------------------------------------------
 
+    @contextmanager
+    def _explained(self) -> Iterator[None]:
+        """Turns SQLite failing to open or write the index into a SearchIndexError that says how to fix it."""
+        try:
+            yield
+        except sqlite3.OperationalError as e:
+            if not getattr(e, "sqlite_errorname", "").startswith(_UNUSABLE):
+                raise  # e.g. busy: another process holds it; nothing to remove
+            raise self._unusable(e) from e
+
+    def _unusable(self, error: BaseException) -> SearchIndexError:
+        path, folder = self.index_path, self.paths.index_dir
+        if path.is_dir():
+            problem, fix = "it is a directory", f"remove it: rm -r {shlex.quote(str(path))}"
+        elif folder.exists() and not folder.is_dir():
+            problem, fix = f"{folder} is not a directory", f"remove that file: rm {shlex.quote(str(folder))}"
+        else:
+            problem = str(error) or type(error).__name__
+            fix = f"make {folder} writable, or remove it: rm -r {shlex.quote(str(folder))}"
+        return SearchIndexError(f"Cannot use the memory search index {path} ({problem}); {fix} "
+                                "(the index is derived data, rebuilt on the next search).")
+
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             path = self.index_path
-            path.parent.mkdir(parents=True, exist_ok=True)
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as e:
+                raise self._unusable(e) from e
             try:
                 self._db = _open(str(path))
             except _StaleIndex:
@@ -292,8 +343,8 @@ class MemorySearch:
         row = _load_source(db, name)
         if row is not None and st is not None and row.unchanged(st):
             return
-        if row is not None and (st is None or st.st_ino != row.ino or st.st_size < row.offset):
-            stats.removed += _drop(db, name)  # rewritten or gone: start again from the first cursor
+        if row is not None and (st is None or not row.appended_to(path, st)):
+            stats.removed += _drop(db, name)  # edited, rewritten or gone: start again from the first cursor
             db.execute("DELETE FROM sources WHERE name = ?", (name,))
             row = None
         if st is None:
@@ -303,10 +354,11 @@ class MemorySearch:
         entries, offset = read_entries(path, row.offset)  # HistoryLog, the file's owner, warns about bad lines
         entries = [e for e in entries if e.cursor > row.position]
         docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
-                for e in entries if e.content.strip()]
+                for e in entries if isinstance(e.content, str) and e.content.strip()]
         stats.added += _insert(db, name, docs)
         last = max((e.cursor for e in entries), default=row.position)
-        _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, offset, position=last))
+        _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, offset, position=last,
+                                       tail=_read_tail(path, offset)))
 
     def _update_sessions(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
         known = {name for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'session:%'")}
@@ -320,8 +372,8 @@ class MemorySearch:
             if st is None or (row is not None and row.unchanged(st)):
                 continue
             stats.sources += 1
-            if row is None or row.ino != st.st_ino or st.st_size < row.offset:
-                if row is not None:
+            if row is None or not row.appended_to(path, st):
+                if row is not None:  # edited, cut or replaced: index it again from the start
                     stats.removed += _drop(db, name)
                 row = _Source(label=_session_key(path))
             session = Session(key=row.label, path=path, size=row.offset)
@@ -333,7 +385,8 @@ class MemorySearch:
                     docs.append(_Doc(SourceKind.SESSION, row.label, index, index, text, role=message["role"]))
             stats.added += _insert(db, name, docs)
             _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, session.size,
-                                           row.position + len(session.messages), row.label))
+                                           row.position + len(session.messages), row.label,
+                                           _read_tail(path, session.size)))
         for name in known:  # session files that were deleted
             stats.sources += 1
             stats.removed += _drop(db, name)
@@ -387,8 +440,8 @@ class MemorySearch:
             with _writing(db):  # vectors of another model are not comparable: embed everything again
                 db.execute("DELETE FROM vectors")
                 db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('embedding_model', ?)", (settings.model,))
-        missing = db.execute("SELECT fts.rowid, fts.body FROM fts WHERE fts.rowid NOT IN "
-                             "(SELECT doc_id FROM vectors)").fetchall()
+        missing = db.execute("SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id "
+                             "WHERE d.id NOT IN (SELECT doc_id FROM vectors)").fetchall()
         for start in range(0, len(missing), EMBED_BATCH):
             batch = missing[start:start + EMBED_BATCH]
             vectors = embed_texts(settings, [body[:EMBED_CHARS] for _, body in batch])
@@ -456,12 +509,18 @@ def message_text(message: dict[str, Any]) -> str:
         return ""
     content = message.get("content")
     if isinstance(content, list):
-        content = "\n".join(str(b.get("text", "")) for b in content if isinstance(b, dict) and b.get("type") == "text")
+        content = "\n".join(b["text"] for b in content
+                            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
     if not isinstance(content, str):
         return ""
     if role == "user":
         content = strip_runtime_context(content)
     return content.strip()[:DOC_CHARS]
+
+
+def split_cjk_edges(text: str) -> str:
+    """`text` with a space wherever a CJK character meets a letter or digit, so unicode61 ends the token there."""
+    return _CJK_EDGE.sub(" ", text) if _CJK_RUN.search(text) else text  # the check alone is ~5x cheaper
 
 
 def cjk_bigrams(text: str) -> str:
@@ -593,27 +652,41 @@ def _stat(path: Path) -> os.stat_result | None:
 
 
 def _load_source(db: sqlite3.Connection, name: str) -> _Source | None:
-    row = db.execute('SELECT ino, size, mtime_ns, "offset", position, label FROM sources WHERE name = ?',
+    row = db.execute('SELECT ino, size, mtime_ns, "offset", position, label, tail FROM sources WHERE name = ?',
                      (name,)).fetchone()
-    return _Source(*row) if row else None
+    return _Source(*row[:6], row[6] or b"") if row else None
+
+
+def _read_tail(path: Path, offset: int) -> bytes:
+    """The TAIL_BYTES bytes of `path` before `offset` (fewer near the start); b"" when the file cannot be read."""
+    start = max(0, offset - TAIL_BYTES)
+    try:
+        with open(path, "rb") as f:
+            f.seek(start)
+            return f.read(offset - start)
+    except OSError:
+        return b""
 
 
 def _save_source(db: sqlite3.Connection, name: str, source: _Source) -> None:
-    db.execute('INSERT OR REPLACE INTO sources(name, ino, size, mtime_ns, "offset", position, label) '
-               "VALUES (?, ?, ?, ?, ?, ?, ?)", (name, source.ino, source.size, source.mtime_ns, source.offset,
-                                                 source.position, source.label))
+    db.execute('INSERT OR REPLACE INTO sources(name, ino, size, mtime_ns, "offset", position, label, tail) '
+               "VALUES (?, ?, ?, ?, ?, ?, ?, ?)", (name, source.ino, source.size, source.mtime_ns, source.offset,
+                                                    source.position, source.label, source.tail))
 
 
 def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
     if not docs:
         return 0
     first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
-    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role) '
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                   [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role)
-                    for i, d in enumerate(docs, start=first)])
+    ids = range(first, first + len(docs))
+    texts = [d.text[:DOC_CHARS] for d in docs]
+    bodies = [split_cjk_edges(text) for text in texts]
+    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, text) '
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role, None if b == t else t)
+                    for i, d, t, b in zip(ids, docs, texts, bodies, strict=True)])
     db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
-                   [(i, d.text[:DOC_CHARS], cjk_bigrams(d.text[:DOC_CHARS])) for i, d in enumerate(docs, start=first)])
+                   [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
     return len(docs)
 
 
@@ -641,7 +714,8 @@ def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wa
     if not order:
         return []
     marks = ",".join("?" * len(order))
-    rows = db.execute(f'SELECT d.id, d.kind, d.ref, d.start, d."end", d.timestamp, d.role, fts.body FROM docs d '
+    rows = db.execute('SELECT d.id, d.kind, d.ref, d.start, d."end", d.timestamp, d.role, '
+                      "coalesce(d.text, fts.body) FROM docs d "
                       f"JOIN fts ON fts.rowid = d.id WHERE d.id IN ({marks})", order).fetchall()
     by_id = {row[0]: row for row in rows}
     hits = []
