@@ -521,3 +521,11 @@ def test_a_session_text_block_without_text_is_not_indexed_as_none(paths):
     assert searcher.search("none") == [] and searcher.search("42") == []
     hit = searcher.search("ferry")[0]
     assert hit.source == "session cli:direct #0" and hit.content == "Booked the ferry."
+
+
+def test_a_history_line_with_null_content_is_not_indexed_as_none(paths):
+    remember(paths, "The spare key is under the blue pot.")
+    with open(paths.memory_dir / "history.jsonl", "ab") as f:
+        f.write(b'{"cursor": 99, "timestamp": "2026-11-22 12:00", "session": "x", "content": null}\n')
+    assert MemorySearch(paths).search("None") == []
+    assert [h.source for h in MemorySearch(paths).search("spare key")] == ["history#1 2026-11-22 12:00"]
