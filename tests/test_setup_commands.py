@@ -124,3 +124,19 @@ def test_show_and_install_completion_give_bash_a_script_that_completes_nanoagent
     assert installed.returncode == 0, installed.stderr
     assert (home / ".bash_completions" / "nanoagent.sh").read_text().strip() == shown.stdout.strip()
     assert "source '" + str(home / ".bash_completions" / "nanoagent.sh") + "'" in (home / ".bashrc").read_text()
+
+
+def test_usage_piped_shows_whole_rows_and_batch_calls_at_half_price(isolated_home):
+    from datetime import date
+
+    today = date.today().isoformat()
+    key = "dream:workspace-0123456789"
+    store = SessionStore(isolated_home / "sessions")
+    session = store.load(key)
+    store.append(session, [{"type": "usage", "ts": f"{today}T10:00:00+00:00", "model": "anthropic/claude-sonnet-4-5",
+                            "input_tokens": 1_000_000, "output_tokens": 100_000, "cache_read_tokens": 0,
+                            "cache_write_tokens": 0, "purpose": "dream", "price_factor": 0.5}])
+    proc = run_cli("usage", env={"COLUMNS": "80"})
+    assert proc.returncode == 0, proc.stderr
+    assert key in proc.stdout and "anthropic/claude-sonnet-4-5" in proc.stdout and "…" not in proc.stdout
+    assert "$2.25" in proc.stdout  # half of $4.50: Message Batches are billed at half price

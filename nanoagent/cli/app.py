@@ -193,9 +193,9 @@ def usage(
     days: Annotated[int | None, typer.Option("--days", "-d", help="Only the last N days.")] = None,
 ) -> None:
     """Tokens and cost per day, session and model."""
-    from rich.console import Console
     from rich.table import Table
 
+    from nanoagent.cli.render import table_console
     from nanoagent.session.store import SessionStore
     from nanoagent.usage import Total, summarize
 
@@ -219,7 +219,7 @@ def usage(
     g = grand.usage
     table.add_row("total", "", "", str(grand.calls), f"{g.input_tokens:,}", f"{g.output_tokens:,}",
                   f"{g.cache_read_tokens:,}", f"{g.cache_write_tokens:,}", grand.cost_text(), style="bold")
-    Console().print(table)
+    table_console().print(table)
 
 
 @app.command()

@@ -29,9 +29,9 @@ def dream_log(
     workspace: WorkspaceOpt = None,
 ) -> None:
     """List the edits made to memory (SOUL.md, USER.md, MEMORY.md, skills), or show one edit's diff."""
-    from rich.console import Console
+    from nanoagent.cli.render import table_console
 
-    console = Console()
+    console = table_console()
     memory = _memory_git(workspace)
     if sha is not None:
         diff = memory.show(sha)
@@ -48,8 +48,6 @@ def dream_log(
         return
     from rich.table import Table
 
-    if not console.is_terminal:
-        console = Console(width=1000)  # pipes and files get whole rows, never an ellipsis
     table = Table(box=None, pad_edge=False)
     table.add_column("sha", no_wrap=True)
     table.add_column("time", no_wrap=True)

@@ -40,5 +40,5 @@ def search(
         return
     for hit in hits:
         role = f"  {hit.role}" if hit.role else ""
-        print(f"{hit.source}{role}  score {hit.score:g}")
+        print(f"{hit.source}{role}  score {hit.score:.3g}")
         print(f"    {hit.snippet}")

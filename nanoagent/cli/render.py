@@ -11,6 +11,13 @@ from rich.console import Console
 from nanoagent.agent import events as ev
 
 
+def table_console() -> Console:
+    """A console for tables: the terminal's width on a terminal; pipes and files get whole rows, never an
+    ellipsis (a table is only as wide as its content)."""
+    console = Console()
+    return console if console.is_terminal else Console(width=1000)
+
+
 def short_args(arguments: dict[str, Any], width: int = 60) -> str:
     parts = []
     for key, value in arguments.items():

@@ -17,9 +17,9 @@ def list_skills(
     workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder.")] = None,
 ) -> None:
     """Show every skill with its source and whether it can be used here."""
-    from rich.console import Console
     from rich.table import Table
 
+    from nanoagent.cli.render import table_console
     from nanoagent.paths import Paths
     from nanoagent.skills import SkillsLoader
 
@@ -30,7 +30,7 @@ def list_skills(
     for s in skills:
         state = "yes" + (", always loaded" if s.always else "") if s.available else "no: " + "; ".join(s.missing)
         table.add_row(s.name, s.source, state, s.description)
-    console = Console()
+    console = table_console()
     console.print(table)
     for warning in warnings:
         console.print(f"[yellow]warning: {warning}[/yellow]")

@@ -724,7 +724,7 @@ def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wa
             continue
         _, kind, ref, start, end, timestamp, role, body = by_id[doc_id]
         hits.append(SearchHit(SourceKind(kind), ref, start, end, timestamp, role, body, make_snippet(body, wanted),
-                              round(scores.get(doc_id, 0.0), 4)))
+                              float(f"{scores.get(doc_id, 0.0):.4g}")))
     return hits
 
 
