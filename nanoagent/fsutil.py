@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from pathlib import Path
@@ -43,7 +44,10 @@ def fsync_dir(path: Path) -> None:
 
 
 def cut_torn_tail(fd: int) -> int:
-    """Truncate a partial last line left by a killed writer; return the new end of file."""
+    """Truncate a partial last line left by a killed writer; return the new end of file.
+
+    A last line that is a whole JSON object lacking only its newline (a hand edit) is kept: it gets the
+    newline instead."""
     end = os.lseek(fd, 0, os.SEEK_END)
     if end == 0:
         return 0
@@ -60,8 +64,18 @@ def cut_torn_tail(fd: int) -> int:
         pos = start
     else:
         keep = 0
+    if end - keep < 1 << 24 and _is_json_object(os.pread(fd, end - keep, keep)):
+        os.pwrite(fd, b"\n", end)
+        return end + 1
     os.ftruncate(fd, keep)
     return keep
+
+
+def _is_json_object(data: bytes) -> bool:
+    try:
+        return isinstance(json.loads(data), dict)
+    except ValueError:
+        return False
 
 
 def write_all(fd: int, data: bytes) -> None:

@@ -40,7 +40,10 @@ class SkillError(ValueError):
 
 
 def parse_skill(path: Path, source: str) -> Skill:
-    text = path.read_text(encoding="utf-8")
+    return parse_skill_text(path.read_text(encoding="utf-8"), path, source)
+
+
+def parse_skill_text(text: str, path: Path, source: str) -> Skill:
     if not text.startswith("---"):
         raise SkillError("no YAML frontmatter (the file must start with a line '---')")
     end = text.find("\n---", 3)

@@ -316,3 +316,12 @@ def test_a_history_line_without_text_content_is_skipped_not_read_as_none(tmp_pat
     assert [e.content for e in HistoryLog(tmp_path, warn=warnings.append).entries()] == ["real"]
     assert warnings and "corrupt line" in warnings[0]
     assert [e.content for e in HistoryLog(tmp_path).newest_first()] == ["real"]
+
+
+def test_a_complete_last_line_without_its_newline_is_kept_by_the_next_append(tmp_path):
+    log = HistoryLog(tmp_path)
+    log.append("cli:direct", "first")
+    path = tmp_path / "history.jsonl"
+    path.write_bytes(path.read_bytes() + b'{"cursor": 2, "timestamp": "", "session": "x", "content": "hand-added"}')
+    assert log.append("cli:direct", "third").cursor == 3
+    assert [e.content for e in HistoryLog(tmp_path).entries()] == ["first", "hand-added", "third"]

@@ -16,7 +16,6 @@ from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
-from nanoagent.resources import skills_dir
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
@@ -120,8 +119,8 @@ def build_dream(
         provider=provider,
         model=dream_model,
         lock_path=paths.memory_dir / ".dream.lock",
+        journal_path=paths.memory_git_dir.with_name(paths.memory_git_dir.name + "-dream-journal.json"),
         batch_size=memory.dream_batch_size,
         max_iterations=memory.dream_max_iterations,
-        builtin_skills=frozenset(p.name for p in skills_dir().iterdir() if (p / "SKILL.md").is_file()),
         sink=recording_sink,
     )

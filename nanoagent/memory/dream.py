@@ -15,34 +15,40 @@ workspace (a lock file), so cron and a manual `/dream` cannot collide.
 
 from __future__ import annotations
 
-import dataclasses
 import fcntl
 import hashlib
 import json
 import os
-import re
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.agent.runner import AgentRunner, RunSpec, truncate
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write
+from nanoagent.memory.dream_tools import (
+    Edit,
+    EditKind,
+    MemoryOverlay,
+    dream_tools,
+    read_text,
+    taken_skill_names,
+)
+from nanoagent.memory.gitlog import TRACKED, is_memory_file
 from nanoagent.memory.history import HistoryEntry, HistoryLog
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, Usage, complete_text
 from nanoagent.templates import render
-from nanoagent.tools import ToolContext, ToolError, ToolRegistry, tool
+from nanoagent.tools import ToolContext, ToolError
 
 if TYPE_CHECKING:
     from nanoagent.memory.gitlog import MemoryCommit, MemoryGit
 
-MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")
-SKILL_PATH = re.compile(r"^skills/([a-z0-9][a-z0-9-]{0,63})/SKILL\.md$")
 FILE_CAP_CHARS = 30_000
 ENTRY_CAP_CHARS = 6_000
+JOURNAL_VERSION = 1
 
 
 class DreamBusy(NanoagentError):
@@ -51,30 +57,6 @@ class DreamBusy(NanoagentError):
 
 class DreamFailed(NanoagentError):
     pass
-
-
-@dataclass(frozen=True)
-class Edit:
-    path: str
-    old_text: str  # "" appends `new_text`; for a new skill file, the whole content
-    new_text: str
-    summary: str
-    kind: str  # "edit" | "append" | "create"
-
-    def apply(self, text: str | None) -> str:
-        if self.kind == "create":
-            if text is not None:
-                raise ToolError(f"{self.path} already exists; change it with edit_file.")
-            return self.new_text
-        if text is None:
-            raise ToolError(f"{self.path} does not exist.")
-        if self.kind == "append":
-            return text + ("" if text.endswith("\n") or not text else "\n") + self.new_text.strip("\n") + "\n"
-        count = text.count(self.old_text) if self.old_text else 0
-        if count != 1:
-            where = "was not found" if count == 0 else f"occurs {count} times"
-            raise ToolError(f"old_text {where} in {self.path}; read the file and copy a unique piece exactly.")
-        return text.replace(self.old_text, self.new_text, 1)
 
 
 @dataclass
@@ -93,131 +75,6 @@ class DreamResult:
         return self.entries[0].cursor, self.entries[-1].cursor
 
 
-class MemoryOverlay:
-    """The memory files as the editing phase sees them: read from disk, changed only in memory."""
-
-    def __init__(self, workspace: Path, builtin_skills: frozenset[str] = frozenset()):
-        self.workspace = workspace
-        self.builtin_skills = builtin_skills
-        self.edits: list[Edit] = []
-        self._texts: dict[str, str | None] = {}
-
-    def check(self, path: str, writing: bool = False) -> str:
-        """The workspace-relative path, if Dream may read (or with `writing`, change) it; else ToolError.
-
-        Dream changes SOUL.md, USER.md and memory/MEMORY.md, and skills it creates in this run; it may read
-        existing skills but never change the user's own or replace a built-in one."""
-        rel = os.path.normpath(path.strip())
-        skill = SKILL_PATH.match(rel)
-        if rel not in MEMORY_FILES and not skill:
-            raise ToolError(f"Dream may only touch {', '.join(MEMORY_FILES)} and skills/<name>/SKILL.md; "
-                            f"'{path}' is refused.")
-        root = os.path.realpath(self.workspace)
-        if not os.path.realpath(self.workspace / rel).startswith(root + os.sep):
-            raise ToolError(f"'{path}' is a link to a place outside the workspace; Dream leaves it alone.")
-        if writing and skill and not self.created(rel):
-            raise ToolError(f"{rel} is an existing skill; Dream only creates new skills (create_skill).")
-        return rel
-
-    def created(self, rel: str) -> bool:
-        return any(e.path == rel and e.kind == "create" for e in self.edits)
-
-    def check_new_skill(self, name: str) -> str:
-        rel = self.check(f"skills/{name}/SKILL.md")
-        if name in self.builtin_skills:
-            raise ToolError(f"'{name}' is a built-in skill; choose another name for a new skill.")
-        if self.read(rel) is not None:
-            raise ToolError(f"The skill '{name}' already exists; Dream only creates new skills.")
-        return rel
-
-    def read(self, rel: str) -> str | None:
-        if rel not in self._texts:
-            self._texts[rel] = read_text(self.workspace / rel)
-        return self._texts[rel]
-
-    def apply(self, edit: Edit) -> None:
-        if edit.kind == "edit" and edit.old_text == edit.new_text:
-            raise ToolError("old_text and new_text are identical: a no-op edit. Send the change you mean.")
-        self._texts[edit.path] = edit.apply(self.read(edit.path))
-        self.edits.append(edit)
-
-
-def read_text(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8")
-    except (FileNotFoundError, IsADirectoryError):
-        return None
-
-
-def dream_tools(overlay: MemoryOverlay) -> ToolRegistry:
-    """The editing phase's only tools. Each path is checked against the allowed memory files."""
-
-    @tool(read_only=True)
-    def read_file(ctx: ToolContext, path: str) -> str:
-        """Read one of the memory files, with line numbers.
-
-        Args:
-            path: SOUL.md, USER.md, memory/MEMORY.md or skills/<name>/SKILL.md.
-        """
-        rel = overlay.check(path)
-        text = overlay.read(rel)
-        if text is None:
-            raise ToolError(f"{rel} does not exist yet.")
-        return "\n".join(f"{n:>5}\t{line}" for n, line in enumerate(text.splitlines(), 1)) or "(empty file)"
-
-    @tool()
-    def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str, summary: str) -> str:
-        """Replace one exact piece of text in a memory file (it must occur exactly once). Use it to correct or
-        remove a line; new_text may be empty to delete.
-
-        Args:
-            path: SOUL.md, USER.md, memory/MEMORY.md or skills/<name>/SKILL.md.
-            old_text: The exact text to replace, copied from the file.
-            new_text: The text to put in its place.
-            summary: What this edit changes, under 70 characters, for the memory log.
-        """
-        rel = overlay.check(path, writing=True)
-        overlay.apply(Edit(rel, old_text, new_text, _summary(summary, "edit"), "edit"))
-        return f"Edited {rel}."
-
-    @tool()
-    def append_to_file(ctx: ToolContext, path: str, text: str, summary: str) -> str:
-        """Add lines at the end of a memory file.
-
-        Args:
-            path: SOUL.md, USER.md or memory/MEMORY.md.
-            text: The lines to add, e.g. "- Prefers tea over coffee".
-            summary: What this edit adds, under 70 characters, for the memory log.
-        """
-        rel = overlay.check(path, writing=True)
-        if not text.strip():
-            raise ToolError("text is empty: nothing to add.")
-        overlay.apply(Edit(rel, "", text, _summary(summary, "add"), "append"))
-        return f"Appended to {rel}."
-
-    @tool()
-    def create_skill(ctx: ToolContext, name: str, content: str, summary: str) -> str:
-        """Create a new skill at skills/<name>/SKILL.md.
-
-        Args:
-            name: Lowercase letters, digits and dashes, e.g. "weekly-report".
-            content: The whole SKILL.md: YAML frontmatter with name and description, then instructions.
-            summary: Why this skill was created, under 70 characters, for the memory log.
-        """
-        rel = overlay.check_new_skill(name)
-        if not content.lstrip().startswith("---"):
-            raise ToolError("A SKILL.md starts with YAML frontmatter (---, name:, description:, ---).")
-        overlay.apply(Edit(rel, "", content.rstrip("\n") + "\n", _summary(summary, "new skill"), "create"))
-        return f"Created {rel}."
-
-    return ToolRegistry([read_file, edit_file, append_to_file, create_skill])
-
-
-def _summary(text: str, fallback: str) -> str:
-    line = " ".join(text.split())
-    return (line[:67] + "...") if len(line) > 70 else (line or fallback)
-
-
 @dataclass
 class Dream:
     workspace: Path
@@ -226,21 +83,24 @@ class Dream:
     provider: Provider
     model: str
     lock_path: Path
+    journal_path: Path  # outside the workspace, where the agent's file tools cannot reach it
     batch_size: int = 20
     max_iterations: int = 30
     max_tokens: int = 4096
-    builtin_skills: frozenset[str] = frozenset()
     sink: ev.EventSink = field(default=lambda event: None)
 
     async def run(self, all_entries: bool = False, dry_run: bool = False) -> list[DreamResult]:
         """One batch, or with `all_entries` every batch until none is left. Empty list: nothing new."""
         results: list[DreamResult] = []
         with self._exclusive():
-            while True:
-                result = await self._batch(dry_run)
-                if result is None:
-                    break
-                results.append(result)
+            if not dry_run:
+                self.git.ensure()
+                self._resume()  # a Dream killed while writing left a journal: finish that batch first
+            # read once: the cost follows the new entries, not the history, and --all stays linear
+            backlog = list(self.history.newest_first(after=self.history.dream_cursor))[::-1]
+            while backlog:
+                entries, backlog = backlog[:self.batch_size], backlog[self.batch_size:]
+                results.append(await self._batch(entries, dry_run))
                 if not all_entries or dry_run:
                     break
         return results
@@ -259,14 +119,7 @@ class Dream:
         finally:
             os.close(fd)
 
-    async def _batch(self, dry_run: bool) -> DreamResult | None:
-        if not dry_run:
-            self.git.ensure()
-            self._resume()  # a Dream killed while writing left a journal: finish that batch first
-        undreamed = list(self.history.newest_first(after=self.history.dream_cursor))  # cost: the new entries only
-        entries = undreamed[::-1][:self.batch_size]
-        if not entries:
-            return None
+    async def _batch(self, entries: list[HistoryEntry], dry_run: bool) -> DreamResult:
         if not dry_run:
             self.git.snapshot_user_edits()  # hand edits become the user's own commits before Dream touches files
         result = DreamResult(entries, "", dry_run=dry_run)
@@ -297,11 +150,11 @@ class Dream:
         parts = [f"# New history entries (cursors {first} to {last})"]
         for e in entries:
             raw = " (raw excerpt)" if e.raw else ""
-            parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}{raw}]\n{_cap(e.content, ENTRY_CAP_CHARS)}")
+            parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}{raw}]\n{truncate(e.content, ENTRY_CAP_CHARS)}")
         for rel in ("SOUL.md", "USER.md"):
-            parts.append(f"\n# {rel}\n\n{_cap(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}")
+            parts.append(f"\n# {rel}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}")
         parts.append("\n# memory/MEMORY.md (each line prefixed with its age)\n")
-        parts.append(_cap(self._aged_memory(), FILE_CAP_CHARS))
+        parts.append(truncate(self._aged_memory(), FILE_CAP_CHARS))
         skills = sorted(p.parent.name for p in (self.workspace / "skills").glob("*/SKILL.md"))
         parts.append("\n# Existing workspace skills\n\n" + (", ".join(skills) or "(none)"))
         return "\n".join(parts)
@@ -314,9 +167,9 @@ class Dream:
         return "\n".join(f"[{'new' if age is None else f'{age}d'}] {line}" for line, age in lines) or "(empty)"
 
     async def _edit(self, result: DreamResult) -> None:
-        overlay = MemoryOverlay(self.workspace, self.builtin_skills)
-        files = "\n".join(f"\n# {rel}\n\n{_cap(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}"
-                          for rel in MEMORY_FILES)
+        overlay = MemoryOverlay(self.workspace, taken_skill_names(self.workspace))
+        files = "\n".join(f"\n# {rel}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}"
+                          for rel in TRACKED)
         spec = RunSpec(
             system=render("prompts/dream_edit.md"),
             messages=[{"role": "user", "content": f"# Findings\n\n{result.analysis}\n\n# Current files\n{files}"}],
@@ -337,60 +190,52 @@ class Dream:
                               "the same entries are tried next time.")
         result.edits, result.reply, result.failed_edits = overlay.edits, run.reply, failed
 
-    @property
-    def journal_path(self) -> Path:
-        return self.workspace / "memory" / ".dream_pending.json"
-
     def _write(self, edits: list[Edit], cursor: int) -> list[MemoryCommit]:
         """Check every edit against the files as they are now, then write and commit them one by one.
 
-        A journal lists the edits with the content each leaves behind, so a Dream killed part way is
-        finished by the next one (`_resume`) instead of repeating edits or passing them off as the user's."""
+        A journal records each edit with the file's content before and after it, so a Dream killed part
+        way is finished by the next one (`_resume`) instead of repeating edits or passing them off as the
+        user's."""
         self.git.snapshot_user_edits()  # a hand edit saved while Dream worked stays the user's own commit
         texts: dict[str, str | None] = {}
         steps = []
         for edit in edits:
-            current = texts[edit.path] if edit.path in texts else read_text(self.workspace / edit.path)
+            before = texts[edit.path] if edit.path in texts else read_text(self.workspace / edit.path)
             try:
-                texts[edit.path] = edit.apply(current)
+                texts[edit.path] = edit.apply(before)
             except ToolError as e:
                 raise DreamFailed(f"{edit.path} changed while Dream was working ({e}). Nothing changed; "
                                   "run Dream again.") from None
-            steps.append({**dataclasses.asdict(edit), "after": _digest(texts[edit.path])})
-        journal = {"version": 1, "cursor": cursor, "edits": steps, "done": 0}
-        atomic_write(self.journal_path, json.dumps(journal, ensure_ascii=False))
+            steps.append(JournalStep(edit, _digest(before), _digest(texts[edit.path])))
+        journal = Journal(cursor, steps)
+        journal.save(self.journal_path)
         return self._play(journal)
 
-    def _play(self, journal: dict[str, Any]) -> list[MemoryCommit]:
+    def _play(self, journal: Journal) -> list[MemoryCommit]:
+        """Write and commit the journal's remaining steps; ToolError when a file matches neither side of a step."""
         commits = []
-        for index in range(journal["done"], len(journal["edits"])):
-            step = journal["edits"][index]
-            edit = Edit(step["path"], step["old_text"], step["new_text"], step["summary"], step["kind"])
-            path = self.workspace / edit.path
-            current = read_text(path)
-            if _digest(current) != step["after"]:  # not written yet (or killed before the write)
-                after = edit.apply(current)
-                target = Path(os.path.realpath(path))  # a link inside the workspace stays a link
-                atomic_write(target, after)
-            commit = self.git.commit([edit.path], f"{edit.path}: {edit.summary}")
+        for index in range(journal.done, len(journal.steps)):
+            step = journal.steps[index]
+            path = self.workspace / step.edit.path
+            current = _digest(read_text(path))
+            if current == step.before:
+                atomic_write(path, step.edit.apply(read_text(path)))
+            elif current != step.after:  # someone changed the file since: this step no longer fits
+                raise ToolError(f"{step.edit.path} changed since Dream stopped")
+            commit = self.git.commit([step.edit.path], f"{step.edit.path}: {step.edit.summary}")
             if commit is not None:
                 commits.append(commit)
-            journal["done"] = index + 1
-            atomic_write(self.journal_path, json.dumps(journal, ensure_ascii=False))
-        self.history.set_dream_cursor(max(self.history.dream_cursor, journal["cursor"]))
+            journal.done = index + 1
+            journal.save(self.journal_path)
+        self.history.set_dream_cursor(max(self.history.dream_cursor, journal.cursor))
         self.journal_path.unlink(missing_ok=True)
         return commits
 
     def _resume(self) -> None:
-        """Finish the batch a killed Dream was writing; if its edits no longer fit the files, drop the rest
-        and leave the cursor, so the entries are looked at again."""
-        try:
-            journal = json.loads(self.journal_path.read_text(encoding="utf-8"))
-            journal["edits"], journal["done"], journal["cursor"]  # noqa: B018 - the shape check
-        except FileNotFoundError:
-            return
-        except (ValueError, KeyError, TypeError):
-            self.journal_path.unlink(missing_ok=True)
+        """Finish the batch a killed Dream was writing. If a file changed since, or the journal is damaged,
+        drop the rest and leave the cursor: the entries are looked at again, against the files as they are."""
+        journal = Journal.load(self.journal_path)
+        if journal is None:
             return
         try:
             self._play(journal)
@@ -398,14 +243,51 @@ class Dream:
             self.journal_path.unlink(missing_ok=True)
 
 
+@dataclass
+class JournalStep:
+    edit: Edit
+    before: str  # sha256 of the file before the edit ("" when it did not exist)
+    after: str  # and after it
+
+
+@dataclass
+class Journal:
+    """Dream's write-ahead record of one batch's edits: `done` of them are written and committed."""
+
+    cursor: int
+    steps: list[JournalStep]
+    done: int = 0
+
+    def save(self, path: Path) -> None:
+        data = {"version": JOURNAL_VERSION, "cursor": self.cursor, "done": self.done,
+                "steps": [{**asdict(s.edit), "before": s.before, "after": s.after} for s in self.steps]}
+        atomic_write(path, json.dumps(data, ensure_ascii=False), mode=0o600)
+
+    @classmethod
+    def load(cls, path: Path) -> Journal | None:
+        """The journal, or None when there is none; a damaged one, or one naming a file Dream may not
+        write, is removed (it lives outside the workspace, but is never trusted blindly)."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            steps = [JournalStep(Edit(str(s["path"]), str(s["old_text"]), str(s["new_text"]), str(s["summary"]),
+                                      EditKind(s["kind"])), str(s["before"]), str(s["after"])) for s in data["steps"]]
+            journal = cls(int(data["cursor"]), steps, int(data["done"]))
+            if data.get("version") != JOURNAL_VERSION or not all(_writable(s.edit.path) for s in steps):
+                raise ValueError("unexpected journal")
+            return journal
+        except FileNotFoundError:
+            return None
+        except (ValueError, KeyError, TypeError, AttributeError):
+            path.unlink(missing_ok=True)
+            return None
+
+
+def _writable(rel: str) -> bool:
+    return not os.path.isabs(rel) and os.path.normpath(rel) == rel and is_memory_file(rel)
+
+
 def _digest(text: str | None) -> str:
     return "" if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    return text[:limit] + f"\n[... {len(text) - limit:,} more characters cut ...]"
 
 
 def describe(results: list[DreamResult], cursor: int) -> str:
