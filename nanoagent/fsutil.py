@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 
@@ -83,3 +87,28 @@ def write_all(fd: int, data: bytes) -> None:
     while view:
         written = os.write(fd, view)
         view = view[written:]
+
+
+@contextmanager
+def file_lock(path: Path, timeout: float | None = None, busy: Exception | None = None) -> Iterator[None]:
+    """Hold an exclusive flock on `path` (created 0600). `timeout` None waits as long as it takes; 0 tries
+    once. When the lock is not had in time, raises `busy` (say who holds it and what to do). Closing the
+    file releases the lock, so a killed process never leaves one behind."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        if timeout is None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        else:
+            deadline = time.monotonic() + timeout
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        raise busy or TimeoutError(f"{path} is locked by another process") from None
+                    time.sleep(0.05)
+        yield
+    finally:
+        os.close(fd)

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.context import ContextBuilder, history_for_model
@@ -26,6 +26,9 @@ from nanoagent.session.store import Session, SessionStore
 from nanoagent.tokens import count_message_tokens, count_tokens, token_bound
 from nanoagent.tools import ToolContext, ToolRegistry
 from nanoagent.usage import usage_record
+
+if TYPE_CHECKING:
+    from nanoagent.memory.gitlog import MemoryGit
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
@@ -56,7 +59,7 @@ class AgentLoop:
     model_pinned: bool = False  # --model on the command line beats a session's /model
     commands: dict[str, Command] = field(default_factory=dict)
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
-    memory_git: Any = None  # nanoagent.memory.gitlog.MemoryGit: the git log of memory edits
+    memory_git: MemoryGit | None = None  # the git log of memory edits, for /dream-log and /dream-restore
     dream_factory: Callable[[], Dream] | None = None  # builds Dream for /dream
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)

@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from nanoagent.agent.context import strip_runtime_context
+from nanoagent.agent.runner import truncate
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.history import HistoryLog
 from nanoagent.providers.base import ProviderError, Usage
@@ -148,7 +149,7 @@ class Consolidator:
         if summary:
             self.history.append(session.key, summary)
         elif failure:
-            excerpt = _cap(transcript, RAW_CAP_CHARS)
+            excerpt = truncate(transcript, RAW_CAP_CHARS)
             self.history.append(session.key, f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
         self.store.set_meta(session, last_consolidated=end)
 
@@ -163,20 +164,12 @@ def format_transcript(messages: list[dict[str, Any]]) -> str:
     for m in messages:
         role = m.get("role")
         if role == "user":
-            lines.append(f"[user] {_cap(strip_runtime_context(m.get('content') or ''), MESSAGE_CAP_CHARS)}")
+            lines.append(f"[user] {truncate(strip_runtime_context(m.get('content') or ''), MESSAGE_CAP_CHARS)}")
         elif role == "assistant":
             if m.get("content"):
-                lines.append(f"[assistant] {_cap(m['content'], MESSAGE_CAP_CHARS)}")
+                lines.append(f"[assistant] {truncate(m['content'], MESSAGE_CAP_CHARS)}")
             for call in m.get("tool_calls") or ():
-                lines.append(f"[tool call] {call['name']} {_cap(call.get('arguments', ''), 300)}")
+                lines.append(f"[tool call] {call['name']} {truncate(call.get('arguments', ''), 300)}")
         elif role == "tool":
-            lines.append(f"[tool result {m.get('name', '')}] {_cap(m.get('content') or '', 500)}")
-    return _cap("\n".join(lines), TRANSCRIPT_CAP_CHARS)
-
-
-def _cap(text: str, limit: int) -> str:
-    if len(text) <= limit:
-        return text
-    head = limit * 2 // 3
-    return f"{text[:head]} [... {len(text) - limit:,} characters cut ...] {text[-(limit - head):]}"
-
+            lines.append(f"[tool result {m.get('name', '')}] {truncate(m.get('content') or '', 500)}")
+    return truncate("\n".join(lines), TRANSCRIPT_CAP_CHARS)

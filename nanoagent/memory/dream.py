@@ -15,12 +15,9 @@ workspace (a lock file), so cron and a manual `/dream` cannot collide.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,7 +25,7 @@ from typing import TYPE_CHECKING
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import AgentRunner, RunSpec, truncate
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import atomic_write
+from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.memory.dream_tools import (
     Edit,
     EditKind,
@@ -92,7 +89,9 @@ class Dream:
     async def run(self, all_entries: bool = False, dry_run: bool = False) -> list[DreamResult]:
         """One batch, or with `all_entries` every batch until none is left. Empty list: nothing new."""
         results: list[DreamResult] = []
-        with self._exclusive():
+        busy = DreamBusy("Another Dream is already running for this workspace; this one did nothing. "
+                         "Try again when it has finished.")
+        with file_lock(self.lock_path, 0, busy):
             if not dry_run:
                 self.git.ensure()
                 self._resume()  # a Dream killed while writing left a journal: finish that batch first
@@ -104,20 +103,6 @@ class Dream:
                 if not all_entries or dry_run:
                     break
         return results
-
-    @contextmanager
-    def _exclusive(self) -> Iterator[None]:
-        self.lock_path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                raise DreamBusy("Another Dream is already running for this workspace; "
-                                "this one did nothing. Try again when it has finished.") from None
-            yield
-        finally:
-            os.close(fd)
 
     async def _batch(self, entries: list[HistoryEntry], dry_run: bool) -> DreamResult:
         if not dry_run:

@@ -17,7 +17,6 @@ gitpython is imported inside functions only: `nanoagent --help` must not load it
 
 from __future__ import annotations
 
-import fcntl
 import os
 import re
 import time
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import atomic_write
+from nanoagent.fsutil import atomic_write, file_lock
 
 TRACKED = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md
 SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
@@ -320,28 +319,16 @@ class MemoryGit:
             finally:
                 self._lock_depth -= 1
             return
-        self.git_dir.mkdir(parents=True, exist_ok=True)
         lock = self.git_dir / "nanoagent.lock"
-        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            deadline = time.monotonic() + LOCK_TIMEOUT
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise NanoagentError(f"The memory history is busy in another nanoagent process ({lock}); "
-                                             "wait for it to finish and try again.") from None
-                    time.sleep(0.05)
+        busy = NanoagentError(f"The memory history is busy in another nanoagent process ({lock}); "
+                              "wait for it to finish and try again.")
+        with file_lock(lock, LOCK_TIMEOUT, busy):
             self._drop_stale_index_lock()
             self._lock_depth = 1
             try:
                 yield
             finally:
                 self._lock_depth = 0
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def _drop_stale_index_lock(self) -> None:
         """Every nanoagent writer holds our lock, so an index.lock seen now was left by a killed process;

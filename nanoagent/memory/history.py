@@ -9,16 +9,14 @@ happen under one exclusive lock, so two processes never write the same cursor.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from nanoagent.fsutil import atomic_write, cut_torn_tail, write_all
+from nanoagent.fsutil import atomic_write, cut_torn_tail, file_lock, write_all
 
 
 @dataclass(frozen=True)
@@ -41,18 +39,8 @@ class HistoryLog:
     def path(self) -> Path:
         return self.dir / "history.jsonl"
 
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        self.dir.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.dir / ".history.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield
-        finally:
-            os.close(fd)
-
     def append(self, session: str, content: str, raw: bool = False, now: datetime | None = None) -> HistoryEntry:
-        with self._locked():
+        with file_lock(self.dir / ".history.lock"):  # cursor allocation and append are one step
             cursor = max(self._read_int(".cursor"), self._last_cursor_on_disk()) + 1
             stamp = (now or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M")
             entry = HistoryEntry(cursor, stamp, session, content, raw)

@@ -55,6 +55,7 @@ from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent.context import strip_runtime_context
 from nanoagent.errors import NanoagentError
+from nanoagent.memory.gitlog import TRACKED
 from nanoagent.memory.history import read_entries
 from nanoagent.paths import Paths
 from nanoagent.session.store import Session, SessionStore
@@ -63,7 +64,6 @@ if TYPE_CHECKING:
     from nanoagent.config.schema import Config
 
 SCHEMA_VERSION = 2  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
-MEMORY_FILES = ("memory/MEMORY.md", "USER.md", "SOUL.md")
 CHUNK_CHARS = 800  # memory-file chunks group paragraphs up to about this size
 DOC_CHARS = 8000  # a longer document (a pasted file in a message) is indexed by its first DOC_CHARS only
 SNIPPET_CHARS = 240
@@ -316,7 +316,7 @@ class MemorySearch:
         return stats
 
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        for rel in MEMORY_FILES:
+        for rel in TRACKED:
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)

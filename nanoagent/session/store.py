@@ -14,10 +14,8 @@ with a warning and keeps every complete record.
 
 from __future__ import annotations
 
-import fcntl
 import json
 import os
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -26,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import cut_torn_tail, fsync_dir, write_all
+from nanoagent.fsutil import cut_torn_tail, file_lock, fsync_dir, write_all
 from nanoagent.paths import safe_key
 
 FORMAT_VERSION = 1
@@ -154,23 +152,11 @@ class SessionStore:
     @contextmanager
     def lock(self, session: Session, timeout: float = 600.0) -> Iterator[None]:
         """Exclusive lock for one turn; refreshes the session from disk once held."""
-        session.path.parent.mkdir(parents=True, exist_ok=True)
-        fd = os.open(f"{session.path}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() > deadline:
-                        raise SessionBusy(f"Session {session.key} is busy in another nanoagent process; "
-                                          "wait for it to finish or use another session with -s.") from None
-                    time.sleep(0.05)
+        busy = SessionBusy(f"Session {session.key} is busy in another nanoagent process; "
+                           "wait for it to finish or use another session with -s.")
+        with file_lock(Path(f"{session.path}.lock"), timeout, busy):
             self.refresh(session)
             yield
-        finally:
-            os.close(fd)  # closing releases the lock
 
     def keys(self) -> list[str]:
         keys = []
