@@ -15,7 +15,7 @@ from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.paths import Paths
-from nanoagent.providers.base import Provider
+from nanoagent.providers.base import Provider, Providers
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
@@ -48,8 +48,9 @@ def build_agent(
     tools_config = config.tools
     history = HistoryLog(paths.memory_dir, warn=warn)
     store = SessionStore(paths.sessions_dir, warn=warn)
-    loop = AgentLoop(
-        provider_for=provider_for,
+    providers = Providers(provider_for)
+    return AgentLoop(
+        providers=providers,
         store=store,
         context=ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, skills,
                                config.defaults.timezone, history, config.memory.recent_history_tokens),
@@ -67,12 +68,10 @@ def build_agent(
         model=default_model,
         model_pinned=model is not None,
         commands=dict(COMMANDS),
+        consolidator=Consolidator(history, store, config.defaults, providers.complete),
         memory_git=MemoryGit(paths.workspace, paths.memory_git_dir),
+        dream_factory=lambda: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
-    loop.consolidator = Consolidator(history, store, config.defaults, loop.complete)
-    loop.dream_factory = lambda: build_dream(config, paths, sink, model=loop.model if loop.model_pinned else None,
-                                             provider=provider, warn=warn)
-    return loop
 
 
 def build_dream(

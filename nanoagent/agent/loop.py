@@ -21,7 +21,7 @@ from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
-from nanoagent.providers.base import ChatRequest, Provider, Usage, complete_text
+from nanoagent.providers.base import Provider, Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tokens import count_message_tokens, count_tokens, token_bound
 from nanoagent.tools import ToolContext, ToolRegistry
@@ -47,7 +47,7 @@ class TurnResult:
 
 @dataclass
 class AgentLoop:
-    provider_for: Callable[[str], Provider]  # model name -> provider (with retries and fallbacks)
+    providers: Providers  # model name -> provider (with retries and fallbacks), built on first use
     store: SessionStore
     context: ContextBuilder
     tools: ToolRegistry
@@ -63,7 +63,6 @@ class AgentLoop:
     dream_factory: Callable[[], Dream] | None = None  # builds Dream for /dream
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    _providers: dict[str, Provider] = field(default_factory=dict)
     _fixed_cache: dict[tuple[str, bool], int] = field(default_factory=dict)
 
     def session(self, key: str) -> Session:
@@ -75,15 +74,7 @@ class AgentLoop:
         return self.model if self.model_pinned else session.meta.get("model") or self.model
 
     def provider(self, model: str) -> Provider:
-        if model not in self._providers:
-            self._providers[model] = self.provider_for(model)
-        return self._providers[model]
-
-    async def complete(self, model: str, system: str, user: str, max_tokens: int = 1024) -> tuple[str, Usage, str]:
-        """One tool-free model call (summaries): (text, usage, model that answered)."""
-        request = ChatRequest(model=model, system=system, messages=[{"role": "user", "content": user}],
-                              max_tokens=max_tokens)
-        return await complete_text(self.provider(model), request)
+        return self.providers.get(model)
 
     async def handle(self, text: str, key: str = "cli:direct",
                      injections: Callable[[], list[str]] | None = None) -> TurnResult:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Protocol
@@ -184,3 +184,22 @@ async def complete_text(provider: Provider, request: ChatRequest) -> tuple[str, 
             usage = usage + event.usage
             model = event.model or model
     return text, usage, model
+
+
+class Providers:
+    """One provider per model name, built on first use (imports the SDK then) and kept for the process."""
+
+    def __init__(self, factory: Callable[[str], Provider]):
+        self.factory = factory
+        self._built: dict[str, Provider] = {}
+
+    def get(self, model: str) -> Provider:
+        if model not in self._built:
+            self._built[model] = self.factory(model)
+        return self._built[model]
+
+    async def complete(self, model: str, system: str, user: str, max_tokens: int = 1024) -> tuple[str, Usage, str]:
+        """One tool-free call (summaries): (text, usage, model that answered)."""
+        request = ChatRequest(model=model, system=system, messages=[{"role": "user", "content": user}],
+                              max_tokens=max_tokens)
+        return await complete_text(self.get(model), request)
