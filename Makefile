@@ -16,7 +16,7 @@ lint:
 	$(BIN)/ruff check nanoagent tests bench
 
 bench:
-	$(BIN)/python bench/run.py && $(BIN)/python bench/memory_search.py
+	@status=0; $(BIN)/python bench/run.py || status=1; $(BIN)/python bench/memory_search.py || status=1; exit $$status
 
 size:
 	@echo "core lines (nanoagent/, excluding blank lines and comments):"
