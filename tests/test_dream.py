@@ -461,3 +461,78 @@ def test_a_new_skill_must_be_named_as_its_folder_so_it_cannot_shadow_another(tmp
     [finished] = [e for e in events if type(e).__name__ == "ToolFinished"]
     assert "must match its folder" in finished.result
     assert not (paths.workspace / "skills" / "memory-notes").exists()
+
+
+def _kill_after_commits(monkeypatch, commits_before_death: int):
+    """Make Dream die right after its n-th commit, before its journal records it."""
+    from nanoagent.memory import dream as dream_module
+    from nanoagent.memory.gitlog import MemoryGit
+
+    real_commit, real_save, count = MemoryGit.commit, dream_module.Journal.save, {"commits": 0}
+
+    def commit(self, files, message, author="dream"):
+        made = real_commit(self, files, message, author)
+        count["commits"] += 1
+        return made
+
+    def save(self, path):
+        if count["commits"] >= commits_before_death and self.done >= commits_before_death:
+            raise KeyboardInterrupt
+        real_save(self, path)
+
+    monkeypatch.setattr(MemoryGit, "commit", commit)
+    monkeypatch.setattr(dream_module.Journal, "save", save)
+    return lambda: (monkeypatch.setattr(MemoryGit, "commit", real_commit),
+                    monkeypatch.setattr(dream_module.Journal, "save", real_save))
+
+
+def test_an_edit_committed_before_a_crash_and_then_restored_is_not_made_again(tmp_path, monkeypatch):
+    paths, config, log = setup()
+    provider = ScriptedProvider([ANALYSIS, append("memory/MEMORY.md", "- wrong fact", "add: wrong fact"), "done"])
+    runner = build_dream(config, paths, sink=lambda e: None, provider=provider)
+    revive = _kill_after_commits(monkeypatch, 1)
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(runner.run())
+    revive()
+    [wrong] = [c for c in runner.git.log() if c.author == "dream"]
+    runner.git.restore(wrong.sha)  # the user undoes it before the next Dream
+    asyncio.run(build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider()).run())
+    assert "- wrong fact" not in memory(paths)
+    assert log.dream_cursor == 1 and not runner.journal_path.exists()
+
+
+def test_a_damaged_journal_cannot_move_the_cursor_past_the_history(tmp_path):
+    paths, config, log = setup()
+    runner = build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider(respond=lambda r: "NOTHING"))
+    runner.journal_path.parent.mkdir(parents=True, exist_ok=True)
+    runner.journal_path.write_text(json.dumps({"version": 1, "cursor": 10**9, "done": 0, "steps": []}))
+    asyncio.run(runner.run())
+    assert log.dream_cursor == 1  # the one real entry, dreamed; not a billion
+    runner.journal_path.write_text(json.dumps({"version": 1, "cursor": 1, "done": 5, "steps": []}))
+    asyncio.run(runner.run())
+    assert not runner.journal_path.exists()
+
+
+def test_a_file_changed_between_two_of_dreams_writes_is_a_clear_failure(tmp_path, monkeypatch):
+    from nanoagent.memory.gitlog import MemoryGit
+
+    paths, config, log = setup()
+    real_commit = MemoryGit.commit
+
+    def commit_then_someone_edits(self, files, message, author="dream"):
+        made = real_commit(self, files, message, author)
+        if files == ["USER.md"]:
+            mem = paths.workspace / "memory" / "MEMORY.md"
+            mem.write_text(mem.read_text() + "- written by another process\n")
+        return made
+
+    monkeypatch.setattr(MemoryGit, "commit", commit_then_someone_edits)
+    edits = ScriptedReply(tool_calls=[
+        ("append_to_file", {"path": "USER.md", "text": "- Sister: Ines", "summary": "add: sister"}),
+        ("append_to_file", {"path": "memory/MEMORY.md", "text": "- Ines lives in Faro", "summary": "add: Faro"}),
+    ])
+    runner = build_dream(config, paths, sink=lambda e: None, provider=ScriptedProvider([ANALYSIS, edits, "done"]))
+    with pytest.raises(DreamFailed, match="run Dream again"):
+        asyncio.run(runner.run())
+    assert not runner.journal_path.exists() and log.dream_cursor == 0
+    assert "- written by another process" in memory(paths) and "Faro" not in memory(paths)

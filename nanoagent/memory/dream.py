@@ -192,29 +192,51 @@ class Dream:
                 raise DreamFailed(f"{edit.path} changed while Dream was working ({e}). Nothing changed; "
                                   "run Dream again.") from None
             steps.append(JournalStep(edit, _digest(before), _digest(texts[edit.path])))
-        journal = Journal(cursor, steps)
+        head = self.git.log(1)
+        journal = Journal(cursor, steps, head=head[0].sha if head else "")
         journal.save(self.journal_path)
-        return self._play(journal)
+        try:
+            return self._play(journal)
+        except ToolError as e:  # a file changed between two of its steps (another process editing it)
+            self.journal_path.unlink(missing_ok=True)
+            raise DreamFailed(f"Dream stopped part way: {e}. The edits made so far are committed; run Dream "
+                              "again for the rest.") from None
 
-    def _play(self, journal: Journal) -> list[MemoryCommit]:
+    def _play(self, journal: Journal, resuming: bool = False) -> list[MemoryCommit]:
         """Write and commit the journal's remaining steps; ToolError when a file matches neither side of a step."""
         commits = []
         for index in range(journal.done, len(journal.steps)):
             step = journal.steps[index]
             path = self.workspace / step.edit.path
+            if any(p.is_symlink() for p in (path, *path.parents) if self.workspace in p.parents):
+                raise ToolError(f"{step.edit.path} became a link")
             current = _digest(read_text(path))
-            if current == step.before:
-                atomic_write(path, step.edit.apply(read_text(path)))
-            elif current != step.after:  # someone changed the file since: this step no longer fits
-                raise ToolError(f"{step.edit.path} changed since Dream stopped")
-            commit = self.git.commit([step.edit.path], f"{step.edit.path}: {step.edit.summary}")
-            if commit is not None:
-                commits.append(commit)
+            if resuming and self._committed_since(journal.head, step.edit):
+                pass  # committed before the crash: what the file holds now (a restore, a hand edit) stands
+            elif current in (step.before, step.after):
+                if current == step.before:
+                    atomic_write(path, step.edit.apply(read_text(path)))
+                commit = self.git.commit([step.edit.path], f"{step.edit.path}: {step.edit.summary}")
+                if commit is not None:
+                    commits.append(commit)
+            else:  # changed since by someone else: this step no longer fits
+                raise ToolError(f"{step.edit.path} changed while Dream was writing")
             journal.done = index + 1
             journal.save(self.journal_path)
-        self.history.set_dream_cursor(max(self.history.dream_cursor, journal.cursor))
+        cursor = min(journal.cursor, self.history.cursor)  # never past what history holds
+        self.history.set_dream_cursor(max(self.history.dream_cursor, cursor))
         self.journal_path.unlink(missing_ok=True)
         return commits
+
+    def _committed_since(self, head: str, edit: Edit) -> bool:
+        """Whether this edit was committed after `head`: then a file back at its old content means the edit was
+        undone since (a restore), not that it was never written, and it must not be made again."""
+        for commit in self.git.log(200):
+            if commit.sha == head:
+                return False
+            if commit.author == "dream" and commit.summary.startswith(f"{edit.path}: {edit.summary}"):
+                return True
+        return False
 
     def _resume(self) -> None:
         """Finish the batch a killed Dream was writing. If a file changed since, or the journal is damaged,
@@ -223,7 +245,7 @@ class Dream:
         if journal is None:
             return
         try:
-            self._play(journal)
+            self._play(journal, resuming=True)
         except ToolError:
             self.journal_path.unlink(missing_ok=True)
 
@@ -242,9 +264,10 @@ class Journal:
     cursor: int
     steps: list[JournalStep]
     done: int = 0
+    head: str = ""  # the memory history's HEAD when the journal was written
 
     def save(self, path: Path) -> None:
-        data = {"version": JOURNAL_VERSION, "cursor": self.cursor, "done": self.done,
+        data = {"version": JOURNAL_VERSION, "cursor": self.cursor, "done": self.done, "head": self.head,
                 "steps": [{**asdict(s.edit), "before": s.before, "after": s.after} for s in self.steps]}
         atomic_write(path, json.dumps(data, ensure_ascii=False), mode=0o600)
 
@@ -256,8 +279,9 @@ class Journal:
             data = json.loads(path.read_text(encoding="utf-8"))
             steps = [JournalStep(Edit(str(s["path"]), str(s["old_text"]), str(s["new_text"]), str(s["summary"]),
                                       EditKind(s["kind"])), str(s["before"]), str(s["after"])) for s in data["steps"]]
-            journal = cls(int(data["cursor"]), steps, int(data["done"]))
-            if data.get("version") != JOURNAL_VERSION or not all(_writable(s.edit.path) for s in steps):
+            journal = cls(int(data["cursor"]), steps, int(data["done"]), str(data.get("head", "")))
+            if (data.get("version") != JOURNAL_VERSION or not 0 <= journal.done <= len(steps)
+                    or not all(_writable(s.edit.path) for s in steps)):
                 raise ValueError("unexpected journal")
             return journal
         except FileNotFoundError:
