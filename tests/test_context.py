@@ -137,3 +137,19 @@ def test_openclaw_skills_drop_in_with_their_vendor_metadata_and_any_bins(tmp_pat
     assert skills["anyof"].available
     assert skills["noneof"].missing == ("needs one of `no-such-a`, `no-such-b` on PATH",)
     assert skills["quoted"].always is False
+
+
+def test_parsed_skills_are_cached_until_the_file_changes(tmp_path):
+    import os
+
+    builtin, ws = tmp_path / "builtin", tmp_path / "ws"
+    write_skill(ws, "notes", "name: notes\ndescription: first version")
+    loader = SkillsLoader(ws, builtin)
+    assert [s.description for s in loader.skills()] == ["first version"]
+    path = ws / "notes" / "SKILL.md"
+    stat = path.stat()
+    path.write_text("---\nname: notes\ndescription: second version\n---\nDo the thing.\n")
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # same mtime: the cached parse is used
+    assert [s.description for s in loader.skills()] == ["first version"]
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns + 10**9))  # touched: parsed again
+    assert [s.description for s in loader.skills()] == ["second version"]
