@@ -47,3 +47,20 @@ def test_rendered_markdown_shows_bullets_not_markup():
     md, out = stream(plain=False)
     md.feed("Some **bold** text.\n\n")
     assert "**" not in out[0] and "bold" in out[0]
+
+
+def test_a_long_paragraph_streams_sentence_by_sentence():
+    md, out = stream()
+    sentences = [f"Sentence number {i} says something moderately long about the garden. " for i in range(12)]
+    for sentence in sentences:
+        md.feed(sentence)
+    assert out, "a 12-sentence paragraph must not wait for the end of the reply"
+    assert all(piece.rstrip().endswith(".") for piece in out)
+    md.flush()
+    assert "".join(out).replace("\n", " ").split() == "".join(sentences).split()
+
+
+def test_a_sentence_cut_never_splits_bold_or_code_spans():
+    md, out = stream()
+    md.feed("**This bold run. " + "keeps going for a long while. " * 12)
+    assert out == []

@@ -32,6 +32,7 @@ EXIT_COMMANDS = {"/exit", "/quit"}
 
 
 LONG_BLOCK_LINES = 6
+LONG_PARAGRAPH_CHARS = 320
 
 
 class MarkdownStream:
@@ -70,7 +71,21 @@ class MarkdownStream:
             line_start = self.buffer.rfind("\n", 0, last) + 1
             if not self.buffer[line_start:last].lstrip().startswith("|"):
                 return last + 1
-        return 0
+        return self._sentence_cut()
+
+    def _sentence_cut(self) -> int:
+        """A long paragraph still being written is printed up to its last finished sentence, so prose
+        streams too; never inside a code fence, a table, or an open `**` or backtick span."""
+        if len(self.buffer) < LONG_PARAGRAPH_CHARS or "```" in self.buffer or self.buffer.lstrip().startswith("|"):
+            return 0
+        cut = max(self.buffer.rfind(mark) for mark in (". ", "! ", "? ", "。", "！", "？"))
+        if cut <= 0:
+            return 0
+        cut += 1 if self.buffer[cut] in "。！？" else 2
+        head = self.buffer[:cut]
+        if head.count("**") % 2 or head.count("`") % 2 or head.count("[") != head.count("]"):
+            return 0
+        return cut
 
     def _emit(self, text: str) -> None:
         self.printed += text
@@ -108,6 +123,8 @@ class TerminalUI:
     def __call__(self, event: ev.Event) -> None:
         match event:
             case ev.TextDelta(text=text):
+                if self.activity == "thinking":
+                    self.activity = "writing"
                 self.stream.feed(text)
             case ev.ToolStarted(call_id=call_id, name=name, arguments=arguments):
                 self.stream.flush()
