@@ -83,7 +83,7 @@ def test_workspace_flag_picks_another_workspace(llm, isolated_home, tmp_path):
 
 def test_provider_failure_is_one_line_and_keeps_the_users_message(llm, isolated_home):
     write_config(isolated_home, fast_retries(maxRetries=0))
-    long_message = "the upstream model is overloaded " * 8 + "END-OF-MESSAGE"
+    long_message = "the upstream model is overloaded\n\n" * 8 + "END-OF-MESSAGE"  # long, and with newlines
     llm.script(Reply(status=500, error_message=long_message))
     proc = run_cli("agent", "-m", "please remember this", env=anthropic_env(llm))
     assert proc.returncode == 1

@@ -101,7 +101,7 @@ def test_wrong_type_is_one_stderr_line_and_leaves_the_file_byte_identical(isolat
         assert proc.returncode == 1
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1, proc.stderr
-        assert "agents.defaults.maxTokens" in lines[0] and "whole number" in lines[0]
+        assert "agents.defaults.maxTokens" in lines[0] and "whole number" in lines[0] and str(path) in lines[0]
     assert path.read_bytes() == before
 
 

@@ -188,6 +188,24 @@ def test_litellm_quota_exhausted_429_is_final_not_retried(llm):
     with pytest.raises(ProviderError) as info:
         stream(llm, LITELLM)
     assert len(llm.requests) == 1 and "credit balance" in info.value.message
+    llm.reset()
+    llm.script(*[Reply(status=401, error_message="invalid x-api-key")] * 3)
+    with pytest.raises(ProviderError):
+        stream(llm, LITELLM)
+    assert len(llm.requests) == 1  # a bad key is final too
+
+
+def test_the_local_server_answers_non_streaming_calls_from_both_sdks(llm):
+    import anthropic
+    import httpx
+
+    llm.script(Reply(text="plain anthropic"), Reply(text="plain openai"))
+    client = anthropic.Anthropic(api_key="k", base_url=llm.url, max_retries=0)
+    message = client.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
+    assert message.content[0].text == "plain anthropic"
+    reply = httpx.post(f"{llm.url}/v1/chat/completions", headers={"Authorization": "Bearer k"}, timeout=10,
+                       json={"model": "gpt-test", "stream": False, "messages": [{"role": "user", "content": "hi"}]})
+    assert reply.json()["choices"][0]["message"]["content"] == "plain openai"
 
 
 def test_litellm_stream_cut_mid_response_is_an_error_not_a_partial_answer(llm):

@@ -140,3 +140,17 @@ def test_usage_piped_shows_whole_rows_and_batch_calls_at_half_price(isolated_hom
     assert proc.returncode == 0, proc.stderr
     assert key in proc.stdout and "anthropic/claude-sonnet-4-5" in proc.stdout and "…" not in proc.stdout
     assert "$2.25" in proc.stdout  # half of $4.50: Message Batches are billed at half price
+
+
+def test_doctor_says_to_install_git_and_notices_a_missing_tokenizer(isolated_home, tmp_path):
+    run_cli("onboard")
+    empty_bin = tmp_path / "bin"
+    empty_bin.mkdir()
+    proc = run_cli("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY, "PATH": str(empty_bin),
+                                  "TIKTOKEN_CACHE_DIR": str(tmp_path / "no-tokenizer"),
+                                  # any download attempt fails at once instead of waiting on the network
+                                  "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"})
+    assert proc.returncode == 1
+    git_line = next(line for line in proc.stdout.splitlines() if "git:" in line)
+    assert "not found" in git_line and "install git" in proc.stdout
+    assert "tokenizer missing; using estimates" in proc.stdout
