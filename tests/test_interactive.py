@@ -3,6 +3,8 @@
 import json
 import os
 import re
+import shutil
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -274,3 +276,46 @@ def test_ctrl_c_while_a_tool_runs_kills_it_and_leaves_a_consistent_session(term,
     result = messages(isolated_home)[2]
     assert result["tool_call_id"] == call["id"] and "interrupted" in result["content"] and result["is_error"]
     assert len(llm.requests) == 2
+
+
+@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
+def test_the_status_line_shows_a_spinner_and_what_runs_while_the_model_thinks(llm, isolated_home):
+    # tmux, a real terminal emulator, answers cursor-position requests, so the toolbar is drawn as on screen
+    llm.script(Reply(text="done thinking", delay=3.0))
+    name = f"nanoagent-test-{os.getpid()}"
+    env = " ".join(f"{k}={v}" for k, v in {**anthropic_env(llm), "NANOAGENT_HOME": str(isolated_home)}.items())
+    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "80", "-y", "24",
+                    f"env {env} {sys.executable} -m nanoagent agent"], cwd=str(ROOT), check=True)
+
+    def screen() -> str:
+        return subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+
+    def wait_for(pattern: str) -> re.Match:
+        deadline = time.monotonic() + 15
+        while not (match := re.search(pattern, screen())):
+            assert time.monotonic() < deadline, screen()
+            time.sleep(0.05)
+        return match
+
+    try:
+        wait_for(PROMPT)
+        subprocess.run(["tmux", "send-keys", "-t", name, "think slowly", "Enter"], check=True)
+        first = wait_for(r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]) thinking (\d+\.\d)s\s+\(Ctrl-C cancels\)")
+        later = wait_for(r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]) thinking (\d+\.\d)s")
+        while later.group(2) == first.group(2):
+            later = wait_for(r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]) thinking (\d+\.\d)s")
+        assert float(later.group(2)) > float(first.group(2))  # the clock (and spinner) move while it works
+        wait_for("done thinking")
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+
+
+def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_home):
+    llm.script(Reply(text="Some **bold** words.\n\n- first point\n- second point"))
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-m", "hi"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", timeout=20, dimensions=(30, 80))
+    child.expect(pexpect.EOF)
+    output = child.before
+    assert "**" not in output and "bold" in output
+    assert re.search(r"•\s*" + SGR + "first point", output) or "• first point" in output
