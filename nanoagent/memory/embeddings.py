@@ -77,6 +77,6 @@ def embed_texts(settings: EmbeddingSettings, texts: list[str]) -> list[list[floa
     return vectors
 
 
-def _unit(vector: Sequence[float]) -> array:
+def unit_vector(vector: Sequence[float]) -> array:
     norm = math.sqrt(sum(x * x for x in vector)) or 1.0
     return array("f", (x / norm for x in vector))

@@ -53,9 +53,9 @@ from nanoagent.memory.embeddings import (
     EMBED_CHARS,
     EmbeddingError,
     EmbeddingSettings,
-    _unit,
     embed_texts,
     embedding_settings,
+    unit_vector,
 )
 from nanoagent.memory.gitlog import TRACKED
 from nanoagent.memory.history import read_entries
@@ -393,7 +393,7 @@ class MemorySearch:
         """Reciprocal rank fusion of the keyword and the cosine rankings; None (and a warning) when embedding fails."""
         try:
             self._embed_missing(db, settings)
-            wanted = _unit(embed_texts(settings, [query])[0])
+            wanted = unit_vector(embed_texts(settings, [query])[0])
         except EmbeddingError as e:
             message = f"semantic memory search failed ({e}); using keyword ranking only"
             if message not in self._warned:
@@ -427,7 +427,7 @@ class MemorySearch:
             with _writing(db):
                 db.executemany("INSERT OR REPLACE INTO vectors(doc_id, vec) SELECT ?, ? "
                                "WHERE EXISTS (SELECT 1 FROM docs WHERE id = ?)",
-                               [(doc_id, _unit(v).tobytes(), doc_id) for (doc_id, _), v in zip(batch, vectors,
+                               [(doc_id, unit_vector(v).tobytes(), doc_id) for (doc_id, _), v in zip(batch, vectors,
                                                                                           strict=True)])
             self.last_update.embedded += len(batch)
 
