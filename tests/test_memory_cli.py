@@ -22,6 +22,12 @@ def append_call(text: str, summary: str, path: str = "memory/MEMORY.md") -> Repl
     return Reply(tool_calls=[("append_to_file", {"path": path, "text": text, "summary": summary})])
 
 
+def dream_once(llm, analysis: str, call: Reply) -> None:
+    """One `nanoagent dream` whose model finds `analysis` and makes the one edit `call`."""
+    llm.script(Reply(text=analysis), call, Reply(text="ok"))
+    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+
+
 def memory_md(home) -> str:
     return (home / "workspace" / "memory" / "MEMORY.md").read_text()
 
@@ -78,12 +84,10 @@ def test_a_failing_dream_exits_non_zero_and_leaves_cursor_and_files(llm, isolate
 
 def test_two_dreams_then_restoring_the_first_keeps_the_second(llm, isolated_home):
     log = remember(isolated_home, "- boat named Gull")
-    llm.script(Reply(text=ANALYSIS), append_call("- Boat: Gull", "add: boat Gull"), Reply(text="ok"))
-    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+    dream_once(llm, ANALYSIS, append_call("- Boat: Gull", "add: boat Gull"))
     log.append("cli:direct", "- the user moved to Porto")
-    llm.script(Reply(text="## USER.md\n- ADD: lives in Porto"),
-               append_call("- Lives in Porto", "add: lives in Porto", path="USER.md"), Reply(text="ok"))
-    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+    dream_once(llm, "## USER.md\n- ADD: lives in Porto",
+               append_call("- Lives in Porto", "add: lives in Porto", path="USER.md"))
     workspace = isolated_home / "workspace"
     first = next(c for c in _log(workspace) if "boat Gull" in c.summary)
     restored = run_cli("dream-restore", first.short, env=anthropic_env(llm))
@@ -149,12 +153,10 @@ def test_a_fact_told_ten_sessions_earlier_is_found_through_the_agent(llm, isolat
 def test_two_dreams_appending_to_memory_then_restoring_the_first_keeps_the_second_line(llm, isolated_home):
     # Regression: the two appends sit on neighbouring lines, which git merge-file called a conflict.
     log = remember(isolated_home, "- boat named Gull")
-    llm.script(Reply(text=ANALYSIS), append_call("- Boat: Gull", "add: boat Gull"), Reply(text="ok"))
-    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+    dream_once(llm, ANALYSIS, append_call("- Boat: Gull", "add: boat Gull"))
     log.append("cli:direct", "- the user moved to Porto")
-    llm.script(Reply(text="## memory/MEMORY.md\n- ADD: lives in Porto"),
-               append_call("- Lives in Porto", "add: lives in Porto"), Reply(text="ok"))
-    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+    dream_once(llm, "## memory/MEMORY.md\n- ADD: lives in Porto",
+               append_call("- Lives in Porto", "add: lives in Porto"))
     before = memory_md(isolated_home)
     assert before.endswith("- Boat: Gull\n- Lives in Porto\n")
     first = next(c for c in _log(isolated_home / "workspace") if "boat Gull" in c.summary)

@@ -130,8 +130,8 @@ class AgentLoop:
         system = self.context.system_prompt()
         if self.consolidator is None:
             return system, session.last_consolidated
-        await self.consolidator.maybe_consolidate(session, self._fixed(system), model)
-        system = self.context.system_prompt()  # recent history may have grown
+        if await self.consolidator.maybe_consolidate(session, self._fixed(system), model):
+            system = self.context.system_prompt()  # the archive added to the recent history
         return system, self.consolidator.window_start(session, self._fixed(system))
 
     def _fixed(self, system: str) -> Callable[[bool], int]:

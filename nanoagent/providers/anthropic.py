@@ -65,7 +65,7 @@ class AnthropicProvider:
             async for event in _translate(raw):
                 yield event
         except anthropic.APIStatusError as e:
-            message = _error_message(e)
+            message = error_message(e)
             raise ProviderError(
                 f"{e.status_code} {message}",
                 status=e.status_code,
@@ -75,10 +75,10 @@ class AnthropicProvider:
         except (anthropic.APITimeoutError, httpx.TimeoutException) as e:
             raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
         except (anthropic.APIConnectionError, httpx.HTTPError) as e:
-            raise ProviderError(f"connection failed: {_cause(e)}", retryable=True) from e
+            raise ProviderError(f"connection failed: {root_cause(e)}", retryable=True) from e
 
 
-def _error_message(e: Any) -> str:
+def error_message(e: Any) -> str:
     body = getattr(e, "body", None)
     if isinstance(body, dict):
         err = body.get("error")
@@ -87,7 +87,7 @@ def _error_message(e: Any) -> str:
     return str(getattr(e, "message", e))
 
 
-def _cause(e: BaseException) -> str:
+def root_cause(e: BaseException) -> str:
     while e.__cause__ is not None:
         e = e.__cause__
     return str(e) or type(e).__name__

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from nanoagent.config.schema import Config
 from nanoagent.errors import ConfigError
-from nanoagent.providers.anthropic import AnthropicProvider, _cause, _error_message, build_params
+from nanoagent.providers.anthropic import AnthropicProvider, build_params, error_message, root_cause
 from nanoagent.providers.base import (
     ChatRequest,
     Provider,
@@ -33,7 +33,7 @@ from nanoagent.providers.base import (
     classify_status,
     parse_retry_after,
 )
-from nanoagent.providers.registry import _missing_key, provider_name, with_retries
+from nanoagent.providers.registry import missing_key_message, provider_name, with_retries
 
 T = TypeVar("T")
 
@@ -130,7 +130,7 @@ class AnthropicBatchProvider(AnthropicProvider):
         try:
             return await pending
         except anthropic.APIStatusError as e:
-            message = _error_message(e)
+            message = error_message(e)
             raise ProviderError(
                 f"{e.status_code} {message}",
                 status=e.status_code,
@@ -141,7 +141,7 @@ class AnthropicBatchProvider(AnthropicProvider):
             raise ProviderError(f"no answer from the Batches API for {self.idle_timeout:.0f} s",
                                 retryable=True) from e
         except (anthropic.APIConnectionError, httpx.HTTPError) as e:
-            raise ProviderError(f"connection failed: {_cause(e)}", retryable=True) from e
+            raise ProviderError(f"connection failed: {root_cause(e)}", retryable=True) from e
 
 
 def _events(batch_id: str, result: Any) -> list[ProviderEvent]:
@@ -211,7 +211,7 @@ def build_batch_provider(
                           f"max poll interval {max_poll_interval}, timeout {timeout}): pass values above 0.")
     settings = config.provider("anthropic")
     if not settings.api_key:
-        raise ConfigError(_missing_key("anthropic"))
+        raise ConfigError(missing_key_message("anthropic"))
     provider = AnthropicBatchProvider(settings.api_key, settings.api_base, config.defaults.stream_idle_timeout,
                                       poll_interval=poll_interval, max_poll_interval=max_poll_interval,
                                       timeout=timeout)

@@ -55,14 +55,14 @@ def make_provider(model: str, config: Config) -> Provider:
     via_litellm = model.startswith("litellm/")
     if name == "anthropic" and not via_litellm:
         if not settings.api_key:
-            raise ConfigError(_missing_key(name))
+            raise ConfigError(missing_key_message(name))
         from nanoagent.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(settings.api_key, settings.api_base, timeout)
     if (name in OPENAI_COMPATIBLE or (settings.api_base and name not in litellm_providers())) and not via_litellm:
         default_base, key_var = OPENAI_COMPATIBLE.get(name, (None, None))
         if key_var and not settings.api_key:
-            raise ConfigError(_missing_key(name))
+            raise ConfigError(missing_key_message(name))
         from nanoagent.providers.openai_compat import OpenAICompatProvider
 
         return OpenAICompatProvider(name, settings.api_key, settings.api_base or default_base or "", timeout)
@@ -74,7 +74,7 @@ def make_provider(model: str, config: Config) -> Provider:
     return LiteLLMProvider(settings.api_key, settings.api_base, timeout)
 
 
-def _missing_key(provider: str) -> str:
+def missing_key_message(provider: str) -> str:
     return (f"No API key for {provider}: set {key_variable(provider)} or run `nanoagent onboard` "
             f"(or put it in config.json under providers.{provider}.apiKey).")
 
