@@ -142,7 +142,7 @@ def bench_turns(home: Path) -> None:
     for size in (10, 10_000):
         key = f"cli:turns-{size}"
         make_session(home, key, size)
-        loop = build_agent(Config(), paths, sink=lambda e: None, provider=ScriptedProvider(default="fine, thanks"))
+        loop = build_agent(Config(), paths, provider=ScriptedProvider(default="fine, thanks"))
         loop.session(key)  # loaded once, as an interactive session would
         path = loop.store.path_for(key)
         times, sizes = [], []
@@ -180,7 +180,7 @@ def bench_consolidation(home: Path) -> None:
         make_session(home, key, 10_000)
         session_store_meta(home, key, 0)
         provider = ScriptedProvider(default="fine", respond=summarise)
-        loop = build_agent(Config(), paths, sink=lambda e: None, provider=provider)
+        loop = build_agent(Config(), paths, provider=provider)
         session = loop.session(key)
         started = time.perf_counter()
         if key.endswith("turn"):

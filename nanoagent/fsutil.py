@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import asyncio
 import fcntl
 import json
 import os
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 
@@ -94,21 +95,47 @@ def file_lock(path: Path, timeout: float | None = None, busy: Exception | None =
     """Hold an exclusive flock on `path` (created 0600). `timeout` None waits as long as it takes; 0 tries
     once. When the lock is not had in time, raises `busy` (say who holds it and what to do). Closing the
     file releases the lock, so a killed process never leaves one behind."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    fd = _open_lock_file(path)
     try:
         if timeout is None:
             fcntl.flock(fd, fcntl.LOCK_EX)
         else:
             deadline = time.monotonic() + timeout
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except BlockingIOError:
-                    if time.monotonic() >= deadline:
-                        raise busy or TimeoutError(f"{path} is locked by another process") from None
-                    time.sleep(0.05)
+            while not _try_lock(fd):
+                if time.monotonic() >= deadline:
+                    raise busy or TimeoutError(f"{path} is locked by another process")
+                time.sleep(LOCK_POLL)
         yield
     finally:
         os.close(fd)
+
+
+@asynccontextmanager
+async def async_file_lock(path: Path, timeout: float, busy: Exception | None = None) -> AsyncIterator[None]:
+    """`file_lock` for code on an event loop: the wait yields to other tasks instead of blocking them."""
+    fd = _open_lock_file(path)
+    try:
+        deadline = time.monotonic() + timeout
+        while not _try_lock(fd):
+            if time.monotonic() >= deadline:
+                raise busy or TimeoutError(f"{path} is locked by another process")
+            await asyncio.sleep(LOCK_POLL)
+        yield
+    finally:
+        os.close(fd)
+
+
+LOCK_POLL = 0.05
+
+
+def _open_lock_file(path: Path) -> int:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+
+def _try_lock(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except BlockingIOError:
+        return False

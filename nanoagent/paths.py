@@ -3,8 +3,18 @@
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
+
+# The workspace's long-term memory: what Dream edits, git records and search indexes.
+MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md
+SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
+
+
+def is_memory_file(relpath: str) -> bool:
+    """True for a workspace-relative path of long-term memory: MEMORY_FILES or a skill's SKILL.md."""
+    return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None
 
 
 @dataclass(frozen=True)

@@ -1,14 +1,19 @@
-"""Token prices from litellm's bundled table, read as JSON (importing litellm takes seconds).
+"""Token prices and context windows from litellm's bundled table, read as JSON (importing litellm takes seconds).
 
 An unknown model has no price: callers show its tokens and leave the cost blank.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 from dataclasses import dataclass
-from typing import Any
+from functools import lru_cache
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from nanoagent.providers.base import Usage
+if TYPE_CHECKING:
+    from nanoagent.usage import Usage
 
 
 @dataclass(frozen=True)
@@ -33,8 +38,6 @@ def _candidates(model: str) -> list[str]:
 
 def price_for(model: str, table: dict[str, Any] | None = None) -> Price | None:
     if table is None:
-        from nanoagent.providers.registry import model_table
-
         table = model_table()
     for key in _candidates(model):
         entry = table.get(key)
@@ -50,8 +53,6 @@ def price_for(model: str, table: dict[str, Any] | None = None) -> Price | None:
 
 
 def context_window(model: str) -> int | None:
-    from nanoagent.providers.registry import model_table
-
     for key in _candidates(model):
         entry = model_table().get(key)
         if isinstance(entry, dict) and entry.get("max_input_tokens"):
@@ -63,3 +64,23 @@ def format_cost(cost: float | None) -> str:
     if cost is None:
         return "n/a"
     return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
+
+
+def litellm_data_file(name: str) -> Path | None:
+    spec = importlib.util.find_spec("litellm")
+    if not spec or not spec.submodule_search_locations:
+        return None
+    path = Path(next(iter(spec.submodule_search_locations))) / name
+    return path if path.exists() else None
+
+
+@lru_cache(maxsize=1)
+def model_table() -> dict[str, dict]:
+    """litellm's bundled price and context-window table, read without importing litellm."""
+    path = litellm_data_file("model_prices_and_context_window_backup.json")
+    if path is None:
+        return {}
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}

@@ -14,6 +14,8 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
+from nanoagent.messages import Message, calls_of
+
 
 def _litellm_tokenizer_dir() -> str | None:
     spec = importlib.util.find_spec("litellm")
@@ -65,16 +67,16 @@ def tokenizer_available() -> bool:
     return _encoding() is not None
 
 
-def count_message_tokens(message: dict[str, Any], count: Callable[[str], int] = count_tokens) -> int:
+def count_message_tokens(message: Message, count: Callable[[str], int] = count_tokens) -> int:
     """Tokens one stored message adds to a prompt, including a small per-message overhead.
     With `count=token_bound`, an upper bound that needs no tokenizer."""
-    total = 4 + count(message.get("content") or "")
-    for call in message.get("tool_calls") or ():
-        total += count(call.get("name", "")) + count(call.get("arguments", "")) + 8
+    total = 4 + count(message["content"])
+    for call in calls_of(message):
+        total += count(call["name"]) + count(call["arguments"]) + 8
     return total
 
 
-def message_bound(message: dict[str, Any]) -> int:
+def message_bound(message: Message) -> int:
     return count_message_tokens(message, token_bound)
 
 

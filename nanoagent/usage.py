@@ -1,14 +1,80 @@
-"""Token and cost totals from the usage records sessions carry."""
+"""Tokens a model call used, the session-file record of it, and token and cost totals."""
 
 from __future__ import annotations
 
+import math
 from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from nanoagent.pricing import format_cost, price_for
-from nanoagent.providers.base import Usage
+
+TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
+
+
+@dataclass(frozen=True)
+class Usage:
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_tokens: int = 0
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            self.input_tokens + other.input_tokens,
+            self.output_tokens + other.output_tokens,
+            self.cache_read_tokens + other.cache_read_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
+        )
+
+    @property
+    def prompt_tokens(self) -> int:
+        """Everything the request sent, cached or not: how full the context was."""
+        return self.input_tokens + self.cache_read_tokens + self.cache_write_tokens
+
+    def to_dict(self) -> dict[str, int]:
+        return {name: getattr(self, name) for name in TOKEN_FIELDS}
+
+
+@dataclass(frozen=True)
+class UsageRecord:
+    """One model call as a session file records it: {"type": "usage", "ts", "model", "purpose", tokens...}.
+    `price_factor` 0.5 marks a Message Batches call (half price)."""
+
+    model: str
+    usage: Usage
+    purpose: str = "turn"
+    ts: str = ""
+    price_factor: float = 1.0
+
+    @classmethod
+    def now(cls, model: str, usage: Usage, purpose: str = "turn", price_factor: float = 1.0) -> UsageRecord:
+        return cls(model, usage, purpose, datetime.now(UTC).isoformat(timespec="seconds"), price_factor)
+
+    def to_json(self) -> dict[str, Any]:
+        record: dict[str, Any] = {"type": "usage", "ts": self.ts, "model": self.model, "purpose": self.purpose,
+                                  **self.usage.to_dict()}
+        if self.price_factor != 1.0:
+            record["price_factor"] = self.price_factor
+        return record
+
+    @classmethod
+    def from_json(cls, record: dict[str, Any]) -> UsageRecord:
+        """Tolerant: a field of the wrong type counts as absent (zero tokens, no price factor)."""
+        tokens = [_count(record.get(name)) for name in TOKEN_FIELDS]
+        factor = record.get("price_factor", 1.0)
+        good_factor = isinstance(factor, int | float) and not isinstance(factor, bool) and math.isfinite(factor)
+        return cls(model=_text(record.get("model")), usage=Usage(*tokens), purpose=_text(record.get("purpose")) or "turn",
+                   ts=_text(record.get("ts")), price_factor=float(factor) if good_factor and factor >= 0 else 1.0)
+
+
+def _count(value: Any) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+
+
+def _text(value: Any) -> str:
+    return value if isinstance(value, str) else ""
 
 
 @dataclass
@@ -27,50 +93,33 @@ class Total:
         else:
             self.cost += price.cost(usage) * price_factor
 
+    def merge(self, other: Total) -> None:
+        self.usage, self.calls = self.usage + other.usage, self.calls + other.calls
+        self.cost += other.cost
+        self.unpriced = self.unpriced or other.unpriced
+
     def cost_text(self) -> str:
         if self.unpriced:
             return "n/a" if self.cost == 0 else f"{format_cost(self.cost)} + n/a"
         return format_cost(self.cost)
 
 
-def usage_record(model: str, usage: Usage, purpose: str = "turn", price_factor: float = 1.0) -> dict[str, Any]:
-    """The session-file record of one model call. `price_factor` 0.5: a Message Batches call (half price)."""
-    stamp = datetime.now(UTC).isoformat(timespec="seconds")
-    record = {"type": "usage", "ts": stamp, "model": model, "purpose": purpose, **usage.to_dict()}
-    if price_factor != 1.0:
-        record["price_factor"] = price_factor
-    return record
-
-
-def _factor(record: dict[str, Any]) -> float:
-    try:
-        return float(record.get("price_factor", 1.0))
-    except (TypeError, ValueError):
-        return 1.0
-
-
-def usage_of(record: dict[str, Any]) -> Usage:
-    return Usage(int(record.get("input_tokens", 0)), int(record.get("output_tokens", 0)),
-                 int(record.get("cache_read_tokens", 0)), int(record.get("cache_write_tokens", 0)))
-
-
-def session_total(records: list[dict[str, Any]]) -> Total:
+def session_total(records: list[UsageRecord]) -> Total:
     total = Total()
     for record in records:
-        total.add(str(record.get("model", "")), usage_of(record), _factor(record))
+        total.add(record.model, record.usage, record.price_factor)
     return total
 
 
-def summarize(records: list[tuple[str, dict[str, Any]]], days: int | None = None,
+def summarize(records: list[tuple[str, UsageRecord]], days: int | None = None,
               now: datetime | None = None) -> list[tuple[str, str, str, Total]]:
     """(day, session, model, total) rows, oldest day first, from (session key, usage record) pairs."""
     now = now or datetime.now(UTC)
     since = (now - timedelta(days=days)).date().isoformat() if days else ""
     rows: dict[tuple[str, str, str], Total] = defaultdict(Total)
     for key, record in records:
-        day = str(record.get("ts", ""))[:10] or "unknown"
+        day = record.ts[:10] or "unknown"
         if since and day != "unknown" and day <= since:
             continue
-        model = str(record.get("model", ""))
-        rows[(day, key, model)].add(model, usage_of(record), _factor(record))
+        rows[(day, key, record.model)].add(record.model, record.usage, record.price_factor)
     return [(day, key, model, total) for (day, key, model), total in sorted(rows.items())]

@@ -196,7 +196,7 @@ def test_slash_help_lists_every_command_without_calling_the_model(llm):
 def test_slash_model_shows_and_switches_the_model_for_this_session_only(llm, isolated_home):
     assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-test")
     assert "now uses anthropic/claude-other" in slash(llm, "/model anthropic/claude-other").stdout
-    assert SessionStore(isolated_home / "sessions").load("cli:direct").meta["model"] == "anthropic/claude-other"
+    assert SessionStore(isolated_home / "sessions").load("cli:direct").meta.model == "anthropic/claude-other"
     assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-other")
     llm.script(Reply(text="switched"), Reply(text="unchanged"))
     slash(llm, "hello")

@@ -29,7 +29,7 @@ def small_window_config(window: int = 8000, max_tokens: int = 200) -> Config:
 
 def agent(tmp_path: Path, provider, config: Config | None = None):
     paths = Paths.from_env()
-    loop = build_agent(config or small_window_config(), paths, sink=lambda e: None, provider=provider)
+    loop = build_agent(config or small_window_config(), paths, provider=provider)
     return loop, paths
 
 
@@ -45,9 +45,9 @@ def summarizer(summary: str = "- the user talked about topic {n}"):
     return respond
 
 
-def talk(loop, turns: int, size: int = 400, key: str = "cli:direct") -> None:
+def talk(loop, turns: int, size: int = 400, key: str = "cli:direct", sink=ev.discard) -> None:
     for i in range(turns):
-        asyncio.run(loop.handle(f"message {i}: " + "words " * size, key))
+        asyncio.run(loop.handle(f"message {i}: " + "words " * size, key, sink=sink))
 
 
 def history(paths: Paths) -> list[dict]:
@@ -75,7 +75,8 @@ def test_the_prompt_stays_under_the_budget_after_consolidating(tmp_path):
     talk(loop, 12)
     turns = [r for r in provider.requests if not is_summary(r)]
     budget = loop.consolidator.budget
-    assert loop.prompt_tokens(loop.session("cli:direct")) <= budget // 2  # archiving goes down to half the budget
+    session = loop.session("cli:direct")
+    assert loop.context.prompt_tokens(session.messages, session.last_consolidated) <= budget // 2  # archiving goes down to half the budget
     assert len(turns[-1].messages) < 2 * 12  # old turns left the prompt
 
 
@@ -213,15 +214,15 @@ def test_a_torn_last_history_line_is_skipped_and_the_next_append_continues(tmp_p
 def test_consolidation_usage_is_recorded_in_the_session(tmp_path):
     loop, _ = agent(tmp_path, ScriptedProvider(default="ok " * 20, respond=summarizer()))
     talk(loop, 12)
-    purposes = {r.get("purpose") for r in loop.session("cli:direct").usage}
+    purposes = {r.purpose for r in loop.session("cli:direct").usage}
     assert purposes == {"turn", "consolidate"}
 
 
 def test_events_do_not_leak_summary_text_to_the_terminal(tmp_path):
     seen = []
     provider = ScriptedProvider(default="answer", respond=summarizer("- secret summary"))
-    loop = build_agent(small_window_config(), Paths.from_env(), sink=seen.append, provider=provider)
-    talk(loop, 12)
+    loop = build_agent(small_window_config(), Paths.from_env(), provider=provider)
+    talk(loop, 12, sink=seen.append)
     streamed = "".join(e.text for e in seen if isinstance(e, ev.TextDelta))
     assert "secret summary" not in streamed
 

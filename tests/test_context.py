@@ -2,29 +2,31 @@ from datetime import UTC, datetime
 
 import pytest
 
-from nanoagent.agent.context import ContextBuilder, history_for_model, strip_runtime_context
+from nanoagent.agent.context import ContextBuilder
+from nanoagent.messages import history_for_model, strip_runtime_context
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
+from nanoagent.tools import ToolRegistry
 
 
 def test_system_prompt_includes_workspace_files_each_capped_with_a_note(tmp_path):
     seed_workspace(tmp_path)
     (tmp_path / "USER.md").write_text("The user is called Ada.")
     (tmp_path / "memory" / "MEMORY.md").write_text("x" * 50_000)
-    prompt = ContextBuilder(tmp_path, True).system_prompt()
+    prompt = ContextBuilder(tmp_path, True, ToolRegistry()).system_prompt()
     assert "The user is called Ada." in prompt and "## SOUL.md" in prompt and "## TOOLS.md" in prompt
     assert "more characters cut" in prompt and len(prompt) < 40_000
 
 
 def test_system_prompt_has_no_clock_so_it_stays_identical(tmp_path):
     seed_workspace(tmp_path)
-    builder = ContextBuilder(tmp_path, True)
+    builder = ContextBuilder(tmp_path, True, ToolRegistry())
     assert builder.system_prompt() == builder.system_prompt()
     assert str(datetime.now().year) not in builder.system_prompt()
 
 
 def test_runtime_context_goes_at_the_start_of_the_user_message(tmp_path):
-    builder = ContextBuilder(tmp_path, True)
+    builder = ContextBuilder(tmp_path, True, ToolRegistry())
     now = datetime(2026, 11, 22, 14, 5, tzinfo=UTC)
     message = builder.user_message("hello", "telegram", "42", now=now)
     assert message["content"].startswith("<runtime_context>\ntime: 2026-11-22 14:05 Sunday (UTC)\n"
@@ -80,7 +82,7 @@ def test_always_skills_are_included_whole_and_others_only_by_name_description_an
     write_skill(builtin, "house-rules", "name: house-rules\ndescription: rules to follow\nalways: true",
                 body="ALWAYS-BODY: answer in British English.")
     write_skill(ws / "skills", "deploy", "name: deploy\ndescription: how to deploy", body="LAZY-BODY: run make.")
-    prompt = ContextBuilder(ws, True, SkillsLoader(ws / "skills", builtin)).system_prompt()
+    prompt = ContextBuilder(ws, True, ToolRegistry(), SkillsLoader(ws / "skills", builtin)).system_prompt()
     assert "ALWAYS-BODY: answer in British English." in prompt
     assert "LAZY-BODY" not in prompt
     assert f"- **deploy**: how to deploy `{ws / 'skills' / 'deploy' / 'SKILL.md'}`" in prompt

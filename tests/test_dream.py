@@ -294,7 +294,7 @@ def test_dream_calls_are_recorded_for_nanoagent_usage(tmp_path):
 def test_slash_dream_runs_dream_from_a_session(tmp_path):
     paths, config, log = setup()
     provider = ScriptedProvider([ANALYSIS, append("memory/MEMORY.md", "- Sister: Ines", "add: sister"), "done"])
-    loop = build_agent(config, paths, sink=lambda e: None, provider=provider)
+    loop = build_agent(config, paths, provider=provider)
     reply = asyncio.run(loop.handle("/dream", "cli:direct")).reply
     assert "memory/MEMORY.md: add: sister" in reply and log.dream_cursor == 1
 

@@ -5,7 +5,8 @@ import time
 
 import pytest
 
-from nanoagent.tools import ToolContext, default_tools
+from nanoagent.tools import ToolContext
+from nanoagent.tools.shell import exec_tool
 
 
 def alive(pid: int) -> bool:
@@ -22,12 +23,12 @@ def alive(pid: int) -> bool:
 
 
 def call(ctx, **arguments):
-    return asyncio.run(default_tools().get("exec").call(ctx, arguments))
+    return asyncio.run(exec_tool(60, 2000).call(ctx, arguments))
 
 
 @pytest.fixture
 def ctx(tmp_path):
-    return ToolContext(workspace=tmp_path, exec_timeout=60, max_output_chars=2000)
+    return ToolContext(workspace=tmp_path)
 
 
 def test_returns_output_and_exit_code(ctx):
@@ -61,7 +62,7 @@ def test_cancelling_the_turn_kills_the_running_command(ctx, tmp_path):
     pidfile = tmp_path / "pids"
 
     async def go():
-        task = asyncio.create_task(default_tools().get("exec").call(
+        task = asyncio.create_task(exec_tool(60, 2000).call(
             ctx, {"command": f"echo $$ > {pidfile}; sleep 1000"}))
         while not pidfile.exists() or not pidfile.read_text().strip():
             await asyncio.sleep(0.02)

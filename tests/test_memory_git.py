@@ -574,13 +574,14 @@ def test_dream_restore_undoes_a_commit_and_a_conflict_exits_1_changing_nothing(t
 
 def agent_loop(tmp_path: Path):
     paths = Paths.from_env(tmp_path / "ws")
-    loop = build_agent(Config(), paths, sink=lambda event: None, provider=ScriptedProvider([]))
+    loop = build_agent(Config(), paths, provider=ScriptedProvider([]))
     return loop, paths.workspace
 
 
 def test_slash_dream_log_and_dream_restore_work_on_a_built_agent(tmp_path):
     loop, ws = agent_loop(tmp_path)
-    mg = loop.memory_git
+    mg = loop.commands.memory_git
+    assert mg is not None
     assert not mg.git_dir.exists()  # building the agent does not touch the memory history
     assert asyncio.run(loop.handle("/dream-log")).reply == "No memory edits recorded yet."
     mg.ensure()
@@ -601,7 +602,7 @@ def test_slash_dream_log_and_dream_restore_work_on_a_built_agent(tmp_path):
 
 def test_slash_commands_say_when_there_is_no_memory_history(tmp_path):
     loop, _ = agent_loop(tmp_path)
-    loop.memory_git = None
+    loop.commands.memory_git = None
     assert "not kept here" in asyncio.run(loop.handle("/dream-log")).reply
     assert "not kept here" in asyncio.run(loop.handle("/dream-restore abc1234")).reply
 
@@ -609,7 +610,7 @@ def test_slash_commands_say_when_there_is_no_memory_history(tmp_path):
 def test_building_an_agent_does_not_import_gitpython():
     code = ("import sys; from nanoagent.agent.build import build_agent; from nanoagent.config.schema import Config;"
             "from nanoagent.paths import Paths; from nanoagent.providers.scripted import ScriptedProvider;"
-            "build_agent(Config(), Paths.from_env(), sink=lambda e: None, provider=ScriptedProvider([]));"
+            "build_agent(Config(), Paths.from_env(), provider=ScriptedProvider([]));"
             "print('git' in sys.modules)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr

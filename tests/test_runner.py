@@ -3,15 +3,17 @@ import json
 from pathlib import Path
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.runner import AgentRunner, RunSpec, truncate
+from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.messages import truncate
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
-from nanoagent.tools import ToolContext, default_tools
+from nanoagent.tools import ToolContext, ToolRegistry, file_tools
+from nanoagent.tools.shell import exec_tool
 
 
 def run(provider, tmp_path: Path, text="hi", **spec_args):
     events = []
-    spec = RunSpec(system="sys", messages=[{"role": "user", "content": text}], tools=default_tools(),
+    spec = RunSpec(system="sys", messages=[{"role": "user", "content": text}], tools=ToolRegistry([*file_tools(), exec_tool()]),
                    tool_context=ToolContext(workspace=tmp_path), model="scripted", **spec_args)
     result = asyncio.run(AgentRunner(provider, events.append).run(spec))
     return result, events

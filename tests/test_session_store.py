@@ -17,7 +17,7 @@ def test_messages_survive_a_reload(tmp_path):
         store.add_messages(s, [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}], sync=True)
     again = store_at(tmp_path).load("cli:direct")
     assert [m["content"] for m in again.messages] == ["hi", "hello"]
-    assert again.meta["created"]
+    assert again.meta.created
 
 
 def test_file_starts_with_a_versioned_header(tmp_path):
@@ -34,7 +34,7 @@ def test_metadata_updates_append_and_never_rewrite_messages(tmp_path):
     s = store.load("cli:direct")
     store.add_messages(s, [{"role": "user", "content": "a" * 1000}])
     before = s.path.read_bytes()
-    store.set_meta(s, last_consolidated=1)
+    store.set_consolidated(s, 1)
     after = s.path.read_bytes()
     assert after.startswith(before) and len(after) - len(before) < 100
     assert store_at(tmp_path).load("cli:direct").last_consolidated == 1

@@ -52,7 +52,7 @@ def test_a_short_one_shot_turn_never_loads_the_tokenizer(tmp_path):
         "from nanoagent.config.schema import Config\n"
         "from nanoagent.paths import Paths\n"
         "from nanoagent.providers.scripted import ScriptedProvider\n"
-        "loop = build_agent(Config(), Paths.from_env(), sink=lambda e: None, provider=ScriptedProvider(['hi']))\n"
+        "loop = build_agent(Config(), Paths.from_env(), provider=ScriptedProvider(['hi']))\n"
         "asyncio.run(loop.handle('hello', 'cli:direct'))\n"
         "print('tiktoken' in sys.modules)\n"
     )

@@ -3,7 +3,12 @@ import os
 
 import pytest
 
-from nanoagent.tools import ToolArgumentError, ToolContext, ToolError, default_tools, tool
+from nanoagent.tools import ToolArgumentError, ToolContext, ToolError, ToolRegistry, file_tools, tool
+from nanoagent.tools.shell import exec_tool
+
+
+def default_tools() -> ToolRegistry:
+    return ToolRegistry([*file_tools(), exec_tool()])
 
 
 def call(ctx, name, **arguments):
@@ -53,8 +58,7 @@ def test_missing_and_mistyped_arguments_are_explained(ctx):
 
 def test_tool_list_is_stable_between_calls():
     assert default_tools().specs() == default_tools().specs()
-    assert default_tools().names() == ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "exec",
-                                       "memory_search"]
+    assert default_tools().names() == ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "exec"]
 
 
 def test_read_file_numbers_lines_and_pages(ctx, ws):
@@ -172,3 +176,14 @@ def test_built_in_skills_cannot_be_written_edited_or_run_in(ctx, ws):
         call(ctx, "exec", command="ls", workdir=os.path.dirname(skill_md))
     assert open(skill_md, "rb").read() == before
     assert not os.path.exists(os.path.join(os.path.dirname(skill_md), "new.md"))
+
+
+def test_a_built_agent_offers_every_tool_in_a_stable_order(tmp_path):
+    from nanoagent.agent.build import build_agent
+    from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
+    from nanoagent.providers.scripted import ScriptedProvider
+
+    loop = build_agent(Config(), Paths.from_env(tmp_path / "ws"), provider=ScriptedProvider([]))
+    assert loop.context.tools.names() == ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "exec",
+                                          "memory_search"]

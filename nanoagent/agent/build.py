@@ -5,33 +5,35 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.commands import COMMANDS
+from nanoagent.agent.commands import Commands
 from nanoagent.agent.context import ContextBuilder
-from nanoagent.agent.loop import AgentLoop
+from nanoagent.agent.loop import AgentLoop, ModelChoice
 from nanoagent.config.schema import Config
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
 from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
+from nanoagent.memory.search_tool import memory_search_tool
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider, Providers
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
-from nanoagent.tools import ToolContext, default_tools
-from nanoagent.usage import usage_record
+from nanoagent.tools import ToolContext, ToolRegistry, file_tools
+from nanoagent.tools.shell import exec_tool
+from nanoagent.usage import UsageRecord
 
 
 def build_agent(
     config: Config,
     paths: Paths,
-    sink: ev.EventSink,
     model: str | None = None,
     provider: Provider | None = None,
     warn: Callable[[str], None] = lambda message: None,
 ) -> AgentLoop:
-    """Wire one AgentLoop. `provider` replaces the configured one (the ScriptedProvider in tests and demos)."""
+    """Wire one AgentLoop. `provider` replaces the configured one (the ScriptedProvider in tests and demos).
+    Events go to the sink each call to `handle` brings."""
     from nanoagent.providers.registry import build_provider
 
     default_model = model or config.defaults.model
@@ -49,35 +51,37 @@ def build_agent(
     history = HistoryLog(paths.memory_dir, warn=warn)
     store = SessionStore(paths.sessions_dir, warn=warn)
     providers = Providers(provider_for)
+    tools = ToolRegistry([
+        *file_tools(),
+        exec_tool(tools_config.exec.timeout, tools_config.max_result_chars),
+        memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
+    ])
+    context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
+                             config.defaults.timezone, history, config.memory.recent_history_tokens)
+    models = ModelChoice(default_model, pinned=model is not None)
+    consolidator = Consolidator(history, store, config.defaults, providers.complete)
+    commands = Commands(
+        store=store, models=models, providers=providers, context=context, settings=config.defaults, skills=skills,
+        consolidator=consolidator, memory_git=MemoryGit(paths.workspace, paths.memory_git_dir),
+        dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
+    )
     return AgentLoop(
         providers=providers,
         store=store,
-        context=ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, skills,
-                               config.defaults.timezone, history, config.memory.recent_history_tokens),
-        tools=default_tools(),
-        tool_context=ToolContext(
-            workspace=paths.workspace,
-            restrict_to_workspace=tools_config.restrict_to_workspace,
-            exec_timeout=tools_config.exec.timeout,
-            max_output_chars=tools_config.max_result_chars,
-            memory_search=MemorySearch(paths, embedding_settings(config), warn=warn),
-        ),
+        context=context,
+        tool_context=ToolContext(paths.workspace, tools_config.restrict_to_workspace),
         settings=config.defaults,
         max_result_chars=tools_config.max_result_chars,
-        sink=sink,
-        model=default_model,
-        model_pinned=model is not None,
-        commands=dict(COMMANDS),
-        consolidator=Consolidator(history, store, config.defaults, providers.complete),
-        memory_git=MemoryGit(paths.workspace, paths.memory_git_dir),
-        dream_factory=lambda: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
+        models=models,
+        commands=commands,
+        consolidator=consolidator,
     )
 
 
 def build_dream(
     config: Config,
     paths: Paths,
-    sink: ev.EventSink,
+    sink: ev.EventSink = ev.discard,
     model: str | None = None,
     batch: bool = False,
     provider: Provider | None = None,
@@ -85,7 +89,6 @@ def build_dream(
 ) -> Dream:
     """Wire Dream for the workspace. `batch` sends its calls through Anthropic's Message Batches API
     when the model is an Anthropic one, and falls back to direct calls otherwise."""
-    from nanoagent.memory.gitlog import MemoryGit
     from nanoagent.providers.registry import build_provider
 
     memory = config.memory
@@ -108,7 +111,7 @@ def build_dream(
     def recording_sink(event: ev.Event) -> None:
         if isinstance(event, ev.UsageRecorded):
             with store.lock(ledger):
-                store.append(ledger, [usage_record(event.model, event.usage, "dream", price_factor)], sync=True)
+                store.add_usage(ledger, UsageRecord.now(event.model, event.usage, "dream", price_factor), sync=True)
         sink(event)
 
     return Dream(

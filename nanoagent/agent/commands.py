@@ -1,124 +1,236 @@
-"""Slash commands, shared by `agent -m` and interactive sessions. Each returns the text to show."""
+"""Slash commands, shared by `agent -m`, interactive sessions and (later) every channel.
+
+A command is declared once, with its help line and whether it may run while a turn is
+running in the same session (read-only). `Commands` gets only what the commands need,
+from `build_agent`; it never sees the loop.
+"""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nanoagent.agent.memory_commands import dream_log_command, dream_restore_command
+from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
+from nanoagent.messages import is_user, strip_runtime_context
 from nanoagent.pricing import context_window
-from nanoagent.usage import session_total
+from nanoagent.usage import UsageRecord, session_total
 
 if TYPE_CHECKING:
-    from nanoagent.agent.loop import AgentLoop, Command
-    from nanoagent.session.store import Session
+    from nanoagent.agent.context import ContextBuilder
+    from nanoagent.agent.loop import ModelChoice
+    from nanoagent.config.schema import AgentDefaults
+    from nanoagent.memory.consolidator import Consolidator
+    from nanoagent.memory.dream import Dream
+    from nanoagent.memory.gitlog import MemoryGit
+    from nanoagent.providers.base import Providers
+    from nanoagent.session.store import Session, SessionStore
+    from nanoagent.skills import SkillsLoader
+
+NO_MEMORY_GIT = "Memory history is not kept here (this agent was built without a memory git log)."
+MIN_SHA = 4  # git never abbreviates below 4 hex digits, so a shorter number is a count
 
 
-async def help_command(loop: AgentLoop, session: Session, args: str) -> str:
-    width = max(map(len, loop.commands))
-    lines = [f"{name:<{width}}  {(handler.__doc__ or '').strip()}" for name, handler in sorted(loop.commands.items())]
-    return "\n".join(lines + ["", "Type a message to talk to the agent. Alt-Enter (or Esc Enter) adds a new line."])
+@dataclass(frozen=True)
+class Resend:
+    """A command's answer that is not text but a message to run as a turn (/retry)."""
+
+    text: str
 
 
-async def new_command(loop: AgentLoop, session: Session, args: str) -> str:
-    """start a fresh conversation (the old one is archived to memory first)"""
-    count = await loop.new_conversation(session)
-    if count == 0:
-        return "Already a fresh conversation."
-    kept = " and archived to memory" if loop.consolidator else ""
-    return f"Started a fresh conversation. The previous {count} messages stay in {session.path.name}{kept}."
+@dataclass(frozen=True)
+class Call:
+    session: Session
+    args: str
+    sink: ev.EventSink  # where the command's own events go (Dream's tool calls and usage)
 
 
-async def status_command(loop: AgentLoop, session: Session, args: str) -> str:
-    """model, session, context used, tokens and cost so far"""
-    model = loop.model_for(session)
-    window = loop.settings.context_window_tokens
-    used = loop.prompt_tokens(session)
-    total = session_total(session.usage)
-    u = total.usage
-    return "\n".join([
-        f"model:    {model}",
-        f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated)",
-        f"context:  {used:,} of {window:,} tokens ({used / window:.0%})",
-        f"tokens:   {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_tokens:,} cache read, "
-        f"{u.cache_write_tokens:,} cache write",
-        f"cost:     {total.cost_text()} over {total.calls} model calls",
-    ])
+Handler = Callable[["Commands", Call], Awaitable[str | Resend]]
 
 
-async def model_command(loop: AgentLoop, session: Session, args: str) -> str:
-    """show or switch the model for this session: /model anthropic/claude-sonnet-4-5"""
-    if not args:
-        window = context_window(loop.model_for(session))
-        extra = f" (context window {window:,} tokens)" if window else ""
-        return f"Model: {loop.model_for(session)}{extra}. Switch with /model <provider/model>."
-    try:
-        loop.provider(args)  # fails now, not at the next turn, on an unknown model or missing key
-    except NanoagentError as e:
-        return f"Cannot switch: {e}"
-    with loop.store.lock(session):
-        loop.store.set_meta(session, model=args)
-    note = " (but --model on the command line takes precedence)" if loop.model_pinned else ""
-    return f"This session now uses {args}{note}."
+@dataclass(frozen=True)
+class Command:
+    name: str
+    help: str
+    handler: Handler
+    read_only: bool  # may run while a turn of the same session is running
 
 
-async def usage_command(loop: AgentLoop, session: Session, args: str) -> str:
-    """tokens and cost of this session, by model"""
-    by_model: dict[str, list[dict]] = {}
-    for record in session.usage:
-        by_model.setdefault(str(record.get("model", "")), []).append(record)
-    if not by_model:
-        return "No model calls in this session yet."
-    lines = []
-    for model, records in sorted(by_model.items()):
-        t = session_total(records)
-        lines.append(f"{model}: {t.calls} calls, {t.usage.input_tokens:,} in, {t.usage.output_tokens:,} out, "
-                     f"{t.usage.cache_read_tokens:,} cache read, {t.usage.cache_write_tokens:,} cache write, "
-                     f"{t.cost_text()}")
-    return "\n".join(lines)
+COMMANDS: dict[str, Command] = {}
 
 
-async def skills_command(loop: AgentLoop, session: Session, args: str) -> str:
-    """list the skills the agent knows"""
-    skills = loop.context.skills.skills() if loop.context.skills else []
-    if not skills:
-        return "No skills found."
-    return "\n".join(
-        f"{s.name} ({s.source}{', always loaded' if s.always else ''}): {s.description}"
-        + ("" if s.available else f" [unavailable: {'; '.join(s.missing)}]") for s in skills)
+def command(name: str, help: str, read_only: bool = False) -> Callable[[Handler], Handler]:
+    def register(handler: Handler) -> Handler:
+        COMMANDS[name] = Command(name, help, handler, read_only)
+        return handler
+
+    return register
 
 
-async def sessions_command(loop: AgentLoop, session: Session, args: str) -> str:
-    """list saved sessions"""
-    keys = loop.store.keys()
-    return "\n".join(f"{'*' if k == session.key else ' '} {k}" for k in keys) or "No saved sessions yet."
+@dataclass
+class Commands:
+    store: SessionStore
+    models: ModelChoice
+    providers: Providers
+    context: ContextBuilder
+    settings: AgentDefaults
+    skills: SkillsLoader | None = None
+    consolidator: Consolidator | None = None
+    memory_git: MemoryGit | None = None
+    dream_factory: Callable[[ev.EventSink], Dream] | None = None  # builds Dream for /dream, sending to a sink
+
+    def names(self) -> list[str]:
+        return sorted(COMMANDS)
+
+    def read_only(self, name: str) -> bool:
+        found = COMMANDS.get(name)
+        return found is not None and found.read_only
+
+    async def run(self, session: Session, text: str, sink: ev.EventSink = ev.discard) -> str | Resend:
+        name, _, args = text.partition(" ")
+        found = COMMANDS.get(name)
+        if found is None:
+            return f"Unknown command {name}. Type /help to see the commands."
+        return await found.handler(self, Call(session, args.strip(), sink))
+
+    # --- the commands ------------------------------------------------------------------------
+
+    @command("/help", "show this help", read_only=True)
+    async def help(self, call: Call) -> str:
+        width = max(map(len, COMMANDS))
+        lines = [f"{c.name:<{width}}  {c.help}" for c in sorted(COMMANDS.values(), key=lambda c: c.name)]
+        return "\n".join(lines + ["", "Type a message to talk to the agent. Alt-Enter (or Esc Enter) adds a new line."])
+
+    @command("/new", "start a fresh conversation (the old one is archived to memory first)")
+    async def new(self, call: Call) -> str:
+        session = call.session
+        async with self.store.lock_async(session):
+            pending = len(session.messages) - session.last_consolidated
+            if pending <= 0:
+                return "Already a fresh conversation."
+            if self.consolidator is not None:  # history is written before anything is hidden from the model
+                await self.consolidator.archive_all(session, self.models.for_session(session))
+            if session.last_consolidated < len(session.messages):
+                self.store.set_consolidated(session, len(session.messages))
+        kept = " and archived to memory" if self.consolidator else ""
+        return f"Started a fresh conversation. The previous {pending} messages stay in {session.path.name}{kept}."
+
+    @command("/status", "model, session, context used, tokens and cost so far", read_only=True)
+    async def status(self, call: Call) -> str:
+        session = call.session
+        window = self.settings.context_window_tokens
+        used = self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed())
+        total = session_total(session.usage)
+        u = total.usage
+        return "\n".join([
+            f"model:    {self.models.for_session(session)}",
+            f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated)",
+            f"context:  {used:,} of {window:,} tokens ({used / window:.0%})",
+            f"tokens:   {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_tokens:,} cache read, "
+            f"{u.cache_write_tokens:,} cache write",
+            f"cost:     {total.cost_text()} over {total.calls} model calls",
+        ])
+
+    @command("/model", "show or switch the model for this session: /model anthropic/claude-sonnet-4-5")
+    async def model(self, call: Call) -> str:
+        session, name = call.session, call.args
+        current = self.models.for_session(session)
+        if not name:
+            window = context_window(current)
+            extra = f" (context window {window:,} tokens)" if window else ""
+            return f"Model: {current}{extra}. Switch with /model <provider/model>."
+        try:
+            self.providers.get(name)  # fails now, not at the next turn, on an unknown model or missing key
+        except NanoagentError as e:
+            return f"Cannot switch: {e}"
+        async with self.store.lock_async(session):
+            self.store.set_model(session, name)
+        note = " (but --model on the command line takes precedence)" if self.models.pinned else ""
+        return f"This session now uses {name}{note}."
+
+    @command("/retry", "send the message of a turn that failed once more")
+    async def retry(self, call: Call) -> str | Resend:
+        session = call.session
+        last = _last_user(session)
+        turn = next((t for t in reversed(session.failed_turns) if t[0] <= last < t[1]), None)
+        if turn is None or not is_user(session.messages[turn[0]]):
+            return "Nothing to retry: the last turn did not fail."
+        return Resend(strip_runtime_context(session.messages[turn[0]]["content"]))
+
+    @command("/usage", "tokens and cost of this session, by model", read_only=True)
+    async def usage(self, call: Call) -> str:
+        by_model: dict[str, list[UsageRecord]] = {}
+        for record in call.session.usage:
+            by_model.setdefault(record.model, []).append(record)
+        if not by_model:
+            return "No model calls in this session yet."
+        lines = []
+        for model, records in sorted(by_model.items()):
+            t = session_total(records)
+            lines.append(f"{model}: {t.calls} calls, {t.usage.input_tokens:,} in, {t.usage.output_tokens:,} out, "
+                         f"{t.usage.cache_read_tokens:,} cache read, {t.usage.cache_write_tokens:,} cache write, "
+                         f"{t.cost_text()}")
+        return "\n".join(lines)
+
+    @command("/skills", "list the skills the agent knows", read_only=True)
+    async def skills_list(self, call: Call) -> str:
+        skills = self.skills.skills() if self.skills else []
+        if not skills:
+            return "No skills found."
+        return "\n".join(
+            f"{s.name} ({s.source}{', always loaded' if s.always else ''}): {s.description}"
+            + ("" if s.available else f" [unavailable: {'; '.join(s.missing)}]") for s in skills)
+
+    @command("/sessions", "list saved sessions", read_only=True)
+    async def sessions(self, call: Call) -> str:
+        keys = self.store.keys()
+        return "\n".join(f"{'*' if k == call.session.key else ' '} {k}" for k in keys) or "No saved sessions yet."
+
+    @command("/dream", "fold new history into long-term memory now (/dream --dry-run to preview)")
+    async def dream(self, call: Call) -> str:
+        from nanoagent.memory.dream import describe
+
+        if self.dream_factory is None:
+            return "Dream is not available here."
+        dream = self.dream_factory(call.sink)
+        flags = call.args.split()
+        try:
+            results = await dream.run(dry_run="--dry-run" in flags, all_entries="--all" in flags)
+        except NanoagentError as e:
+            return f"Dream failed: {e}"
+        return describe(results, dream.history.dream_cursor)
+
+    @command("/dream-log", "list the edits made to memory, or show one: /dream-log [N | SHA]", read_only=True)
+    async def dream_log(self, call: Call) -> str:
+        memory, arg = self.memory_git, call.args
+        if memory is None:
+            return NO_MEMORY_GIT
+        try:
+            if arg and not (arg.isdigit() and len(arg) < MIN_SHA):
+                return await asyncio.to_thread(memory.show, arg)
+            commits = await asyncio.to_thread(memory.log, int(arg) if arg else 20)
+        except NanoagentError as e:
+            return f"Cannot read the memory history: {e}"
+        if not commits:
+            return "No memory edits recorded yet."
+        lines = [f"{c.short}  {c.time:%Y-%m-%d %H:%M}  {', '.join(c.files) or '-'}  {c.summary}" for c in commits]
+        return "\n".join(lines + ["", "Show one with /dream-log SHA; undo one with /dream-restore SHA."])
+
+    @command("/dream-restore", "undo one memory edit, keeping every later change: /dream-restore SHA")
+    async def dream_restore(self, call: Call) -> str:
+        memory = self.memory_git
+        if memory is None:
+            return NO_MEMORY_GIT
+        if not call.args:
+            return "Which edit? Give its sha: /dream-restore SHA (see /dream-log)."
+        try:
+            made = await asyncio.to_thread(memory.restore, call.args)
+        except NanoagentError as e:
+            return f"Cannot restore: {e}"
+        return f"{made.summary}\nChanged {', '.join(made.files)}; recorded as {made.short}."
 
 
-async def dream_command(loop: AgentLoop, session: Session, args: str) -> str:
-    """fold new history into long-term memory now (/dream --dry-run to preview)"""
-    from nanoagent.memory.dream import describe
-
-    if loop.dream_factory is None:
-        return "Dream is not available here."
-    dream = loop.dream_factory()
-    try:
-        results = await dream.run(dry_run="--dry-run" in args.split(), all_entries="--all" in args.split())
-    except NanoagentError as e:
-        return f"Dream failed: {e}"
-    return describe(results, dream.history.dream_cursor)
-
-
-help_command.__doc__ = "show this help"
-
-COMMANDS: dict[str, Command] = {
-    "/help": help_command,
-    "/new": new_command,
-    "/status": status_command,
-    "/model": model_command,
-    "/usage": usage_command,
-    "/skills": skills_command,
-    "/sessions": sessions_command,
-    "/dream-log": dream_log_command,
-    "/dream-restore": dream_restore_command,
-    "/dream": dream_command,
-}
+def _last_user(session: Session) -> int:
+    return max((i for i, m in enumerate(session.messages) if is_user(m)), default=-1)

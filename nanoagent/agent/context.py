@@ -8,32 +8,40 @@ message instead.
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from nanoagent import messages as msg
 from nanoagent.memory.history import HistoryEntry, HistoryLog
+from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
-from nanoagent.tokens import estimate_tokens
+from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens, token_bound
+from nanoagent.tools import ToolRegistry
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
 FILE_CAP_CHARS = 12_000
-RUNTIME_OPEN, RUNTIME_CLOSE = "<runtime_context>", "</runtime_context>"
 
 
 class ContextBuilder:
-    def __init__(self, workspace: Path, restrict_to_workspace: bool, skills: SkillsLoader | None = None,
-                 timezone: str | None = None, history: HistoryLog | None = None,
-                 recent_history_tokens: int = 4000):
+    """The fixed part of every request (system prompt and tool list) and the user message's runtime block."""
+
+    def __init__(self, workspace: Path, restrict_to_workspace: bool, tools: ToolRegistry,
+                 skills: SkillsLoader | None = None, timezone: str | None = None, history: HistoryLog | None = None,
+                 recent_history_tokens: int = 4000, clock: Callable[[], datetime] | None = None):
         self.workspace = workspace
         self.restrict_to_workspace = restrict_to_workspace
+        self.tools = tools
         self.skills = skills
         self.timezone = timezone
         self.history = history
         self.recent_history_tokens = recent_history_tokens
+        self.clock = clock  # None: the wall clock in the configured time zone
         self._entry_tokens: dict[int, int] = {}
+        self._fixed_cache: dict[tuple[str, bool], int] = {}
 
     def system_prompt(self) -> str:
         restriction = (
@@ -79,28 +87,37 @@ class ContextBuilder:
             lines.append(f"\n### {entry.timestamp} · {entry.session}{marker}\n{entry.content}")
         return "\n".join(lines)
 
-    def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None) -> dict[str, Any]:
+    def fixed_tokens(self, system: str, exact: bool = True) -> int:
+        """Tokens of the system prompt and tool list (an upper bound when not exact), recounted only when the
+        prompt changes."""
+        key = (system, exact)
+        if key not in self._fixed_cache:
+            tools = json.dumps([t.__dict__ for t in self.tools.specs()])
+            count = count_tokens if exact else token_bound
+            self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[0] == system}
+            self._fixed_cache[key] = count(system) + count(tools)
+        return self._fixed_cache[key]
+
+    def prompt_tokens(self, messages: list[Message], start: int, skip: frozenset[int] = frozenset()) -> int:
+        """Estimated tokens the next request would send: system prompt, tools and the history from `start`."""
+        history = msg.history_for_model(messages, start, skip)
+        return self.fixed_tokens(self.system_prompt()) + sum(count_message_tokens(m) for m in history)
+
+    def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None) -> msg.UserMessage:
         now = now or self._now()
         stamp = now.strftime("%Y-%m-%d %H:%M %A") + f" ({now.tzname() or 'local time'})"
         block = f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\nchat_id: {chat_id}\n{RUNTIME_CLOSE}\n\n"
-        return {"role": "user", "content": block + text}
+        return msg.user(block + text)
 
     def _now(self) -> datetime:
+        if self.clock is not None:
+            return self.clock()
         if self.timezone:
             try:
                 return datetime.now(ZoneInfo(self.timezone))
             except ZoneInfoNotFoundError:
                 pass
         return datetime.now().astimezone()
-
-
-def strip_runtime_context(content: str) -> str:
-    """The user's own words, without the runtime block nanoagent put in front."""
-    if content.startswith(RUNTIME_OPEN):
-        end = content.find(RUNTIME_CLOSE)
-        if end >= 0:
-            return content[end + len(RUNTIME_CLOSE):].lstrip("\n")
-    return content
 
 
 def _read_capped(path: Path) -> str:
@@ -113,19 +130,3 @@ def _read_capped(path: Path) -> str:
         text = (f"{text[:FILE_CAP_CHARS]}\n\n[... {cut:,} more characters cut; "
                 f"read {path.name} with read_file for the rest ...]")
     return text
-
-
-def history_for_model(messages: list[dict[str, Any]], start: int) -> list[dict[str, Any]]:
-    """Messages from `start`, beginning at a user message, without orphaned tool results."""
-    history = messages[start:]
-    first_user = next((i for i, m in enumerate(history) if m.get("role") == "user"), len(history))
-    history = history[first_user:]
-    known_calls = set()
-    out = []
-    for m in history:
-        if m.get("role") == "assistant":
-            known_calls.update(c["id"] for c in m.get("tool_calls") or ())
-        if m.get("role") == "tool" and m.get("tool_call_id") not in known_calls:
-            continue
-        out.append(m)
-    return out

@@ -1,4 +1,8 @@
-"""Typed events the runner and loop emit to one sink. Rendering and persistence subscribe."""
+"""Typed events the runner and loop emit to the sink of whoever asked for the turn.
+
+Every event names the session it belongs to (and, for a sub-agent, which one), so one client
+can follow several sessions and a client attaching mid-turn knows where an event goes.
+"""
 
 from __future__ import annotations
 
@@ -7,50 +11,68 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from nanoagent.providers.base import Usage
+from nanoagent.messages import Message
+from nanoagent.usage import Usage
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Scoped:
+    session: str = ""  # the session key; filled in by the runner or loop that emits the event
+    agent: str = ""  # "" for the session's own agent; a sub-agent's run id otherwise
 
 
 @dataclass(frozen=True)
-class TextDelta:
+class TurnStarted(_Scoped):
+    """A turn began; the user's message follows as a MessageAdded."""
+
+    model: str
+
+
+@dataclass(frozen=True)
+class TextDelta(_Scoped):
     text: str
 
 
 @dataclass(frozen=True)
-class ThinkingDelta:
+class ThinkingDelta(_Scoped):
     text: str
 
 
 @dataclass(frozen=True)
-class ToolStarted:
+class ToolStarted(_Scoped):
     call_id: str
     name: str
     arguments: dict[str, Any]
 
 
 @dataclass(frozen=True)
-class ToolFinished:
+class ToolFinished(_Scoped):
     call_id: str
     name: str
-    ok: bool
-    result: str
+    result: str  # what the model sees (wrapped as untrusted data when the call succeeded)
     elapsed: float
+    error: str | None = None  # the failure in words when the call failed, without the "Error: " prefix
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
 
 
 @dataclass(frozen=True)
-class MessageAdded:
+class MessageAdded(_Scoped):
     """A complete message that belongs in the session (the loop checkpoints it at once)."""
 
-    message: dict[str, Any]
+    message: Message
 
 
 @dataclass(frozen=True)
-class UsageRecorded:
+class UsageRecorded(_Scoped):
     model: str
     usage: Usage
 
 
 @dataclass(frozen=True)
-class Retrying:
+class Retrying(_Scoped):
     model: str
     reason: str
     wait: float
@@ -58,33 +80,38 @@ class Retrying:
 
 
 @dataclass(frozen=True)
-class Injected:
+class Injected(_Scoped):
     text: str
 
 
 class StopReason(Enum):
     COMPLETED = "completed"
+    MAX_TOKENS = "max_tokens"  # the reply was cut off by the output limit
     MAX_ITERATIONS = "max_iterations"
     ERROR = "error"
     CANCELLED = "cancelled"
 
 
 @dataclass(frozen=True)
-class TurnEnded:
+class TurnEnded(_Scoped):
     reason: StopReason
     error: str | None = None
 
 
 @dataclass(frozen=True)
-class Notice:
+class Notice(_Scoped):
     """Something the user should see that is not part of the conversation (warnings, repairs)."""
 
     text: str
 
 
-Event = (TextDelta | ThinkingDelta | ToolStarted | ToolFinished | MessageAdded | UsageRecorded | Retrying
-         | Injected | TurnEnded | Notice)
+Event = (TurnStarted | TextDelta | ThinkingDelta | ToolStarted | ToolFinished | MessageAdded | UsageRecorded
+         | Retrying | Injected | TurnEnded | Notice)
 EventSink = Callable[[Event], None]
+
+
+def discard(event: Event) -> None:
+    """A sink for callers that do not watch (schedules, tests of other things)."""
 
 
 @dataclass
@@ -99,7 +126,7 @@ class ToolCallRecord:
 class RunResult:
     reply: str
     stop: StopReason
-    messages: list[dict[str, Any]] = field(default_factory=list)  # messages this run added
+    messages: list[Message] = field(default_factory=list)  # messages this run added
     usage: Usage = field(default_factory=Usage)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     error: str | None = None

@@ -3,38 +3,36 @@
 A turn: lock the session file, repair what a killed process left behind, persist
 the user's message, run the runner, append each message as it completes, fsync
 at the end. A process killed at any point leaves a session the next turn can use;
-a cancelled turn (Ctrl-C) leaves the same consistent state at once.
+a cancelled turn (Ctrl-C) leaves the same consistent state at once. A turn that
+fails is marked in the session so its messages are never sent again.
+
+Each call brings its own event sink: the loop serves whoever asked, a terminal or
+(later) many clients at once, and knows none of them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import dataclasses
-import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
 
+from nanoagent import messages as msg
 from nanoagent.agent import events as ev
-from nanoagent.agent.context import ContextBuilder, history_for_model
+from nanoagent.agent.commands import Commands, Resend
+from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
-from nanoagent.memory.dream import Dream
-from nanoagent.providers.base import Provider, Providers
+from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tokens import count_message_tokens, count_tokens, token_bound
-from nanoagent.tools import ToolContext, ToolRegistry
-from nanoagent.usage import usage_record
-
-if TYPE_CHECKING:
-    from nanoagent.memory.gitlog import MemoryGit
+from nanoagent.tools import ToolContext, TurnScope, current_turn
+from nanoagent.usage import UsageRecord
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
 CANCELLED = "(The user cancelled this turn before it finished.)"
-
-Command = Callable[["AgentLoop", Session, str], Awaitable[str]]
+FAILED_HINT = " Your message is kept but will not be sent again: /retry sends it once more, or just write again."
+BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
 
 
 @dataclass
@@ -45,25 +43,30 @@ class TurnResult:
     model: str = ""
 
 
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which model a session's turns use: its own (/model) unless --model on the command line pins one."""
+
+    default: str
+    pinned: bool = False
+
+    def for_session(self, session: Session) -> str:
+        return self.default if self.pinned else session.meta.model or self.default
+
+
 @dataclass
 class AgentLoop:
     providers: Providers  # model name -> provider (with retries and fallbacks), built on first use
     store: SessionStore
-    context: ContextBuilder
-    tools: ToolRegistry
+    context: ContextBuilder  # holds the tool list too: it is part of every request's fixed cost
     tool_context: ToolContext
     settings: AgentDefaults
     max_result_chars: int
-    sink: ev.EventSink
-    model: str  # the default model; a session may switch with /model
-    model_pinned: bool = False  # --model on the command line beats a session's /model
-    commands: dict[str, Command] = field(default_factory=dict)
+    models: ModelChoice
+    commands: Commands
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
-    memory_git: MemoryGit | None = None  # the git log of memory edits, for /dream-log and /dream-restore
-    dream_factory: Callable[[], Dream] | None = None  # builds Dream for /dream
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    _fixed_cache: dict[tuple[str, bool], int] = field(default_factory=dict)
 
     def session(self, key: str) -> Session:
         if key not in self._sessions:
@@ -71,59 +74,64 @@ class AgentLoop:
         return self._sessions[key]
 
     def model_for(self, session: Session) -> str:
-        return self.model if self.model_pinned else session.meta.get("model") or self.model
+        return self.models.for_session(session)
 
-    def provider(self, model: str) -> Provider:
-        return self.providers.get(model)
+    def busy(self, key: str) -> bool:
+        lock = self._locks.get(key)
+        return lock is not None and lock.locked()
 
-    async def handle(self, text: str, key: str = "cli:direct",
+    async def handle(self, text: str, key: str = "cli:direct", sink: ev.EventSink = ev.discard,
                      injections: Callable[[], list[str]] | None = None) -> TurnResult:
         session = self.session(key)
         if text.strip().startswith("/"):
-            return TurnResult(await self.run_command(session, text.strip()), key, model=self.model_for(session))
-        async with self._locks.setdefault(key, asyncio.Lock()):
-            with self.store.lock(session):
-                return await self._turn(session, text, injections)
+            name = text.split()[0]
+            if self.busy(key) and not self.commands.read_only(name):
+                return TurnResult(BUSY, key, model=self.model_for(session))
+            outcome = await self.commands.run(session, text.strip(), sink)
+            if not isinstance(outcome, Resend):
+                return TurnResult(outcome, key, model=self.model_for(session))
+            text = outcome.text
+        async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session):
+            return await self._turn(session, text, sink, injections)
 
-    async def run_command(self, session: Session, text: str) -> str:
-        name, _, args = text.partition(" ")
-        handler = self.commands.get(name)
-        if handler is None:
-            return f"Unknown command {name}. Type /help to see the commands."
-        return await handler(self, session, args.strip())
-
-    async def _turn(self, session: Session, text: str, injections: Callable[[], list[str]] | None) -> TurnResult:
-        self.repair(session)
+    async def _turn(self, session: Session, text: str, sink: ev.EventSink,
+                    injections: Callable[[], list[str]] | None) -> TurnResult:
+        self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
         user = self.context.user_message(text, channel or "cli", chat_id or "direct")
         model = self.model_for(session)
+        start = len(session.messages)
         self.store.add_messages(session, [user], sync=True)  # on disk before any model call, summaries included
+        sink(ev.TurnStarted(model, session=session.key))
+        sink(ev.MessageAdded(user, session=session.key))
+        scope = current_turn.set(TurnScope(session.key, start))
         try:
-            system, start = await self._fit_context(session, model)
+            system, visible = await self._fit_context(session, model)
+            current_turn.set(TurnScope(session.key, visible))
+            runner = AgentRunner(self.providers.get(model), self._checkpointing_sink(session, sink))
+            result = await runner.run(self._spec(session, system, visible, model, injections))
         except asyncio.CancelledError:
-            self._after_cancel(session)
-            raise
-        spec = RunSpec(
-            system=system,
-            messages=history_for_model(session.messages, start),
-            tools=self.tools, model=model,
-            tool_context=dataclasses.replace(self.tool_context, session_key=session.key, visible_from=start),
-            max_tokens=self.settings.max_tokens, temperature=self.settings.temperature,
-            thinking_budget=self.settings.thinking_budget, max_iterations=self.settings.max_tool_iterations,
-            max_result_chars=self.max_result_chars, injections=injections,
-        )
-        runner = AgentRunner(self.provider(model), self._checkpointing_sink(session))
-        try:
-            result = await runner.run(spec)
-        except asyncio.CancelledError:
-            self._after_cancel(session)
+            self._after_cancel(session, sink)
             raise
         finally:
+            current_turn.reset(scope)
             self.store.sync(session)
+        if result.error is not None:
+            self.store.mark_failed(session, start, result.error)
+            return TurnResult(f"Error: {result.error}{FAILED_HINT}", session.key, result, model)
         if self.consolidator is not None:  # near the budget: archive now, not at the start of the next turn
             await self.consolidator.maybe_consolidate(session, self._fixed(system), model, threshold=0.8)
-        reply = result.reply if result.error is None else f"Error: {result.error}"
-        return TurnResult(reply, session.key, result, model)
+        return TurnResult(result.reply, session.key, result, model)
+
+    def _spec(self, session: Session, system: str, visible: int, model: str,
+              injections: Callable[[], list[str]] | None) -> RunSpec:
+        s = self.settings
+        return RunSpec(
+            system=system, messages=msg.history_for_model(session.messages, visible, session.failed()),
+            tools=self.context.tools, tool_context=self.tool_context, model=model, session=session.key,
+            max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
+            max_iterations=s.max_tool_iterations, max_result_chars=self.max_result_chars, injections=injections,
+        )
 
     async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
         """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""
@@ -136,70 +144,33 @@ class AgentLoop:
 
     def _fixed(self, system: str) -> Callable[[bool], int]:
         """Tokens of the system prompt and tool list (an upper bound when not exact)."""
-        return lambda exact: self._fixed_tokens(system, exact)
+        return lambda exact: self.context.fixed_tokens(system, exact)
 
-    def _fixed_tokens(self, system: str, exact: bool = True) -> int:
-        """Tokens of the system prompt and tool list, recounted only when the prompt changes."""
-        key = (system, exact)
-        if key not in self._fixed_cache:
-            tools = json.dumps([t.__dict__ for t in self.tools.specs()])
-            count = count_tokens if exact else token_bound
-            self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[0] == system}
-            self._fixed_cache[key] = count(system) + count(tools)
-        return self._fixed_cache[key]
-
-    def _after_cancel(self, session: Session) -> None:
+    def _after_cancel(self, session: Session, sink: ev.EventSink) -> None:
         """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""
-        self.repair(session, notify=False)
-        self.store.add_messages(session, [{"role": "assistant", "content": CANCELLED}], sync=True)
-        self.sink(ev.TurnEnded(ev.StopReason.CANCELLED))
+        self.repair(session, sink, notify=False)
+        self.store.add_messages(session, [msg.assistant(CANCELLED)], sync=True)
+        sink(ev.TurnEnded(ev.StopReason.CANCELLED, session=session.key))
 
-    def _checkpointing_sink(self, session: Session) -> ev.EventSink:
-        def sink(event: ev.Event) -> None:
+    def _checkpointing_sink(self, session: Session, sink: ev.EventSink) -> ev.EventSink:
+        def checkpoint(event: ev.Event) -> None:
             if isinstance(event, ev.MessageAdded):
                 self.store.add_messages(session, [event.message])
             elif isinstance(event, ev.UsageRecorded):
-                self.store.append(session, [usage_record(event.model, event.usage)])
-            self.sink(event)
+                self.store.add_usage(session, UsageRecord.now(event.model, event.usage))
+            sink(event)
 
-        return sink
+        return checkpoint
 
-    def repair(self, session: Session, notify: bool = True) -> None:
+    def repair(self, session: Session, sink: ev.EventSink = ev.discard, notify: bool = True) -> None:
         """Give tool calls that never got a result (process killed mid-turn) an 'interrupted' result."""
-        missing = unanswered_tool_calls(session.messages)
+        missing = msg.unanswered_tool_calls(session.messages)
         if missing:
-            self.store.add_messages(session, [
-                {"role": "tool", "tool_call_id": call["id"], "name": call["name"], "content": INTERRUPTED,
-                 "is_error": True} for call in missing
-            ], sync=True)
+            self.store.add_messages(session, [msg.tool_result(call["id"], call["name"], INTERRUPTED, error=True)
+                                              for call in missing], sync=True)
             if notify:
-                self.sink(ev.Notice(f"Repaired session {session.key}: {len(missing)} tool call(s) were interrupted."))
-
-    async def new_conversation(self, session: Session) -> int:
-        """Hand the conversation to memory, then start the model on a clean slate. Returns messages archived."""
-        with self.store.lock(session):
-            pending = len(session.messages) - session.last_consolidated
-            if pending <= 0:
-                return 0
-            if self.consolidator is not None:  # history is written before anything is hidden from the model
-                await self.consolidator.archive_all(session, self.model_for(session))
-            if session.last_consolidated < len(session.messages):
-                self.store.set_meta(session, last_consolidated=len(session.messages))
-            return pending
-
-    def prompt_tokens(self, session: Session) -> int:
-        """Estimated tokens the next request would send: system prompt, tools and unconsolidated history."""
-        history = history_for_model(session.messages, session.last_consolidated)
-        return self._fixed_tokens(self.context.system_prompt()) + sum(count_message_tokens(m) for m in history)
+                sink(ev.Notice(f"Repaired session {session.key}: {len(missing)} tool call(s) were interrupted.",
+                               session=session.key))
 
 
-def unanswered_tool_calls(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Tool calls of the last assistant message that carries calls, lacking a result."""
-    for index in range(len(messages) - 1, -1, -1):
-        message = messages[index]
-        if message.get("role") == "assistant" and message.get("tool_calls"):
-            answered = {m.get("tool_call_id") for m in messages[index + 1:] if m.get("role") == "tool"}
-            return [c for c in message["tool_calls"] if c["id"] not in answered]
-        if message.get("role") == "user":
-            return []
-    return []
+__all__ = ["AgentLoop", "ModelChoice", "TurnResult"]

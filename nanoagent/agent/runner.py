@@ -3,15 +3,19 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanoagent import messages as msg
 from nanoagent.agent import events as ev
+from nanoagent.messages import Message, ToolCallData, ToolMessage, parse_arguments, truncate
 from nanoagent.providers import base as pb
-from nanoagent.providers.base import ChatRequest, Provider, ProviderError, ToolCall, Usage
+from nanoagent.providers.base import ChatRequest, Provider, ProviderError, ToolCall
 from nanoagent.tools import ToolContext, ToolError, ToolRegistry
 
 MAX_ITERATIONS_REPLY = (
@@ -19,15 +23,21 @@ MAX_ITERATIONS_REPLY = (
     "agents.defaults.maxToolIterations). Say \"continue\" to let me carry on, or raise the limit."
 )
 EMPTY_REPLY = "(The model returned an empty reply. Try rephrasing, or start a fresh session with /new.)"
+CUT_REPLY_NOTICE = ("The reply was cut off: it reached the output limit of {n} tokens (agents.defaults.maxTokens). "
+                    "Say \"continue\" for the rest, or raise the limit.")
+CUT_CALL = ("Error: this tool call was not run: the reply was cut off at the output limit ({n} tokens) and its "
+            "arguments may be incomplete. Send it again with less content, e.g. write a large file in parts.")
+UNNAMED_TOOL = "unnamed_tool"  # what a call without a usable name is stored as, so later requests stay valid
 
 
 @dataclass
 class RunSpec:
     system: str
-    messages: list[dict[str, Any]]  # the conversation so far, ending with the new user message
+    messages: list[Message]  # the conversation so far, ending with the new user message
     tools: ToolRegistry
     tool_context: ToolContext
     model: str
+    session: str = ""  # the session key events are stamped with
     max_tokens: int = 8192
     temperature: float | None = None
     thinking_budget: int = 0
@@ -43,6 +53,10 @@ class _Reply:
     thinking: list[dict[str, Any]] = field(default_factory=list)
     stop_reason: str = "end_turn"
 
+    @property
+    def cut(self) -> bool:
+        return self.stop_reason == "max_tokens"
+
 
 class AgentRunner:
     def __init__(self, provider: Provider, sink: ev.EventSink):
@@ -57,41 +71,51 @@ class AgentRunner:
             try:
                 reply = await self._call_model(spec, messages, result)
             except ProviderError as e:
-                return self._fail(result, e.message)
-            assistant = _assistant_message(reply)
-            self._add(assistant, messages, result)
-            if not reply.calls:
-                if spec.injections and self._drain_injections(spec, messages, result):
-                    continue  # the user said more while the model answered: let it respond
-                result.reply = reply.text or EMPTY_REPLY
-                self.sink(ev.TurnEnded(ev.StopReason.COMPLETED))
-                return result
-            for message in await self._run_tools(spec, reply.calls, result):
-                self._add(message, messages, result)
+                return self._fail(spec, result, e.message)
+            reply.calls = _usable_calls(reply.calls)
+            self._add(spec, _assistant_message(reply), messages, result)
+            if reply.calls:
+                for message in await self._run_tools(spec, reply, result):
+                    self._add(spec, message, messages, result)
+                continue
+            if spec.injections and self._drain_injections(spec, messages, result):
+                continue  # the user said more while the model answered: let it respond
+            return self._finish(spec, result, reply)
         result.reply = MAX_ITERATIONS_REPLY.format(n=spec.max_iterations)
         result.stop = ev.StopReason.MAX_ITERATIONS
-        self._add({"role": "assistant", "content": result.reply}, messages, result)
-        self.sink(ev.TurnEnded(result.stop))
+        self._add(spec, msg.assistant(result.reply), messages, result)
+        self._emit(spec, ev.TurnEnded(result.stop))
         return result
 
-    def _add(self, message: dict[str, Any], messages: list[dict[str, Any]], result: ev.RunResult) -> None:
+    def _emit(self, spec: RunSpec, event: ev.Event) -> None:
+        self.sink(dataclasses.replace(event, session=spec.session) if spec.session else event)
+
+    def _add(self, spec: RunSpec, message: Message, messages: list[Message], result: ev.RunResult) -> None:
         messages.append(message)
         result.messages.append(message)
-        self.sink(ev.MessageAdded(message))
+        self._emit(spec, ev.MessageAdded(message))
 
-    def _fail(self, result: ev.RunResult, error: str) -> ev.RunResult:
-        result.stop, result.error = ev.StopReason.ERROR, error
-        self.sink(ev.TurnEnded(ev.StopReason.ERROR, error))
+    def _finish(self, spec: RunSpec, result: ev.RunResult, reply: _Reply) -> ev.RunResult:
+        result.reply = reply.text or EMPTY_REPLY
+        if reply.cut:
+            result.stop = ev.StopReason.MAX_TOKENS
+            self._emit(spec, ev.Notice(CUT_REPLY_NOTICE.format(n=spec.max_tokens)))
+        self._emit(spec, ev.TurnEnded(result.stop))
         return result
 
-    def _drain_injections(self, spec: RunSpec, messages: list[dict[str, Any]], result: ev.RunResult) -> bool:
+    def _fail(self, spec: RunSpec, result: ev.RunResult, error: str) -> ev.RunResult:
+        result.stop, result.error = ev.StopReason.ERROR, error
+        self._emit(spec, ev.TurnEnded(ev.StopReason.ERROR, error))
+        return result
+
+    def _drain_injections(self, spec: RunSpec, messages: list[Message], result: ev.RunResult) -> bool:
         texts = spec.injections() if spec.injections else []
         for text in texts:
-            self.sink(ev.Injected(text))
-            self._add({"role": "user", "content": text}, messages, result)
+            self._emit(spec, ev.Injected(text))
+            self._add(spec, msg.user(text), messages, result)
         return bool(texts)
 
-    async def _call_model(self, spec: RunSpec, messages: list[dict[str, Any]], result: ev.RunResult) -> _Reply:
+    async def _call_model(self, spec: RunSpec, messages: list[Message], result: ev.RunResult) -> _Reply:
         request = ChatRequest(
             model=spec.model, system=spec.system, messages=messages, tools=spec.tools.specs(),
             max_tokens=spec.max_tokens, temperature=spec.temperature, thinking_budget=spec.thinking_budget,
@@ -101,27 +125,30 @@ class AgentRunner:
             match event:
                 case pb.TextDelta(text=text):
                     reply.text += text
-                    self.sink(ev.TextDelta(text))
+                    self._emit(spec, ev.TextDelta(text))
                 case pb.ThinkingDelta(text=text):
-                    self.sink(ev.ThinkingDelta(text))
+                    self._emit(spec, ev.ThinkingDelta(text))
                 case pb.ThinkingBlock(block=block):
                     reply.thinking.append(block)
                 case pb.ToolCallReady(call=call):
                     reply.calls.append(call)
                 case pb.UsageReport(usage=usage, model=model):
                     result.usage = result.usage + usage
-                    self.sink(ev.UsageRecorded(model or spec.model, usage))
+                    self._emit(spec, ev.UsageRecorded(model or spec.model, usage))
                 case pb.RetryNotice(model=model, reason=reason, wait=wait, next_model=next_model):
-                    self.sink(ev.Retrying(model, reason, wait, next_model))
+                    self._emit(spec, ev.Retrying(model, reason, wait, next_model))
                 case pb.StreamEnd(stop_reason=stop):
                     reply.stop_reason = stop
         return reply
 
-    async def _run_tools(self, spec: RunSpec, calls: list[ToolCall], result: ev.RunResult) -> list[dict[str, Any]]:
-        """Consecutive read-only calls run together; anything that writes runs alone, in order."""
-        messages: list[dict[str, Any]] = []
+    async def _run_tools(self, spec: RunSpec, reply: _Reply, result: ev.RunResult) -> list[ToolMessage]:
+        """Consecutive read-only calls run together; anything that writes runs alone, in order.
+        Calls of a reply cut off by the output limit are not run: their arguments may be incomplete."""
+        if reply.cut:
+            return [msg.tool_result(c.id, c.name, CUT_CALL.format(n=spec.max_tokens), error=True) for c in reply.calls]
+        messages: list[ToolMessage] = []
         batch: list[ToolCall] = []
-        for call in calls:
+        for call in reply.calls:
             if spec.tools.is_read_only(call.name):
                 batch.append(call)
                 continue
@@ -131,42 +158,61 @@ class AgentRunner:
         messages += await asyncio.gather(*(self._run_tool(spec, c, result) for c in batch))
         return messages
 
-    async def _run_tool(self, spec: RunSpec, call: ToolCall, result: ev.RunResult) -> dict[str, Any]:
+    async def _run_tool(self, spec: RunSpec, call: ToolCall, result: ev.RunResult) -> ToolMessage:
         arguments, parse_error = parse_arguments(call.arguments)
-        self.sink(ev.ToolStarted(call.id, call.name, arguments))
+        self._emit(spec, ev.ToolStarted(call.id, call.name, arguments))
         started = time.monotonic()
-        ok = False
+        error: str | None = None
         try:
             tool = spec.tools.get(call.name)
             if tool is None:
-                raise ToolError(f"Unknown tool '{call.name}'. Available tools: {', '.join(spec.tools.names())}.")
+                raise ToolError(_unknown_tool(call.name, spec.tools))
             if parse_error:
                 raise ToolError(parse_error)
             output = truncate(await tool.call(spec.tool_context, arguments), spec.max_result_chars)
             content = f'<untrusted_data source="{call.name}">\n{output}\n</untrusted_data>'
-            ok = True
         except ToolError as e:
-            content = f"Error: {e}"
+            error = str(e)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # noqa: BLE001 - the one place tool failures become results
-            content = f"Error: {call.name} failed with {type(e).__name__}: {e}"
+            error = f"{call.name} failed with {type(e).__name__}: {e}"
+        if error is not None:
+            content = f"Error: {error}"
         elapsed = time.monotonic() - started
-        self.sink(ev.ToolFinished(call.id, call.name, ok, content, elapsed))
-        result.tool_calls.append(ev.ToolCallRecord(call.name, arguments, ok, elapsed))
-        return {"role": "tool", "tool_call_id": call.id, "name": call.name, "content": content,
-                **({} if ok else {"is_error": True})}
+        self._emit(spec, ev.ToolFinished(call.id, call.name, content, elapsed, error))
+        result.tool_calls.append(ev.ToolCallRecord(call.name, arguments, error is None, elapsed))
+        return msg.tool_result(call.id, call.name, content, error=error is not None)
 
 
-def _assistant_message(reply: _Reply) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": reply.text}
-    if reply.calls:
-        message["tool_calls"] = [
-            {"id": c.id, "name": c.name, "arguments": _normalized(c.arguments)} for c in reply.calls
-        ]
-    if reply.thinking:
-        message["thinking"] = reply.thinking
-    return message
+def _unknown_tool(name: str, tools: ToolRegistry) -> str:
+    if name == UNNAMED_TOOL:
+        return f"The tool call had no usable name. Call one of: {', '.join(tools.names())}."
+    return f"Unknown tool '{name}'. Available tools: {', '.join(tools.names())}."
+
+
+def _usable_calls(calls: list[ToolCall]) -> list[ToolCall]:
+    """Calls as the session can store and the next request can send: each with a text name (a missing one
+    becomes UNNAMED_TOOL, answered with an error) and an id of its own (missing or repeated ids get new ones)."""
+    seen: set[str] = set()
+    out = []
+    for call in calls:
+        name = call.name if isinstance(call.name, str) and call.name.strip() else UNNAMED_TOOL
+        call_id = call.id if isinstance(call.id, str) and call.id and call.id not in seen else _new_id()
+        arguments = call.arguments if isinstance(call.arguments, str) else json.dumps(call.arguments or {})
+        seen.add(call_id)
+        out.append(ToolCall(call_id, name, arguments))
+    return out
+
+
+def _new_id() -> str:
+    return f"toolu_na_{uuid.uuid4().hex[:20]}"
+
+
+def _assistant_message(reply: _Reply) -> msg.AssistantMessage:
+    calls: list[ToolCallData] = [{"id": c.id, "name": c.name, "arguments": _normalized(c.arguments)}
+                                 for c in reply.calls]
+    return msg.assistant(reply.text, calls, reply.thinking)
 
 
 def _normalized(raw: str) -> str:
@@ -174,33 +220,4 @@ def _normalized(raw: str) -> str:
     return raw if error else json.dumps(arguments, ensure_ascii=False)
 
 
-def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
-    """Parse a tool call's JSON arguments, repairing malformed JSON. Returns (arguments, error)."""
-    if not raw or not raw.strip():
-        return {}, None
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        from json_repair import repair_json
-
-        try:
-            value = repair_json(raw, return_objects=True)
-        except Exception:  # noqa: BLE001
-            value = None
-    if not isinstance(value, dict):
-        return {}, (f"The tool arguments were not a JSON object and could not be repaired: {raw[:200]!r}. "
-                    "Send the arguments as one JSON object.")
-    return value, None
-
-
-def truncate(text: str, limit: int) -> str:
-    """Keep the head and tail of an over-long result, saying how much was cut."""
-    if len(text) <= limit:
-        return text
-    head = limit * 2 // 3
-    tail = limit - head
-    omitted = len(text) - head - tail
-    return f"{text[:head]}\n\n[... {omitted:,} characters omitted ...]\n\n{text[-tail:]}"
-
-
-__all__ = ["AgentRunner", "RunSpec", "Usage", "parse_arguments", "truncate"]
+__all__ = ["AgentRunner", "RunSpec"]

@@ -10,12 +10,15 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nanoagent import __version__
 from nanoagent.errors import NanoagentError
+
+if TYPE_CHECKING:
+    from nanoagent.agent.loop import TurnResult
 
 app = typer.Typer(
     name="nanoagent",
@@ -110,11 +113,12 @@ def agent(
     paths, config = _setup(workspace)
     key = session if ":" in session else f"cli:{session}"
     renderer = OneShotRenderer(quiet_reply=json_output)
-    loop = build_agent(config, paths, sink=renderer, model=model, warn=_warn)
-    turn = asyncio.run(loop.handle(message, key))
-    failed = turn.result is not None and turn.result.error is not None
+    loop = build_agent(config, paths, model=model, warn=_warn)
+    turn = asyncio.run(loop.handle(message, key, sink=renderer))
+    error = turn.result.error if turn.result is not None else None
+    failed = error is not None
     if failed:
-        log.error("turn failed in session %s: %s", turn.session, turn.result.error)
+        log.error("turn failed in session %s: %s", turn.session, error)
     if json_output:
         print(json.dumps(_turn_json(turn), ensure_ascii=False))
     else:
@@ -135,14 +139,14 @@ def _interactive(model: str | None, session: str, workspace: Path | None) -> Non
     key = session if ":" in session else f"cli:{session}"
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
     ui = TerminalUI(min(Console().width, 100) if terminal else 100, plain=not terminal)
-    loop = build_agent(config, paths, sink=ui, model=model, warn=_warn)
+    loop = build_agent(config, paths, model=model, warn=_warn)
     if terminal:
         asyncio.run(run_interactive(loop, key, paths.home / "history" / "cli_history", ui))
     else:
         asyncio.run(run_plain(loop, key, ui))
 
 
-def _turn_json(turn) -> dict:
+def _turn_json(turn: TurnResult) -> dict:
     result = turn.result
     data = {"reply": turn.reply, "session": turn.session, "model": turn.model}
     if result is not None:
@@ -213,9 +217,7 @@ def usage(
         u = total.usage
         table.add_row(day, key, model, str(total.calls), f"{u.input_tokens:,}", f"{u.output_tokens:,}",
                       f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", total.cost_text())
-        grand.usage, grand.calls = grand.usage + u, grand.calls + total.calls
-        grand.cost += total.cost
-        grand.unpriced = grand.unpriced or total.unpriced
+        grand.merge(total)
     g = grand.usage
     table.add_row("total", "", "", str(grand.calls), f"{g.input_tokens:,}", f"{g.output_tokens:,}",
                   f"{g.cache_read_tokens:,}", f"{g.cache_write_tokens:,}", grand.cost_text(), style="bold")

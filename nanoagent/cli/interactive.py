@@ -27,7 +27,6 @@ from nanoagent.cli.render import short_args
 
 _SLASH_WORD = re.compile(r"^/\w*")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
-READ_ONLY_COMMANDS = {"/help", "/status", "/usage", "/skills", "/sessions"}
 EXIT_COMMANDS = {"/exit", "/quit"}
 
 
@@ -130,8 +129,8 @@ class TerminalUI:
                 self.stream.flush()
                 self.tool_args[call_id] = arguments
                 self._busy(f"{name} {short_args(arguments, max(20, self.width - 30))}")
-            case ev.ToolFinished(call_id=call_id, name=name, ok=ok, result=result, elapsed=elapsed):
-                self.line(self._tool_line(name, self.tool_args.pop(call_id, {}), ok, result, elapsed))
+            case ev.ToolFinished(call_id=call_id, name=name, error=error, elapsed=elapsed):
+                self.line(self._tool_line(name, self.tool_args.pop(call_id, {}), error, elapsed))
                 self._busy("thinking")
             case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
                 action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"
@@ -147,12 +146,13 @@ class TerminalUI:
             case _:
                 pass
 
-    def _tool_line(self, name: str, arguments: dict[str, Any], ok: bool, result: str, elapsed: float) -> str:
+    def _tool_line(self, name: str, arguments: dict[str, Any], error: str | None, elapsed: float) -> str:
         """The lasting line for a finished call, at most `width` columns: mark, name, short arguments,
         elapsed time and, on failure, as much of the error as fits (it gets at least half the room)."""
         timing = f"{elapsed:.2f}s"
         room = self.width - len(f"  ✓ {name}  {timing}")
-        error = "" if ok else " ".join(result.removeprefix("Error: ").split())
+        ok = error is None
+        error = " ".join((error or "").split())
         args_room = room if ok else min(room // 2, len(short_args(arguments, room)))
         args = short_args(arguments, args_room) if args_room >= 8 and arguments else ""
         head = f"[dim]{escape(name)}{' ' + escape(args) if args else ''} {timing}[/dim]"
@@ -202,7 +202,7 @@ class Session:
     async def _run(self, text: str) -> None:
         self.ui.start_turn()
         try:
-            turn = await self.loop.handle(text, self.key, injections=self.take_pending)
+            turn = await self.loop.handle(text, self.key, sink=self.ui, injections=self.take_pending)
         except asyncio.CancelledError:
             self.ui.stream.flush()
             self.ui.activity = None
@@ -226,18 +226,18 @@ class Session:
         session = self.loop.session(self.key)
         tokens = ""
         if session.usage:
-            last = session.usage[-1]
-            used = sum(int(last.get(k, 0)) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens"))
+            used = session.usage[-1].usage.prompt_tokens
             window = self.loop.settings.context_window_tokens
             tokens = f" · context {used:,} tokens ({used / window:.0%})"
         self.ui.idle_status = f" {self.loop.model_for(session)} · {self.key}{tokens} · /help"
 
     async def command(self, text: str) -> None:
-        name = text.split()[0]
-        if self.busy and name not in READ_ONLY_COMMANDS:
-            self.ui.line("[yellow]Wait for the current turn to finish, or press Ctrl-C to cancel it.[/yellow]")
+        """A slash command; one that runs a turn (/retry) runs like a message. The loop refuses a command
+        that changes the session while a turn runs."""
+        if text.split()[0] == "/retry" and not self.busy:
+            self.start(text)
             return
-        reply = await self.loop.handle(text, self.key)
+        reply = await self.loop.handle(text, self.key, sink=self.ui)
         self.ui.line(escape(reply.reply))
         self.refresh_status()
 
@@ -284,7 +284,7 @@ async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: Ter
 
     session = Session(loop, key, ui)
     session.refresh_status()
-    prompt = build_prompt(sorted(loop.commands), ui.toolbar, history_file)
+    prompt = build_prompt(loop.commands.names(), ui.toolbar, history_file)
     _warm_up(loop, key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(loop.model_for(loop.session(key)))} · session {escape(key)}. "
             "Type /help for commands, Ctrl-D to quit.")
@@ -329,7 +329,7 @@ async def _dispatch(session: Session, text: str) -> bool:
 
 def _warm_up(loop: AgentLoop, key: str) -> None:
     """Import the provider SDK in the background so the first reply does not wait for it."""
-    provider = loop.provider(loop.model_for(loop.session(key)))
+    provider = loop.providers.get(loop.model_for(loop.session(key)))
     loop_ = asyncio.get_running_loop()
     # after the prompt is on screen, so the import does not hold up the first frame
     loop_.call_later(0.3, lambda: loop_.run_in_executor(None, provider.prepare))
@@ -344,7 +344,7 @@ async def run_plain(loop: AgentLoop, key: str, ui: TerminalUI) -> None:
         if text.split()[0] in EXIT_COMMANDS:
             break
         ui.start_turn()
-        turn = await loop.handle(text, key)
+        turn = await loop.handle(text, key, sink=ui)
         if turn.result is None or turn.result.error:
             print(turn.reply, flush=True)
         elif not ui.stream.printed.strip().endswith(turn.reply.strip()):

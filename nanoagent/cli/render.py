@@ -47,8 +47,8 @@ class OneShotRenderer:
                 self.streamed += text
             case ev.ToolStarted(name=name, arguments=arguments):
                 self.err.print(f"[dim]→ {name}[/dim] {_escape(short_args(arguments))}")
-            case ev.ToolFinished(name=name, ok=ok, result=result, elapsed=elapsed):
-                status = "[green]ok[/green]" if ok else f"[red]error[/red] {_escape(result[7:80])}"
+            case ev.ToolFinished(name=name, error=error, elapsed=elapsed):
+                status = "[green]ok[/green]" if error is None else f"[red]error[/red] {_escape(error[:73])}"
                 self.err.print(f"[dim]  {name} {status} {elapsed:.2f}s[/dim]")
             case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
                 action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"

@@ -9,19 +9,26 @@ If the summary call fails (or is empty), a capped raw excerpt marked as raw is a
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
 
-from nanoagent.agent.context import strip_runtime_context
-from nanoagent.agent.runner import truncate
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.history import HistoryLog
-from nanoagent.providers.base import ProviderError, Usage
+from nanoagent.messages import (
+    Message,
+    calls_of,
+    is_assistant,
+    is_tool,
+    is_user,
+    strip_runtime_context,
+    truncate,
+)
+from nanoagent.providers.base import ProviderError
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
 from nanoagent.tokens import count_message_tokens, message_bound
-from nanoagent.usage import usage_record
+from nanoagent.usage import Usage, UsageRecord
 
 MAX_MESSAGES_PER_ARCHIVE = 200
 MAX_ROUNDS = 8
@@ -42,11 +49,11 @@ class _Counts:
     """Running token totals of one session's messages from `base` on: prefix[k] covers messages[base:base + k].
     Each message is counted once, ever."""
 
-    measure: Callable[[dict[str, Any]], int]
+    measure: Callable[[Message], int]
     base: int
     prefix: list[int] = field(default_factory=lambda: [0])
 
-    def between(self, messages: list[dict[str, Any]], start: int, end: int) -> int:
+    def between(self, messages: list[Message], start: int, end: int) -> int:
         for message in messages[self.base + len(self.prefix) - 1:end]:
             self.prefix.append(self.prefix[-1] + self.measure(message))
         return self.prefix[end - self.base] - self.prefix[start - self.base]
@@ -112,7 +119,7 @@ class Consolidator:
         if excess <= 0:
             return start
         for index in range(start + 1, len(session.messages)):
-            if session.messages[index].get("role") == "user" and self._tokens_between(session, start, index) >= excess:
+            if is_user(session.messages[index]) and self._tokens_between(session, start, index) >= excess:
                 return index
         return start
 
@@ -120,11 +127,11 @@ class Consolidator:
         """The first user-turn start that archives at least `excess` tokens, within the per-round bound."""
         start = session.last_consolidated
         last_user = max((i for i in range(start, len(session.messages))
-                         if session.messages[i].get("role") == "user"), default=start)
+                         if is_user(session.messages[i])), default=start)
         limit = min(last_user, start + MAX_MESSAGES_PER_ARCHIVE)  # the latest turn always stays in the prompt
         best = None
         for index in range(start + 1, limit + 1):
-            if session.messages[index].get("role") != "user":
+            if not is_user(session.messages[index]):
                 continue
             best = index
             if self._tokens_between(session, start, index) >= excess:
@@ -141,17 +148,18 @@ class Consolidator:
             summary, usage, used = await self.complete(model, render("prompts/consolidate.md"), transcript)
             summary = summary.strip()
             failure = "" if summary else "the model returned an empty summary"
-            self.store.append(session, [usage_record(used, usage, "consolidate")])
+            self.store.add_usage(session, UsageRecord.now(used, usage, "consolidate"))
         except ProviderError as e:
             summary, failure = "", e.message
         if summary.upper() == "NOTHING":
             summary, failure = "", ""
-        if summary:
-            self.history.append(session.key, summary)
+        if summary:  # history's lock may be held by another process: wait in a thread, not on the event loop
+            await asyncio.to_thread(self.history.append, session.key, summary)
         elif failure:
             excerpt = truncate(transcript, RAW_CAP_CHARS)
-            self.history.append(session.key, f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
-        self.store.set_meta(session, last_consolidated=end)
+            await asyncio.to_thread(self.history.append, session.key,
+                                    f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
+        self.store.set_consolidated(session, end)
 
     async def archive_all(self, session: Session, model: str) -> None:
         while session.last_consolidated < len(session.messages):
@@ -159,17 +167,16 @@ class Consolidator:
             await self.archive(session, start, min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE), model)
 
 
-def format_transcript(messages: list[dict[str, Any]]) -> str:
+def format_transcript(messages: list[Message]) -> str:
     lines = []
     for m in messages:
-        role = m.get("role")
-        if role == "user":
-            lines.append(f"[user] {truncate(strip_runtime_context(m.get('content') or ''), MESSAGE_CAP_CHARS)}")
-        elif role == "assistant":
-            if m.get("content"):
+        if is_user(m):
+            lines.append(f"[user] {truncate(strip_runtime_context(m['content']), MESSAGE_CAP_CHARS)}")
+        elif is_assistant(m):
+            if m["content"]:
                 lines.append(f"[assistant] {truncate(m['content'], MESSAGE_CAP_CHARS)}")
-            for call in m.get("tool_calls") or ():
-                lines.append(f"[tool call] {call['name']} {truncate(call.get('arguments', ''), 300)}")
-        elif role == "tool":
-            lines.append(f"[tool result {m.get('name', '')}] {truncate(m.get('content') or '', 500)}")
+            for call in calls_of(m):
+                lines.append(f"[tool call] {call['name']} {truncate(call['arguments'], 300)}")
+        elif is_tool(m):
+            lines.append(f"[tool result {m['name']}] {truncate(m['content'], 500)}")
     return truncate("\n".join(lines), TRANSCRIPT_CAP_CHARS)

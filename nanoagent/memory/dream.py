@@ -15,6 +15,7 @@ workspace (a lock file), so cron and a manual `/dream` cannot collide.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import json
 import os
@@ -23,7 +24,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.runner import AgentRunner, RunSpec, truncate
+from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.memory.dream_tools import (
@@ -34,11 +35,13 @@ from nanoagent.memory.dream_tools import (
     read_text,
     taken_skill_names,
 )
-from nanoagent.memory.gitlog import TRACKED, is_memory_file
 from nanoagent.memory.history import HistoryEntry, HistoryLog
-from nanoagent.providers.base import ChatRequest, Provider, ProviderError, Usage, complete_text
+from nanoagent.messages import truncate, user
+from nanoagent.paths import MEMORY_FILES, is_memory_file
+from nanoagent.providers.base import ChatRequest, Provider, ProviderError, complete_text
 from nanoagent.templates import render
 from nanoagent.tools import ToolContext, ToolError
+from nanoagent.usage import Usage
 
 if TYPE_CHECKING:
     from nanoagent.memory.gitlog import MemoryCommit, MemoryGit
@@ -84,7 +87,7 @@ class Dream:
     batch_size: int = 20
     max_iterations: int = 30
     max_tokens: int = 4096
-    sink: ev.EventSink = field(default=lambda event: None)
+    sink: ev.EventSink = ev.discard
 
     async def run(self, all_entries: bool = False, dry_run: bool = False) -> list[DreamResult]:
         """One batch, or with `all_entries` every batch until none is left. Empty list: nothing new."""
@@ -92,9 +95,9 @@ class Dream:
         busy = DreamBusy("Another Dream is already running for this workspace; this one did nothing. "
                          "Try again when it has finished.")
         with file_lock(self.lock_path, 0, busy):
-            if not dry_run:
-                self.git.ensure()
-                self._resume()  # a Dream killed while writing left a journal: finish that batch first
+            if not dry_run:  # git runs in a worker thread: other sessions' turns go on meanwhile
+                await asyncio.to_thread(self.git.ensure)
+                await asyncio.to_thread(self._resume)  # a Dream killed while writing left a journal: finish it
             # read once: the cost follows the new entries, not the history, and --all stays linear
             backlog = list(self.history.newest_first(after=self.history.dream_cursor))[::-1]
             while backlog:
@@ -105,19 +108,20 @@ class Dream:
         return results
 
     async def _batch(self, entries: list[HistoryEntry], dry_run: bool) -> DreamResult:
-        if not dry_run:
-            self.git.snapshot_user_edits()  # hand edits become the user's own commits before Dream touches files
+        if not dry_run:  # hand edits become the user's own commits before Dream touches files
+            await asyncio.to_thread(self.git.snapshot_user_edits)
         result = DreamResult(entries, "", dry_run=dry_run)
         result.analysis = await self._analyze(entries, result)
         if result.analysis.strip().upper() != "NOTHING":
             await self._edit(result)
         if not dry_run:
-            result.commits = self._write(result.edits, entries[-1].cursor)
+            result.commits = await asyncio.to_thread(self._write, result.edits, entries[-1].cursor)
         return result
 
     async def _analyze(self, entries: list[HistoryEntry], result: DreamResult) -> str:
+        analysis_input = await asyncio.to_thread(self._analysis_input, entries)  # reads line ages with git blame
         request = ChatRequest(model=self.model, system=render("prompts/dream_analyze.md"),
-                              messages=[{"role": "user", "content": self._analysis_input(entries)}],
+                              messages=[user(analysis_input)],
                               max_tokens=self.max_tokens)
         try:
             text, usage, model = await complete_text(self.provider, request)
@@ -154,10 +158,10 @@ class Dream:
     async def _edit(self, result: DreamResult) -> None:
         overlay = MemoryOverlay(self.workspace, taken_skill_names(self.workspace))
         files = "\n".join(f"\n# {rel}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}"
-                          for rel in TRACKED)
+                          for rel in MEMORY_FILES)
         spec = RunSpec(
             system=render("prompts/dream_edit.md"),
-            messages=[{"role": "user", "content": f"# Findings\n\n{result.analysis}\n\n# Current files\n{files}"}],
+            messages=[user(f"# Findings\n\n{result.analysis}\n\n# Current files\n{files}")],
             tools=dream_tools(overlay), tool_context=ToolContext(workspace=self.workspace),
             model=self.model, max_tokens=self.max_tokens, max_iterations=self.max_iterations,
         )

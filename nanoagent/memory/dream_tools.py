@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from nanoagent.memory.gitlog import TRACKED, is_memory_file
+from nanoagent.paths import MEMORY_FILES, is_memory_file
 from nanoagent.skills import SkillError, SkillsLoader, parse_skill_text
 from nanoagent.tools import ToolContext, ToolError, ToolRegistry, tool
 
@@ -71,11 +71,11 @@ class MemoryOverlay:
         """The workspace-relative path if Dream may read it (or with `writing`, change it); else ToolError."""
         rel = os.path.normpath(path.strip())
         if not is_memory_file(rel):
-            raise ToolError(f"Dream may only touch {', '.join(TRACKED)} and skills/<name>/SKILL.md; "
+            raise ToolError(f"Dream may only touch {', '.join(MEMORY_FILES)} and skills/<name>/SKILL.md; "
                             f"'{path}' is refused.")
         if self._linked(rel):
             raise ToolError(f"'{rel}' is a link; Dream only edits regular files (git would record the link).")
-        if writing and rel not in TRACKED and not self.created(rel):
+        if writing and rel not in MEMORY_FILES and not self.created(rel):
             raise ToolError(f"{rel} is an existing skill; Dream only creates new skills (create_skill).")
         return rel
 
@@ -99,7 +99,7 @@ class MemoryOverlay:
         if edit.kind is EditKind.EDIT and edit.old_text == edit.new_text:
             raise ToolError("old_text and new_text are identical: a no-op edit. Send the change you mean.")
         text = edit.apply(self.read(edit.path))
-        if edit.path not in TRACKED:
+        if edit.path not in MEMORY_FILES:
             self._check_skill(edit.path, text)
         self._texts[edit.path] = text
         self.edits.append(edit)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import re
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -30,9 +31,8 @@ from typing import Any
 
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock
+from nanoagent.paths import MEMORY_FILES, is_memory_file
 
-TRACKED = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md
-SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
 SKILLS_PATHSPEC = ":(glob)skills/*/SKILL.md"
 IDENTITY = ("nanoagent", "nanoagent@localhost")
 LOCK_TIMEOUT = 60.0
@@ -57,15 +57,14 @@ class RestoreConflict(NanoagentError):
     """A later edit touches the same lines as the commit being undone; nothing was changed."""
 
 
-def is_memory_file(relpath: str) -> bool:
-    return relpath in TRACKED or SKILL_FILE.fullmatch(relpath) is not None
-
-
 class MemoryGit:
     def __init__(self, workspace: Path, git_dir: Path):
         self.workspace = Path(workspace)
         self.git_dir = Path(git_dir)
-        self._lock_depth = 0  # re-entrant within one process: public methods call each other under the lock
+        # Threads of this process take turns on the RLock (re-entrant: public methods call each other under
+        # it); the first entry of the holding thread also takes the file lock shared with other processes.
+        self._thread_lock = threading.RLock()
+        self._lock_depth = 0  # guarded by _thread_lock
 
     # ---- public operations ---------------------------------------------------------------------------
 
@@ -87,7 +86,7 @@ class MemoryGit:
         """Commit exactly these workspace-relative memory files; None when none of them changed."""
         for relpath in files:
             if not is_memory_file(relpath):
-                raise NanoagentError(f"{relpath!r} is not a memory file; only {', '.join(TRACKED)} and "
+                raise NanoagentError(f"{relpath!r} is not a memory file; only {', '.join(MEMORY_FILES)} and "
                                      "skills/<name>/SKILL.md are recorded in the memory history.")
         with self._locked():
             self._ensure()
@@ -268,11 +267,11 @@ class MemoryGit:
 
     def _memory_files(self, with_head: bool = True) -> list[str]:
         """Memory files on disk plus those in the index or HEAD (so deletions are seen), sorted."""
-        on_disk = [rel for rel in TRACKED if (self.workspace / rel).exists()]
+        on_disk = [rel for rel in MEMORY_FILES if (self.workspace / rel).exists()]
         skills = self.workspace / "skills"
         if skills.is_dir():
             on_disk += [f"skills/{d.name}/SKILL.md" for d in skills.iterdir() if (d / "SKILL.md").is_file()]
-        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *TRACKED, SKILLS_PATHSPEC).split("\0") \
+        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, SKILLS_PATHSPEC).split("\0") \
             if with_head else []
         return sorted({rel for rel in on_disk + known if rel and is_memory_file(rel)})
 
@@ -312,23 +311,24 @@ class MemoryGit:
 
     @contextmanager
     def _locked(self) -> Iterator[None]:
-        if self._lock_depth:
-            self._lock_depth += 1
-            try:
-                yield
-            finally:
-                self._lock_depth -= 1
-            return
-        lock = self.git_dir / "nanoagent.lock"
-        busy = NanoagentError(f"The memory history is busy in another nanoagent process ({lock}); "
-                              "wait for it to finish and try again.")
-        with file_lock(lock, LOCK_TIMEOUT, busy):
-            self._drop_stale_index_lock()
-            self._lock_depth = 1
-            try:
-                yield
-            finally:
-                self._lock_depth = 0
+        with self._thread_lock:
+            if self._lock_depth:
+                self._lock_depth += 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth -= 1
+                return
+            lock = self.git_dir / "nanoagent.lock"
+            busy = NanoagentError(f"The memory history is busy in another nanoagent process ({lock}); "
+                                  "wait for it to finish and try again.")
+            with file_lock(lock, LOCK_TIMEOUT, busy):
+                self._drop_stale_index_lock()
+                self._lock_depth = 1
+                try:
+                    yield
+                finally:
+                    self._lock_depth = 0
 
     def _drop_stale_index_lock(self) -> None:
         """Every nanoagent writer holds our lock, so an index.lock seen now was left by a killed process;

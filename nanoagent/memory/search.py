@@ -57,7 +57,6 @@ from nanoagent.memory.embeddings import (
     embedding_settings,
     unit_vector,
 )
-from nanoagent.memory.gitlog import TRACKED
 from nanoagent.memory.history import read_entries
 from nanoagent.memory.search_text import (
     DOC_CHARS,
@@ -70,7 +69,7 @@ from nanoagent.memory.search_text import (
     needles,
     split_cjk_edges,
 )
-from nanoagent.paths import Paths
+from nanoagent.paths import MEMORY_FILES, Paths
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "defang",
@@ -295,7 +294,7 @@ class MemorySearch:
         return stats
 
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        for rel in TRACKED:
+        for rel in MEMORY_FILES:
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)

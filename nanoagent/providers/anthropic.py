@@ -21,11 +21,11 @@ from nanoagent.providers.base import (
     ThinkingDelta,
     ToolCall,
     ToolCallReady,
-    Usage,
     UsageReport,
     classify_status,
     parse_retry_after,
 )
+from nanoagent.usage import Usage
 
 CACHE = {"type": "ephemeral"}
 

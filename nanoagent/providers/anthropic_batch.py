@@ -28,12 +28,12 @@ from nanoagent.providers.base import (
     ThinkingDelta,
     ToolCall,
     ToolCallReady,
-    Usage,
     UsageReport,
     classify_status,
     parse_retry_after,
 )
 from nanoagent.providers.registry import missing_key_message, provider_name, with_retries
+from nanoagent.usage import Usage
 
 T = TypeVar("T")
 

@@ -7,6 +7,9 @@ from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Protocol
 
+from nanoagent.messages import Message
+from nanoagent.usage import Usage
+
 
 @dataclass(frozen=True)
 class ToolSpec:
@@ -19,35 +22,11 @@ class ToolSpec:
 class ChatRequest:
     model: str
     system: str
-    messages: list[dict[str, Any]]
+    messages: list[Message]
     tools: list[ToolSpec] = field(default_factory=list)
     max_tokens: int = 8192
     temperature: float | None = None
     thinking_budget: int = 0
-
-
-@dataclass(frozen=True)
-class Usage:
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cache_read_tokens: int = 0
-    cache_write_tokens: int = 0
-
-    def __add__(self, other: Usage) -> Usage:
-        return Usage(
-            self.input_tokens + other.input_tokens,
-            self.output_tokens + other.output_tokens,
-            self.cache_read_tokens + other.cache_read_tokens,
-            self.cache_write_tokens + other.cache_write_tokens,
-        )
-
-    def to_dict(self) -> dict[str, int]:
-        return {
-            "input_tokens": self.input_tokens,
-            "output_tokens": self.output_tokens,
-            "cache_read_tokens": self.cache_read_tokens,
-            "cache_write_tokens": self.cache_write_tokens,
-        }
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanoagent.providers.base import ChatRequest, ToolCall, Usage
+from nanoagent.providers.base import ChatRequest, ToolCall
+from nanoagent.usage import Usage
 
 FINISH_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
 

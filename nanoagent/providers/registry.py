@@ -7,13 +7,11 @@ litellm knows goes through litellm, as does anything prefixed `litellm/`.
 
 from __future__ import annotations
 
-import importlib.util
-import json
 from functools import lru_cache
-from pathlib import Path
 
 from nanoagent.config.schema import Config
 from nanoagent.errors import ConfigError
+from nanoagent.pricing import model_table
 from nanoagent.providers.base import Provider
 from nanoagent.providers.retry import RetryingProvider, RetryPolicy
 
@@ -91,26 +89,6 @@ def with_retries(config: Config, chain: list[tuple[str, Provider]]) -> RetryingP
     d = config.defaults
     policy = RetryPolicy(max_retries=d.max_retries, base_delay=d.retry_base_delay, max_retry_wait=d.max_retry_wait)
     return RetryingProvider(chain, policy)
-
-
-def litellm_data_file(name: str) -> Path | None:
-    spec = importlib.util.find_spec("litellm")
-    if not spec or not spec.submodule_search_locations:
-        return None
-    path = Path(next(iter(spec.submodule_search_locations))) / name
-    return path if path.exists() else None
-
-
-@lru_cache(maxsize=1)
-def model_table() -> dict[str, dict]:
-    """litellm's bundled price and context-window table, read without importing litellm."""
-    path = litellm_data_file("model_prices_and_context_window_backup.json")
-    if path is None:
-        return {}
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
 
 
 @lru_cache(maxsize=1)

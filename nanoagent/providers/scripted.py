@@ -16,9 +16,9 @@ from nanoagent.providers.base import (
     TextDelta,
     ToolCall,
     ToolCallReady,
-    Usage,
     UsageReport,
 )
+from nanoagent.usage import Usage
 
 
 @dataclass

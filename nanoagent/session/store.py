@@ -5,27 +5,32 @@ Format (version 1), one JSON object a line:
     {"type": "message", "message": {"role": "user", "content": "..."}}
     {"type": "meta", "last_consolidated": 12}          # partial update; later lines win
     {"type": "usage", "model": "...", "input_tokens": 10, ...}
+    {"type": "turn_failed", "start": 14, "end": 16, "error": "..."}   # messages[14:16] are not sent again
 
 Messages on disk are never rewritten. Writers hold an exclusive lock on
 `<file>.lock` for a whole turn, cut a torn tail back to the last newline before
 appending, and fsync at turn boundaries. The reader skips a torn or corrupt line
-with a warning and keeps every complete record.
+with a warning and keeps every complete record; a record of the wrong shape (a
+message whose content is a number, a meta value of the wrong type) is skipped or
+clamped with a warning naming the line, so no stored value can break a later turn.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import cut_torn_tail, file_lock, fsync_dir, write_all
+from nanoagent.fsutil import async_file_lock, cut_torn_tail, file_lock, fsync_dir, write_all
+from nanoagent.messages import Message, checked_message
 from nanoagent.paths import safe_key
+from nanoagent.usage import UsageRecord
 
 FORMAT_VERSION = 1
 
@@ -35,21 +40,36 @@ class SessionBusy(NanoagentError):
 
 
 @dataclass
+class SessionMeta:
+    """The meta lines of a session file, folded: each `{"type": "meta", ...}` line updates these fields."""
+
+    created: str = ""
+    model: str = ""  # the model /model chose for this session; "" means the default
+    last_consolidated: int = 0  # messages before this index are archived to history.jsonl
+
+
+@dataclass
 class Session:
     key: str
     path: Path
-    messages: list[dict[str, Any]] = field(default_factory=list)
-    meta: dict[str, Any] = field(default_factory=dict)
-    usage: list[dict[str, Any]] = field(default_factory=list)
+    messages: list[Message] = field(default_factory=list)
+    meta: SessionMeta = field(default_factory=SessionMeta)
+    usage: list[UsageRecord] = field(default_factory=list)
+    failed_turns: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of turns that failed
     size: int = 0  # bytes of the file this object reflects; lets a reload read only what is new
+    lines: int = 0  # lines read so far, so a warning can name the line
 
     @property
     def last_consolidated(self) -> int:
-        return int(self.meta.get("last_consolidated", 0))
+        return min(self.meta.last_consolidated, len(self.messages))
+
+    def failed(self) -> frozenset[int]:
+        """Indexes of messages in turns that failed: kept on disk, never sent to the model again."""
+        return frozenset(i for start, end in self.failed_turns for i in range(start, end))
 
 
 class SessionStore:
-    def __init__(self, directory: Path, warn: Any = None):
+    def __init__(self, directory: Path, warn: Callable[[str], None] | None = None):
         self.directory = directory
         self.warn = warn or (lambda message: None)
 
@@ -68,7 +88,9 @@ class SessionStore:
         except FileNotFoundError:
             return
         if size < session.size:  # another writer cut a torn tail: read the whole file again
-            session.messages, session.meta, session.usage, session.size = [], {}, [], 0
+            fresh = Session(session.key, session.path)
+            session.messages, session.meta, session.usage, session.failed_turns = [], fresh.meta, [], []
+            session.size = session.lines = 0
         if size == session.size:
             return
         with open(session.path, "rb") as f:
@@ -76,6 +98,7 @@ class SessionStore:
             data = f.read(size - session.size)
         complete = data.rfind(b"\n") + 1
         for line in data[:complete].splitlines():
+            session.lines += 1
             self._apply(session, line)
         if complete < len(data):
             self.warn(f"{session.path}: skipped an incomplete last line (a previous run was interrupted)")
@@ -88,22 +111,55 @@ class SessionStore:
             record = json.loads(line)
             kind = record["type"]
         except (ValueError, KeyError, TypeError):
-            self.warn(f"{session.path}: skipped a corrupt line ({line[:60]!r}...)")
+            self.warn(f"{session.path} line {session.lines}: skipped a corrupt line ({line[:60]!r}...)")
             return
         self._apply_record(session, record, kind)
 
-    def _apply_record(self, session: Session, record: dict[str, Any], kind: str) -> None:
-        if kind == "message" and isinstance(record.get("message"), dict):
-            session.messages.append(record["message"])
+    def _apply_record(self, session: Session, record: dict[str, Any], kind: Any) -> None:
+        where = f"{session.path} line {session.lines}"
+        if kind == "message":
+            message, problem = checked_message(record.get("message"))
+            if message is None:
+                self.warn(f"{where}: skipped a message ({problem})")
+            else:
+                session.messages.append(message)
         elif kind == "meta":
-            session.meta.update({k: v for k, v in record.items() if k != "type"})
+            self._apply_meta(session, record, where)
         elif kind == "header":
-            session.meta.setdefault("created", record.get("created"))
-            if record.get("version", 1) > FORMAT_VERSION:
-                self.warn(f"{session.path} was written by a newer nanoagent (format {record['version']}); "
+            if not session.meta.created and isinstance(record.get("created"), str):
+                session.meta.created = record["created"]
+            version = record.get("version", 1)
+            if isinstance(version, int) and version > FORMAT_VERSION:
+                self.warn(f"{session.path} was written by a newer nanoagent (format {version}); "
                           "reading what this version understands")
         elif kind == "usage":
-            session.usage.append(record)
+            session.usage.append(UsageRecord.from_json(record))
+        elif kind == "turn_failed":
+            start, end = record.get("start"), record.get("end")
+            if _index(start) and _index(end) and start < end:
+                session.failed_turns.append((start, end))
+
+    def _apply_meta(self, session: Session, record: dict[str, Any], where: str) -> None:
+        meta = session.meta
+        if "last_consolidated" in record:
+            value, count = record["last_consolidated"], len(session.messages)
+            if not isinstance(value, int) or isinstance(value, bool):
+                self.warn(f"{where}: ignored last_consolidated {value!r} (it must be a whole number)")
+            elif not 0 <= value <= count:
+                clamped = min(max(value, 0), count)
+                self.warn(f"{where}: last_consolidated {value} is outside the session's {count} messages; "
+                          f"read as {clamped}")
+                meta.last_consolidated = clamped
+            else:
+                meta.last_consolidated = value
+        if "model" in record:
+            value = record["model"]
+            if isinstance(value, str):
+                meta.model = value
+            else:
+                self.warn(f"{where}: ignored model {value!r} (it must be a model name)")
+        if "created" in record and isinstance(record["created"], str):
+            meta.created = record["created"]
 
     # --- writing -------------------------------------------------------------
 
@@ -115,7 +171,6 @@ class SessionStore:
             created = datetime.now(UTC).isoformat(timespec="seconds")
             header = {"type": "header", "version": FORMAT_VERSION, "key": session.key, "created": created}
             records = [header, *records]
-            session.meta.setdefault("created", created)
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
         fd = os.open(session.path, os.O_RDWR | os.O_CREAT, 0o600)
         try:
@@ -133,13 +188,25 @@ class SessionStore:
         else:
             session.size = end + len(payload)
             for record in records:
+                session.lines += 1
                 self._apply_record(session, record, record["type"])
 
-    def add_messages(self, session: Session, messages: list[dict[str, Any]], sync: bool = False) -> None:
+    def add_messages(self, session: Session, messages: list[Message], sync: bool = False) -> None:
         self.append(session, [{"type": "message", "message": m} for m in messages], sync=sync)
 
-    def set_meta(self, session: Session, sync: bool = True, **fields: Any) -> None:
-        self.append(session, [{"type": "meta", **fields}], sync=sync)
+    def add_usage(self, session: Session, record: UsageRecord, sync: bool = False) -> None:
+        self.append(session, [record.to_json()], sync=sync)
+
+    def set_model(self, session: Session, model: str) -> None:
+        self.append(session, [{"type": "meta", "model": model}], sync=True)
+
+    def set_consolidated(self, session: Session, index: int) -> None:
+        self.append(session, [{"type": "meta", "last_consolidated": index}], sync=True)
+
+    def mark_failed(self, session: Session, start: int, error: str) -> None:
+        """The turn whose messages start at `start` failed: keep them on disk, never send them again."""
+        record = {"type": "turn_failed", "start": start, "end": len(session.messages), "error": error[:500]}
+        self.append(session, [record], sync=True)
 
     def sync(self, session: Session) -> None:
         if session.path.exists():
@@ -152,9 +219,14 @@ class SessionStore:
     @contextmanager
     def lock(self, session: Session, timeout: float = 600.0) -> Iterator[None]:
         """Exclusive lock for one turn; refreshes the session from disk once held."""
-        busy = SessionBusy(f"Session {session.key} is busy in another nanoagent process; "
-                           "wait for it to finish or use another session with -s.")
-        with file_lock(Path(f"{session.path}.lock"), timeout, busy):
+        with file_lock(Path(f"{session.path}.lock"), timeout, _busy(session)):
+            self.refresh(session)
+            yield
+
+    @asynccontextmanager
+    async def lock_async(self, session: Session, timeout: float = 600.0) -> AsyncIterator[None]:
+        """`lock` for a running event loop: waits without blocking other sessions' turns."""
+        async with async_file_lock(Path(f"{session.path}.lock"), timeout, _busy(session)):
             self.refresh(session)
             yield
 
@@ -168,3 +240,12 @@ class SessionStore:
             except (OSError, ValueError, KeyError, TypeError):
                 continue
         return keys
+
+
+def _index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _busy(session: Session) -> SessionBusy:
+    return SessionBusy(f"Session {session.key} is busy in another nanoagent process; "
+                       "wait for it to finish or use another session with -s.")

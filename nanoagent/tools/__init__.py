@@ -1,4 +1,15 @@
-from nanoagent.tools.base import Tool, ToolArgumentError, ToolContext, ToolError, tool
-from nanoagent.tools.registry import ToolRegistry, default_tools
+from nanoagent.tools.base import (
+    FunctionTool,
+    SchemaTool,
+    Tool,
+    ToolArgumentError,
+    ToolContext,
+    ToolError,
+    TurnScope,
+    current_turn,
+    tool,
+)
+from nanoagent.tools.registry import ToolRegistry, file_tools
 
-__all__ = ["Tool", "ToolArgumentError", "ToolContext", "ToolError", "ToolRegistry", "default_tools", "tool"]
+__all__ = ["FunctionTool", "SchemaTool", "Tool", "ToolArgumentError", "ToolContext", "ToolError", "ToolRegistry",
+           "TurnScope", "current_turn", "file_tools", "tool"]

@@ -10,7 +10,11 @@
         '''
 
 The first parameter is the ToolContext; the rest become a pydantic model that
-gives the JSON schema and validates the model's arguments.
+gives the JSON schema and validates the model's arguments. A tool whose schema
+comes from data (an MCP server's tool) is a `SchemaTool`: name, description,
+JSON schema and a handler. Either way a tool's own dependencies (a searcher, a
+timeout) come in by closure, from the function that builds it; the ToolContext
+carries only the workspace policy, and what differs per turn is in `current_turn`.
 """
 
 from __future__ import annotations
@@ -18,16 +22,15 @@ from __future__ import annotations
 import asyncio
 import inspect
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 if TYPE_CHECKING:
     import pydantic
-
-    from nanoagent.memory.search import MemorySearch
 
 from nanoagent.providers.base import ToolSpec
 
@@ -42,17 +45,53 @@ class ToolArgumentError(ToolError):
 
 @dataclass(frozen=True)
 class ToolContext:
+    """Where tools may act: the workspace and whether paths must stay inside it."""
+
     workspace: Path
     restrict_to_workspace: bool = True
-    exec_timeout: int = 60
-    max_output_chars: int = 16_000
-    memory_search: MemorySearch | None = None  # opens its index on the first search, not when built
+
+
+@dataclass(frozen=True)
+class TurnScope:
+    """What a tool may need to know about the turn that called it."""
+
     session_key: str = ""  # the session whose turn is running
     visible_from: int = 0  # that session's messages from this index on are already in the prompt
 
 
+# Set by the loop for the length of a turn; tasks started inside the turn (parallel tool calls) inherit it.
+current_turn: ContextVar[TurnScope] = ContextVar("current_turn", default=TurnScope())  # noqa: B039 - frozen
+
+
+class Tool(Protocol):
+    name: str
+    description: str
+    read_only: bool  # safe to run beside other read-only calls of the same reply
+
+    def spec(self) -> ToolSpec: ...
+
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str: ...
+
+
 @dataclass(frozen=True)
-class Tool:
+class SchemaTool:
+    """A tool described by data: its JSON schema is passed through as given; the handler validates."""
+
+    name: str
+    description: str
+    parameters: dict[str, Any]
+    handler: Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+    read_only: bool = False
+
+    def spec(self) -> ToolSpec:
+        return ToolSpec(self.name, self.description, self.parameters)
+
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
+        return await self.handler(ctx, arguments)
+
+
+@dataclass(frozen=True)
+class FunctionTool:
     name: str
     description: str
     fn: Callable[..., Any]
@@ -97,10 +136,10 @@ class Tool:
         return str(result)
 
 
-def tool(*, read_only: bool = False, name: str | None = None) -> Callable[[Callable[..., Any]], Tool]:
-    def wrap(fn: Callable[..., Any]) -> Tool:
+def tool(*, read_only: bool = False, name: str | None = None) -> Callable[[Callable[..., Any]], FunctionTool]:
+    def wrap(fn: Callable[..., Any]) -> FunctionTool:
         description, arg_docs = _parse_docstring(inspect.getdoc(fn) or "")
-        return Tool(name or fn.__name__.rstrip("_"), description, fn, read_only, arg_docs)
+        return FunctionTool(name or fn.__name__.rstrip("_"), description, fn, read_only, arg_docs)
 
     return wrap
 

@@ -36,8 +36,7 @@ class ToolRegistry:
         return ToolRegistry([t for name, t in self._tools.items() if name in allowed])
 
 
-def default_tools() -> ToolRegistry:
-    from nanoagent.tools import fs, memory, shell
+def file_tools() -> list[Tool]:
+    from nanoagent.tools import fs
 
-    return ToolRegistry([fs.read_file, fs.write_file, fs.edit_file, fs.list_dir, fs.glob, fs.grep, shell.exec_,
-                         memory.memory_search])
+    return [fs.read_file, fs.write_file, fs.edit_file, fs.list_dir, fs.glob, fs.grep]

@@ -6,8 +6,9 @@ import asyncio
 import os
 import signal
 import sys
+from pathlib import Path
 
-from nanoagent.tools.base import ToolContext, ToolError, tool
+from nanoagent.tools.base import Tool, ToolContext, ToolError, tool
 from nanoagent.tools.fs import resolve_path
 
 MAX_TIMEOUT = 600
@@ -44,31 +45,39 @@ class BoundedOutput:
         return head + tail
 
 
-@tool(name="exec")
-async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, workdir: str | None = None) -> str:
-    """Run a shell command in the workspace and return its output and exit code.
+def exec_tool(default_timeout: int = 60, max_output_chars: int = 16_000) -> Tool:
+    """The exec tool with its limits from config (tools.exec.timeout, tools.maxResultChars)."""
 
-    Args:
-        command: The command line, run with /bin/sh -c.
-        timeout: Seconds before the command is killed (default from config, at most 600).
-        workdir: Folder to run in, relative to the workspace.
-    """
-    cwd = resolve_path(ctx, workdir) if workdir else ctx.workspace
-    if not cwd.is_dir():
-        raise ToolError(f"workdir '{workdir}' is not a folder.")
-    limit = min(MAX_TIMEOUT, timeout or ctx.exec_timeout)
+    @tool(name="exec")
+    async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, workdir: str | None = None) -> str:
+        """Run a shell command in the workspace and return its output and exit code.
+
+        Args:
+            command: The command line, run with /bin/sh -c.
+            timeout: Seconds before the command is killed (default from config, at most 600).
+            workdir: Folder to run in, relative to the workspace.
+        """
+        cwd = resolve_path(ctx, workdir) if workdir else ctx.workspace
+        if not cwd.is_dir():
+            raise ToolError(f"workdir '{workdir}' is not a folder.")
+        return await run_command(command, cwd, min(MAX_TIMEOUT, timeout or default_timeout), max_output_chars)
+
+    return exec_
+
+
+async def run_command(command: str, cwd: Path, limit: float, max_output_chars: int) -> str:
     proc = await asyncio.create_subprocess_exec(
         "/bin/sh", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
         env=_command_env(),
     )
-    output = BoundedOutput(ctx.max_output_chars)
+    output = BoundedOutput(max_output_chars)
     try:
         # the deadline covers reading AND waiting for exit: a command may close its output and keep running
         code = await asyncio.wait_for(_drain_and_wait(proc, output), timeout=limit)
     except TimeoutError:
         await _kill_group(proc)
-        return f"{output.text()}\n[timed out after {limit} s; process group killed]"
+        return f"{output.text()}\n[timed out after {limit:g} s; process group killed]"
     except asyncio.CancelledError:
         await _kill_group(proc)
         raise

@@ -1,0 +1,202 @@
+"""Messages as nanoagent stores and sends them, and the helpers that belong to them.
+
+A conversation is a list of messages in one provider-neutral shape; each provider translates it
+on the way out. On disk each message is the JSON object of its TypedDict, unchanged since format 1.
+This module sits at the bottom: it imports nothing of nanoagent.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal, NotRequired, TypedDict, TypeGuard
+
+RUNTIME_OPEN, RUNTIME_CLOSE = "<runtime_context>", "</runtime_context>"
+
+
+class ToolCallData(TypedDict):
+    id: str
+    name: str
+    arguments: str  # JSON text of an object
+
+
+class UserMessage(TypedDict):
+    role: Literal["user"]
+    content: str
+
+
+class AssistantMessage(TypedDict):
+    role: Literal["assistant"]
+    content: str
+    tool_calls: NotRequired[list[ToolCallData]]
+    thinking: NotRequired[list[dict[str, Any]]]  # provider blocks returned verbatim next turn (Anthropic)
+
+
+class ToolMessage(TypedDict):
+    role: Literal["tool"]
+    tool_call_id: str
+    name: str
+    content: str
+    is_error: NotRequired[bool]
+
+
+Message = UserMessage | AssistantMessage | ToolMessage
+
+
+def user(text: str) -> UserMessage:
+    return {"role": "user", "content": text}
+
+
+def assistant(text: str, calls: list[ToolCallData] | None = None,
+              thinking: list[dict[str, Any]] | None = None) -> AssistantMessage:
+    message: AssistantMessage = {"role": "assistant", "content": text}
+    if calls:
+        message["tool_calls"] = calls
+    if thinking:
+        message["thinking"] = thinking
+    return message
+
+
+def tool_result(call_id: str, name: str, content: str, error: bool = False) -> ToolMessage:
+    message: ToolMessage = {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
+    if error:
+        message["is_error"] = True
+    return message
+
+
+def is_user(message: Message) -> TypeGuard[UserMessage]:
+    return message["role"] == "user"
+
+
+def is_assistant(message: Message) -> TypeGuard[AssistantMessage]:
+    return message["role"] == "assistant"
+
+
+def is_tool(message: Message) -> TypeGuard[ToolMessage]:
+    return message["role"] == "tool"
+
+
+def calls_of(message: Message) -> list[ToolCallData]:
+    return (message.get("tool_calls") or []) if is_assistant(message) else []
+
+
+# --- checking what was read from disk ----------------------------------------------------------
+
+
+def checked_message(raw: Any) -> tuple[Message | None, str]:
+    """A stored message in the shape the next request needs, or (None, what is wrong with it).
+
+    Lenient where the meaning is clear (a null content is empty text, arguments given as an object
+    become JSON text); anything else is refused rather than sent upstream to fail every turn."""
+    if not isinstance(raw, dict):
+        return None, f"a message must be an object, got {type(raw).__name__}"
+    role, content = raw.get("role"), raw.get("content")
+    if content is None:
+        content = ""
+    if isinstance(content, list):  # provider-style content blocks: their text is what this version reads
+        content = "\n".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
+    if not isinstance(content, str):
+        return None, f"the {role or 'message'}'s content must be text, got {type(content).__name__}"
+    if role == "user":
+        return user(content), ""
+    if role == "assistant":
+        calls, problem = _checked_calls(raw.get("tool_calls"))
+        if problem:
+            return None, problem
+        thinking = raw.get("thinking")
+        good_thinking = thinking if isinstance(thinking, list) and all(isinstance(b, dict) for b in thinking) else None
+        return assistant(content, calls, good_thinking), ""
+    if role == "tool":
+        call_id, name = raw.get("tool_call_id"), raw.get("name")
+        if not isinstance(call_id, str) or not call_id:
+            return None, "a tool result without a tool_call_id"
+        return tool_result(call_id, name if isinstance(name, str) else "", content, raw.get("is_error") is True), ""
+    return None, f"unknown role {role!r}"
+
+
+def _checked_calls(raw: Any) -> tuple[list[ToolCallData], str]:
+    if raw is None:
+        return [], ""
+    if not isinstance(raw, list):
+        return [], f"tool_calls must be a list, got {type(raw).__name__}"
+    calls: list[ToolCallData] = []
+    for item in raw:
+        if not isinstance(item, dict):
+            return [], "a tool call must be an object"
+        call_id, name, arguments = item.get("id"), item.get("name"), item.get("arguments", "")
+        if not isinstance(call_id, str) or not call_id or not isinstance(name, str) or not name:
+            return [], "a tool call without a usable id or name"
+        if isinstance(arguments, dict):
+            arguments = json.dumps(arguments, ensure_ascii=False)
+        if not isinstance(arguments, str):
+            return [], f"tool call arguments must be JSON text, got {type(arguments).__name__}"
+        calls.append({"id": call_id, "name": name, "arguments": arguments})
+    return calls, ""
+
+
+# --- helpers ---------------------------------------------------------------------------------
+
+
+def truncate(text: str, limit: int) -> str:
+    """Keep the head and tail of an over-long text, saying how much was cut."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 3
+    tail = limit - head
+    omitted = len(text) - head - tail
+    return f"{text[:head]}\n\n[... {omitted:,} characters omitted ...]\n\n{text[-tail:]}"
+
+
+def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
+    """Parse a tool call's JSON arguments, repairing malformed JSON. Returns (arguments, error)."""
+    if not raw or not raw.strip():
+        return {}, None
+    try:
+        value = json.loads(raw)
+    except ValueError:
+        from json_repair import repair_json
+
+        try:
+            value = repair_json(raw, return_objects=True)
+        except Exception:  # noqa: BLE001 - any failure to repair is reported the same way
+            value = None
+    if not isinstance(value, dict):
+        return {}, (f"The tool arguments were not a JSON object and could not be repaired: {raw[:200]!r}. "
+                    "Send the arguments as one JSON object.")
+    return value, None
+
+
+def strip_runtime_context(content: str) -> str:
+    """The user's own words, without the runtime block nanoagent put in front."""
+    if content.startswith(RUNTIME_OPEN):
+        end = content.find(RUNTIME_CLOSE)
+        if end >= 0:
+            return content[end + len(RUNTIME_CLOSE):].lstrip("\n")
+    return content
+
+
+def history_for_model(messages: list[Message], start: int, skip: frozenset[int] = frozenset()) -> list[Message]:
+    """Messages from `start`, beginning at a user message, without orphaned tool results.
+    Indexes in `skip` (turns that failed) are left out."""
+    history = [m for i, m in enumerate(messages[start:], start) if i not in skip] if skip else messages[start:]
+    first_user = next((i for i, m in enumerate(history) if is_user(m)), len(history))
+    known_calls: set[str] = set()
+    out: list[Message] = []
+    for m in history[first_user:]:
+        known_calls.update(c["id"] for c in calls_of(m))
+        if is_tool(m) and m["tool_call_id"] not in known_calls:
+            continue
+        out.append(m)
+    return out
+
+
+def unanswered_tool_calls(messages: list[Message]) -> list[ToolCallData]:
+    """Tool calls of the last assistant message that carries calls, lacking a result."""
+    for index in range(len(messages) - 1, -1, -1):
+        message = messages[index]
+        calls = calls_of(message)
+        if calls:
+            answered = {m["tool_call_id"] for m in messages[index + 1:] if is_tool(m)}
+            return [c for c in calls if c["id"] not in answered]
+        if is_user(message):
+            return []
+    return []
