@@ -14,6 +14,7 @@ test:
 
 lint:
 	$(BIN)/ruff check nanoagent tests bench
+	$(BIN)/mypy
 
 bench:
 	@status=0; $(BIN)/python bench/run.py || status=1; $(BIN)/python bench/memory_search.py || status=1; exit $$status

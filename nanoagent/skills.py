@@ -75,7 +75,8 @@ def _truthy(value: Any) -> bool:
 
 
 def _missing(meta: dict[str, Any]) -> tuple[str, ...]:
-    metadata = meta.get("metadata") if isinstance(meta.get("metadata"), dict) else {}
+    found = meta.get("metadata")
+    metadata: dict[str, Any] = found if isinstance(found, dict) else {}
     requires = metadata.get("requires")
     for vendor in ("openclaw", "clawdis", "clawdbot", "nanobot"):
         if requires is None and isinstance(metadata.get(vendor), dict):

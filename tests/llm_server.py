@@ -22,7 +22,7 @@ from typing import Any
 @dataclass
 class Reply:
     text: str = ""
-    tool_calls: list = field(default_factory=list)  # (name, dict | raw str)
+    tool_calls: list = field(default_factory=list)  # (name, dict | raw str) or (name, arguments, id)
     thinking: str = ""
     status: int = 200
     error_message: str = ""
@@ -340,8 +340,9 @@ def anthropic_events(server: LLMServer, body: dict, reply: Reply) -> list[tuple[
               + [{"type": "signature_delta", "signature": "sig-" + hashlib.md5(reply.thinking.encode()).hexdigest()}])
     if reply.text:
         block({"type": "text", "text": ""}, [{"type": "text_delta", "text": p} for p in _split(reply.text)])
-    for n, (name, arguments) in enumerate(reply.tool_calls):
-        block({"type": "tool_use", "id": f"toolu_{len(server.requests)}_{n}", "name": name, "input": {}},
+    for n, (name, arguments, *given) in enumerate(reply.tool_calls):
+        call_id = given[0] if given else f"toolu_{len(server.requests)}_{n}"
+        block({"type": "tool_use", "id": call_id, "name": name, "input": {}},
               [{"type": "input_json_delta", "partial_json": p} for p in _split(_args_json(arguments), 2)])
     stop = reply.stop_reason or ("tool_use" if reply.tool_calls else "end_turn")
     output = reply.output_tokens if reply.output_tokens is not None else max(1, len(reply.text) // 4)
@@ -416,9 +417,9 @@ def openai_events(body: dict, reply: Reply) -> list[tuple[str, dict]]:
 
     events = [chunk({"role": "assistant", "content": ""})]
     events += [chunk({"content": p}) for p in _split(reply.text)]
-    for n, (name, arguments) in enumerate(reply.tool_calls):
+    for n, (name, arguments, *given) in enumerate(reply.tool_calls):
         parts = _split(_args_json(arguments), 2) or [""]
-        events.append(chunk({"tool_calls": [{"index": n, "id": f"call_{n}", "type": "function",
+        events.append(chunk({"tool_calls": [{"index": n, "id": given[0] if given else f"call_{n}", "type": "function",
                                              "function": {"name": name, "arguments": ""}}]}))
         events += [chunk({"tool_calls": [{"index": n, "function": {"arguments": p}}]}) for p in parts]
     finish = reply.stop_reason or ("tool_calls" if reply.tool_calls else "stop")

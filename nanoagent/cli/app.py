@@ -10,7 +10,7 @@ import logging
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -146,9 +146,9 @@ def _interactive(model: str | None, session: str, workspace: Path | None) -> Non
         asyncio.run(run_plain(loop, key, ui))
 
 
-def _turn_json(turn: TurnResult) -> dict:
+def _turn_json(turn: TurnResult) -> dict[str, Any]:
     result = turn.result
-    data = {"reply": turn.reply, "session": turn.session, "model": turn.model}
+    data: dict[str, Any] = {"reply": turn.reply, "session": turn.session, "model": turn.model}
     if result is not None:
         data.update(
             stop=result.stop.value,

@@ -192,6 +192,13 @@ class Session:
     def busy(self) -> bool:
         return self.turn is not None and not self.turn.done()
 
+    def cancel(self) -> bool:
+        """Cancel the running turn; False when none runs."""
+        if self.turn is None or self.turn.done():
+            return False
+        self.turn.cancel()
+        return True
+
     def take_pending(self) -> list[str]:
         taken, self.pending = self.pending, []
         return taken
@@ -294,8 +301,7 @@ async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: Ter
             try:
                 text = await prompt.prompt_async("› ")
             except KeyboardInterrupt:
-                if session.busy:
-                    session.turn.cancel()
+                if session.cancel():
                     continue
                 if warned:
                     break
@@ -307,8 +313,7 @@ async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: Ter
             warned = False
             if not await _dispatch(session, text.strip()):
                 break
-        if session.busy:
-            session.turn.cancel()
+        if session.turn is not None and session.cancel():
             await asyncio.gather(session.turn, return_exceptions=True)
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from nanoagent.config import Config, load_config, save_config
 from nanoagent.errors import ConfigError
@@ -138,7 +139,7 @@ def migrate_renamed_keys(data: dict) -> list[str]:
     moved = []
     for old, new in RENAMED_KEYS.items():
         *parents, old_leaf = old.split(".")
-        node = data
+        node: Any = data
         for part in parents:
             node = next((v for k, v in node.items() if to_snake(k) == part), None) if isinstance(node, dict) else None
         if not isinstance(node, dict):

@@ -492,7 +492,10 @@ def _stat(path: Path) -> os.stat_result | None:
 def _load_source(db: sqlite3.Connection, name: str) -> _Source | None:
     row = db.execute('SELECT ino, size, mtime_ns, "offset", position, label, tail FROM sources WHERE name = ?',
                      (name,)).fetchone()
-    return _Source(*row[:6], row[6] or b"") if row else None
+    if row is None:
+        return None
+    ino, size, mtime_ns, offset, position, label, tail = row
+    return _Source(ino, size, mtime_ns, offset, position, label, tail or b"")
 
 
 def _read_tail(path: Path, offset: int) -> bytes:

@@ -13,9 +13,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Sequence
-from typing import Any
 
-from nanoagent.messages import strip_runtime_context
+from nanoagent.messages import Message, is_assistant, is_user, strip_runtime_context
 
 CHUNK_CHARS = 800  # memory-file chunks group paragraphs up to about this size
 DOC_CHARS = 8000  # a longer document (a pasted file in a message) is indexed by its first DOC_CHARS only
@@ -82,20 +81,13 @@ def _blocks(lines: list[str]) -> Iterator[tuple[int, int, bool]]:
         yield start, len(lines) - 1, False
 
 
-def message_text(message: dict[str, Any]) -> str:
+def message_text(message: Message) -> str:
     """The searchable text of a session message: user and assistant text only (tool results are not indexed)."""
-    role = message.get("role")
-    if role not in ("user", "assistant"):
-        return ""
-    content = message.get("content")
-    if isinstance(content, list):
-        content = "\n".join(b["text"] for b in content
-                            if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str))
-    if not isinstance(content, str):
-        return ""
-    if role == "user":
-        content = strip_runtime_context(content)
-    return content.strip()[:DOC_CHARS]
+    if is_user(message):
+        return strip_runtime_context(message["content"]).strip()[:DOC_CHARS]
+    if is_assistant(message):
+        return message["content"].strip()[:DOC_CHARS]
+    return ""
 
 
 def split_cjk_edges(text: str) -> str:

@@ -11,6 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
+from nanoagent.messages import Message, calls_of, is_assistant, is_tool
 from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
@@ -125,7 +126,7 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
             elif delta.type == "signature_delta":
                 state["signature"] += delta.signature
         elif kind == "content_block_stop":
-            state = blocks.pop(ev.index, None) or {}
+            state = blocks.pop(ev.index, {})
             if state.get("type") == "tool_use":
                 yield ToolCallReady(ToolCall(state["id"], state["name"], state["json"] or "{}"))
             elif state.get("type") == "thinking":
@@ -165,10 +166,10 @@ def build_params(request: ChatRequest) -> dict[str, Any]:
     return params
 
 
-def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
     for msg in messages:
-        role = "assistant" if msg["role"] == "assistant" else "user"
+        role = "assistant" if is_assistant(msg) else "user"
         blocks = _blocks(msg)
         if not blocks:
             continue
@@ -182,17 +183,16 @@ def to_anthropic_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]
     return out
 
 
-def _blocks(msg: dict[str, Any]) -> list[dict[str, Any]]:
-    role = msg["role"]
-    if role == "tool":
-        return [{"type": "tool_result", "tool_use_id": msg["tool_call_id"], "content": msg.get("content") or "(empty)",
+def _blocks(msg: Message) -> list[dict[str, Any]]:
+    if is_tool(msg):
+        return [{"type": "tool_result", "tool_use_id": msg["tool_call_id"], "content": msg["content"] or "(empty)",
                  **({"is_error": True} if msg.get("is_error") else {})}]
     blocks: list[dict[str, Any]] = []
-    if role == "assistant":
+    if is_assistant(msg):
         blocks.extend(dict(b) for b in msg.get("thinking") or ())
-    if msg.get("content"):
+    if msg["content"]:
         blocks.append({"type": "text", "text": msg["content"]})
-    for call in msg.get("tool_calls") or ():
+    for call in calls_of(msg):
         blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"], "input": _as_object(call["arguments"])})
     return blocks
 

@@ -82,8 +82,9 @@ class LiteLLMProvider:
 
 
 def _classify(e: Exception, idle_timeout: float) -> ProviderError:
-    if type(e).__name__ == "MidStreamFallbackError" and getattr(e, "original_exception", None):
-        e = e.original_exception  # litellm wraps a failure mid-stream (a read timeout) as a 500
+    original = getattr(e, "original_exception", None)
+    if type(e).__name__ == "MidStreamFallbackError" and isinstance(original, Exception):
+        e = original  # litellm wraps a failure mid-stream (a read timeout) as a 500
     status = getattr(e, "status_code", None)
     status = status if isinstance(status, int) else None
     message = str(getattr(e, "message", "") or e)

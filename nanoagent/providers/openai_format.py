@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanoagent.messages import calls_of, is_assistant, is_tool
 from nanoagent.providers.base import ChatRequest, ToolCall
 from nanoagent.usage import Usage
 
@@ -16,21 +17,20 @@ def to_openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
     if request.system:
         out.append({"role": "system", "content": request.system})
     for msg in request.messages:
-        role = msg["role"]
-        if role == "tool":
-            out.append({"role": "tool", "tool_call_id": msg["tool_call_id"], "content": msg.get("content") or "(empty)"})
-        elif role == "assistant":
-            item: dict[str, Any] = {"role": "assistant", "content": msg.get("content") or None}
-            if msg.get("tool_calls"):
+        if is_tool(msg):
+            out.append({"role": "tool", "tool_call_id": msg["tool_call_id"], "content": msg["content"] or "(empty)"})
+        elif is_assistant(msg):
+            item: dict[str, Any] = {"role": "assistant", "content": msg["content"] or None}
+            if calls_of(msg):
                 item["tool_calls"] = [
                     {"id": c["id"], "type": "function", "function": {"name": c["name"], "arguments": c["arguments"]}}
-                    for c in msg["tool_calls"]
+                    for c in calls_of(msg)
                 ]
             if item["content"] is None and "tool_calls" not in item:
                 continue
             out.append(item)
         else:
-            out.append({"role": "user", "content": msg.get("content") or ""})
+            out.append({"role": "user", "content": msg["content"]})
     return out
 
 

@@ -136,7 +136,7 @@ class SessionStore:
             session.usage.append(UsageRecord.from_json(record))
         elif kind == "turn_failed":
             start, end = record.get("start"), record.get("end")
-            if _index(start) and _index(end) and start < end:
+            if isinstance(start, int) and isinstance(end, int) and _index(start) and start < end:
                 session.failed_turns.append((start, end))
 
     def _apply_meta(self, session: Session, record: dict[str, Any], where: str) -> None:

@@ -64,9 +64,16 @@ current_turn: ContextVar[TurnScope] = ContextVar("current_turn", default=TurnSco
 
 
 class Tool(Protocol):
-    name: str
-    description: str
-    read_only: bool  # safe to run beside other read-only calls of the same reply
+    @property
+    def name(self) -> str: ...
+
+    @property
+    def description(self) -> str: ...
+
+    @property
+    def read_only(self) -> bool:
+        """Safe to run beside other read-only calls of the same reply."""
+        ...
 
     def spec(self) -> ToolSpec: ...
 

@@ -37,6 +37,6 @@ class ToolRegistry:
 
 
 def file_tools() -> list[Tool]:
-    from nanoagent.tools import fs
+    from nanoagent.tools.fs import edit_file, glob, grep, list_dir, read_file, write_file
 
-    return [fs.read_file, fs.write_file, fs.edit_file, fs.list_dir, fs.glob, fs.grep]
+    return [read_file, write_file, edit_file, list_dir, glob, grep]
