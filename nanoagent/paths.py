@@ -12,6 +12,10 @@ MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<
 SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
 
 
+# Files nanoagent alone writes: the agent's tools and commands may read them, never change them.
+PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor")
+
+
 def is_memory_file(relpath: str) -> bool:
     """True for a workspace-relative path of long-term memory: MEMORY_FILES or a skill's SKILL.md."""
     return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None

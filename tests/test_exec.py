@@ -2,28 +2,57 @@ import asyncio
 import os
 import sys
 import time
+import uuid
 
 import pytest
 
-from nanoagent.tools import ToolContext
-from nanoagent.tools.shell import exec_tool
+from nanoagent.tools import ToolContext, ToolError
+from nanoagent.tools.sandbox import SandboxPolicy, check_bwrap
+from nanoagent.tools.shell import ExecSettings, exec_tool
+
+BWRAP = check_bwrap()
+MODES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP.ok, reason=f"no sandbox here: "
+                                                                  f"{BWRAP.explain()}"))]
 
 
-def alive(pid: int) -> bool:
-    """True while the process runs; an unreaped zombie (its parent was killed too) counts as dead."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except FileNotFoundError:
-        return False
+def settings(mode: str, **policy) -> ExecSettings:
+    return ExecSettings(timeout=60, max_output_chars=2000, policy=SandboxPolicy(mode=mode, **policy), approve="never")
 
 
-def call(ctx, **arguments):
-    return asyncio.run(exec_tool(60, 2000).call(ctx, arguments))
+def call(ctx, mode="none", **arguments):
+    return asyncio.run(exec_tool(settings(mode)).call(ctx, arguments))
+
+
+def running(marker: str) -> list[int]:
+    """Host pids of processes whose command line holds `marker` (sandboxed or not)."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
+            with open(f"/proc/{entry}/stat") as f:
+                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
+        except OSError:
+            continue
+        if marker in cmdline and not zombie and "/bin/sh -c" not in cmdline and "bwrap" not in cmdline:
+            found.append(int(entry))
+    return found
+
+
+def gone(marker: str, within: float = 3.0) -> bool:
+    deadline = time.monotonic() + within
+    while running(marker):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def unique_sleep() -> str:
+    """A sleep whose command line no other process has: `sleep 1000.<random>`."""
+    return f"1000.{uuid.uuid4().int % 10**8:08d}"
 
 
 @pytest.fixture
@@ -31,14 +60,16 @@ def ctx(tmp_path):
     return ToolContext(workspace=tmp_path)
 
 
-def test_returns_output_and_exit_code(ctx):
-    assert call(ctx, command="echo hi; echo err >&2; exit 3") == "hi\nerr\n\n[exit code: 3]"
+@pytest.mark.parametrize("mode", MODES)
+def test_returns_output_and_exit_code(ctx, mode):
+    assert call(ctx, mode, command="echo hi; echo err >&2; exit 3") == "hi\nerr\n\n[exit code: 3]"
 
 
-def test_runs_in_the_workspace_or_a_workdir_inside_it(ctx, tmp_path):
+@pytest.mark.parametrize("mode", MODES)
+def test_runs_in_the_workspace_or_a_workdir_inside_it(ctx, tmp_path, mode):
     (tmp_path / "sub").mkdir()
-    assert call(ctx, command="pwd").startswith(str(tmp_path))
-    assert call(ctx, command="pwd", workdir="sub").startswith(str(tmp_path / "sub"))
+    assert call(ctx, mode, command="pwd").startswith(str(tmp_path))
+    assert call(ctx, mode, command="pwd", workdir="sub").startswith(str(tmp_path / "sub"))
 
 
 def test_fifty_megabytes_of_output_stay_capped_with_head_and_tail(ctx):
@@ -47,43 +78,74 @@ def test_fifty_megabytes_of_output_stay_capped_with_head_and_tail(ctx):
     assert "bytes omitted" in out and len(out) < 2200
 
 
-def test_a_command_that_never_ends_is_killed_with_its_process_group(ctx, tmp_path):
-    pidfile = tmp_path / "pids"
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_that_never_ends_is_killed_with_everything_it_started_and_reported_as_an_error(ctx, mode):
+    marker = unique_sleep()
     started = time.monotonic()
-    out = call(ctx, command=f"sleep 1000 & echo $! > {pidfile}; sleep 1000", timeout=1)
+    with pytest.raises(ToolError) as info:
+        call(ctx, mode, command=f"sleep {marker} & sleep {marker}", timeout=1)
     assert time.monotonic() - started < 5
-    assert "timed out after 1 s" in out
-    child = int(pidfile.read_text())
-    time.sleep(0.1)
-    assert not alive(child)
+    assert "timed out after 1 s" in str(info.value)
+    assert gone(marker)
 
 
-def test_cancelling_the_turn_kills_the_running_command(ctx, tmp_path):
-    pidfile = tmp_path / "pids"
+@pytest.mark.parametrize("mode", MODES)
+def test_cancelling_the_turn_kills_the_running_command(ctx, tmp_path, mode):
+    marker = unique_sleep()
 
     async def go():
-        task = asyncio.create_task(exec_tool(60, 2000).call(
-            ctx, {"command": f"echo $$ > {pidfile}; sleep 1000"}))
-        while not pidfile.exists() or not pidfile.read_text().strip():
+        task = asyncio.create_task(exec_tool(settings(mode)).call(ctx, {"command": f"sleep {marker}"}))
+        deadline = time.monotonic() + 5
+        while not running(marker) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
+        assert running(marker)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
 
     asyncio.run(go())
-    time.sleep(0.1)
-    assert not alive(int(pidfile.read_text()))
+    assert gone(marker)
 
 
-def test_a_command_that_closes_its_output_and_keeps_running_is_still_killed_at_the_timeout(ctx, tmp_path):
-    pidfile = tmp_path / "pid"
+@pytest.mark.parametrize("mode", MODES)
+def test_a_command_that_closes_its_output_and_keeps_running_is_still_killed_at_the_timeout(ctx, mode):
+    marker = unique_sleep()
     started = time.monotonic()
-    # sleep 6, not forever: before the fix this returned only when the command ended by itself
-    out = call(ctx, command=f"echo $$ > {pidfile}; exec >/dev/null 2>&1; sleep 6", timeout=1)
+    with pytest.raises(ToolError, match="timed out after 1 s"):
+        call(ctx, mode, command=f"exec >/dev/null 2>&1; sleep {marker}", timeout=1)
     assert time.monotonic() - started < 4
-    assert "timed out after 1 s" in out
-    time.sleep(0.1)
-    assert not alive(int(pidfile.read_text()))
+    assert gone(marker)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_background_child_holding_the_output_open_does_not_hold_the_turn_and_ends_with_the_command(ctx, mode):
+    marker = unique_sleep()
+    started = time.monotonic()
+    out = call(ctx, mode, command=f"sleep {marker} & echo started", timeout=30)
+    assert time.monotonic() - started < 3
+    assert out == "started\n\n[exit code: 0]"
+    assert gone(marker)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_nohup_and_setsid_children_end_with_the_command(ctx, mode):
+    if mode == "none" and not _pids_cgroup():
+        pytest.skip("without a sandbox, escaped children are ended through a pids cgroup, which this user "
+                    "cannot create here")
+    first, second = unique_sleep(), unique_sleep()
+    out = call(ctx, mode, command=f"nohup sleep {first} >/dev/null 2>&1 & setsid sleep {second} & echo ok")
+    assert out.startswith("ok")
+    assert gone(first) and gone(second)
+
+
+def _pids_cgroup() -> bool:
+    from nanoagent.tools.shell import PidsCgroup
+
+    group = PidsCgroup.create(10)
+    if group is None:
+        return False
+    group.close()
+    return True
 
 
 def test_nanoagent_itself_runs_through_exec_when_its_venv_is_not_on_path(ctx, monkeypatch):

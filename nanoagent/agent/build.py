@@ -9,19 +9,21 @@ from nanoagent.agent.commands import Commands
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.loop import AgentLoop, ModelChoice
 from nanoagent.config.schema import Config
+from nanoagent.errors import ConfigError
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
 from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.memory.search_tool import memory_search_tool
-from nanoagent.paths import Paths
+from nanoagent.paths import PROTECTED_FILES, Paths
 from nanoagent.providers.base import Provider, Providers
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
-from nanoagent.tools.shell import exec_tool
+from nanoagent.tools.sandbox import SandboxPolicy
+from nanoagent.tools.shell import ExecSettings, exec_tool
 from nanoagent.usage import UsageRecord
 
 
@@ -53,7 +55,7 @@ def build_agent(
     providers = Providers(provider_for)
     tools = ToolRegistry([
         *file_tools(),
-        exec_tool(tools_config.exec.timeout, tools_config.max_result_chars),
+        exec_tool(exec_settings(config, paths)),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
     ])
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
@@ -76,6 +78,17 @@ def build_agent(
         commands=commands,
         consolidator=consolidator,
     )
+
+
+def exec_settings(config: Config, paths: Paths) -> ExecSettings:
+    e = config.tools.exec
+    if e.sandbox not in ("auto", "bwrap", "none"):
+        raise ConfigError(f"tools.exec.sandbox is {e.sandbox!r}; use \"auto\", \"bwrap\" or \"none\".")
+    if e.approve not in (None, "never", "unsandboxed", "always"):
+        raise ConfigError(f"tools.exec.approve is {e.approve!r}; use \"never\", \"unsandboxed\" or \"always\".")
+    policy = SandboxPolicy(e.sandbox, e.network, tuple(e.read_only_paths), tuple(e.writable_paths), tuple(e.env),
+                           e.max_processes, e.memory_mb, e.tmp_mb)
+    return ExecSettings(e.timeout, config.tools.max_result_chars, policy, e.approve, paths.home, PROTECTED_FILES)
 
 
 def build_dream(

@@ -25,7 +25,7 @@ from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tools import ToolContext, TurnScope, current_turn
+from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
 from nanoagent.usage import UsageRecord
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
@@ -81,7 +81,9 @@ class AgentLoop:
         return lock is not None and lock.locked()
 
     async def handle(self, text: str, key: str = "cli:direct", sink: ev.EventSink = ev.discard,
-                     injections: Callable[[], list[str]] | None = None) -> TurnResult:
+                     injections: Callable[[], list[str]] | None = None, ask: Ask | None = None) -> TurnResult:
+        """Run one message (or slash command) in session `key`. Events go to `sink`; `ask` reaches the person
+        who sent it, for approvals (None: nobody can answer, so anything needing a yes is refused)."""
         session = self.session(key)
         if text.strip().startswith("/"):
             name = text.split()[0]
@@ -92,10 +94,10 @@ class AgentLoop:
                 return TurnResult(outcome, key, model=self.model_for(session))
             text = outcome.text
         async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session):
-            return await self._turn(session, text, sink, injections)
+            return await self._turn(session, text, sink, injections, ask)
 
     async def _turn(self, session: Session, text: str, sink: ev.EventSink,
-                    injections: Callable[[], list[str]] | None) -> TurnResult:
+                    injections: Callable[[], list[str]] | None, ask: Ask | None) -> TurnResult:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
         user = self.context.user_message(text, channel or "cli", chat_id or "direct")
@@ -104,10 +106,13 @@ class AgentLoop:
         self.store.add_messages(session, [user], sync=True)  # on disk before any model call, summaries included
         sink(ev.TurnStarted(model, session=session.key))
         sink(ev.MessageAdded(user, session=session.key))
-        scope = current_turn.set(TurnScope(session.key, start))
+        def notify(text: str) -> None:
+            sink(ev.Notice(text, session=session.key))
+
+        scope = current_turn.set(TurnScope(session.key, start, notify, ask))
         try:
             system, visible = await self._fit_context(session, model)
-            current_turn.set(TurnScope(session.key, visible))
+            current_turn.set(TurnScope(session.key, visible, notify, ask))
             runner = AgentRunner(self.providers.get(model), self._checkpointing_sink(session, sink))
             result = await runner.run(self._spec(session, system, visible, model, injections))
         except asyncio.CancelledError:

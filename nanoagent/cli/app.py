@@ -101,7 +101,6 @@ def agent(
     debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
 ) -> None:
     """Talk to the agent: `-m` for one message; interactive when no message is given."""
-    import asyncio
 
     if message is None:
         _interactive(model, session, workspace)
@@ -109,12 +108,14 @@ def agent(
 
     from nanoagent.agent.build import build_agent
     from nanoagent.cli.render import OneShotRenderer
+    from nanoagent.cli.running import ask_terminal, run_main
 
     paths, config = _setup(workspace)
     key = session if ":" in session else f"cli:{session}"
     renderer = OneShotRenderer(quiet_reply=json_output)
     loop = build_agent(config, paths, model=model, warn=_warn)
-    turn = asyncio.run(loop.handle(message, key, sink=renderer))
+    ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
+    turn = run_main(loop.handle(message, key, sink=renderer, ask=ask))
     error = turn.result.error if turn.result is not None else None
     failed = error is not None
     if failed:
@@ -128,12 +129,12 @@ def agent(
 
 
 def _interactive(model: str | None, session: str, workspace: Path | None) -> None:
-    import asyncio
 
     from rich.console import Console
 
     from nanoagent.agent.build import build_agent
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
+    from nanoagent.cli.running import run_main
 
     paths, config = _setup(workspace)
     key = session if ":" in session else f"cli:{session}"
@@ -141,9 +142,9 @@ def _interactive(model: str | None, session: str, workspace: Path | None) -> Non
     ui = TerminalUI(min(Console().width, 100) if terminal else 100, plain=not terminal)
     loop = build_agent(config, paths, model=model, warn=_warn)
     if terminal:
-        asyncio.run(run_interactive(loop, key, paths.home / "history" / "cli_history", ui))
+        run_main(run_interactive(loop, key, paths.home / "history" / "cli_history", ui))
     else:
-        asyncio.run(run_plain(loop, key, ui))
+        run_main(run_plain(loop, key, ui))
 
 
 def _turn_json(turn: TurnResult) -> dict[str, Any]:

@@ -187,6 +187,7 @@ class Session:
         self.ui = ui
         self.turn: asyncio.Task | None = None
         self.pending: list[str] = []
+        self.question: asyncio.Future[str] | None = None  # an approval waiting for the next line typed
 
     @property
     def busy(self) -> bool:
@@ -199,6 +200,16 @@ class Session:
         self.turn.cancel()
         return True
 
+    async def ask(self, question: str) -> str:
+        """An approval question: the next line typed answers it (the prompt stays live during a turn)."""
+        self.ui.stream.flush()
+        self.ui.line(f"[bold yellow]{escape(question)}[/bold yellow]")
+        self.question = asyncio.get_running_loop().create_future()
+        try:
+            return await self.question
+        finally:
+            self.question = None
+
     def take_pending(self) -> list[str]:
         taken, self.pending = self.pending, []
         return taken
@@ -209,7 +220,7 @@ class Session:
     async def _run(self, text: str) -> None:
         self.ui.start_turn()
         try:
-            turn = await self.loop.handle(text, self.key, sink=self.ui, injections=self.take_pending)
+            turn = await self.loop.handle(text, self.key, sink=self.ui, injections=self.take_pending, ask=self.ask)
         except asyncio.CancelledError:
             self.ui.stream.flush()
             self.ui.activity = None
@@ -295,30 +306,39 @@ async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: Ter
     _warm_up(loop, key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(loop.model_for(loop.session(key)))} · session {escape(key)}. "
             "Type /help for commands, Ctrl-D to quit.")
-    warned = False
     with patch_stdout(raw=True):
-        while True:
-            try:
-                text = await prompt.prompt_async("› ")
-            except KeyboardInterrupt:
-                if session.cancel():
-                    continue
-                if warned:
-                    break
-                warned = True
-                ui.line("[dim]Press Ctrl-C again, Ctrl-D or type /exit to quit.[/dim]")
+        try:
+            await _read_lines(session, prompt, ui)
+        finally:  # Ctrl-D, /exit, SIGTERM or SIGHUP: the running turn ends as interrupted, recorded
+            if session.turn is not None and session.cancel():
+                await asyncio.gather(session.turn, return_exceptions=True)
+
+
+async def _read_lines(session: Session, prompt: Any, ui: TerminalUI) -> None:
+    warned = False
+    while True:
+        try:
+            text = await prompt.prompt_async("› ")
+        except KeyboardInterrupt:
+            if session.cancel():
                 continue
-            except EOFError:
-                break
-            warned = False
-            if not await _dispatch(session, text.strip()):
-                break
-        if session.turn is not None and session.cancel():
-            await asyncio.gather(session.turn, return_exceptions=True)
+            if warned:
+                return
+            warned = True
+            ui.line("[dim]Press Ctrl-C again, Ctrl-D or type /exit to quit.[/dim]")
+            continue
+        except EOFError:
+            return
+        warned = False
+        if not await _dispatch(session, text.strip()):
+            return
 
 
 async def _dispatch(session: Session, text: str) -> bool:
     """Handle one line of input; False means quit."""
+    if session.question is not None and not session.question.done():
+        session.question.set_result(text)
+        return True
     if not text:
         return True
     if text.split()[0] in EXIT_COMMANDS:

@@ -30,6 +30,15 @@ class ProviderConfig:
 @dataclass
 class ExecConfig:
     timeout: int = 60
+    sandbox: str = "auto"  # "auto" (bwrap when it works) | "bwrap" (only sandboxed) | "none"
+    network: bool = False  # commands in the sandbox reach the network
+    approve: str | None = None  # "never" | "unsandboxed" | "always"; default: never with a sandbox, else unsandboxed
+    env: list[str] = field(default_factory=list)  # variable names passed to commands (secrets only when named)
+    read_only_paths: list[str] = field(default_factory=list)  # more folders commands may read
+    writable_paths: list[str] = field(default_factory=list)  # more folders commands may write
+    max_processes: int = 256
+    memory_mb: int = 4096
+    tmp_mb: int = 512  # size of the sandbox's private /tmp
 
 
 @dataclass

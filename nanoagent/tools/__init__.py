@@ -1,4 +1,5 @@
 from nanoagent.tools.base import (
+    Ask,
     FunctionTool,
     SchemaTool,
     Tool,
@@ -11,5 +12,5 @@ from nanoagent.tools.base import (
 )
 from nanoagent.tools.registry import ToolRegistry, file_tools
 
-__all__ = ["FunctionTool", "SchemaTool", "Tool", "ToolArgumentError", "ToolContext", "ToolError", "ToolRegistry",
+__all__ = ["Ask", "FunctionTool", "SchemaTool", "Tool", "ToolArgumentError", "ToolContext", "ToolError", "ToolRegistry",
            "TurnScope", "current_turn", "file_tools", "tool"]

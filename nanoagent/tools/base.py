@@ -51,12 +51,22 @@ class ToolContext:
     restrict_to_workspace: bool = True
 
 
+# A question for the person at the terminal (y / n / always); returns their answer as typed.
+Ask = Callable[[str], Awaitable[str]]
+
+
+def _nobody(text: str) -> None:
+    """Where notices go when nobody watches."""
+
+
 @dataclass(frozen=True)
 class TurnScope:
     """What a tool may need to know about the turn that called it."""
 
     session_key: str = ""  # the session whose turn is running
     visible_from: int = 0  # that session's messages from this index on are already in the prompt
+    notify: Callable[[str], None] = _nobody  # a line for the person (a warning), not for the model
+    ask: Ask | None = None  # None: nobody can answer here (no terminal, a schedule, a channel)
 
 
 # Set by the loop for the length of a turn; tasks started inside the turn (parallel tool calls) inherit it.

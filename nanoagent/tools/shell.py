@@ -1,18 +1,45 @@
-"""The exec tool: a shell command in its own process group, with bounded output and a timeout."""
+"""The exec tool: a shell command in the sandbox (see sandbox.py), with limits, bounded output and a timeout.
+
+Where the sandbox cannot start and the user did not choose `sandbox: "none"`: with a person at the
+terminal the command runs unsandboxed after one warning per session; where nobody watches it is
+refused. `approve` decides which commands wait for a person's yes first.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
+import resource
 import signal
-import sys
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from nanoagent.tools.base import Tool, ToolContext, ToolError, tool
+from nanoagent.tools.base import Tool, ToolContext, ToolError, TurnScope, current_turn, tool
 from nanoagent.tools.fs import resolve_path
+from nanoagent.tools.sandbox import SandboxPolicy, bwrap_argv, check_bwrap, command_env
 
 MAX_TIMEOUT = 600
 CHUNK = 65536
+DRAIN_GRACE = 0.2  # after the command exits, how long a background child may keep its output open
+PR_SET_PDEATHSIG = 1
+PIDS_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
+NO_NETWORK_HINT = ("[note: this command has no network (tools.exec.network is false); a host that does not "
+                   "resolve is why]")
+RESOLVE_FAILURES = ("could not resolve host", "temporary failure in name resolution", "name or service not known",
+                    "nodename nor servname", "network is unreachable", "getaddrinfo failed")
+
+
+@dataclass(frozen=True)
+class ExecSettings:
+    timeout: int = 60
+    max_output_chars: int = 16_000
+    policy: SandboxPolicy = field(default_factory=SandboxPolicy)
+    approve: str | None = None  # "never" | "unsandboxed" | "always"; None: "never" with a sandbox, else "unsandboxed"
+    home: Path | None = None  # $NANOAGENT_HOME, hidden from sandboxed commands
+    protected: tuple[str, ...] = ()  # workspace-relative files commands may read but not write
 
 
 class BoundedOutput:
@@ -45,8 +72,11 @@ class BoundedOutput:
         return head + tail
 
 
-def exec_tool(default_timeout: int = 60, max_output_chars: int = 16_000) -> Tool:
-    """The exec tool with its limits from config (tools.exec.timeout, tools.maxResultChars)."""
+def exec_tool(settings: ExecSettings | int = 60, max_output_chars: int = 16_000) -> Tool:
+    """The exec tool with its limits and sandbox from config (tools.exec, tools.maxResultChars)."""
+    if isinstance(settings, int):
+        settings = ExecSettings(timeout=settings, max_output_chars=max_output_chars)
+    gate = Gate(settings)
 
     @tool(name="exec")
     async def exec_(ctx: ToolContext, command: str, timeout: int | None = None, workdir: str | None = None) -> str:
@@ -60,62 +90,245 @@ def exec_tool(default_timeout: int = 60, max_output_chars: int = 16_000) -> Tool
         cwd = resolve_path(ctx, workdir) if workdir else ctx.workspace
         if not cwd.is_dir():
             raise ToolError(f"workdir '{workdir}' is not a folder.")
-        return await run_command(command, cwd, min(MAX_TIMEOUT, timeout or default_timeout), max_output_chars)
+        sandboxed = await gate.admit(command, current_turn.get())
+        limit = min(MAX_TIMEOUT, timeout or settings.timeout)
+        return await run_command(command, ctx.workspace, cwd, limit, settings, sandboxed)
 
     return exec_
 
 
-async def run_command(command: str, cwd: Path, limit: float, max_output_chars: int) -> str:
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/sh", "-c", command, cwd=cwd, stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT, start_new_session=True,
-        env=_command_env(),
-    )
-    output = BoundedOutput(max_output_chars)
+class Gate:
+    """Decides per command: sandboxed or not, and whether a person must say yes first. Remembers, per
+    session, the warning already shown and an "always" answer."""
+
+    def __init__(self, settings: ExecSettings):
+        self.settings = settings
+        self.warned: set[str] = set()
+        self.always: set[str] = set()
+
+    async def admit(self, command: str, turn: TurnScope) -> bool:
+        """True: run in the sandbox; False: run unsandboxed. Raises ToolError when the command may not run."""
+        policy = self.settings.policy
+        sandboxed = policy.mode != "none"
+        if sandboxed:
+            check = check_bwrap()
+            if not check.ok:
+                if policy.mode == "bwrap" or turn.ask is None:
+                    raise ToolError(f"Not run: commands run only in the sandbox here and it cannot start: "
+                                    f"{check.explain()}. Or set tools.exec.sandbox to \"none\" to allow "
+                                    "unsandboxed commands.")
+                sandboxed = False
+                if turn.session_key not in self.warned:
+                    self.warned.add(turn.session_key)
+                    turn.notify(f"warning: commands run WITHOUT a sandbox: {check.explain()}")
+        approve = self.settings.approve or ("never" if sandboxed or policy.mode == "none" else "unsandboxed")
+        if approve == "never" or (approve == "unsandboxed" and sandboxed) or turn.session_key in self.always:
+            return sandboxed
+        if turn.ask is None:
+            raise ToolError(f"Not run: this command needs a person's approval (tools.exec.approve is \"{approve}\") "
+                            "and nobody can answer here. Ask the user to run it, or change tools.exec.approve.")
+        where = "in the sandbox" if sandboxed else "WITHOUT a sandbox"
+        answer = (await turn.ask(f"Run {where}: {command}\n[y]es / [n]o / [a]lways this session? ")).strip().lower()
+        if answer in ("a", "always"):
+            self.always.add(turn.session_key)
+        elif answer not in ("y", "yes"):
+            raise ToolError("Not run: the user declined this command. Ask what they would like instead.")
+        return sandboxed
+
+
+async def run_command(command: str, workspace: Path, cwd: Path, limit: float, settings: ExecSettings,
+                      sandboxed: bool) -> str:
+    policy = settings.policy
+    pids = PidsCgroup.create(policy.max_processes)
+    if sandboxed:
+        home = settings.home or Path(os.path.expanduser("~/.nanoagent"))
+        protected = [workspace / rel for rel in settings.protected]
+        argv = bwrap_argv(policy, command, workspace, cwd, home, protected)
+    else:
+        argv = ["/bin/sh", "-c", command]
+    spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
+        *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=command_env(policy, sandboxed),
+        preexec_fn=_limits(policy, pids),
+    ))
+    try:
+        proc = await asyncio.shield(spawn)
+    except asyncio.CancelledError:  # cancelled while starting: the process may exist already; end it too
+        proc = await spawn
+        await _end(proc)
+        if pids is not None:
+            await asyncio.to_thread(pids.close)
+        raise
+    output = BoundedOutput(settings.max_output_chars)
     try:
         # the deadline covers reading AND waiting for exit: a command may close its output and keep running
-        code = await asyncio.wait_for(_drain_and_wait(proc, output), timeout=limit)
+        code = await asyncio.wait_for(_run(proc, output), timeout=limit)
     except TimeoutError:
-        await _kill_group(proc)
-        return f"{output.text()}\n[timed out after {limit:g} s; process group killed]"
-    except asyncio.CancelledError:
-        await _kill_group(proc)
-        raise
-    return f"{output.text()}\n[exit code: {code}]"
+        await _end(proc)
+        raise ToolError(f"{output.text()}\n[timed out after {limit:g} s; the command and everything it started "
+                        f"were killed]{_limit_note(pids, policy)}") from None
+    finally:
+        await _end(proc)  # background children: nohup, setsid and `&` ones end with the command
+        note = _limit_note(pids, policy)
+        if pids is not None:
+            await asyncio.to_thread(pids.close)
+    text = output.text()
+    if not policy.network and sandboxed and code != 0 and any(w in text.lower() for w in RESOLVE_FAILURES):
+        text += "\n" + NO_NETWORK_HINT
+    return f"{text}{note}\n[exit code: {code}]"
 
 
-def _command_env() -> dict[str, str]:
-    """The environment with this Python's bin folder first on PATH, so commands the skills name
-    (`nanoagent skills validate`) work even when the venv was never activated."""
-    env = dict(os.environ)
-    own_bin = os.path.dirname(sys.executable)
-    entries = env.get("PATH", "").split(os.pathsep) if env.get("PATH") else []
-    if own_bin not in entries:
-        env["PATH"] = os.pathsep.join([own_bin, *entries])
-    return env
+def _limit_note(pids: PidsCgroup | None, policy: SandboxPolicy) -> str:
+    if pids is None or not pids.hit_limit():
+        return ""
+    return (f"\n[note: the command reached the process limit ({policy.max_processes}, tools.exec.maxProcesses); "
+            "new processes were refused]")
 
 
-async def _drain_and_wait(proc: asyncio.subprocess.Process, output: BoundedOutput) -> int:
+async def _run(proc: asyncio.subprocess.Process, output: BoundedOutput) -> int:
+    """Read until the command exits, then what is left for a moment: a background child that keeps the output
+    open must not hold the turn until the timeout."""
     assert proc.stdout is not None
-    while chunk := await proc.stdout.read(CHUNK):
-        output.add(chunk)
+    reader = asyncio.ensure_future(_drain(proc.stdout, output))
+    await _exited(proc)
+    try:
+        await asyncio.wait_for(asyncio.shield(reader), timeout=DRAIN_GRACE)
+    except TimeoutError:
+        reader.cancel()
+    await _end(proc)  # what it left running ends now, and with it the output it held open
     return await proc.wait()
 
 
-async def _kill_group(proc: asyncio.subprocess.Process) -> None:
+async def _exited(proc: asyncio.subprocess.Process) -> None:
+    """Wait for the process itself to exit, not for its output to close (asyncio's wait() waits for both)."""
+    if not hasattr(os, "pidfd_open"):  # not Linux: poll
+        while proc.returncode is None:
+            await asyncio.sleep(0.05)
+        return
+    try:
+        fd = os.pidfd_open(proc.pid)
+    except ProcessLookupError:
+        return  # already gone
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _resolve, done)
+    try:
+        await done
+    finally:
+        loop.remove_reader(fd)
+        os.close(fd)
+
+
+async def _drain(stdout: asyncio.StreamReader, output: BoundedOutput) -> None:
+    while chunk := await stdout.read(CHUNK):
+        output.add(chunk)
+
+
+def _limits(policy: SandboxPolicy, pids: PidsCgroup | None) -> Callable[[], None]:
+    """Runs in the child between fork and exec: memory limit, the process limit, and death with nanoagent."""
+
+    def apply() -> None:
+        if pids is not None:
+            pids.join()
+        memory = policy.memory_mb << 20
+        resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
+        if os.getuid() != 0:  # counted per user namespace for the sandbox (root is exempt: it gets the cgroup)
+            resource.setrlimit(resource.RLIMIT_NPROC, (policy.max_processes, policy.max_processes))
+        try:
+            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+
+    return apply
+
+
+async def _end(proc: asyncio.subprocess.Process) -> None:
+    """End the command and its process group (the sandbox's whole pid namespace goes with bwrap); what
+    escaped the group is ended through the cgroup, when there is one."""
     for sig, grace in ((signal.SIGTERM, 1.0), (signal.SIGKILL, 5.0)):
+        if proc.returncode is not None:
+            break
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
-            return
+            break
         try:
             await asyncio.wait_for(proc.wait(), timeout=grace)
-            if sig == signal.SIGKILL:
-                return
         except TimeoutError:
             continue
-    # SIGTERM may end the leader while children linger in the group: make sure they go too
     try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
+        os.killpg(proc.pid, signal.SIGKILL)  # children left in the group after the leader ended
+    except (ProcessLookupError, PermissionError):
         pass
+
+
+class PidsCgroup:
+    """A pids cgroup of one command, where nanoagent may make one (root, or a delegated cgroup): it caps the
+    processes (a fork bomb hits the cap, not the machine) and knows every process the command started, even
+    one that left its process group, so all of them end with it."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    @classmethod
+    def create(cls, max_processes: int) -> PidsCgroup | None:
+        for root in PIDS_CGROUP_ROOTS:
+            if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
+                continue
+            if root.name != "pids" and "pids" not in _read(root / "cgroup.subtree_control").split():
+                continue
+            path = root / f"nanoagent-{uuid.uuid4().hex[:12]}"
+            try:
+                path.mkdir()
+                (path / "pids.max").write_text(str(max_processes))
+                return cls(path)
+            except OSError:
+                _remove(path)
+        return None
+
+    def join(self) -> None:
+        """In the child before exec: move this process into the cgroup."""
+        with open(self.path / "cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+
+    def hit_limit(self) -> bool:
+        events = _read(self.path / "pids.events")
+        return any(line.startswith("max ") and line.split()[1] != "0" for line in events.splitlines())
+
+    def close(self) -> None:
+        for _ in range(50):
+            members = [int(p) for p in _read(self.path / "cgroup.procs").split()]
+            if not members:
+                break
+            for pid in members:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            _wait_briefly()
+        _remove(self.path)
+
+
+def _wait_briefly() -> None:
+    import time
+
+    time.sleep(0.01)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text()
+    except OSError:
+        return ""
+
+
+def _remove(path: Path) -> None:
+    try:
+        path.rmdir()
+    except OSError:
+        pass
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,188 @@
+"""Where exec's commands run: inside bubblewrap on Linux, so the kernel keeps them from the user's files.
+
+Inside: new user, pid, ipc, uts and cgroup namespaces, and no network unless the user allows it;
+the system folders read-only; from /etc only what programs need; the workspace read-write (its
+history and cursor files read-only); nanoagent's own Python read-only; a private /tmp with a size
+cap and a throwaway home; nothing else of $HOME or of $NANOAGENT_HOME. The environment is rebuilt,
+never inherited, with or without the sandbox. See README "Commands and the sandbox" and, for
+macOS, `SEATBELT_PROFILE` below (designed, not yet used: `auto` reports no sandbox there).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
+ETC_FILES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/resolv.conf", "/etc/hosts", "/etc/passwd",
+             "/etc/group", "/etc/nsswitch.conf", "/etc/localtime", "/etc/ld.so.cache", "/etc/ld.so.conf",
+             "/etc/ld.so.conf.d", "/etc/alternatives", "/etc/mime.types", "/etc/gai.conf")
+BASE_ENV = ("LANG", "LC_ALL", "TERM", "TZ")
+SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
+SANDBOX_PATH = "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"
+
+
+@dataclass(frozen=True)
+class SandboxPolicy:
+    """tools.exec from config, the parts that shape where a command runs."""
+
+    mode: str = "auto"  # "auto" | "bwrap" | "none"
+    network: bool = False
+    read_only_paths: tuple[str, ...] = ()
+    writable_paths: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()  # extra variable names passed through, secrets included when named
+    max_processes: int = 256
+    memory_mb: int = 4096
+    tmp_mb: int = 512
+
+
+@dataclass(frozen=True)
+class SandboxCheck:
+    ok: bool
+    reason: str = ""  # why the sandbox cannot start here
+    fix: str = ""
+
+    def explain(self) -> str:
+        return f"{self.reason}. {self.fix}".strip() if not self.ok else "bubblewrap works"
+
+
+@functools.cache
+def check_bwrap() -> SandboxCheck:
+    """Start a tiny sandbox once per process; the reason and the fix when it fails (doctor prints them)."""
+    if sys.platform != "linux":
+        return SandboxCheck(False, f"no sandbox on {sys.platform} yet (the Seatbelt profile is designed, not "
+                                   "enabled)", "set tools.exec.sandbox to \"none\" to run commands unsandboxed")
+    bwrap = shutil.which("bwrap")
+    if bwrap is None:
+        return SandboxCheck(False, "bubblewrap (bwrap) is not installed",
+                            "install it: `sudo apt install bubblewrap` (or dnf/pacman install bubblewrap)")
+    argv = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", *_system_binds(), "--proc", "/proc",
+            "--dev", "/dev", "--", "/bin/sh", "-c", "exit 0"]
+    try:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, env={"PATH": SANDBOX_PATH})
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return SandboxCheck(False, f"bwrap did not start ({e})", "check that bwrap runs: `bwrap --version`")
+    if done.returncode == 0:
+        return SandboxCheck(True)
+    return _diagnose(done.stderr.strip())
+
+
+def _diagnose(stderr: str) -> SandboxCheck:
+    first = stderr.splitlines()[0] if stderr else "no error message"
+    if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+        return SandboxCheck(False, f"AppArmor forbids unprivileged user namespaces ({first})",
+                            "allow bwrap: `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`, or add an "
+                            "AppArmor profile for /usr/bin/bwrap with `userns,`")
+    if _read("/proc/sys/kernel/unprivileged_userns_clone") == "0" or _read("/proc/sys/user/max_user_namespaces") == "0":
+        return SandboxCheck(False, f"unprivileged user namespaces are disabled ({first})",
+                            "enable them: `sudo sysctl kernel.unprivileged_userns_clone=1` "
+                            "(or user.max_user_namespaces=15000)")
+    return SandboxCheck(False, f"bwrap failed: {first}", "run `nanoagent doctor` and check that `bwrap --unshare-all "
+                                                       "--ro-bind / / true` works for your user")
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text().strip()
+    except OSError:
+        return ""
+
+
+def _system_binds() -> list[str]:
+    """The system folders, read-only; merged-/usr links stay links."""
+    args: list[str] = []
+    for folder in SYSTEM_DIRS:
+        if os.path.islink(folder):
+            args += ["--symlink", os.readlink(folder), folder]
+        elif os.path.isdir(folder):
+            args += ["--ro-bind", folder, folder]
+    return args
+
+
+def python_paths() -> list[str]:
+    """What nanoagent's own Python needs to run inside: the interpreter, its packages and nanoagent itself
+    (an editable checkout too), so `nanoagent skills validate` and skill scripts work."""
+    package = Path(__file__).resolve().parent.parent
+    paths = {sys.prefix, sys.base_prefix, str(package)}
+    for name in ("templates", "skills"):
+        if (package.parent / name).is_dir():
+            paths.add(str(package.parent / name))
+    system = tuple(SYSTEM_DIRS)
+    return sorted(p for p in paths if not any(p == s or p.startswith(s + "/") for s in system))
+
+
+def bwrap_argv(policy: SandboxPolicy, command: str, workspace: Path, cwd: Path, home: Path,
+               protected: list[Path]) -> list[str]:
+    """The bwrap command line for one command. Later mounts go on top of earlier ones, so the order is:
+    system, /etc, /proc, /dev, private /tmp and home, Python, the workspace, then what is read-only in it."""
+    real_ws = os.path.realpath(workspace)
+    args = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+            *([] if policy.network else ["--unshare-net"]), "--disable-userns",
+            "--die-with-parent", "--new-session", "--hostname", "nanoagent",
+            *_system_binds()]
+    for path in ETC_FILES:
+        args += ["--ro-bind-try", path, path]
+    args += ["--proc", "/proc", "--dev", "/dev", "--size", str(policy.tmp_mb << 20), "--tmpfs", "/tmp"]
+    user_home = os.path.expanduser("~")
+    if user_home not in ("/", "/tmp") and not user_home.startswith("/usr"):
+        args += ["--size", str(64 << 20), "--tmpfs", user_home]  # a throwaway home: nothing of the real one
+    args += ["--tmpfs", str(home)]  # $NANOAGENT_HOME hidden even when it sits under a bound folder
+    for path in python_paths():
+        args += ["--ro-bind", path, path]
+    for path in policy.read_only_paths:
+        expanded = os.path.realpath(os.path.expanduser(path))
+        args += ["--ro-bind-try", expanded, expanded]
+    for path in policy.writable_paths:
+        expanded = os.path.realpath(os.path.expanduser(path))
+        args += ["--bind-try", expanded, expanded]
+    args += ["--bind", real_ws, real_ws]
+    for file in protected:  # history and cursors: the agent reads them, nanoagent alone writes them
+        if file.exists():
+            real = os.path.realpath(file)
+            args += ["--ro-bind", real, real]
+    args += ["--chdir", os.path.realpath(cwd), "--", "/bin/sh", "-c", command]
+    return args
+
+
+def command_env(policy: SandboxPolicy, sandboxed: bool) -> dict[str, str]:
+    """The environment a command gets, rebuilt from names, never inherited: PATH, HOME, LANG, TERM, TZ and the
+    names the user listed in tools.exec.env. A name holding KEY, TOKEN, SECRET or PASSWORD passes only when
+    listed by name."""
+    own_bin = os.path.dirname(sys.executable)  # `nanoagent` itself, even when the venv was never activated
+    inherited = os.environ.get("PATH", "") if not sandboxed else SANDBOX_PATH
+    entries = [e for e in inherited.split(os.pathsep) if e]
+    env = {"PATH": os.pathsep.join(entries if own_bin in entries else [own_bin, *entries]),
+           "HOME": os.path.expanduser("~"), "LANG": os.environ.get("LANG", "C.UTF-8")}
+    for name in BASE_ENV:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    env = {k: v for k, v in env.items() if not _secret(k)}
+    for name in policy.env:
+        if name in os.environ:
+            env[name] = os.environ[name]
+    return env
+
+
+def _secret(name: str) -> bool:
+    upper = name.upper()
+    return any(word in upper for word in SECRET_WORDS)
+
+
+# The macOS design, for when it can be tested: sandbox-exec (Seatbelt) with the same rules. Deny by default;
+# read the system; read-write the workspace; no network unless allowed; nothing of $HOME.
+SEATBELT_PROFILE = """(version 1)
+(deny default)
+(allow process-fork process-exec signal (target same-sandbox))
+(allow sysctl-read mach-lookup (global-name "com.apple.system.logger"))
+(allow file-read* (subpath "/usr") (subpath "/bin") (subpath "/sbin") (subpath "/System") (subpath "/Library")
+       (subpath "/opt/homebrew") (subpath "/private/etc") (subpath "/dev") (param "PYTHON_PREFIX"))
+(allow file-read* file-write* (param "WORKSPACE") (subpath "/private/tmp/nanoagent") (literal "/dev/null"))
+(deny file-write* (param "PROTECTED"))
+(allow network* (local unix))
+; with tools.exec.network: (allow network-outbound)
+"""
