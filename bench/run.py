@@ -207,7 +207,39 @@ def session_store_meta(home: Path, key: str, last_consolidated: int) -> None:
 
     store = SessionStore(home / "sessions")
     session = store.load(key)
-    store.set_meta(session, last_consolidated=last_consolidated)
+    store.set_consolidated(session, last_consolidated)
+
+
+def bench_sandbox(home: Path) -> None:
+    """exec of `true` in the bubblewrap sandbox against unsandboxed: the median overhead, one run each in turn."""
+    from nanoagent.tools import ToolContext
+    from nanoagent.tools.sandbox import SandboxPolicy, check_bwrap
+    from nanoagent.tools.shell import ExecSettings, exec_tool
+
+    check = check_bwrap()
+    if not check.ok:
+        record("exec sandbox overhead", "no sandbox", "< 30 ms", False)
+        print(f"     {check.explain()}")
+        return
+    workspace = home / "sandbox-ws"
+    workspace.mkdir(exist_ok=True)
+    tools = {mode: exec_tool(ExecSettings(policy=SandboxPolicy(mode=mode), approve="never", home=home))
+             for mode in ("bwrap", "none")}
+    times: dict[str, list[float]] = {"bwrap": [], "none": []}
+
+    async def measure() -> None:
+        for _ in range(31):
+            for mode, tool in tools.items():
+                started = time.perf_counter()
+                await tool.call(ToolContext(workspace), {"command": "true"})
+                times[mode].append(time.perf_counter() - started)
+
+    asyncio.run(measure())
+    sandboxed, plain = statistics.median(times["bwrap"]), statistics.median(times["none"])
+    record("exec true, unsandboxed (median of 31)", f"{plain * 1000:.1f} ms", "-", True)
+    record("exec true, in bubblewrap (median of 31)", f"{sandboxed * 1000:.1f} ms", "-", True)
+    overhead = (sandboxed - plain) * 1000
+    record("  sandbox overhead", f"{overhead:.1f} ms", "< 30 ms", overhead < 30)
 
 
 def main() -> int:
@@ -222,6 +254,7 @@ def main() -> int:
         bench_turns(home)
         bench_consolidation(home)
         bench_keystrokes(home)
+        bench_sandbox(home)
     failed = [r for r in RESULTS if not r[3]]
     (ROOT / "bench" / "last-run.json").write_text(json.dumps(RESULTS, indent=1) + "\n")
     print(f"\n{len(RESULTS) - len(failed)}/{len(RESULTS)} within budget")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -221,9 +222,26 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     report(bool(git), f"git: {version or 'not found'}", "install git; memory history needs it")
     report(tokenizer_available(), "offline tokenizer " + ("works" if tokenizer_available() else "missing; using estimates"),
            "reinstall nanoagent (the tokenizer files come with litellm)")
+    _report_sandbox(report, config)
     bad_skills: list[str] = []
     SkillsLoader(paths.workspace / "skills", warn=bad_skills.append).skills()
     for warning in bad_skills:
         report(False, warning, "fix the file, or check it with `nanoagent skills validate`")
     print("All good." if not problems else f"{problems} thing(s) to fix.")
     return problems == 0
+
+
+def _report_sandbox(report: Callable[[bool, str, str], None], config: Config | None) -> None:
+    """The same smoke test exec runs: whether commands run in the sandbox, and if not why and how to fix it."""
+    from nanoagent.tools.sandbox import check_bwrap
+
+    mode = config.tools.exec.sandbox if config is not None else "auto"
+    if mode == "none":
+        report(True, "sandbox: off (tools.exec.sandbox is \"none\"); commands run as you, environment scrubbed", "")
+        return
+    check = check_bwrap()
+    if check.ok:
+        report(True, "sandbox: bubblewrap works; commands run in it", "")
+    else:
+        unattended = "refused" if mode == "bwrap" else "run after a warning at a terminal, refused unattended"
+        report(False, f"sandbox: {check.reason}; commands are {unattended}", check.fix)

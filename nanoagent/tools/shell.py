@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import functools
 import os
 import resource
 import signal
@@ -226,6 +227,7 @@ async def _drain(stdout: asyncio.StreamReader, output: BoundedOutput) -> None:
 
 def _limits(policy: SandboxPolicy, pids: PidsCgroup | None) -> Callable[[], None]:
     """Runs in the child between fork and exec: memory limit, the process limit, and death with nanoagent."""
+    prctl = _prctl()
 
     def apply() -> None:
         if pids is not None:
@@ -234,12 +236,19 @@ def _limits(policy: SandboxPolicy, pids: PidsCgroup | None) -> Callable[[], None
         resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
         if os.getuid() != 0:  # counted per user namespace for the sandbox (root is exempt: it gets the cgroup)
             resource.setrlimit(resource.RLIMIT_NPROC, (policy.max_processes, policy.max_processes))
-        try:
-            ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-        except (OSError, AttributeError):
-            pass
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
     return apply
+
+
+@functools.cache
+def _prctl() -> Callable[..., int] | None:
+    """libc's prctl, loaded once in the parent (not after each fork)."""
+    try:
+        return ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
 
 
 async def _end(proc: asyncio.subprocess.Process) -> None:
