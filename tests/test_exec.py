@@ -159,3 +159,12 @@ def test_the_venv_is_not_added_to_path_twice(ctx, monkeypatch):
     venv_bin = os.path.dirname(sys.executable)
     monkeypatch.setenv("PATH", f"/usr/bin:{venv_bin}:/bin")
     assert call(ctx, command="echo $PATH") == f"/usr/bin:{venv_bin}:/bin\n\n[exit code: 0]"
+
+
+def test_workdir_must_be_inside_the_workspace_even_when_file_tools_may_leave_it(tmp_path):
+    ctx = ToolContext(workspace=tmp_path / "ws", restrict_to_workspace=False)
+    (tmp_path / "ws").mkdir()
+    with pytest.raises(ToolError, match="outside the workspace"):
+        asyncio.run(exec_tool(settings("none")).call(ctx, {"command": "pwd", "workdir": str(tmp_path)}))
+    with pytest.raises(ToolError, match="outside the workspace"):
+        asyncio.run(exec_tool(settings("none")).call(ctx, {"command": "pwd", "workdir": "../"}))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import dataclasses
 import functools
 import os
 import resource
@@ -88,7 +89,8 @@ def exec_tool(settings: ExecSettings | int = 60, max_output_chars: int = 16_000)
             timeout: Seconds before the command is killed (default from config, at most 600).
             workdir: Folder to run in, relative to the workspace.
         """
-        cwd = resolve_path(ctx, workdir) if workdir else ctx.workspace
+        # inside the workspace even when file tools may leave it: the sandbox holds nothing else writable
+        cwd = resolve_path(dataclasses.replace(ctx, restrict_to_workspace=True), workdir) if workdir else ctx.workspace
         if not cwd.is_dir():
             raise ToolError(f"workdir '{workdir}' is not a folder.")
         sandboxed = await gate.admit(command, current_turn.get())
