@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from nanoagent.fsutil import atomic_write, cut_torn_tail, file_lock, write_all
+from nanoagent.fsutil import append_lines, atomic_write, file_lock
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,7 @@ class HistoryLog:
             entry = HistoryEntry(cursor, stamp, session, content, raw)
             line = json.dumps({"cursor": cursor, "timestamp": stamp, "session": session, "content": content,
                                "raw": raw}, ensure_ascii=False).encode("utf-8") + b"\n"
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                end = cut_torn_tail(fd)
-                os.lseek(fd, end, os.SEEK_SET)
-                write_all(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_lines(self.path, line, sync=True)
             atomic_write(self.dir / ".cursor", f"{cursor}\n")
             return entry
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import cut_torn_tail, file_lock, fsync_dir, write_all
+from nanoagent.fsutil import append_lines, file_lock, fsync_dir
 from nanoagent.paths import safe_key
 
 FORMAT_VERSION = 1
@@ -109,7 +109,6 @@ class SessionStore:
 
     def append(self, session: Session, records: list[dict[str, Any]], sync: bool = False) -> None:
         """Append records as whole lines. Call while holding `lock(session)`."""
-        session.path.parent.mkdir(parents=True, exist_ok=True)
         new_file = not session.path.exists()
         if new_file:
             created = datetime.now(UTC).isoformat(timespec="seconds")
@@ -117,15 +116,7 @@ class SessionStore:
             records = [header, *records]
             session.meta.setdefault("created", created)
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
-        fd = os.open(session.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            end = cut_torn_tail(fd)
-            os.lseek(fd, end, os.SEEK_SET)
-            write_all(fd, payload)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        end = append_lines(session.path, payload, sync)
         if new_file:
             fsync_dir(session.path.parent)
         if end != session.size:  # someone else wrote since we last read; pick it up
