@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
+from nanoagent.cli.common import open_home
 from nanoagent.config import Config, load_config, save_config
 from nanoagent.errors import ConfigError
+from nanoagent.fsutil import atomic_write, private_dir
 from nanoagent.paths import Paths
 from nanoagent.templates import seed_workspace
 
@@ -70,9 +73,9 @@ def onboard(workspace: Path | None, provider: str | None = None, model: str | No
         if problem:
             raise ConfigError(f"The API key for {provider} does not look right: {problem}.")
     paths = Paths.from_env(workspace)
-    paths.home.mkdir(parents=True, exist_ok=True)
+    open_home(paths.home)
     for folder in (paths.sessions_dir, paths.logs_dir):
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
     config_file = paths.config_file
     if config_file.exists():
         data = _read_raw(config_file)
@@ -138,7 +141,7 @@ def migrate_renamed_keys(data: dict) -> list[str]:
     moved = []
     for old, new in RENAMED_KEYS.items():
         *parents, old_leaf = old.split(".")
-        node = data
+        node: Any = data
         for part in parents:
             node = next((v for k, v in node.items() if to_snake(k) == part), None) if isinstance(node, dict) else None
         if not isinstance(node, dict):
@@ -187,8 +190,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
         if renamed and fix:
             data = _read_raw(paths.config_file)
             backup = paths.config_file.with_suffix(".json.bak")
-            backup.write_bytes(paths.config_file.read_bytes())
-            os.chmod(backup, 0o600)
+            atomic_write(backup, paths.config_file.read_bytes(), mode=0o600)
             moved = migrate_renamed_keys(data)
             save_config(paths.config_file, data)
             report(True, f"migrated {', '.join(moved)} (backup in {backup.name})")

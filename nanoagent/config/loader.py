@@ -154,19 +154,6 @@ def _apply_env(config: Config, env: typing.Mapping[str, str]) -> None:
                 pc.api_base = base
 
 
-def config_to_dict(config: Config) -> dict[str, Any]:
-    def walk(obj: Any) -> Any:
-        if dataclasses.is_dataclass(obj):
-            return {to_camel(f.name): walk(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        if isinstance(obj, dict):
-            return {k: walk(v) for k, v in obj.items()}
-        if isinstance(obj, list):
-            return [walk(v) for v in obj]
-        return obj
-
-    return walk(config)
-
-
 def save_config(path: Path, data: dict[str, Any]) -> None:
     """Write config atomically with mode 0600: it may hold API keys."""
     atomic_write(path, json.dumps(data, indent=2) + "\n", mode=0o600)

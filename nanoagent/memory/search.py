@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import private_dir, private_file
 from nanoagent.memory.embeddings import (
     EMBED_BATCH,
     EMBED_CHARS,
@@ -246,6 +247,10 @@ class MemorySearch:
             if not getattr(e, "sqlite_errorname", "").startswith(_UNUSABLE):
                 raise  # e.g. busy: another process holds it; nothing to remove
             raise self._unusable(e) from e
+        except OSError as e:
+            if not str(e.filename or "").startswith(str(self.paths.index_dir)):
+                raise
+            raise self._unusable(e) from e
 
     def _unusable(self, error: BaseException) -> SearchIndexError:
         path, folder = self.index_path, self.paths.index_dir
@@ -262,10 +267,7 @@ class MemorySearch:
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             path = self.index_path
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise self._unusable(e) from e
+            private_dir(path.parent)
             try:
                 self._db = _open(str(path))
             except _StaleIndex:
@@ -436,6 +438,7 @@ class MemorySearch:
 
 
 def _open(path: str) -> sqlite3.Connection:
+    private_file(Path(path))  # SQLite gives the -wal, -shm and -journal files the mode of this one
     db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
     try:
         version = db.execute("PRAGMA user_version").fetchone()[0]
@@ -493,7 +496,10 @@ def _stat(path: Path) -> os.stat_result | None:
 def _load_source(db: sqlite3.Connection, name: str) -> _Source | None:
     row = db.execute('SELECT ino, size, mtime_ns, "offset", position, label, tail FROM sources WHERE name = ?',
                      (name,)).fetchone()
-    return _Source(*row[:6], row[6] or b"") if row else None
+    if row is None:
+        return None
+    ino, size, mtime_ns, offset, position, label, tail = row
+    return _Source(ino, size, mtime_ns, offset, position, label, tail or b"")
 
 
 def _read_tail(path: Path, offset: int) -> bytes:
