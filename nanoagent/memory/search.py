@@ -332,7 +332,8 @@ class MemorySearch:
             return
         stats.sources += 1
         row = row or _Source()
-        entries, offset = read_entries(path, row.offset)  # HistoryLog, the file's owner, warns about bad lines
+        # HistoryLog, the file's owner, warns about bad lines; read_entries drops any whose cursor SQLite cannot hold
+        entries, offset = read_entries(path, row.offset)
         entries = [e for e in entries if e.cursor > row.position]
         docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
                 for e in entries if isinstance(e.content, str) and e.content.strip()]
