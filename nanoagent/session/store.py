@@ -25,7 +25,7 @@ from typing import Any
 
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import append_lines, file_lock, fsync_dir
-from nanoagent.paths import safe_key
+from nanoagent.paths import session_file
 
 FORMAT_VERSION = 1
 
@@ -54,7 +54,7 @@ class SessionStore:
         self.warn = warn or (lambda message: None)
 
     def path_for(self, key: str) -> Path:
-        return self.directory / f"{safe_key(key)}.jsonl"
+        return session_file(self.directory, key)
 
     def load(self, key: str) -> Session:
         session = Session(key=key, path=self.path_for(key))
