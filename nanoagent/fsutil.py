@@ -68,7 +68,10 @@ def atomic_write(path: Path, data: str | bytes, mode: int | None = None) -> None
     path = Path(path)
     private_dir(path.parent)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the file being written, not the temp file that could not be made
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         if mode is not None:
             os.fchmod(fd, mode)
