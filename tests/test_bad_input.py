@@ -131,3 +131,13 @@ def test_a_message_reading_debug_is_sent_not_taken_for_the_flag(isolated_home, l
     ran = nanoagent("agent", "-m", "--debug", env=anthropic_env(llm))
     assert ran.code == 0, ran.stderr
     assert len(llm.requests) == 1
+
+
+def test_doctor_names_a_home_that_is_a_file_and_the_fix(tmp_path):
+    home = tmp_path / "home-file"
+    home.write_text("not a folder\n")
+    ran = nanoagent("doctor", env={"NANOAGENT_HOME": str(home)})
+    assert ran.code == 1
+    assert f"FIX   home {home} is a file, not a folder\n      -> move it away, or set NANOAGENT_HOME to a folder" \
+        in ran.stdout
+    assert home.read_text() == "not a folder\n"

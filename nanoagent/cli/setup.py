@@ -156,6 +156,23 @@ def migrate_renamed_keys(data: dict) -> list[str]:
     return moved
 
 
+def _check_home(home: Path, report: Any) -> None:
+    """Like every command, doctor makes an open home private (700); it also says so."""
+    import os
+
+    if not home.exists():
+        report(True, f"home {home} does not exist yet; the first command creates it")
+    elif not home.is_dir():
+        report(False, f"home {home} is a file, not a folder", "move it away, or set NANOAGENT_HOME to a folder")
+    elif not os.access(home, os.W_OK | os.X_OK):
+        report(False, f"home {home} is not writable", "make it writable, or set NANOAGENT_HOME to a folder you can write")
+    elif (mode := home.stat().st_mode & 0o777) & 0o077:
+        open_home(home)
+        report(True, f"home {home} was open to other users (mode {mode:o}); made it private (700)")
+    else:
+        report(True, f"home {home} is private")
+
+
 def run_doctor(workspace: Path | None, fix: bool) -> bool:
     import os
     import shutil
@@ -174,6 +191,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
         problems += not ok
         print(("ok    " if ok else "FIX   ") + text + (f"\n      -> {fix_hint}" if fix_hint and not ok else ""))
 
+    _check_home(paths.home, report)
     config = None
     if not paths.config_file.exists():
         report(True, f"no config file at {paths.config_file}; using defaults and environment variables")
