@@ -127,7 +127,7 @@ def make_session(home: Path, key: str, count: int) -> None:
         batch.append({"role": "assistant", "content": f"answer {i} " + "words " * 60})
     store.add_messages(session, batch[:count], sync=True)
     # Long sessions are kept short for the model by consolidation; only the tail is unconsolidated.
-    store.set_meta(session, last_consolidated=max(0, count - 10))
+    store.set_consolidated(session, max(0, count - 10))
 
 
 def bench_turns(home: Path) -> None:

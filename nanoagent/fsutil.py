@@ -1,4 +1,7 @@
-"""Crash-safe file writes: temp file + fsync + rename, and fsync of the directory."""
+"""Crash-safe file writes: temp file + fsync + rename, appends that cut a torn tail first, and fsync of the directory.
+
+Everything nanoagent creates is private whatever the umask: folders 0700, files 0600.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +9,7 @@ import asyncio
 import fcntl
 import json
 import os
+import stat
 import tempfile
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -13,15 +17,66 @@ from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
 
+def private_dir(path: Path) -> Path:
+    """Create `path` and its missing parents with mode 0700, whatever the umask. Folders that exist keep their mode."""
+    missing = []
+    folder = Path(path)
+    while not os.path.lexists(folder) and folder != folder.parent:
+        missing.append(folder)
+        folder = folder.parent
+    for folder in reversed(missing):
+        try:
+            os.mkdir(folder, 0o700)
+        except FileExistsError:  # another process made it
+            continue
+        os.chmod(folder, 0o700)
+    return Path(path)
+
+
+def private_file(path: Path) -> Path:
+    """Create `path` with mode 0600 if missing, or make an existing one 0600; returns `path`."""
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        _make_private(fd)
+    finally:
+        os.close(fd)
+    return path
+
+
+def _make_private(fd: int) -> None:
+    st = os.fstat(fd)
+    if stat.S_ISREG(st.st_mode) and st.st_mode & 0o777 != 0o600:  # never a device or a pipe
+        try:
+            os.fchmod(fd, 0o600)
+        except OSError:  # someone else's file we may still write: leave its mode to them
+            pass
+
+
+@contextmanager
+def _naming(path: Path) -> Iterator[None]:
+    """A failed os.write (a full disk) does not say which file it was writing: name `path` in the error."""
+    try:
+        yield
+    except OSError as e:
+        if e.filename is not None:
+            raise
+        raise OSError(e.errno, e.strerror, str(path)) from e
+
+
 def atomic_write(path: Path, data: str | bytes, mode: int | None = None) -> None:
+    """Replace `path` with `data` via a temp file, fsync and rename. The file is 0600 unless `mode` says otherwise;
+    missing folders are created 0700."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     raw = data.encode("utf-8") if isinstance(data, str) else data
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as e:  # name the file being written, not the temp file that could not be made
+        raise OSError(e.errno, e.strerror, str(path)) from e
     try:
         if mode is not None:
             os.fchmod(fd, mode)
-        with os.fdopen(fd, "wb") as f:
+        with _naming(path), os.fdopen(fd, "wb") as f:
             f.write(raw)
             f.flush()
             os.fsync(f.fileno())
@@ -33,6 +88,26 @@ def atomic_write(path: Path, data: str | bytes, mode: int | None = None) -> None
             pass
         raise
     fsync_dir(path.parent)
+
+
+def append_lines(path: Path, data: bytes, sync: bool = False) -> int:
+    """Append `data` (whole lines) at the end of `path` and return the offset it was written at.
+
+    The file is created 0600 (its folder 0700) and a torn last line left by a killed writer is cut first;
+    `sync` fsyncs before returning. Call while holding the file's lock."""
+    private_dir(path.parent)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        with _naming(path):
+            _make_private(fd)
+            end = cut_torn_tail(fd)
+            os.lseek(fd, end, os.SEEK_SET)
+            write_all(fd, data)
+            if sync:
+                os.fsync(fd)
+    finally:
+        os.close(fd)
+    return end
 
 
 def fsync_dir(path: Path) -> None:
@@ -129,7 +204,7 @@ LOCK_POLL = 0.05
 
 
 def _open_lock_file(path: Path) -> int:
-    path.parent.mkdir(parents=True, exist_ok=True)
+    private_dir(path.parent)
     return os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
 
 

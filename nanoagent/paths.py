@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass
@@ -58,7 +59,7 @@ class Paths:
         import hashlib
 
         real = os.path.realpath(self.workspace)
-        return f"{safe_key(Path(real).name) or 'root'}-{hashlib.sha1(real.encode()).hexdigest()[:10]}"
+        return f"{_portable(Path(real).name) or 'root'}-{hashlib.sha1(real.encode()).hexdigest()[:10]}"
 
     @property
     def memory_git_dir(self) -> Path:
@@ -67,9 +68,45 @@ class Paths:
         return self.home / "git" / f"{self.workspace_slug()}.git"
 
     def session_file(self, key: str) -> Path:
-        return self.sessions_dir / f"{safe_key(key)}.jsonl"
+        return session_file(self.sessions_dir, key)
 
 
 def safe_key(key: str) -> str:
-    """Session keys look like `channel:chat_id`; map them to a portable file name."""
-    return "".join(c if c.isalnum() or c in "-_." else "_" for c in key.replace(":", "__"))
+    """Session keys look like `channel:chat_id`; map them one-to-one to a portable file name.
+
+    Letters, digits, `-` and `.` stay; `:` becomes `__`; `_` and every other character become `_xx` for each of
+    its UTF-8 bytes. A `_` is thus always followed by `_` or two hex digits, so the name reads back one way only.
+    Keys without `_` or other characters keep the name the first mapping gave them."""
+    out = []
+    for c in key:
+        if c.isalnum() or c in "-.":
+            out.append(c)
+        elif c == ":":
+            out.append("__")
+        else:
+            out.extend(f"_{b:02x}" for b in c.encode("utf-8", "surrogatepass"))
+    return "".join(out)
+
+
+def session_file(directory: Path, key: str) -> Path:
+    """The file of session `key`. A session saved under the first mapping (which sent `_`, `/` and the rest all to
+    `_`, so `x/y` and `x_y` shared a file) keeps its file when that file's header names this very key."""
+    path = directory / f"{safe_key(key)}.jsonl"
+    old = directory / f"{_portable(key.replace(':', '__'))}.jsonl"
+    if old != path and not path.exists() and _header_key(old) == key:
+        return old
+    return path
+
+
+def _portable(name: str) -> str:
+    """The first mapping of keys to file names; still names workspaces (`workspace_slug`), which a hash tells apart."""
+    return "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+
+
+def _header_key(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            header = json.loads(f.readline(65536))
+        return header["key"] if isinstance(header, dict) else None
+    except (OSError, ValueError, KeyError):
+        return None

@@ -38,7 +38,7 @@ def workspace_templates() -> list[tuple[Path, Path]]:
 
 def seed_workspace(workspace: Path) -> list[Path]:
     """Copy missing template files into the workspace; never overwrite the user's. Returns what was created."""
-    from nanoagent.fsutil import atomic_write
+    from nanoagent.fsutil import atomic_write, private_dir
 
     created = []
     for source, rel in workspace_templates():
@@ -46,5 +46,5 @@ def seed_workspace(workspace: Path) -> list[Path]:
         if not target.exists():
             atomic_write(target, source.read_bytes())
             created.append(target)
-    (workspace / "skills").mkdir(parents=True, exist_ok=True)
+    private_dir(workspace / "skills")
     return created

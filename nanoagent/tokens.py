@@ -7,7 +7,6 @@ the files, so point TIKTOKEN_CACHE_DIR at them (found without importing litellm)
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from collections.abc import Callable
 from functools import lru_cache
@@ -78,7 +77,3 @@ def count_message_tokens(message: Message, count: Callable[[str], int] = count_t
 
 def message_bound(message: Message) -> int:
     return count_message_tokens(message, token_bound)
-
-
-def count_json_tokens(value: Any) -> int:
-    return count_tokens(json.dumps(value, ensure_ascii=False, separators=(",", ":")))

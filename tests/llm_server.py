@@ -30,7 +30,8 @@ class Reply:
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
     chunk_delay: float = 0.0
-    cut_after: int | None = None
+    cut_after: int | None = None  # close the connection before event number `cut_after`
+    cut_inside: bool = False  # ... after sending the first half of that event's bytes (a torn line)
     stall_after: int | None = None
     input_tokens: int | None = None
     output_tokens: int | None = None
@@ -275,7 +276,10 @@ def _make_handler(server: LLMServer):
             self.end_headers()
             self.close_connection = True
             for number, (name, data) in enumerate(events):
+                line = f"event: {name}\ndata: {json.dumps(data)}\n\n" if api == "anthropic" else f"data: {json.dumps(data)}\n\n"
                 if reply.cut_after is not None and number >= reply.cut_after:
+                    if reply.cut_inside:
+                        self.wfile.write(line.encode()[:len(line) // 2])
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     raise _Cut
@@ -283,7 +287,6 @@ def _make_handler(server: LLMServer):
                     self.wfile.flush()
                     server._closing.wait(30)
                     raise _Cut
-                line = f"event: {name}\ndata: {json.dumps(data)}\n\n" if api == "anthropic" else f"data: {json.dumps(data)}\n\n"
                 self.wfile.write(line.encode())
                 self.wfile.flush()
                 if reply.chunk_delay:

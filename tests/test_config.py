@@ -152,3 +152,72 @@ def test_status_shows_key_presence_but_never_the_key(isolated_home):
     assert "api key:   set" in proc.stdout
     assert "sk-ant-very-secret" not in proc.stdout
     assert str(isolated_home / "sessions") in proc.stdout
+
+
+def numeric_settings():
+    """(camelCase path, field) for every number in the schema."""
+    import dataclasses
+    import typing
+
+    from nanoagent.config.loader import to_camel
+    from nanoagent.config.schema import Config
+
+    def walk(cls, prefix):
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            tp = hints[f.name]
+            name = prefix + to_camel(f.name)
+            if dataclasses.is_dataclass(tp):
+                yield from walk(tp, name + ".")
+            elif {int, float} & set(typing.get_args(tp) or (tp,)):
+                yield name, f
+
+    return list(walk(Config, ""))
+
+
+def test_every_numeric_setting_has_a_range_holding_its_default():
+    settings = numeric_settings()
+    assert len(settings) >= 14
+    for name, f in settings:
+        assert "range" in f.metadata, name
+        low, high = f.metadata["range"]
+        assert f.default is None or low <= f.default <= high, name
+
+
+@pytest.mark.parametrize(("key", "value", "range_text"), [
+    ("agents.defaults.maxTokens", -5, "from 1 to 1000000, got -5"),
+    ("tools.exec.timeout", -1, "from 1 to 86400, got -1"),
+    ("agents.defaults.streamIdleTimeout", 0, "from 1 to 3600, got 0"),
+    ("agents.defaults.maxRetries", 1000000, "from 0 to 20, got 1000000"),
+    ("agents.defaults.temperature", 2.5, "from 0 to 2, got 2.5"),
+    ("memory.dreamBatchSize", 0, "from 1 to 1000, got 0"),
+])
+def test_a_value_out_of_range_is_one_line_naming_the_key_and_range_and_the_file_stays_byte_identical(
+        isolated_home, key, value, range_text):
+    from tests.invoke import nanoagent
+
+    data: dict = {}
+    node = data
+    *parents, leaf = key.split(".")
+    for part in parents:
+        node = node.setdefault(part, {})
+    node[leaf] = value
+    path = write_config(isolated_home, data)
+    before = path.read_bytes()
+    for args in (("status",), ("agent", "-m", "hi"), ("doctor", "--fix")):
+        ran = nanoagent(*args, env={"ANTHROPIC_API_KEY": "sk-ant-test"})
+        assert ran.code == 1, args
+        problem = f"{path}: `{key}` must be {range_text}; fix the value or delete the key."
+        if args[0] == "doctor":
+            assert f"FIX   {problem}" in ran.stdout
+        else:
+            assert ran.error_lines == [f"Error: {problem}"]
+    assert path.read_bytes() == before
+
+
+def test_the_ends_of_a_range_are_accepted(tmp_path):
+    path = tmp_path / "c.json"
+    path.write_text(json.dumps({"agents": {"defaults": {"maxRetries": 0, "maxTokens": 1000000, "temperature": 0}},
+                                "tools": {"exec": {"timeout": 86400}}}))
+    config, _ = load_config(path, env={})
+    assert (config.defaults.max_retries, config.defaults.max_tokens, config.tools.exec.timeout) == (0, 1000000, 86400)

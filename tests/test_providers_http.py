@@ -224,3 +224,48 @@ def test_litellm_stalled_stream_times_out_and_says_so(llm):
     assert "no data from the model" in info.value.message
     assert "500" not in info.value.message  # the server never answered with an error status
     assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("model", MODELS)
+def test_a_stream_cut_inside_a_line_is_the_cut_stream_error_not_a_json_error(llm, model):
+    llm.script(*[Reply(text="this reply will be cut off " * 5, cut_after=3, cut_inside=True)] * 3)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, model)
+    assert "cut off mid-stream" in info.value.message
+    assert "JSON" not in info.value.message and "Expecting" not in info.value.message
+    assert len(llm.requests) == 1
+
+
+def test_a_stream_cut_inside_its_first_line_is_retried_like_any_cut_connection(llm):
+    llm.script(Reply(text="never seen", cut_after=0, cut_inside=True), Reply(text="whole"))
+    events = stream(llm, "openai/gpt-test")
+    assert text_of(events) == "whole"
+    assert len(llm.requests) == 2
+
+
+def test_a_line_that_is_not_json_in_the_middle_of_a_stream_is_named():
+    from nanoagent.providers.openai_compat import _parse_stream
+
+    async def lines():
+        for line in ['data: {"choices": [{"index": 0, "delta": {"content": "Hi"}}]}', "", "data: {oops", "",
+                     'data: {"choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}', "data: [DONE]"]:
+            yield line
+
+    async def go():
+        return [e async for e in _parse_stream(lines())]
+
+    with pytest.raises(ProviderError) as info:
+        asyncio.run(go())
+    assert info.value.message == "the server sent a stream line that is not JSON: '{oops'"
+
+
+def test_a_cut_openai_compatible_stream_is_one_line_from_the_cli(llm, isolated_home):
+    from tests.conftest import openai_env
+    from tests.invoke import nanoagent
+
+    llm.script(Reply(text="this reply will be cut off " * 5, cut_after=3, cut_inside=True))
+    ran = nanoagent("agent", "-m", "hi", env=openai_env(llm))
+    assert ran.code == 1
+    assert ran.error_lines[-1].startswith("Error: openai/gpt-test: the stream ended before the reply was complete "
+                                          "(the reply was cut off mid-stream). Your message is kept")
+    assert "Traceback" not in ran.stderr and "JSONDecodeError" not in ran.stderr

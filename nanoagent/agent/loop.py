@@ -123,7 +123,7 @@ class AgentLoop:
             self.store.sync(session)
         if result.error is not None:
             self.store.mark_failed(session, start, result.error)
-            return TurnResult(f"Error: {result.error}{FAILED_HINT}", session.key, result, model)
+            return TurnResult(f"Error: {result.error.rstrip('.')}.{FAILED_HINT}", session.key, result, model)
         if self.consolidator is not None:  # near the budget: archive now, not at the start of the next turn
             await self.consolidator.maybe_consolidate(session, self._fixed(system), model, threshold=0.8)
         return TurnResult(result.reply, session.key, result, model)

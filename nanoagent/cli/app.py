@@ -6,16 +6,15 @@ Keep module-level imports light: `nanoagent --help` must not load a provider SDK
 from __future__ import annotations
 
 import json
-import logging
-import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 
 from nanoagent import __version__
-from nanoagent.errors import NanoagentError
+from nanoagent.cli.common import DebugOpt, WorkspaceOpt, log, setup, state, warn
+from nanoagent.errors import NanoagentError, describe_os_error
 
 if TYPE_CHECKING:
     from nanoagent.agent.loop import TurnResult
@@ -27,9 +26,6 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
 )
-
-WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
-
 
 def _register_subcommands() -> None:
     from nanoagent.cli import dream_cmd
@@ -51,44 +47,9 @@ def _version(value: bool) -> None:
 def root(
     version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
                                           help="Show the version and exit.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    debug: DebugOpt = False,
 ) -> None:
     """A personal AI agent for your terminal."""
-
-
-log = logging.getLogger("nanoagent")
-
-
-def _warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
-    log.warning(message)
-
-
-def _start_log(logs_dir: Path) -> None:
-    """Warnings and errors go to logs/nanoagent.log: never keys, never message contents."""
-    if log.handlers:
-        return
-    try:
-        logs_dir.mkdir(parents=True, exist_ok=True)
-        handler = logging.FileHandler(logs_dir / "nanoagent.log", encoding="utf-8")
-    except OSError:
-        return
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-    log.setLevel(logging.WARNING)
-    log.propagate = False
-
-
-def _setup(workspace: Path | None):
-    from nanoagent.config import load_config
-    from nanoagent.paths import Paths
-
-    paths = Paths.from_env(workspace)
-    _start_log(paths.logs_dir)
-    config, warnings = load_config(paths.config_file)
-    for warning in warnings:
-        _warn(warning)
-    return paths, config
 
 
 @app.command()
@@ -98,22 +59,23 @@ def agent(
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
     workspace: WorkspaceOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with reply, usage and tool calls.")] = False,
-    debug: Annotated[bool, typer.Option("--debug", help="Show tracebacks for errors.")] = False,
+    debug: DebugOpt = False,
 ) -> None:
     """Talk to the agent: `-m` for one message; interactive when no message is given."""
 
     if message is None:
         _interactive(model, session, workspace)
         return
+    _check_message(message)
 
     from nanoagent.agent.build import build_agent
     from nanoagent.cli.render import OneShotRenderer
     from nanoagent.cli.running import ask_terminal, run_main
 
-    paths, config = _setup(workspace)
+    paths, config = setup(workspace)
     key = session if ":" in session else f"cli:{session}"
     renderer = OneShotRenderer(quiet_reply=json_output)
-    loop = build_agent(config, paths, model=model, warn=_warn)
+    loop = build_agent(config, paths, model=model, warn=warn)
     ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
     turn = run_main(loop.handle(message, key, sink=renderer, ask=ask))
     error = turn.result.error if turn.result is not None else None
@@ -128,6 +90,19 @@ def agent(
         raise typer.Exit(1)
 
 
+def _check_message(message: str) -> None:
+    """A message the model can be sent: not blank, and text (argv that is not UTF-8 arrives as surrogates)."""
+    if not message.strip():
+        raise NanoagentError("Nothing to send: the message after -m is empty; give it some text.")
+    try:
+        message.encode("utf-8")
+    except UnicodeEncodeError as e:
+        code = ord(message[e.start])
+        byte = f" (byte 0x{code - 0xdc00:02x})" if 0xdc80 <= code <= 0xdcff else ""
+        raise NanoagentError(f"The message is not valid UTF-8{byte}; set your terminal and locale to UTF-8 "
+                             "(e.g. LANG=C.UTF-8) and send it again.") from None
+
+
 def _interactive(model: str | None, session: str, workspace: Path | None) -> None:
 
     from rich.console import Console
@@ -136,11 +111,11 @@ def _interactive(model: str | None, session: str, workspace: Path | None) -> Non
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
     from nanoagent.cli.running import run_main
 
-    paths, config = _setup(workspace)
+    paths, config = setup(workspace)
     key = session if ":" in session else f"cli:{session}"
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
     ui = TerminalUI(min(Console().width, 100) if terminal else 100, plain=not terminal)
-    loop = build_agent(config, paths, model=model, warn=_warn)
+    loop = build_agent(config, paths, model=model, warn=warn)
     if terminal:
         run_main(run_interactive(loop, key, paths.home / "history" / "cli_history", ui))
     else:
@@ -184,7 +159,7 @@ def status(workspace: WorkspaceOpt = None) -> None:
     """Show the model, provider, key presence, workspace and session paths."""
     from nanoagent.cli.setup import status_lines
 
-    paths, config = _setup(workspace)
+    paths, config = setup(workspace)
     for line in status_lines(paths, config):
         print(line)
 
@@ -204,8 +179,8 @@ def usage(
     from nanoagent.session.store import SessionStore
     from nanoagent.usage import Total, summarize
 
-    paths, _ = _setup(None)
-    store = SessionStore(paths.sessions_dir, warn=_warn)
+    paths, _ = setup(None)
+    store = SessionStore(paths.sessions_dir, warn=warn)
     keys = [session if session is None or ":" in session else f"cli:{session}"] if session else store.keys()
     records = [(key, record) for key in keys for record in store.load(key).usage]
     rows = summarize(records, days=days)
@@ -244,8 +219,8 @@ def dream(
     from nanoagent.cli.render import OneShotRenderer
     from nanoagent.memory.dream import describe
 
-    paths, config = _setup(workspace)
-    runner = build_dream(config, paths, sink=OneShotRenderer(quiet_reply=True), model=model, batch=batch, warn=_warn)
+    paths, config = setup(workspace)
+    runner = build_dream(config, paths, sink=OneShotRenderer(quiet_reply=True), model=model, batch=batch, warn=warn)
     results = asyncio.run(runner.run(all_entries=all_entries, dry_run=dry_run))
     print(describe(results, runner.history.dream_cursor))
 
@@ -262,22 +237,36 @@ def doctor(
         raise typer.Exit(1)
 
 
-def main() -> None:
-    debug = "--debug" in sys.argv or os.environ.get("NANOAGENT_DEBUG") == "1"
+def main(args: list[str] | None = None) -> None:
+    """Run the command in `args` (default: the command line). `--debug` lets tracebacks through."""
+    state.debug = False
     try:
-        app(prog_name="nanoagent")  # not `python -m nanoagent`: completion scripts name the command
+        app(args=args, prog_name="nanoagent")  # not `python -m nanoagent`: completion scripts name the command
     except NanoagentError as e:
         log.error("%s", e)
-        if debug:
+        if state.debug:
             raise
         print(f"Error: {e}", file=sys.stderr)
         sys.exit(e.exit_code)
+    except OSError as e:
+        message = describe_os_error(e)
+        if message is None:
+            _unexpected(e)
+        log.error("%s", message)
+        if state.debug:
+            raise
+        print(f"Error: {message}", file=sys.stderr)
+        sys.exit(1)
     except KeyboardInterrupt:
         print("Interrupted.", file=sys.stderr)
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the one boundary where surprises become exit codes
-        log.error("unexpected error", exc_info=True)
-        if debug:
-            raise
-        print(f"Error: {type(e).__name__}: {e} (run again with --debug for the traceback)", file=sys.stderr)
-        sys.exit(1)
+        _unexpected(e)
+
+
+def _unexpected(e: Exception) -> NoReturn:
+    log.error("unexpected error", exc_info=True)
+    if state.debug:
+        raise e
+    print(f"Error: {type(e).__name__}: {e} (run again with --debug for the traceback)", file=sys.stderr)
+    sys.exit(1)

@@ -7,7 +7,7 @@ from typing import Annotated
 
 import typer
 
-WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
+from nanoagent.cli.common import WorkspaceOpt, setup
 
 
 def register(app: typer.Typer) -> None:
@@ -16,10 +16,9 @@ def register(app: typer.Typer) -> None:
 
 
 def _memory_git(workspace: Path | None):
-    from nanoagent.cli.app import _setup
     from nanoagent.memory.gitlog import MemoryGit
 
-    paths, _ = _setup(workspace)
+    paths, _ = setup(workspace)
     return MemoryGit(paths.workspace, paths.memory_git_dir)
 
 

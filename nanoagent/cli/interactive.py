@@ -285,7 +285,9 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
         else:
             event.app.exit(exception=KeyboardInterrupt)
 
-    history_file.parent.mkdir(parents=True, exist_ok=True)
+    from nanoagent.fsutil import private_dir, private_file
+
+    private_file(private_dir(history_file.parent) / history_file.name)  # 0600: prompt_toolkit keeps the mode
     return PromptSession(
         history=FileHistory(str(history_file)),
         completer=WordCompleter([*commands, *sorted(EXIT_COMMANDS)], pattern=_SLASH_WORD, sentence=True),

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from nanoagent.cli.common import WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
 memory_app = typer.Typer(help="Search what the agent remembers.", no_args_is_help=True)
@@ -18,16 +18,15 @@ def search(
     query: Annotated[str, typer.Argument(help="Words to look for, in any language.")],
     limit: Annotated[int, typer.Option("--limit", "-n", help="Most results to show.")] = 8,
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
-    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder.")] = None,
+    workspace: WorkspaceOpt = None,
 ) -> None:
     """Search memory files, history and past conversations; best matches first, each with its source."""
-    from nanoagent.cli.app import _setup, _warn
     from nanoagent.memory.search import MemorySearch, embedding_settings
 
     if limit < 1:
         raise NanoagentError(f"--limit must be at least 1, got {limit}.")
-    paths, config = _setup(workspace)
-    searcher = MemorySearch(paths, embedding_settings(config), warn=_warn)
+    paths, config = setup(workspace)
+    searcher = MemorySearch(paths, embedding_settings(config), warn=warn)
     try:
         hits = searcher.search(query, limit)
     finally:

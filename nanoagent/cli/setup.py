@@ -7,8 +7,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from nanoagent.cli.common import open_home
 from nanoagent.config import Config, load_config, save_config
 from nanoagent.errors import ConfigError
+from nanoagent.fsutil import atomic_write, private_dir
 from nanoagent.paths import Paths
 from nanoagent.templates import seed_workspace
 
@@ -72,9 +74,9 @@ def onboard(workspace: Path | None, provider: str | None = None, model: str | No
         if problem:
             raise ConfigError(f"The API key for {provider} does not look right: {problem}.")
     paths = Paths.from_env(workspace)
-    paths.home.mkdir(parents=True, exist_ok=True)
+    open_home(paths.home)
     for folder in (paths.sessions_dir, paths.logs_dir):
-        folder.mkdir(parents=True, exist_ok=True)
+        private_dir(folder)
     config_file = paths.config_file
     if config_file.exists():
         data = _read_raw(config_file)
@@ -155,6 +157,23 @@ def migrate_renamed_keys(data: dict) -> list[str]:
     return moved
 
 
+def _check_home(home: Path, report: Any) -> None:
+    """Like every command, doctor makes an open home private (700); it also says so."""
+    import os
+
+    if not home.exists():
+        report(True, f"home {home} does not exist yet; the first command creates it")
+    elif not home.is_dir():
+        report(False, f"home {home} is a file, not a folder", "move it away, or set NANOAGENT_HOME to a folder")
+    elif not os.access(home, os.W_OK | os.X_OK):
+        report(False, f"home {home} is not writable", "make it writable, or set NANOAGENT_HOME to a folder you can write")
+    elif (mode := home.stat().st_mode & 0o777) & 0o077:
+        open_home(home)
+        report(True, f"home {home} was open to other users (mode {mode:o}); made it private (700)")
+    else:
+        report(True, f"home {home} is private")
+
+
 def run_doctor(workspace: Path | None, fix: bool) -> bool:
     import os
     import shutil
@@ -173,6 +192,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
         problems += not ok
         print(("ok    " if ok else "FIX   ") + text + (f"\n      -> {fix_hint}" if fix_hint and not ok else ""))
 
+    _check_home(paths.home, report)
     config = None
     if not paths.config_file.exists():
         report(True, f"no config file at {paths.config_file}; using defaults and environment variables")
@@ -189,8 +209,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
         if renamed and fix:
             data = _read_raw(paths.config_file)
             backup = paths.config_file.with_suffix(".json.bak")
-            backup.write_bytes(paths.config_file.read_bytes())
-            os.chmod(backup, 0o600)
+            atomic_write(backup, paths.config_file.read_bytes(), mode=0o600)
             moved = migrate_renamed_keys(data)
             save_config(paths.config_file, data)
             report(True, f"migrated {', '.join(moved)} (backup in {backup.name})")

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
+from nanoagent.cli.common import WorkspaceOpt
 from nanoagent.errors import NanoagentError
 
 skills_app = typer.Typer(help="List and validate skills.", no_args_is_help=True)
@@ -14,7 +14,7 @@ skills_app = typer.Typer(help="List and validate skills.", no_args_is_help=True)
 
 @skills_app.command("list")
 def list_skills(
-    workspace: Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder.")] = None,
+    workspace: WorkspaceOpt = None,
 ) -> None:
     """Show every skill with its source and whether it can be used here."""
     from rich.table import Table

@@ -36,9 +36,8 @@ def to_camel(name: str) -> str:
     return head + "".join(p.title() for p in rest)
 
 
-def load_config(path: Path, env: dict[str, str] | None = None) -> tuple[Config, list[str]]:
+def load_config(path: Path, env: typing.Mapping[str, str] | None = None) -> tuple[Config, list[str]]:
     """Return (config, warnings). Precedence: environment > file > defaults (flags are applied by the CLI)."""
-    env = os.environ if env is None else env
     warnings: list[str] = []
     data: dict[str, Any] = {}
     if path.exists():
@@ -57,7 +56,7 @@ def load_config(path: Path, env: dict[str, str] | None = None) -> tuple[Config, 
         if not isinstance(data, dict):
             raise ConfigError(f"{path} must hold a JSON object at the top level; fix it or run `nanoagent onboard`.")
     config = _build(Config, data, "", path, warnings)
-    _apply_env(config, env)
+    _apply_env(config, os.environ if env is None else env)
     return config, warnings
 
 
@@ -65,7 +64,8 @@ def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: `{prefix.rstrip('.') or 'top level'}` must be an object; fix or delete it.")
     hints = typing.get_type_hints(cls)
-    names = {f.name for f in dataclasses.fields(cls)}
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    names = fields.keys()
     kwargs: dict[str, Any] = {}
     for raw_key, value in data.items():
         key = to_snake(raw_key)
@@ -81,7 +81,16 @@ def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -
             warnings.append(f"{path}: unknown key `{prefix}{raw_key}` ignored.")
             continue
         kwargs[key] = _convert(hints[key], value, dotted, path, warnings)
+        if "range" in fields[key].metadata and value is not None:
+            _check_range(value, fields[key].metadata["range"], dotted, path)  # as written: 0, not 0.0
     return cls(**kwargs)
+
+
+def _check_range(value: float, bounds: tuple[float, float], dotted: str, path: Path) -> None:
+    low, high = bounds
+    if not low <= value <= high:  # NaN too
+        raise ConfigError(f"{path}: `{_camel_path(dotted)}` must be from {low} to {high}, got "
+                          f"{json.dumps(value)[:40]}; fix the value or delete the key.")
 
 
 def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) -> Any:
@@ -91,7 +100,7 @@ def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) 
         if value is None:
             return None
         return _convert(args[0], value, dotted, path, warnings)
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, dotted + ".", path, warnings)
     if origin is list:
         (item,) = typing.get_args(tp)
@@ -122,10 +131,14 @@ def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) 
     raise AssertionError(f"unsupported config type {tp!r}")
 
 
+def _camel_path(dotted: str) -> str:
+    return ".".join(to_camel(p) for p in dotted.split("."))
+
+
 def _type_error(dotted: str, expected: str, value: Any, path: Path) -> typing.NoReturn:
-    camel = ".".join(to_camel(p) for p in dotted.split("."))
     raise ConfigError(
-        f"{path}: `{camel}` must be {expected}, got {json.dumps(value)[:40]}; fix the value or delete the key."
+        f"{path}: `{_camel_path(dotted)}` must be {expected}, got {json.dumps(value)[:40]}; fix the value or delete "
+        "the key."
     )
 
 
@@ -152,19 +165,6 @@ def _apply_env(config: Config, env: typing.Mapping[str, str]) -> None:
                 pc.api_key = key
             if base:
                 pc.api_base = base
-
-
-def config_to_dict(config: Config) -> dict[str, Any]:
-    def walk(obj: Any) -> Any:
-        if dataclasses.is_dataclass(obj):
-            return {to_camel(f.name): walk(getattr(obj, f.name)) for f in dataclasses.fields(obj)}
-        if isinstance(obj, dict):
-            return {k: walk(v) for k, v in obj.items()}
-        if isinstance(obj, list):
-            return [walk(v) for v in obj]
-        return obj
-
-    return walk(config)
 
 
 def save_config(path: Path, data: dict[str, Any]) -> None:

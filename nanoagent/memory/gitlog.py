@@ -297,7 +297,7 @@ class MemoryGit:
         try:
             status, out, err = git.Git(self.git_dir).execute(
                 command, with_extended_output=True, with_exceptions=False, stdout_as_string=False,
-                strip_newline_in_stdout=False, env=self._env())
+                strip_newline_in_stdout=False, env=self._env(), umask=0o077)  # the git dir stays private
         except git.exc.GitCommandNotFound:
             raise NanoagentError(INSTALL_GIT) from None
         return status, out or b"", err.decode(errors="replace") if isinstance(err, bytes) else (err or "")

@@ -5,6 +5,13 @@
 `memory/.cursor` holds the last cursor written and `memory/.dream_cursor` the last
 cursor Dream has processed, each a plain integer. Allocating a cursor and appending
 happen under one exclusive lock, so two processes never write the same cursor.
+
+Each line carries its own cursor, so history.jsonl is the truth: a cursor file that is
+not a whole number, or is past the last line's cursor, is read (with a warning naming it)
+as the last cursor in history.jsonl, or as 0 for a `.dream_cursor` that is not a number.
+A `.dream_cursor` past the end is also rewritten, or every later entry would stay behind it.
+Cursors stay within SQLite's integers (the search index stores them); a line with a cursor
+outside 0..MAX_CURSOR is corrupt.
 """
 
 from __future__ import annotations
@@ -16,7 +23,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from nanoagent.fsutil import atomic_write, cut_torn_tail, file_lock, write_all
+from nanoagent.fsutil import append_lines, atomic_write, file_lock
+
+MAX_CURSOR = 2**63 - 1  # SQLite's largest integer
 
 
 @dataclass(frozen=True)
@@ -34,6 +43,7 @@ class HistoryLog:
         self.warn = warn
         self._entries: list[HistoryEntry] = []
         self._offset = 0  # bytes of the file already parsed into _entries
+        self._warned: set[str] = set()  # each bad cursor file is reported once per HistoryLog
 
     @property
     def path(self) -> Path:
@@ -41,19 +51,12 @@ class HistoryLog:
 
     def append(self, session: str, content: str, raw: bool = False, now: datetime | None = None) -> HistoryEntry:
         with file_lock(self.dir / ".history.lock"):  # cursor allocation and append are one step
-            cursor = max(self._read_int(".cursor"), self._last_cursor_on_disk()) + 1
+            cursor = self.cursor + 1
             stamp = (now or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M")
             entry = HistoryEntry(cursor, stamp, session, content, raw)
             line = json.dumps({"cursor": cursor, "timestamp": stamp, "session": session, "content": content,
                                "raw": raw}, ensure_ascii=False).encode("utf-8") + b"\n"
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                end = cut_torn_tail(fd)
-                os.lseek(fd, end, os.SEEK_SET)
-                write_all(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            append_lines(self.path, line, sync=True)
             atomic_write(self.dir / ".cursor", f"{cursor}\n")
             return entry
 
@@ -103,22 +106,60 @@ class HistoryLog:
         newest = next(self.newest_first(), None)
         return newest.cursor if newest else 0
 
-    def _read_int(self, name: str) -> int:
+    def _read_cursor(self, name: str, last: int) -> int | str | None:
+        """The cursor in memory/`name` if it is a whole number from 0 to `last`; None when the file is missing;
+        otherwise (a bad cursor) the text it holds, shortened."""
         try:
-            return int((self.dir / name).read_text().strip() or 0)
-        except (FileNotFoundError, ValueError):
-            return 0
+            text = (self.dir / name).read_text(encoding="utf-8", errors="replace").strip()
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            return f"unreadable: {e.strerror}"
+        if text.isascii() and text.isdigit() and int(text) <= last:
+            return int(text)
+        return text[:40]
+
+    def _recovered(self, name: str, bad: str, last: int, used: int, consequence: str) -> int:
+        message = (f"{self.dir / name} holds {bad!r}, not a cursor from 0 to {last} (the last in {self.path.name}); "
+                   f"using {used}{consequence}")
+        if message not in self._warned:
+            self._warned.add(message)
+            self.warn(message)
+        return used
 
     @property
     def cursor(self) -> int:
-        return max(self._read_int(".cursor"), self._last_cursor_on_disk())
+        """The last cursor written: that of the last line in history.jsonl (`.cursor` only echoes it)."""
+        last = self._last_cursor_on_disk()
+        found = self._read_cursor(".cursor", last)
+        if isinstance(found, str):
+            return self._recovered(".cursor", found, last, last, "; the next entry rewrites it")
+        return last
 
     @property
     def dream_cursor(self) -> int:
-        return self._read_int(".dream_cursor")
+        last = self._last_cursor_on_disk()
+        found = self._read_cursor(".dream_cursor", last)
+        if found is None or isinstance(found, int):
+            return found or 0
+        if found.isascii() and found.isdigit():  # past the end: left there, every later entry would stay behind it
+            self._clamp_dream_cursor()
+            return self._recovered(".dream_cursor", found, last, last, " and wrote that there, so Dream takes the "
+                                   "entries after it")
+        return self._recovered(".dream_cursor", found, last, 0, ", so Dream reads all of history again; write the "
+                               "last cursor Dream processed into the file to skip that")
+
+    def _clamp_dream_cursor(self) -> None:
+        """Write the last cursor into a `.dream_cursor` that is past it, unless the file changed meanwhile."""
+        with file_lock(self.dir / ".history.lock"):  # set_dream_cursor takes it too: a Dream run's value stays
+            last = self._last_cursor_on_disk()
+            found = self._read_cursor(".dream_cursor", last)
+            if isinstance(found, str) and found.isascii() and found.isdigit():
+                atomic_write(self.dir / ".dream_cursor", f"{last}\n")
 
     def set_dream_cursor(self, cursor: int) -> None:
-        atomic_write(self.dir / ".dream_cursor", f"{cursor}\n")
+        with file_lock(self.dir / ".history.lock"):
+            atomic_write(self.dir / ".dream_cursor", f"{cursor}\n")
 
 
 def read_entries(path: Path, offset: int = 0,
@@ -152,9 +193,10 @@ def _parse(line: bytes) -> HistoryEntry | None:
         return None
     try:
         d = json.loads(line)
-        if not isinstance(d["content"], str):
+        cursor = int(d["cursor"])
+        if not isinstance(d["content"], str) or not 0 <= cursor <= MAX_CURSOR:
             return None
-        return HistoryEntry(int(d["cursor"]), str(d.get("timestamp", "")), str(d.get("session", "")),
+        return HistoryEntry(cursor, str(d.get("timestamp", "")), str(d.get("session", "")),
                             d["content"], bool(d.get("raw", False)))
-    except (ValueError, KeyError, TypeError, AttributeError):
+    except (ValueError, KeyError, TypeError, AttributeError, OverflowError):  # OverflowError: int(Infinity)
         return None

@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import private_dir, private_file
 from nanoagent.memory.embeddings import (
     EMBED_BATCH,
     EMBED_CHARS,
@@ -245,6 +246,10 @@ class MemorySearch:
             if not getattr(e, "sqlite_errorname", "").startswith(_UNUSABLE):
                 raise  # e.g. busy: another process holds it; nothing to remove
             raise self._unusable(e) from e
+        except OSError as e:
+            if not str(e.filename or "").startswith(str(self.paths.index_dir)):
+                raise
+            raise self._unusable(e) from e
 
     def _unusable(self, error: BaseException) -> SearchIndexError:
         path, folder = self.index_path, self.paths.index_dir
@@ -261,10 +266,7 @@ class MemorySearch:
     def _connection(self) -> sqlite3.Connection:
         if self._db is None:
             path = self.index_path
-            try:
-                path.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as e:
-                raise self._unusable(e) from e
+            private_dir(path.parent)
             try:
                 self._db = _open(str(path))
             except _StaleIndex:
@@ -329,7 +331,8 @@ class MemorySearch:
             return
         stats.sources += 1
         row = row or _Source()
-        entries, offset = read_entries(path, row.offset)  # HistoryLog, the file's owner, warns about bad lines
+        # HistoryLog, the file's owner, warns about bad lines; read_entries drops any whose cursor SQLite cannot hold
+        entries, offset = read_entries(path, row.offset)
         entries = [e for e in entries if e.cursor > row.position]
         docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
                 for e in entries if isinstance(e.content, str) and e.content.strip()]
@@ -435,6 +438,7 @@ class MemorySearch:
 
 
 def _open(path: str) -> sqlite3.Connection:
+    private_file(Path(path))  # SQLite gives the -wal, -shm and -journal files the mode of this one
     db = sqlite3.connect(path, timeout=10.0, isolation_level=None, check_same_thread=False)
     try:
         version = db.execute("PRAGMA user_version").fetchone()[0]

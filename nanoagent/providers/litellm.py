@@ -14,20 +14,10 @@ from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
     ProviderEvent,
-    StreamEnd,
-    TextDelta,
-    ToolCallReady,
-    UsageReport,
     classify_status,
     parse_retry_after,
 )
-from nanoagent.providers.openai_format import (
-    FINISH_REASONS,
-    ToolCallAccumulator,
-    to_openai_messages,
-    to_openai_tools,
-    usage_from_openai,
-)
+from nanoagent.providers.openai_format import ChunkReader, stream_cut, to_openai_messages, to_openai_tools
 
 
 def _import_litellm() -> Any:
@@ -102,26 +92,14 @@ def _classify(e: Exception, idle_timeout: float) -> ProviderError:
 
 
 async def _translate(stream: Any) -> AsyncIterator[ProviderEvent]:
-    calls = ToolCallAccumulator()
-    finish = None
-    usage = None
+    reader = ChunkReader()
     async for chunk in stream:
-        if getattr(chunk, "usage", None):
-            usage = usage_from_openai(chunk.usage)
-        for choice in chunk.choices or ():
-            delta = choice.delta
-            if getattr(delta, "content", None):
-                yield TextDelta(delta.content)
-            for tc in getattr(delta, "tool_calls", None) or ():
-                fn = tc.function
-                calls.add(tc.index or 0, tc.id, getattr(fn, "name", None), getattr(fn, "arguments", None))
-            finish = choice.finish_reason or finish
+        for event in reader.read(chunk):
+            yield event
     # when the connection closes early litellm makes up a final "stop"; its own record says none was sent
+    finish = reader.finish
     sent = getattr(stream, "received_finish_reason", finish) or getattr(stream, "intermittent_finish_reason", None)
     if finish is None or sent is None:
-        raise ProviderError("the stream ended before the reply was complete", retryable=True)
-    for call in calls.calls():
-        yield ToolCallReady(call)
-    if usage is not None:
-        yield UsageReport(usage)
-    yield StreamEnd(FINISH_REASONS.get(finish, finish))
+        raise stream_cut()
+    for event in reader.end():
+        yield event

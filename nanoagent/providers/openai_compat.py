@@ -16,20 +16,10 @@ from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
     ProviderEvent,
-    StreamEnd,
-    TextDelta,
-    ToolCallReady,
-    UsageReport,
     classify_status,
     parse_retry_after,
 )
-from nanoagent.providers.openai_format import (
-    FINISH_REASONS,
-    ToolCallAccumulator,
-    to_openai_messages,
-    to_openai_tools,
-    usage_from_openai,
-)
+from nanoagent.providers.openai_format import ChunkReader, stream_cut, to_openai_messages, to_openai_tools
 
 
 class OpenAICompatProvider:
@@ -92,34 +82,28 @@ def _status_error(status: int, text: str, headers: Any) -> ProviderError:
 
 
 async def _parse_stream(lines: AsyncIterator[str]) -> AsyncIterator[ProviderEvent]:
-    calls = ToolCallAccumulator()
-    finish = None
-    usage = None
+    reader = ChunkReader()
     done = False
+    broken = None  # a data line that is not JSON: a cut when it is the last one, garbage when more follow
     async for line in lines:
         if not line.startswith("data:"):
             continue
+        if broken is not None:
+            raise ProviderError(f"the server sent a stream line that is not JSON: {broken[:80]!r}")
         data = line[5:].strip()
         if data == "[DONE]":
             done = True
             break
-        chunk = json.loads(data)
-        if chunk.get("error"):
+        try:
+            chunk = json.loads(data)
+        except ValueError:
+            broken = data
+            continue
+        if isinstance(chunk, dict) and chunk.get("error"):
             raise _status_error(500, json.dumps(chunk), None)
-        if chunk.get("usage"):
-            usage = usage_from_openai(chunk["usage"])
-        for choice in chunk.get("choices") or ():
-            delta = choice.get("delta") or {}
-            if delta.get("content"):
-                yield TextDelta(delta["content"])
-            for tc in delta.get("tool_calls") or ():
-                fn = tc.get("function") or {}
-                calls.add(tc.get("index", 0), tc.get("id"), fn.get("name"), fn.get("arguments"))
-            finish = choice.get("finish_reason") or finish
-    if not done and finish is None:
-        raise ProviderError("the stream ended before the reply was complete", retryable=True)
-    for call in calls.calls():
-        yield ToolCallReady(call)
-    if usage is not None:
-        yield UsageReport(usage)
-    yield StreamEnd(FINISH_REASONS.get(finish or "stop", finish or "end_turn"))
+        for event in reader.read(chunk):
+            yield event
+    if broken is not None or (not done and reader.finish is None):
+        raise stream_cut()
+    for event in reader.end():
+        yield event

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
 from nanoagent.messages import calls_of, is_assistant, is_tool
-from nanoagent.providers.base import ChatRequest, ToolCall
+from nanoagent.providers.base import (
+    ChatRequest,
+    ProviderError,
+    ProviderEvent,
+    StreamEnd,
+    TextDelta,
+    ToolCall,
+    ToolCallReady,
+    UsageReport,
+)
 from nanoagent.usage import Usage
 
 FINISH_REASONS = {"stop": "end_turn", "tool_calls": "tool_use", "length": "max_tokens", "function_call": "tool_use"}
@@ -76,3 +86,43 @@ class ToolCallAccumulator:
             ToolCall(p["id"] or f"call_{i}", p["name"], p["arguments"] or "{}")
             for i, p in sorted(self.parts.items())
         ]
+
+
+def _get(obj: Any, name: str) -> Any:
+    return obj.get(name) if isinstance(obj, dict) else getattr(obj, name, None)
+
+
+@dataclass
+class ChunkReader:
+    """Reads a Chat Completions stream chunk by chunk: JSON objects (httpx) or litellm's objects with the same fields.
+
+    `read` yields the text as it comes; `end` yields the tool calls, the usage and the stop reason once the
+    stream is known to be complete (each provider decides that from its transport)."""
+
+    calls: ToolCallAccumulator = field(default_factory=ToolCallAccumulator)
+    finish: str | None = None
+    usage: Usage | None = None
+
+    def read(self, chunk: Any) -> Iterator[ProviderEvent]:
+        if _get(chunk, "usage"):
+            self.usage = usage_from_openai(_get(chunk, "usage"))
+        for choice in _get(chunk, "choices") or ():
+            delta = _get(choice, "delta") or {}
+            if _get(delta, "content"):
+                yield TextDelta(_get(delta, "content"))
+            for tc in _get(delta, "tool_calls") or ():
+                fn = _get(tc, "function") or {}
+                self.calls.add(_get(tc, "index") or 0, _get(tc, "id"), _get(fn, "name"), _get(fn, "arguments"))
+            self.finish = _get(choice, "finish_reason") or self.finish
+
+    def end(self) -> Iterator[ProviderEvent]:
+        for call in self.calls.calls():
+            yield ToolCallReady(call)
+        if self.usage is not None:
+            yield UsageReport(self.usage)
+        yield StreamEnd(FINISH_REASONS.get(self.finish or "stop", self.finish or "end_turn"))
+
+
+def stream_cut() -> ProviderError:
+    """The connection closed before the reply was complete (retry.py adds whether output had streamed)."""
+    return ProviderError("the stream ended before the reply was complete", retryable=True)

@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import async_file_lock, cut_torn_tail, file_lock, fsync_dir, write_all
+from nanoagent.fsutil import append_lines, async_file_lock, file_lock, fsync_dir
 from nanoagent.messages import Message, checked_message
-from nanoagent.paths import safe_key
+from nanoagent.paths import session_file
 from nanoagent.usage import UsageRecord
 
 FORMAT_VERSION = 1
@@ -74,7 +74,7 @@ class SessionStore:
         self.warn = warn or (lambda message: None)
 
     def path_for(self, key: str) -> Path:
-        return self.directory / f"{safe_key(key)}.jsonl"
+        return session_file(self.directory, key)
 
     def load(self, key: str) -> Session:
         session = Session(key=key, path=self.path_for(key))
@@ -165,22 +165,13 @@ class SessionStore:
 
     def append(self, session: Session, records: list[dict[str, Any]], sync: bool = False) -> None:
         """Append records as whole lines. Call while holding `lock(session)`."""
-        session.path.parent.mkdir(parents=True, exist_ok=True)
         new_file = not session.path.exists()
         if new_file:
             created = datetime.now(UTC).isoformat(timespec="seconds")
             header = {"type": "header", "version": FORMAT_VERSION, "key": session.key, "created": created}
             records = [header, *records]
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
-        fd = os.open(session.path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            end = cut_torn_tail(fd)
-            os.lseek(fd, end, os.SEEK_SET)
-            write_all(fd, payload)
-            if sync:
-                os.fsync(fd)
-        finally:
-            os.close(fd)
+        end = append_lines(session.path, payload, sync)
         if new_file:
             fsync_dir(session.path.parent)
         if end != session.size:  # someone else wrote since we last read; pick it up

@@ -1,0 +1,120 @@
+"""What every command shares: opening the home (config, log, warnings), the `-w` option and `--debug`.
+
+Commands import from here, never from `app.py`, which imports them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanoagent.errors import NanoagentError
+
+log = logging.getLogger("nanoagent")
+log.addHandler(logging.NullHandler())  # until start_log: never logging's last-resort print to stderr
+log.propagate = False
+log.setLevel(logging.WARNING)
+
+WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
+
+
+@dataclass
+class _State:
+    debug: bool = False  # tracebacks instead of one-line errors; read by app.main
+
+
+state = _State()
+
+
+def _want_debug(value: bool) -> None:
+    if value:
+        state.debug = True
+
+
+# `nanoagent --debug CMD` and `nanoagent agent --debug` both land here (and NANOAGENT_DEBUG=1).
+DebugOpt = Annotated[bool, typer.Option("--debug", envvar="NANOAGENT_DEBUG", callback=_want_debug,
+                                        expose_value=False, help="Show tracebacks for errors.")]
+
+
+def warn(message: str) -> None:
+    print(f"warning: {message}", file=sys.stderr)
+    log.warning(message)
+
+
+def start_log(logs_dir: Path) -> None:
+    """Warnings and errors go to logs/nanoagent.log (0600): never keys, never message contents.
+    When the log cannot be opened, nothing is logged (and nothing reaches the terminal through logging)."""
+    from nanoagent.fsutil import private_dir, private_file
+
+    path = logs_dir / "nanoagent.log"
+    for old in [h for h in log.handlers if isinstance(h, _LogFile)]:
+        if old.baseFilename == str(path.absolute()):
+            return
+        log.removeHandler(old)  # another home in this process (tests run many)
+        old.close()
+    try:
+        private_dir(logs_dir)
+        handler = _LogFile(private_file(path), encoding="utf-8")
+    except OSError:
+        return
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+    log.addHandler(handler)
+
+
+class _LogFile(logging.FileHandler):
+    def handleError(self, record: logging.LogRecord) -> None:
+        """A log that cannot be written (a full disk) is skipped: the error that matters reaches the terminal."""
+
+
+def setup(workspace: Path | None):
+    """The paths and config every command starts from; the home is checked and made private first."""
+    from nanoagent.config import load_config
+    from nanoagent.paths import Paths
+
+    paths = Paths.from_env(workspace)
+    open_home(paths.home)
+    start_log(paths.logs_dir)
+    if paths.workspace.exists() and not paths.workspace.is_dir():
+        fix = "pass a folder with -w (a missing one is created)" if workspace else "move that file away"
+        raise NanoagentError(f"The workspace {paths.workspace} is a file, not a folder: {fix}.")
+    config, warnings = load_config(paths.config_file)
+    for warning in warnings:
+        warn(warning)
+    return paths, config
+
+
+def open_home(home: Path) -> None:
+    """Create the home (0700), or check that it is a folder nanoagent can write. The home is nanoagent's own: one
+    open to other users (made by an older version, or under a loose umask) is made private."""
+    from nanoagent.fsutil import private_dir
+
+    where = f"NANOAGENT_HOME {home}" if os.environ.get("NANOAGENT_HOME") else f"The home folder {home}"
+    if home.exists() and not home.is_dir():
+        raise NanoagentError(f"{where} is a file, not a folder: move the file away, or set NANOAGENT_HOME to a folder.")
+    try:
+        private_dir(home)
+    except OSError as e:
+        raise NanoagentError(f"Cannot create {where} ({e.strerror}): create it yourself, or set NANOAGENT_HOME "
+                             "to a folder you can write.") from e
+    if not os.access(home, os.W_OK | os.X_OK):
+        reason = "on a read-only file system" if _read_only_fs(home) else "not writable for you"
+        raise NanoagentError(f"{where} is {reason}: make it writable, or set NANOAGENT_HOME to a folder you can "
+                             "write.")
+    if home.stat().st_mode & 0o077:
+        try:
+            os.chmod(home, 0o700)
+        except OSError:  # owned by someone else: theirs to change
+            pass
+
+
+def _read_only_fs(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
