@@ -11,7 +11,7 @@ from nanoagent.agent.loop import AgentLoop, ModelChoice
 from nanoagent.config.schema import Config
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
-from nanoagent.memory.gitlog import MemoryGit
+from nanoagent.memory.gitlog import MemoryGit, agent_edits
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.memory.search_tool import memory_search_tool
@@ -51,8 +51,9 @@ def build_agent(
     history = HistoryLog(paths.memory_dir, warn=warn)
     store = SessionStore(paths.sessions_dir, warn=warn)
     providers = Providers(provider_for)
+    memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
     tools = ToolRegistry([
-        *file_tools(),
+        *file_tools(agent_edits(memory_git, warn)),
         exec_tool(tools_config.exec.timeout, tools_config.max_result_chars),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
     ])
@@ -62,7 +63,7 @@ def build_agent(
     consolidator = Consolidator(history, store, config.defaults, providers.complete)
     commands = Commands(
         store=store, models=models, providers=providers, context=context, settings=config.defaults, skills=skills,
-        consolidator=consolidator, memory_git=MemoryGit(paths.workspace, paths.memory_git_dir),
+        consolidator=consolidator, memory_git=memory_git,
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     return AgentLoop(
