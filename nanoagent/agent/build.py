@@ -18,7 +18,7 @@ from nanoagent.memory.search_tool import memory_search_tool
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider, Providers
 from nanoagent.session.store import SessionStore
-from nanoagent.skills import SkillsLoader
+from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.shell import exec_tool
@@ -46,7 +46,7 @@ def build_agent(
         def provider_for(name: str) -> Provider:
             return provider
     seed_workspace(paths.workspace)
-    skills = SkillsLoader(paths.workspace / "skills", warn=warn)
+    skills = SkillsLoader(paths.workspace / "skills", warn=warn, trust=SkillTrust(paths.trusted_skills_file, warn))
     tools_config = config.tools
     history = HistoryLog(paths.memory_dir, warn=warn)
     store = SessionStore(paths.sessions_dir, warn=warn)
