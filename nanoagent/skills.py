@@ -255,8 +255,9 @@ class SkillsLoader:
         for s in skills:
             state = "" if s.available else f" (unavailable: {'; '.join(s.missing)})"
             if s.always and s.available and not self.loads_always(s):
-                why = "it changed since" if self.trust_state(s) is Trust.CHANGED else "the user has not"
-                state = f" (marked always, but not loaded automatically: {why} trusted it)"
+                why = ("it changed since the user trusted it" if self.trust_state(s) is Trust.CHANGED
+                       else "the user has not trusted it")
+                state = f" (marked always, but not loaded automatically: {why})"
             lines.append(f"- **{s.name}**: {s.description} `{s.path}`{state}")
         for s in skills:
             if self.loads_always(s):
