@@ -200,9 +200,9 @@ def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
         if old_text == new_text:
             raise ToolError("old_text and new_text are identical: a no-op edit. Send the change you mean to make.")
         target = resolve_path(ctx, path)
+        _check_file(ctx, path, target, writing=True)
         if not target.is_file():
             raise ToolError(f"File '{path}' does not exist; create it with write_file.")
-        _check_file(ctx, path, target, writing=True)
         text = target.read_text(encoding="utf-8")
         count = text.count(old_text) if old_text else 0
         if count == 0:
