@@ -8,9 +8,14 @@ This module sits at the bottom: it imports nothing of nanoagent.
 from __future__ import annotations
 
 import json
+import re
 from typing import Any, Literal, NotRequired, TypedDict, TypeGuard
 
 RUNTIME_OPEN, RUNTIME_CLOSE = "<runtime_context>", "</runtime_context>"
+UNTRUSTED_CLOSE = "</untrusted_data>"
+# The envelope's tag as a model might read it: any case, spaces or a slash after "<", "_", "-" or space inside.
+_UNTRUSTED_TAG = re.compile(r"<(?=\s*/?\s*untrusted[\s_-]*data)", re.IGNORECASE)
+_ENVELOPE = re.compile(r'<untrusted_data source="[^"]*">\n(.*)\n</untrusted_data>', re.DOTALL)
 
 
 class ToolCallData(TypedDict):
@@ -144,6 +149,26 @@ def truncate(text: str, limit: int) -> str:
     tail = limit - head
     omitted = len(text) - head - tail
     return f"{text[:head]}\n\n[... {omitted:,} characters omitted ...]\n\n{text[-tail:]}"
+
+
+def escape_untrusted(text: str) -> str:
+    """Text that cannot open or close an untrusted-data envelope: each `<` that starts the tag in any spelling
+    becomes `&lt;`, so `</untrusted_data>` reads as `&lt;/untrusted_data>`, plain to a model and inert."""
+    return _UNTRUSTED_TAG.sub("&lt;", text)
+
+
+def wrap_untrusted(source: str, text: str) -> str:
+    """`text` marked as data from `source` (a tool, a file), not instructions, in an envelope it cannot close."""
+    name = " ".join(source.split())
+    for raw, entity in (("&", "&amp;"), ('"', "&quot;"), ("<", "&lt;"), (">", "&gt;")):
+        name = name.replace(raw, entity)
+    return f'<untrusted_data source="{name}">\n{escape_untrusted(text)}\n{UNTRUSTED_CLOSE}'
+
+
+def unwrap_untrusted(text: str) -> str:
+    """The text inside one whole envelope made by `wrap_untrusted` (still escaped); other text as it is."""
+    match = _ENVELOPE.fullmatch(text)
+    return match.group(1) if match else text
 
 
 def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:

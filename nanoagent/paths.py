@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import posixpath
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,12 +15,23 @@ SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
 
 
 # Files nanoagent alone writes: the agent's tools and commands may read them, never change them.
-PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor")
+# history.jsonl only grows; the cursors and locks belong to the Consolidator and Dream. is_protected also
+# covers every other dot-file in memory/ (temporary files of atomic writes, later bookkeeping).
+PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_cursor", "memory/.history.lock",
+                   "memory/.dream.lock")
 
 
 def is_memory_file(relpath: str) -> bool:
     """True for a workspace-relative path of long-term memory: MEMORY_FILES or a skill's SKILL.md."""
     return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None
+
+
+def is_protected(relpath: str) -> bool:
+    """True for a workspace-relative path nanoagent keeps for itself: PROTECTED_FILES or any dot-file in memory/.
+    Compared without case, so a case-insensitive file system cannot give another name to the same file."""
+    folded = posixpath.normpath(relpath.replace(os.sep, "/")).casefold()
+    folder, _, name = folded.rpartition("/")
+    return folded in PROTECTED_FILES or (folder == "memory" and name.startswith("."))
 
 
 @dataclass(frozen=True)
@@ -48,6 +60,11 @@ class Paths:
     @property
     def memory_dir(self) -> Path:
         return self.workspace / "memory"
+
+    @property
+    def trusted_skills_file(self) -> Path:
+        """The skills the user allows to load into every prompt; outside the workspace, out of the agent's reach."""
+        return self.home / "trusted-skills.json"
 
     @property
     def index_dir(self) -> Path:

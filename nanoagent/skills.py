@@ -5,19 +5,28 @@ The frontmatter is the one AgentSkills, Claude Code and OpenClaw use:
 (also accepted under `metadata.<vendor>.requires` for openclaw, clawdis, clawdbot and nanobot,
 with OpenClaw's `anyBins`: at least one of them on PATH).
 The system prompt lists every skill (name, description, path); `always` skills
-are included in full; the model reads the others when it needs them.
+are included in full when they are built in or the user trusts them (`SkillTrust`:
+the SKILL.md's sha256, so a changed file needs trusting again); the model reads the
+others when it needs them.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
 import os
 import shutil
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.resources import skills_dir
+
+TRUST_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,7 @@ class Skill:
     body: str
     always: bool = False
     missing: tuple[str, ...] = field(default_factory=tuple)  # unmet requirements
+    digest: str = ""  # sha256 of the SKILL.md as read
 
     @property
     def available(self) -> bool:
@@ -40,10 +50,12 @@ class SkillError(ValueError):
 
 
 def parse_skill(path: Path, source: str) -> Skill:
-    return parse_skill_text(path.read_text(encoding="utf-8"), path, source)
+    data = path.read_bytes()
+    text = data.decode("utf-8").replace("\r\n", "\n").replace("\r", "\n")
+    return parse_skill_text(text, path, source, hashlib.sha256(data).hexdigest())
 
 
-def parse_skill_text(text: str, path: Path, source: str) -> Skill:
+def parse_skill_text(text: str, path: Path, source: str, digest: str = "") -> Skill:
     if not text.startswith("---"):
         raise SkillError("no YAML frontmatter (the file must start with a line '---')")
     end = text.find("\n---", 3)
@@ -64,7 +76,7 @@ def parse_skill_text(text: str, path: Path, source: str) -> Skill:
         raise SkillError("frontmatter has no `description`")
     body = text[end + 4:].lstrip("\n")
     return Skill(name=name.strip(), description=" ".join(description.split()), path=path, source=source,
-                 body=body, always=_truthy(meta.get("always", False)), missing=_missing(meta))
+                 body=body, always=_truthy(meta.get("always", False)), missing=_missing(meta), digest=digest)
 
 
 def _truthy(value: Any) -> bool:
@@ -96,12 +108,98 @@ def _as_list(value: Any) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
+class Trust(StrEnum):
+    BUILTIN = "builtin"
+    TRUSTED = "trusted"
+    UNTRUSTED = "untrusted"
+    CHANGED = "changed since trusted"
+
+
+class SkillTrust:
+    """The workspace skills the user lets load whole into every prompt (`always: true`).
+
+    One JSON file outside the workspace (`$NANOAGENT_HOME/trusted-skills.json`, 0600), mapping each trusted
+    SKILL.md's real path to the sha256 of its bytes: an edited file is untrusted again. The reader is tolerant:
+    a missing, damaged or unknown file trusts nothing (with a warning), which is the safe side.
+        {"version": 1, "skills": {"/abs/ws/skills/x/SKILL.md": {"name": "x", "sha256": "...", "trusted": "..."}}}
+    """
+
+    def __init__(self, path: Path, warn: Callable[[str], None] = lambda message: None):
+        self.path = path
+        self.warn = warn
+        self._cache: tuple[tuple[int, int, int], dict[str, dict[str, Any]]] | None = None  # by (inode, size, mtime)
+
+    def state(self, skill: Skill) -> Trust:
+        if skill.source == "builtin":
+            return Trust.BUILTIN
+        entry = self._read().get(_key(skill.path))
+        if entry is None:
+            return Trust.UNTRUSTED
+        return Trust.TRUSTED if entry.get("sha256") == skill.digest and skill.digest else Trust.CHANGED
+
+    def trust(self, skill: Skill) -> None:
+        with file_lock(self.path.with_name(".trusted-skills.lock")):
+            entries = self._read()
+            entries[_key(skill.path)] = {"name": skill.name, "sha256": skill.digest,
+                                         "trusted": datetime.now(UTC).isoformat(timespec="seconds")}
+            self._write(entries)
+
+    def untrust(self, skill: Skill) -> bool:
+        """Forget the skill's trust; False when it had none."""
+        with file_lock(self.path.with_name(".trusted-skills.lock")):
+            entries = self._read()
+            if entries.pop(_key(skill.path), None) is None:
+                return False
+            self._write(entries)
+            return True
+
+    def _read(self) -> dict[str, dict[str, Any]]:
+        try:
+            info = self.path.stat()
+        except FileNotFoundError:
+            return {}
+        except OSError:
+            info = None
+        seen = (info.st_ino, info.st_size, info.st_mtime_ns) if info else None
+        if seen and self._cache and self._cache[0] == seen:
+            return dict(self._cache[1])
+        entries = self._parse()
+        if seen:
+            self._cache = (seen, entries)
+        return dict(entries)
+
+    def _parse(self) -> dict[str, dict[str, Any]]:
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as e:
+            self.warn(f"{self.path} is unreadable ({e}); no workspace skill is trusted. Trust them again with "
+                      "`nanoagent skills trust NAME`.")
+            return {}
+        skills = data.get("skills") if isinstance(data, dict) and data.get("version") == TRUST_VERSION else None
+        if not isinstance(skills, dict):
+            self.warn(f"{self.path} is not a version {TRUST_VERSION} trust file; no workspace skill is trusted. "
+                      "Trust them again with `nanoagent skills trust NAME`.")
+            return {}
+        return {k: v for k, v in skills.items() if isinstance(k, str) and isinstance(v, dict)}
+
+    def _write(self, entries: dict[str, dict[str, Any]]) -> None:
+        data = {"version": TRUST_VERSION, "skills": dict(sorted(entries.items()))}
+        atomic_write(self.path, json.dumps(data, indent=2, ensure_ascii=False) + "\n", mode=0o600)
+
+
+def _key(path: Path) -> str:
+    return os.path.realpath(path)
+
+
 class SkillsLoader:
     def __init__(self, workspace_skills: Path, builtin: Path | None = None,
-                 warn: Callable[[str], None] = lambda message: None):
+                 warn: Callable[[str], None] = lambda message: None, trust: SkillTrust | None = None):
         self.workspace_skills = workspace_skills
         self.builtin = builtin
         self.warn = warn
+        self.trust = trust  # None: no workspace skill is trusted
         self._cache: dict[Path, tuple[float, Skill | None]] = {}
 
     def skills(self) -> list[Skill]:
@@ -131,6 +229,24 @@ class SkillsLoader:
         self._cache[path] = (mtime, skill)
         return skill
 
+    def trust_state(self, skill: Skill) -> Trust:
+        if skill.source == "builtin":
+            return Trust.BUILTIN
+        return self.trust.state(skill) if self.trust else Trust.UNTRUSTED
+
+    def loads_always(self, skill: Skill) -> bool:
+        """Whether the skill's body goes into every prompt: `always`, available, and built in or trusted."""
+        return skill.always and skill.available and self.trust_state(skill) in (Trust.BUILTIN, Trust.TRUSTED)
+
+    def always_note(self, skill: Skill) -> str:
+        """For a person: why an `always` skill is or is not loaded into every prompt ("" for other skills)."""
+        if not skill.always or not skill.available:
+            return ""
+        if self.loads_always(skill):
+            return "always loaded"
+        why = "it changed since you trusted it" if self.trust_state(skill) is Trust.CHANGED else "you have not trusted it"
+        return f"marked always, not loaded: {why} (`nanoagent skills trust {skill.name}`)"
+
     def summary(self) -> str:
         skills = self.skills()
         if not skills:
@@ -138,8 +254,12 @@ class SkillsLoader:
         lines = ["# Skills", "", "Read a skill's SKILL.md with read_file before using it.", ""]
         for s in skills:
             state = "" if s.available else f" (unavailable: {'; '.join(s.missing)})"
+            if s.always and s.available and not self.loads_always(s):
+                why = ("it changed since the user trusted it" if self.trust_state(s) is Trust.CHANGED
+                       else "the user has not trusted it")
+                state = f" (marked always, but not loaded automatically: {why})"
             lines.append(f"- **{s.name}**: {s.description} `{s.path}`{state}")
         for s in skills:
-            if s.always and s.available:
+            if self.loads_always(s):
                 lines += ["", f"## Skill: {s.name}", "", s.body.strip()]
         return "\n".join(lines)

@@ -12,14 +12,14 @@ from nanoagent.config.schema import Config
 from nanoagent.errors import ConfigError
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
-from nanoagent.memory.gitlog import MemoryGit
+from nanoagent.memory.gitlog import MemoryGit, agent_edits
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.memory.search_tool import memory_search_tool
 from nanoagent.paths import PROTECTED_FILES, Paths
 from nanoagent.providers.base import Provider, Providers
 from nanoagent.session.store import SessionStore
-from nanoagent.skills import SkillsLoader
+from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.sandbox import SandboxPolicy
@@ -48,13 +48,14 @@ def build_agent(
         def provider_for(name: str) -> Provider:
             return provider
     seed_workspace(paths.workspace)
-    skills = SkillsLoader(paths.workspace / "skills", warn=warn)
+    skills = SkillsLoader(paths.workspace / "skills", warn=warn, trust=SkillTrust(paths.trusted_skills_file, warn))
     tools_config = config.tools
     history = HistoryLog(paths.memory_dir, warn=warn)
     store = SessionStore(paths.sessions_dir, warn=warn)
     providers = Providers(provider_for)
+    memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
     tools = ToolRegistry([
-        *file_tools(),
+        *file_tools(agent_edits(memory_git, warn)),
         exec_tool(exec_settings(config, paths)),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
     ])
@@ -64,7 +65,7 @@ def build_agent(
     consolidator = Consolidator(history, store, config.defaults, providers.complete)
     commands = Commands(
         store=store, models=models, providers=providers, context=context, settings=config.defaults, skills=skills,
-        consolidator=consolidator, memory_git=MemoryGit(paths.workspace, paths.memory_git_dir),
+        consolidator=consolidator, memory_git=memory_git,
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     return AgentLoop(

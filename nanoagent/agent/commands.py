@@ -176,12 +176,18 @@ class Commands:
 
     @command("/skills", "list the skills the agent knows", read_only=True)
     async def skills_list(self, call: Call) -> str:
-        skills = self.skills.skills() if self.skills else []
-        if not skills:
+        loader = self.skills
+        skills = loader.skills() if loader else []
+        if loader is None or not skills:
             return "No skills found."
-        return "\n".join(
-            f"{s.name} ({s.source}{', always loaded' if s.always else ''}): {s.description}"
-            + ("" if s.available else f" [unavailable: {'; '.join(s.missing)}]") for s in skills)
+        lines = []
+        for s in skills:
+            origin = "builtin" if s.source == "builtin" else f"workspace, {loader.trust_state(s)}"
+            loaded = loader.loads_always(s)
+            lines.append(f"{s.name} ({origin}{', always loaded' if loaded else ''}): {s.description}"
+                         + ("" if loaded or not s.always or not s.available else f" [{loader.always_note(s)}]")
+                         + ("" if s.available else f" [unavailable: {'; '.join(s.missing)}]"))
+        return "\n".join(lines)
 
     @command("/sessions", "list saved sessions", read_only=True)
     async def sessions(self, call: Call) -> str:

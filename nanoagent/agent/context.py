@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanoagent import messages as msg
 from nanoagent.memory.history import HistoryEntry, HistoryLog
-from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message
+from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message, wrap_untrusted
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
 from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens, token_bound
@@ -69,8 +69,8 @@ class ContextBuilder:
         kept: list[HistoryEntry] = []
         budget = self.recent_history_tokens
         for entry in self.history.newest_first(after=dreamed):  # reads only as far back as it keeps
-            if entry.cursor not in self._entry_tokens:
-                self._entry_tokens[entry.cursor] = estimate_tokens(entry.content) + 12  # no tokenizer load per start
+            if entry.cursor not in self._entry_tokens:  # no tokenizer load per start
+                self._entry_tokens[entry.cursor] = estimate_tokens(_shown(entry)) + 12
             budget -= self._entry_tokens[entry.cursor]
             if budget < 0:
                 break
@@ -84,7 +84,7 @@ class ContextBuilder:
                                                  "memory_search." if omitted else "")]
         for entry in reversed(kept):
             marker = " (raw excerpt)" if entry.raw else ""
-            lines.append(f"\n### {entry.timestamp} · {entry.session}{marker}\n{entry.content}")
+            lines.append(f"\n### {entry.timestamp} · {entry.session}{marker}\n{_shown(entry)}")
         return "\n".join(lines)
 
     def fixed_tokens(self, system: str, exact: bool = True) -> int:
@@ -118,6 +118,12 @@ class ContextBuilder:
             except ZoneInfoNotFoundError:
                 pass
         return datetime.now().astimezone()
+
+
+def _shown(entry: HistoryEntry) -> str:
+    """A summary is the model's own words; a raw excerpt is copied conversation (tool output included), so it
+    goes in as untrusted data that its text cannot close."""
+    return wrap_untrusted("memory/history.jsonl", entry.content) if entry.raw else entry.content
 
 
 def _read_capped(path: Path) -> str:

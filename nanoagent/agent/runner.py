@@ -13,7 +13,15 @@ from typing import Any
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
-from nanoagent.messages import Message, ToolCallData, ToolMessage, parse_arguments, truncate
+from nanoagent.messages import (
+    Message,
+    ToolCallData,
+    ToolMessage,
+    escape_untrusted,
+    parse_arguments,
+    truncate,
+    wrap_untrusted,
+)
 from nanoagent.providers import base as pb
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, ToolCall
 from nanoagent.tools import ToolContext, ToolError, ToolRegistry
@@ -170,7 +178,7 @@ class AgentRunner:
             if parse_error:
                 raise ToolError(parse_error)
             output = truncate(await tool.call(spec.tool_context, arguments), spec.max_result_chars)
-            content = f'<untrusted_data source="{call.name}">\n{output}\n</untrusted_data>'
+            content = wrap_untrusted(call.name, output)
         except ToolError as e:
             error = str(e)
         except asyncio.CancelledError:
@@ -178,7 +186,7 @@ class AgentRunner:
         except Exception as e:  # noqa: BLE001 - the one place tool failures become results
             error = f"{call.name} failed with {type(e).__name__}: {e}"
         if error is not None:
-            content = f"Error: {error}"
+            content = f"Error: {escape_untrusted(error)}"
         elapsed = time.monotonic() - started
         self._emit(spec, ev.ToolFinished(call.id, call.name, content, elapsed, error))
         result.tool_calls.append(ev.ToolCallRecord(call.name, arguments, error is None, elapsed))

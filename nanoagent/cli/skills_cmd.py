@@ -1,39 +1,89 @@
-"""`nanoagent skills list` and `nanoagent skills validate`."""
+"""`nanoagent skills list`, `validate`, `trust` and `untrust`."""
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from nanoagent.cli.common import WorkspaceOpt
 from nanoagent.errors import NanoagentError
 
-skills_app = typer.Typer(help="List and validate skills.", no_args_is_help=True)
+if TYPE_CHECKING:
+    from nanoagent.skills import Skill, SkillsLoader, SkillTrust
+
+skills_app = typer.Typer(help="List, validate and trust skills.", no_args_is_help=True)
+
+
+def _loader(workspace: Path | None, warn: Callable[[str], None]) -> tuple[SkillsLoader, SkillTrust]:
+    from nanoagent.paths import Paths
+    from nanoagent.skills import SkillsLoader, SkillTrust
+
+    paths = Paths.from_env(workspace)
+    trust = SkillTrust(paths.trusted_skills_file, warn)
+    return SkillsLoader(paths.workspace / "skills", warn=warn, trust=trust), trust
+
+
+def _workspace_skill(loader: SkillsLoader, name: str) -> Skill:
+    skill = next((s for s in loader.skills() if s.name == name), None)
+    if skill is None:
+        raise NanoagentError(f"No skill named {name!r} in {loader.workspace_skills}: `nanoagent skills list` shows "
+                             "the names (use -w for another workspace).")
+    return skill
 
 
 @skills_app.command("list")
-def list_skills(
-    workspace: WorkspaceOpt = None,
-) -> None:
-    """Show every skill with its source and whether it can be used here."""
+def list_skills(workspace: WorkspaceOpt = None) -> None:
+    """Show every skill with its source, trust, and whether it can be used here."""
+    from rich.markup import escape
     from rich.table import Table
 
     from nanoagent.cli.render import table_console
-    from nanoagent.paths import Paths
-    from nanoagent.skills import SkillsLoader
 
-    paths = Paths.from_env(workspace)
     warnings: list[str] = []
-    skills = SkillsLoader(paths.workspace / "skills", warn=warnings.append).skills()
-    table = Table("name", "source", "available", "description", box=None)
+    loader, _ = _loader(workspace, warnings.append)
+    skills = loader.skills()
+    table = Table("name", "source", "trust", "available", "description", box=None)
     for s in skills:
-        state = "yes" + (", always loaded" if s.always else "") if s.available else "no: " + "; ".join(s.missing)
-        table.add_row(s.name, s.source, state, s.description)
+        note = loader.always_note(s)
+        state = "yes" + (f", {note}" if note else "") if s.available else "no: " + "; ".join(s.missing)
+        table.add_row(s.name, s.source, str(loader.trust_state(s)), escape(state), escape(s.description))
     console = table_console()
     console.print(table)
-    for warning in warnings:
-        console.print(f"[yellow]warning: {warning}[/yellow]")
+    for warning in dict.fromkeys(warnings):
+        console.print(f"[yellow]warning: {escape(warning)}[/yellow]")
+
+
+@skills_app.command("trust")
+def trust(name: str, workspace: WorkspaceOpt = None) -> None:
+    """Let a workspace skill marked `always: true` load into every prompt, as its SKILL.md is now."""
+    loader, trusted = _loader(workspace, lambda message: print(f"warning: {message}", file=sys.stderr))
+    skill = _workspace_skill(loader, name)
+    if skill.source == "builtin":
+        print(f"{name} is built in: built-in skills are always trusted.")
+        return
+    trusted.trust(skill)
+    effect = ("its instructions now load into every prompt" if skill.always
+              else "it is not marked `always`, so this changes nothing until it is")
+    print(f"Trusted {name} ({skill.path}, sha256 {skill.digest[:12]}): {effect}. "
+          f"Any edit to the file withdraws the trust; `nanoagent skills untrust {name}` withdraws it now.")
+
+
+@skills_app.command("untrust")
+def untrust(name: str, workspace: WorkspaceOpt = None) -> None:
+    """Stop loading a workspace skill into every prompt; the model still sees it listed."""
+    loader, trusted = _loader(workspace, lambda message: None)
+    skill = _workspace_skill(loader, name)
+    if skill.source == "builtin":
+        raise NanoagentError(f"{name} is built in and always trusted; to change it, copy it into "
+                             f"{loader.workspace_skills} and edit the copy.")
+    if trusted.untrust(skill):
+        print(f"{name} is no longer trusted: it is listed in the prompt, and read only when needed.")
+    else:
+        print(f"{name} was not trusted; nothing changed.")
 
 
 @skills_app.command("validate")

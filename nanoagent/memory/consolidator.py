@@ -18,11 +18,14 @@ from nanoagent.memory.history import HistoryLog
 from nanoagent.messages import (
     Message,
     calls_of,
+    escape_untrusted,
     is_assistant,
     is_tool,
     is_user,
     strip_runtime_context,
     truncate,
+    unwrap_untrusted,
+    wrap_untrusted,
 )
 from nanoagent.providers.base import ProviderError
 from nanoagent.session.store import Session, SessionStore
@@ -34,6 +37,7 @@ MAX_MESSAGES_PER_ARCHIVE = 200
 MAX_ROUNDS = 8
 RAW_CAP_CHARS = 4000
 MESSAGE_CAP_CHARS = 2000
+TOOL_RESULT_CAP_CHARS = 500
 TRANSCRIPT_CAP_CHARS = 60_000
 
 # (model, system, user) -> (text, usage, model that answered)
@@ -156,7 +160,7 @@ class Consolidator:
         if summary:  # history's lock may be held by another process: wait in a thread, not on the event loop
             await asyncio.to_thread(self.history.append, session.key, summary)
         elif failure:
-            excerpt = truncate(transcript, RAW_CAP_CHARS)
+            excerpt = format_transcript(chunk, RAW_CAP_CHARS)
             await asyncio.to_thread(self.history.append, session.key,
                                     f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
         self.store.set_consolidated(session, end)
@@ -167,16 +171,48 @@ class Consolidator:
             await self.archive(session, start, min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE), model)
 
 
-def format_transcript(messages: list[Message]) -> str:
+def format_transcript(messages: list[Message], cap: int = TRANSCRIPT_CAP_CHARS) -> str:
+    """The messages as text for a summary (or, capped smaller, as the raw excerpt archived when there is none).
+
+    Tool results stay marked: each sits in an untrusted-data envelope that nothing in it can close, here and in
+    history.jsonl. The cap drops whole lines from the middle, so an envelope is never cut in two."""
     lines = []
     for m in messages:
         if is_user(m):
-            lines.append(f"[user] {truncate(strip_runtime_context(m['content']), MESSAGE_CAP_CHARS)}")
+            lines.append(f"[user] {_clean(strip_runtime_context(m['content']), MESSAGE_CAP_CHARS)}")
         elif is_assistant(m):
             if m["content"]:
-                lines.append(f"[assistant] {truncate(m['content'], MESSAGE_CAP_CHARS)}")
+                lines.append(f"[assistant] {_clean(m['content'], MESSAGE_CAP_CHARS)}")
             for call in calls_of(m):
-                lines.append(f"[tool call] {call['name']} {truncate(call['arguments'], 300)}")
+                lines.append(f"[tool call] {escape_untrusted(call['name'])} {_clean(call['arguments'], 300)}")
         elif is_tool(m):
-            lines.append(f"[tool result {m['name']}] {truncate(m['content'], 500)}")
-    return truncate("\n".join(lines), TRANSCRIPT_CAP_CHARS)
+            result = truncate(unwrap_untrusted(m["content"]), TOOL_RESULT_CAP_CHARS)
+            lines.append(f"[tool result {escape_untrusted(m['name'])}] {wrap_untrusted(m['name'], result)}")
+    return _middle_out(lines, cap)
+
+
+def _clean(text: str, limit: int) -> str:
+    return escape_untrusted(truncate(text, limit))
+
+
+def _middle_out(lines: list[str], cap: int) -> str:
+    """Whole lines from the start (two thirds of `cap`) and the end, with the number left out between them.
+    Lines are bounded (MESSAGE_CAP_CHARS plus a label), so at least the first line fits a cap of 4,000."""
+    text = "\n".join(lines)
+    if len(text) <= cap:
+        return text
+    head: list[str] = []
+    used = 0
+    for line in lines:
+        if head and used + len(line) > cap * 2 // 3:
+            break
+        head.append(line)
+        used += len(line) + 1
+    tail: list[str] = []
+    for line in reversed(lines[len(head):]):
+        if used + len(line) > cap:
+            break
+        tail.insert(0, line)
+        used += len(line) + 1
+    omitted = len(lines) - len(head) - len(tail)
+    return "\n".join([*head, f"[... {omitted} more lines left out ...]", *tail] if omitted else head + tail)

@@ -36,7 +36,7 @@ from nanoagent.memory.dream_tools import (
     taken_skill_names,
 )
 from nanoagent.memory.history import HistoryEntry, HistoryLog
-from nanoagent.messages import truncate, user
+from nanoagent.messages import truncate, user, wrap_untrusted
 from nanoagent.paths import MEMORY_FILES, is_memory_file
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, complete_text
 from nanoagent.templates import render
@@ -139,7 +139,9 @@ class Dream:
         parts = [f"# New history entries (cursors {first} to {last})"]
         for e in entries:
             raw = " (raw excerpt)" if e.raw else ""
-            parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}{raw}]\n{truncate(e.content, ENTRY_CAP_CHARS)}")
+            content = truncate(e.content, ENTRY_CAP_CHARS)  # a raw excerpt is copied conversation: data, not orders
+            shown = wrap_untrusted("memory/history.jsonl", content) if e.raw else content
+            parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}{raw}]\n{shown}")
         for rel in ("SOUL.md", "USER.md"):
             parts.append(f"\n# {rel}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}")
         parts.append("\n# memory/MEMORY.md (each line prefixed with its age)\n")

@@ -3,7 +3,7 @@
 Edits land in a `MemoryOverlay`, not on disk: Dream writes them only once the whole phase has
 finished (see dream.py). Dream may change SOUL.md, USER.md and memory/MEMORY.md, and create new
 skills; it may read existing skills but never change one the user wrote or shadow a built-in one,
-and it leaves links alone (git would record the link, not the text).
+and it leaves links alone (git would record the link, not the text). A skill it creates is never `always`.
 """
 
 from __future__ import annotations
@@ -115,6 +115,9 @@ class MemoryOverlay:
             raise ToolError(f"The skill's frontmatter name '{skill.name}' must match its folder '{folder}'.")
         if skill.name in self.taken_skill_names:
             raise ToolError(f"A skill named '{skill.name}' exists already (built in or yours); choose another name.")
+        if skill.always:  # only the user decides what loads into every prompt (`nanoagent skills trust`)
+            raise ToolError("Skills Dream creates are never loaded into every prompt: remove `always` from the "
+                            "frontmatter; the skill is listed by name and description and read when needed.")
 
 
 def dream_tools(overlay: MemoryOverlay) -> ToolRegistry:

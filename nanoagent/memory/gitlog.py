@@ -21,7 +21,7 @@ import os
 import re
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -32,6 +32,8 @@ from typing import Any
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import MEMORY_FILES, is_memory_file
+from nanoagent.tools.base import current_turn
+from nanoagent.tools.fs import WriteHook
 
 SKILLS_PATHSPEC = ":(glob)skills/*/SKILL.md"
 IDENTITY = ("nanoagent", "nanoagent@localhost")
@@ -50,7 +52,7 @@ class MemoryCommit:
     time: datetime  # aware, local time zone
     files: tuple[str, ...]
     summary: str
-    author: str  # "dream" | "user" | "restore" | "init"
+    author: str  # "dream" | "agent" | "user" | "restore" | "init"
 
 
 class RestoreConflict(NanoagentError):
@@ -91,6 +93,18 @@ class MemoryGit:
         with self._locked():
             self._ensure()
             return self._commit(files, message, author)
+
+    def record(self, relpath: str, write: Callable[[], None], message: str, author: str = "agent") -> MemoryCommit | None:
+        """Make one automated edit of a memory file its own commit: hand edits are committed as the user's first,
+        then `write` runs and its change is committed as `author`'s, all under the lock, so no other writer
+        slips in between and undoing the edit never undoes the user's text."""
+        if not is_memory_file(relpath):
+            raise NanoagentError(f"{relpath!r} is not a memory file; it is not recorded in the memory history.")
+        with self._locked():
+            self._ensure()
+            self._snapshot()
+            write()
+            return self._commit([relpath], message, author)
 
     def log(self, n: int = 20) -> list[MemoryCommit]:
         """The newest `n` commits, newest first; empty before the first `ensure`."""
@@ -339,6 +353,34 @@ class MemoryGit:
                 stale.unlink()
         except FileNotFoundError:
             pass
+
+
+def agent_edits(git: MemoryGit, warn: Callable[[str], None]) -> WriteHook:
+    """The file tools' write hook: the agent's edit of a memory file (SOUL.md, USER.md, memory/MEMORY.md, a
+    skill's SKILL.md) becomes its own commit by "agent", naming the tool and the session, so dream-log lists it
+    and dream-restore undoes it. Other files are just written. The tools run in worker threads, so git does too.
+    When git fails the edit is still made, with a warning: a memory edit must not depend on its log."""
+
+    def through(relpath: str, tool_name: str, write: Callable[[], None]) -> None:
+        if not is_memory_file(relpath):
+            write()
+            return
+        written = False
+
+        def write_once() -> None:
+            nonlocal written
+            write()
+            written = True
+
+        session = current_turn.get().session_key or "none"
+        try:
+            git.record(relpath, write_once, f"{relpath}: {tool_name} by the agent (session {session})")
+        except NanoagentError as e:
+            if not written:
+                write_once()
+            warn(f"The agent's edit of {relpath} is not in the memory history: {e}")
+
+    return through
 
 
 def _put(path: Path, data: bytes | None) -> None:

@@ -63,7 +63,6 @@ from nanoagent.memory.search_text import (
     DOC_CHARS,
     chunk_markdown,
     cjk_bigrams,
-    defang,
     make_snippet,
     match_expression,
     message_text,
@@ -73,8 +72,7 @@ from nanoagent.memory.search_text import (
 from nanoagent.paths import MEMORY_FILES, Paths
 from nanoagent.session.store import Session, SessionStore
 
-__all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "defang",
-           "embedding_settings"]
+__all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
 
 SCHEMA_VERSION = 2  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one

@@ -27,7 +27,6 @@ _CJK_RUN = re.compile(f"[{CJK}]+")
 _WORD = re.compile(rf"[^\W{CJK}]+")  # letters, digits and underscores that are not CJK
 _CJK_EDGE = re.compile(rf"(?<=[{CJK}])(?=[^\W{CJK}])|(?<=[^\W{CJK}])(?=[{CJK}])")  # CJK next to a letter or digit
 _HEADING = re.compile(r"^#{1,6}\s")
-_TRUST_TAG = re.compile("untrusted_data", re.IGNORECASE)
 STOPWORDS = frozenset(
     "a about an and are as at be been but by can could did do does for from had has have he her him his how i if "
     "in into is it its me my of on or our she so than that the their them then there these they this to was we "
@@ -154,11 +153,6 @@ def make_snippet(text: str, wanted: Sequence[str], width: int = SNIPPET_CHARS) -
         best = space + 1 if space >= 0 else best
     piece = flat[best:best + width]
     return ("…" if best else "") + piece + ("…" if best + width < len(flat) else "")
-
-
-def defang(text: str) -> str:
-    """Stored text cannot close or open the runner's untrusted-data wrapper."""
-    return _TRUST_TAG.sub("untrusted-data", text)
 
 
 def _quote(term: str) -> str:

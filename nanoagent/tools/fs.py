@@ -6,17 +6,25 @@ import fnmatch
 import functools
 import os
 import re
+import stat
+from collections.abc import Callable
 from pathlib import Path
 
 from nanoagent.fsutil import atomic_write
+from nanoagent.paths import PROTECTED_FILES, is_protected
 from nanoagent.resources import skills_dir
-from nanoagent.tools.base import ToolContext, ToolError, tool
+from nanoagent.tools.base import FunctionTool, ToolContext, ToolError, tool
 
 MAX_LINE_CHARS = 2000
 MAX_LIST = 1000
 MAX_GLOB = 500
 MAX_GREP_FILE_BYTES = 5_000_000
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv"}
+
+# How the writing tools put a file on disk: called with the file's path relative to the workspace, the tool's
+# name and the write itself, which the hook must run exactly once (letting its exceptions through).
+# build_agent's hook records edits of memory files in the memory git. Files outside the workspace skip it.
+WriteHook = Callable[[str, str, Callable[[], None]], None]
 
 
 def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Path:
@@ -66,6 +74,53 @@ def _display(ctx: ToolContext, path: Path) -> str:
         return str(path)
 
 
+def _check_file(ctx: ToolContext, path: str, target: Path, writing: bool) -> None:
+    """Refuse what the file tools must leave alone: for writing, the files nanoagent keeps in memory/; and,
+    with restrictToWorkspace, a file with more than one hard link, which may be a file outside the workspace
+    under a second name (the built-in skills are exempt: installers may link them)."""
+    kept = _protected_name(ctx, target) if writing else None
+    if kept:
+        raise ToolError(f"'{path}' is {kept}, which nanoagent keeps for itself: history only grows, and the "
+                        "Consolidator and Dream keep the cursors. Read it, but do not write it; to remember "
+                        "something, edit memory/MEMORY.md.")
+    links = _hard_links(ctx, target)
+    if links > 1:
+        raise ToolError(f"'{path}' has {links} hard links: it may be a file from outside the workspace under "
+                        "another name, so the file tools leave it alone. Ask the user to replace it with a copy.")
+
+
+def _protected_name(ctx: ToolContext, target: Path) -> str | None:
+    """The protected file `target` is (by its real path, so links and `..` do not help), or None."""
+    real = Path(os.path.realpath(target))
+    memory = Path(os.path.realpath(ctx.workspace / "memory"))
+    if real.parent == memory and is_protected(f"memory/{real.name}"):
+        return f"memory/{real.name}"
+    for rel in PROTECTED_FILES:  # the same file under another name (a hard link, a case-insensitive disk)
+        kept = ctx.workspace / rel
+        try:
+            if os.path.samefile(kept, real):
+                return rel
+        except OSError:
+            continue
+    return None
+
+
+def _hard_links(ctx: ToolContext, target: Path) -> int:
+    """How many names the regular file `target` has; 1 when that does not matter (unrestricted, built-in skills,
+    missing files, folders)."""
+    if not ctx.restrict_to_workspace:
+        return 1
+    real = Path(os.path.realpath(target))
+    builtin = _builtin_skills()
+    if builtin and _inside(real, (builtin,)):
+        return 1
+    try:
+        info = os.stat(real)
+    except OSError:
+        return 1
+    return info.st_nlink if stat.S_ISREG(info.st_mode) else 1
+
+
 def _is_binary(path: Path) -> bool:
     with open(path, "rb") as f:
         return b"\0" in f.read(8192)
@@ -85,6 +140,7 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
         raise ToolError(f"'{path}' is a directory; use list_dir to see what it holds.")
     if not target.exists():
         raise ToolError(f"File '{path}' does not exist; check the name with list_dir or glob.")
+    _check_file(ctx, path, target, writing=False)
     if _is_binary(target):
         raise ToolError(f"'{path}' is a binary file; read_file shows text only.")
     offset, limit = max(1, offset), max(1, limit)
@@ -105,44 +161,60 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     return "\n".join(out)
 
 
-@tool()
-def write_file(ctx: ToolContext, path: str, content: str) -> str:
-    """Create or replace a file with the given content. Parent folders are created.
+def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
+    """write_file and edit_file; each write inside the workspace goes through `on_write` when given."""
 
-    Args:
-        path: File to write, relative to the workspace.
-        content: The complete new content of the file.
-    """
-    target = resolve_path(ctx, path)
-    if target.is_dir():
-        raise ToolError(f"'{path}' is a directory; give a file path.")
-    data = content.encode("utf-8")
-    atomic_write(target, data)
-    return f"Wrote {len(data)} bytes to {_display(ctx, target)}"
+    def put(ctx: ToolContext, target: Path, data: bytes, tool_name: str) -> None:
+        root = Path(os.path.realpath(ctx.workspace))
+        real = Path(os.path.realpath(target))
+        if on_write is None or not _inside(real, (root,)):
+            atomic_write(target, data)
+        else:
+            on_write(real.relative_to(root).as_posix(), tool_name, lambda: atomic_write(target, data))
 
+    @tool()
+    def write_file(ctx: ToolContext, path: str, content: str) -> str:
+        """Create or replace a file with the given content. Parent folders are created.
 
-@tool()
-def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
-    """Replace one exact piece of text in a file. old_text must occur exactly once.
+        Args:
+            path: File to write, relative to the workspace.
+            content: The complete new content of the file.
+        """
+        target = resolve_path(ctx, path)
+        if target.is_dir():
+            raise ToolError(f"'{path}' is a directory; give a file path.")
+        _check_file(ctx, path, target, writing=True)
+        data = content.encode("utf-8")
+        put(ctx, target, data, "write_file")
+        return f"Wrote {len(data)} bytes to {_display(ctx, target)}"
 
-    Args:
-        path: File to edit, relative to the workspace.
-        old_text: The exact text to replace, including whitespace; add surrounding lines to make it unique.
-        new_text: The text to put in its place.
-    """
-    if old_text == new_text:
-        raise ToolError("old_text and new_text are identical: a no-op edit. Send the change you mean to make.")
-    target = resolve_path(ctx, path)
-    if not target.is_file():
-        raise ToolError(f"File '{path}' does not exist; create it with write_file.")
-    text = target.read_text(encoding="utf-8")
-    count = text.count(old_text) if old_text else 0
-    if count == 0:
-        raise ToolError(f"old_text was not found in '{path}'. Read the file with read_file and copy the text exactly.")
-    if count > 1:
-        raise ToolError(f"old_text occurs {count} times in '{path}'; include more surrounding lines so it is unique.")
-    atomic_write(target, text.replace(old_text, new_text, 1).encode("utf-8"))
-    return f"Edited {_display(ctx, target)}"
+    @tool()
+    def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
+        """Replace one exact piece of text in a file. old_text must occur exactly once.
+
+        Args:
+            path: File to edit, relative to the workspace.
+            old_text: The exact text to replace, including whitespace; add surrounding lines to make it unique.
+            new_text: The text to put in its place.
+        """
+        if old_text == new_text:
+            raise ToolError("old_text and new_text are identical: a no-op edit. Send the change you mean to make.")
+        target = resolve_path(ctx, path)
+        _check_file(ctx, path, target, writing=True)
+        if not target.is_file():
+            raise ToolError(f"File '{path}' does not exist; create it with write_file.")
+        text = target.read_text(encoding="utf-8")
+        count = text.count(old_text) if old_text else 0
+        if count == 0:
+            raise ToolError(f"old_text was not found in '{path}'. Read the file with read_file and copy the text "
+                            "exactly.")
+        if count > 1:
+            raise ToolError(f"old_text occurs {count} times in '{path}'; include more surrounding lines so it is "
+                            "unique.")
+        put(ctx, target, text.replace(old_text, new_text, 1).encode("utf-8"), "edit_file")
+        return f"Edited {_display(ctx, target)}"
+
+    return [write_file, edit_file]
 
 
 @tool(read_only=True)
@@ -214,6 +286,8 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = Non
             continue
         if ctx.restrict_to_workspace and not _inside(Path(os.path.realpath(file)), roots):
             continue  # a symlink inside the workspace pointing out of it
+        if _hard_links(ctx, file) > 1:
+            continue  # perhaps a file outside the workspace under a second name
         try:
             if file.stat().st_size > MAX_GREP_FILE_BYTES or _is_binary(file):
                 continue

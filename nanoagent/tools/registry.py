@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from nanoagent.providers.base import ToolSpec
 from nanoagent.tools.base import Tool
+
+if TYPE_CHECKING:
+    from nanoagent.tools.fs import WriteHook
 
 
 class ToolRegistry:
@@ -36,7 +41,9 @@ class ToolRegistry:
         return ToolRegistry([t for name, t in self._tools.items() if name in allowed])
 
 
-def file_tools() -> list[Tool]:
-    from nanoagent.tools.fs import edit_file, glob, grep, list_dir, read_file, write_file
+def file_tools(on_write: WriteHook | None = None) -> list[Tool]:
+    """The file tools; `on_write` sees every write inside the workspace (see tools/fs.py WriteHook)."""
+    from nanoagent.tools.fs import glob, grep, list_dir, read_file, writing_tools
 
+    write_file, edit_file = writing_tools(on_write)
     return [read_file, write_file, edit_file, list_dir, glob, grep]
