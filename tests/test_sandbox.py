@@ -309,3 +309,42 @@ def test_sigterm_or_sighup_during_a_command_kills_it_and_records_the_interrupted
     messages = [r["message"] for r in records if r["type"] == "message"]
     assert messages[-2]["role"] == "tool" and "interrupted" in messages[-2]["content"]
     assert "cancelled" in messages[-1]["content"]
+
+
+@needs_bwrap
+def test_folders_the_user_adds_are_readable_or_writable_as_chosen(home, tmp_path):
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "data.txt").write_text("reference")
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    config = Config()
+    config.tools.exec.read_only_paths = [str(shared)]
+    config.tools.exec.writable_paths = [str(out_dir)]
+    out = run(home, f"cat {shared}/data.txt; echo x > {shared}/new.txt; echo done > {out_dir}/result.txt", config)
+    assert out.startswith("reference") and "Read-only file system" in out
+    assert not (shared / "new.txt").exists() and (out_dir / "result.txt").read_text() == "done\n"
+
+
+@needs_bwrap
+def test_a_kill_9_of_nanoagent_leaves_no_sandboxed_command_running(home):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT
+    from tests.test_exec import running
+
+    marker = unique_sleep()
+    script = ("import asyncio; from nanoagent.agent.build import exec_settings; from nanoagent.config.schema import "
+              "Config; from nanoagent.paths import Paths; from nanoagent.tools import ToolContext; "
+              "from nanoagent.tools.shell import exec_tool; p = Paths.from_env(); "
+              f"asyncio.run(exec_tool(exec_settings(Config(), p)).call(ToolContext(p.workspace), "
+              f"{{'command': 'sleep {marker} & sleep {marker}'}}))")
+    proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
+    deadline = time.monotonic() + 20
+    while len(running(marker)) < 2:
+        assert time.monotonic() < deadline and proc.poll() is None
+        time.sleep(0.02)
+    proc.kill()
+    proc.wait()
+    assert gone(marker)
