@@ -54,6 +54,15 @@ class Paths:
         return self.home / "sessions"
 
     @property
+    def run_dir(self) -> Path:
+        """The running gateway's socket, pid file and HTTP token (0700)."""
+        return self.home / "run"
+
+    @property
+    def gateway_socket(self) -> Path:
+        return self.run_dir / "gateway.sock"
+
+    @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
 

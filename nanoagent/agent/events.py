@@ -130,3 +130,13 @@ class RunResult:
     usage: Usage = field(default_factory=Usage)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     error: str | None = None
+
+
+@dataclass
+class TurnResult:
+    """What handling one message gave: the reply to show, and the run behind it (None for a slash command)."""
+
+    reply: str
+    session: str
+    result: RunResult | None = None
+    model: str = ""

@@ -20,6 +20,7 @@ from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands, Resend
 from nanoagent.agent.context import ContextBuilder
+from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
@@ -33,14 +34,6 @@ INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cance
 CANCELLED = "(The user cancelled this turn before it finished.)"
 FAILED_HINT = " Your message is kept but will not be sent again: /retry sends it once more, or just write again."
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
-
-
-@dataclass
-class TurnResult:
-    reply: str
-    session: str
-    result: ev.RunResult | None = None  # None when a slash command answered
-    model: str = ""
 
 
 @dataclass(frozen=True)

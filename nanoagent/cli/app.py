@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import sys
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -17,7 +16,11 @@ from nanoagent.cli.common import DebugOpt, WorkspaceOpt, log, setup, state, warn
 from nanoagent.errors import NanoagentError, describe_os_error
 
 if TYPE_CHECKING:
-    from nanoagent.agent.loop import TurnResult
+    from nanoagent.agent.events import EventSink, TurnResult
+    from nanoagent.cli.attach import LocalAgent
+    from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
+    from nanoagent.tools import Ask
 
 app = typer.Typer(
     name="nanoagent",
@@ -29,9 +32,11 @@ app = typer.Typer(
 
 def _register_subcommands() -> None:
     from nanoagent.cli import dream_cmd
+    from nanoagent.cli.gateway_cmd import gateway_app
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.skills_cmd import skills_app
 
+    app.add_typer(gateway_app, name="gateway")
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
     dream_cmd.register(app)
@@ -59,25 +64,30 @@ def agent(
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
     workspace: WorkspaceOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with reply, usage and tool calls.")] = False,
+    local: Annotated[bool, typer.Option("--local", help="Run the agent in this process even when a gateway is "
+                                                        "running.")] = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Talk to the agent: `-m` for one message; interactive when no message is given."""
+    """Talk to the agent: `-m` for one message; interactive when no message is given.
 
+    When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w or
+    --model, the agent runs in this process.
+    """
+    if message is not None:
+        _check_message(message)
+    paths, config = setup(workspace)
+    key = session if ":" in session else f"cli:{session}"
+    remote = not local and workspace is None and model is None and _gateway_running(paths)
     if message is None:
-        _interactive(model, session, workspace)
+        _interactive(paths, config, model, key, remote)
         return
-    _check_message(message)
 
-    from nanoagent.agent.build import build_agent
     from nanoagent.cli.render import OneShotRenderer
     from nanoagent.cli.running import ask_terminal, run_main
 
-    paths, config = setup(workspace)
-    key = session if ":" in session else f"cli:{session}"
     renderer = OneShotRenderer(quiet_reply=json_output)
-    loop = build_agent(config, paths, model=model, warn=warn)
     ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
-    turn = run_main(loop.handle(message, key, sink=renderer, ask=ask))
+    turn = run_main(_one_shot(paths, config, model, key, message, renderer, ask, remote))
     error = turn.result.error if turn.result is not None else None
     failed = error is not None
     if failed:
@@ -103,23 +113,57 @@ def _check_message(message: str) -> None:
                              "(e.g. LANG=C.UTF-8) and send it again.") from None
 
 
-def _interactive(model: str | None, session: str, workspace: Path | None) -> None:
+def _gateway_running(paths: Paths) -> bool:
+    from nanoagent.gateway.client import gateway_answers
 
+    return gateway_answers(paths.gateway_socket)
+
+
+def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
+    from nanoagent.agent.build import build_agent
+    from nanoagent.cli.attach import LocalAgent
+
+    return LocalAgent(build_agent(config, paths, model=model, warn=warn))
+
+
+async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
+                    ask: Ask | None, remote: bool) -> TurnResult:
+    if not remote:
+        return await _local(config, paths, model).handle(message, key, renderer, ask=ask)
+    from nanoagent.cli.attach import connect
+
+    agent = await connect(paths.gateway_socket, key, renderer, ask)
+    try:
+        return await agent.handle(message, key, renderer, ask=ask)
+    finally:
+        await agent.client.close()
+
+
+def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool) -> None:
     from rich.console import Console
 
-    from nanoagent.agent.build import build_agent
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
     from nanoagent.cli.running import run_main
 
-    paths, config = setup(workspace)
-    key = session if ":" in session else f"cli:{session}"
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
     ui = TerminalUI(min(Console().width, 100) if terminal else 100, plain=not terminal)
-    loop = build_agent(config, paths, model=model, warn=warn)
-    if terminal:
-        run_main(run_interactive(loop, key, paths.home / "history" / "cli_history", ui))
-    else:
-        run_main(run_plain(loop, key, ui))
+
+    async def session() -> None:
+        from nanoagent.cli.attach import RemoteAgent, connect
+
+        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui, None) if remote
+                                           else _local(config, paths, model))
+        try:
+            if terminal:
+                await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
+                                      " (through the gateway)" if remote else "")
+            else:
+                await run_plain(agent, key, ui)
+        finally:
+            if isinstance(agent, RemoteAgent):
+                await agent.client.close()
+
+    run_main(session())
 
 
 def _turn_json(turn: TurnResult) -> dict[str, Any]:

@@ -22,12 +22,13 @@ from rich.console import Console
 from rich.markup import escape
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.loop import AgentLoop
+from nanoagent.cli.attach import LocalAgent, RemoteAgent
 from nanoagent.cli.render import short_args
 
 _SLASH_WORD = re.compile(r"^/\w*")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 EXIT_COMMANDS = {"/exit", "/quit"}
+Agent = LocalAgent | RemoteAgent
 
 
 LONG_BLOCK_LINES = 6
@@ -140,6 +141,9 @@ class TerminalUI:
                 self.line(f"[cyan]  ↳ your message joined the turn here: {escape(text[:60])}[/cyan]")
             case ev.Notice(text=text):
                 self.line(f"[yellow]{escape(text)}[/yellow]")
+            case ev.TurnStarted():
+                if self.activity is None:  # a turn this terminal did not start (the gateway's follow-up)
+                    self.start_turn()
             case ev.TurnEnded():
                 self.stream.flush()
                 self.activity = None
@@ -181,8 +185,8 @@ class TerminalUI:
 class Session:
     """Runs turns as tasks while the prompt keeps reading input."""
 
-    def __init__(self, loop: AgentLoop, key: str, ui: TerminalUI):
-        self.loop = loop
+    def __init__(self, agent: Agent, key: str, ui: TerminalUI):
+        self.agent = agent
         self.key = key
         self.ui = ui
         self.turn: asyncio.Task | None = None
@@ -220,7 +224,7 @@ class Session:
     async def _run(self, text: str) -> None:
         self.ui.start_turn()
         try:
-            turn = await self.loop.handle(text, self.key, sink=self.ui, injections=self.take_pending, ask=self.ask)
+            turn = await self.agent.handle(text, self.key, self.ui, ask=self.ask, injections=self.take_pending)
         except asyncio.CancelledError:
             self.ui.stream.flush()
             self.ui.activity = None
@@ -241,13 +245,9 @@ class Session:
             self.start("\n\n".join(self.take_pending()))
 
     def refresh_status(self) -> None:
-        session = self.loop.session(self.key)
-        tokens = ""
-        if session.usage:
-            used = session.usage[-1].usage.prompt_tokens
-            window = self.loop.settings.context_window_tokens
-            tokens = f" · context {used:,} tokens ({used / window:.0%})"
-        self.ui.idle_status = f" {self.loop.model_for(session)} · {self.key}{tokens} · /help"
+        context = self.agent.context(self.key)
+        tokens = f" · context {context[0]:,} tokens ({context[0] / context[1]:.0%})" if context else ""
+        self.ui.idle_status = f" {self.agent.model(self.key)} · {self.key}{tokens} · /help"
 
     async def command(self, text: str) -> None:
         """A slash command; one that runs a turn (/retry) runs like a message. The loop refuses a command
@@ -255,7 +255,7 @@ class Session:
         if text.split()[0] == "/retry" and not self.busy:
             self.start(text)
             return
-        reply = await self.loop.handle(text, self.key, sink=self.ui)
+        reply = await self.agent.handle(text, self.key, self.ui, ask=self.ask)
         self.ui.line(escape(reply.reply))
         self.refresh_status()
 
@@ -299,20 +299,21 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
     )
 
 
-async def run_interactive(loop: AgentLoop, key: str, history_file: Path, ui: TerminalUI) -> None:
+async def run_interactive(agent: Agent, key: str, history_file: Path, ui: TerminalUI,
+                          through: str = "") -> None:
     from prompt_toolkit.patch_stdout import patch_stdout
 
-    session = Session(loop, key, ui)
+    session = Session(agent, key, ui)
     session.refresh_status()
-    prompt = build_prompt(loop.commands.names(), ui.toolbar, history_file)
-    _warm_up(loop, key)
-    ui.line(f"[bold]nanoagent[/bold] · {escape(loop.model_for(loop.session(key)))} · session {escape(key)}. "
+    prompt = build_prompt(agent.command_names(), ui.toolbar, history_file)
+    agent.warm_up(key)
+    ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
     with patch_stdout(raw=True):
         try:
             await _read_lines(session, prompt, ui)
-        finally:  # Ctrl-D, /exit, SIGTERM or SIGHUP: the running turn ends as interrupted, recorded
-            if session.turn is not None and session.cancel():
+        finally:  # Ctrl-D, /exit, SIGTERM or SIGHUP: a turn here ends as interrupted, recorded; a gateway's goes on
+            if session.turn is not None and not agent.detach_on_exit and session.cancel():
                 await asyncio.gather(session.turn, return_exceptions=True)
 
 
@@ -348,21 +349,14 @@ async def _dispatch(session: Session, text: str) -> bool:
     if text.startswith("/"):
         await session.command(text)
     elif session.busy:
-        session.pending.append(text)
+        if not session.agent.inject(session.key, text):
+            session.pending.append(text)
     else:
         session.start(text)
     return True
 
 
-def _warm_up(loop: AgentLoop, key: str) -> None:
-    """Import the provider SDK in the background so the first reply does not wait for it."""
-    provider = loop.providers.get(loop.model_for(loop.session(key)))
-    loop_ = asyncio.get_running_loop()
-    # after the prompt is on screen, so the import does not hold up the first frame
-    loop_.call_later(0.3, lambda: loop_.run_in_executor(None, provider.prepare))
-
-
-async def run_plain(loop: AgentLoop, key: str, ui: TerminalUI) -> None:
+async def run_plain(agent: Agent, key: str, ui: TerminalUI) -> None:
     """No terminal: read one message a line from stdin, print plain replies."""
     for line in sys.stdin:
         text = line.strip()
@@ -371,7 +365,7 @@ async def run_plain(loop: AgentLoop, key: str, ui: TerminalUI) -> None:
         if text.split()[0] in EXIT_COMMANDS:
             break
         ui.start_turn()
-        turn = await loop.handle(text, key, sink=ui)
+        turn = await agent.handle(text, key, ui)
         if turn.result is None or turn.result.error:
             print(turn.reply, flush=True)
         elif not ui.stream.printed.strip().endswith(turn.reply.strip()):

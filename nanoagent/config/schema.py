@@ -67,6 +67,12 @@ class MemoryConfig:
 
 
 @dataclass
+class GatewayConfig:
+    max_concurrent_turns: int = bounded(4, 1, 1000)  # sessions whose turns run at the same time
+    shutdown_grace: float = bounded(10.0, 0, 3600)  # seconds running turns get to finish on SIGTERM
+
+
+@dataclass
 class AgentsConfig:
     defaults: AgentDefaults = field(default_factory=AgentDefaults)
 
@@ -77,6 +83,7 @@ class Config:
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
+    gateway: GatewayConfig = field(default_factory=GatewayConfig)
 
     @property
     def defaults(self) -> AgentDefaults:

@@ -1,0 +1,110 @@
+"""What a terminal talks to: the agent in this process, or a running gateway over its socket.
+
+Both offer the same few operations, so the interactive session and the one-shot render, cancel,
+inject and approve the same way either way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from nanoagent.agent import events as ev
+from nanoagent.pricing import context_window
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from nanoagent.agent.loop import AgentLoop
+    from nanoagent.gateway.client import GatewayClient
+    from nanoagent.tools import Ask
+
+
+class LocalAgent:
+    """The agent in this process."""
+
+    detach_on_exit = False  # quitting cancels the running turn: nothing else would finish it
+
+    def __init__(self, loop: AgentLoop):
+        self.loop = loop
+
+    async def handle(self, text: str, key: str, sink: ev.EventSink, ask: Ask | None = None,
+                     injections: Callable[[], list[str]] | None = None) -> ev.TurnResult:
+        return await self.loop.handle(text, key, sink=sink, injections=injections, ask=ask)
+
+    def inject(self, key: str, text: str) -> bool:
+        return False  # the session keeps it and hands it over between model calls
+
+    def command_names(self) -> list[str]:
+        return self.loop.commands.names()
+
+    def model(self, key: str) -> str:
+        return self.loop.model_for(self.loop.session(key))
+
+    def context(self, key: str) -> tuple[int, int] | None:
+        session = self.loop.session(key)
+        if not session.usage:
+            return None
+        return session.usage[-1].usage.prompt_tokens, self.loop.settings.context_window_tokens
+
+    def warm_up(self, key: str) -> None:
+        """Import the provider SDK in the background so the first reply does not wait for it."""
+        provider = self.loop.providers.get(self.model(key))
+        loop = asyncio.get_running_loop()
+        # after the prompt is on screen, so the import does not hold up the first frame
+        loop.call_later(0.3, lambda: loop.run_in_executor(None, provider.prepare))
+
+
+class RemoteAgent:
+    """A running gateway. Its events arrive through the client (set up to draw on the terminal), so `sink`
+    is not used; a message typed during a turn goes to the gateway at once and joins the turn there."""
+
+    detach_on_exit = True  # the gateway finishes the turn; the terminal only stops watching
+
+    def __init__(self, client: GatewayClient, usage: list[ev.UsageRecorded]):
+        self.client = client
+        self.usage = usage  # the last usage seen, for the status line
+        self._joins: set[asyncio.Task[ev.TurnResult | None]] = set()
+
+    async def handle(self, text: str, key: str, sink: ev.EventSink, ask: Ask | None = None,
+                     injections: Callable[[], list[str]] | None = None) -> ev.TurnResult:
+        self.client.ask = ask  # approval questions of this turn go to whoever sent it
+        turn = await self.client.send(text, key)
+        return turn or ev.TurnResult("", key)
+
+    def inject(self, key: str, text: str) -> bool:
+        task = asyncio.create_task(self.client.send(text, key))
+        self._joins.add(task)
+        task.add_done_callback(self._joins.discard)
+        return True
+
+    def command_names(self) -> list[str]:
+        return list(self.client.welcome.get("commands") or [])
+
+    def model(self, key: str) -> str:
+        return str(self.client.welcome.get("model", ""))
+
+    def context(self, key: str) -> tuple[int, int] | None:
+        if not self.usage:
+            return None
+        window = context_window(self.model(key)) or int(self.client.welcome.get("context_window") or 200_000)
+        return self.usage[-1].usage.prompt_tokens, window
+
+    def warm_up(self, key: str) -> None:
+        pass  # the gateway has its SDK loaded
+
+
+async def connect(socket: Path, key: str, draw: ev.EventSink, ask: Ask | None) -> RemoteAgent:
+    """Attach to the gateway: its events for the session are drawn with `draw`."""
+    from nanoagent.gateway.client import GatewayClient
+
+    seen: list[ev.UsageRecorded] = []
+
+    def on_event(event: ev.Event) -> None:
+        if isinstance(event, ev.UsageRecorded):
+            seen[:] = [event]
+        draw(event)
+
+    client = await GatewayClient.connect(socket, key, on_event, ask)
+    return RemoteAgent(client, seen)

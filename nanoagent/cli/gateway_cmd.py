@@ -1,0 +1,152 @@
+"""`nanoagent gateway` (run it), `gateway status`, `gateway stop` and `gateway install`."""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from nanoagent.cli.common import WorkspaceOpt, setup, warn
+from nanoagent.errors import NanoagentError
+
+gateway_app = typer.Typer(help="Keep the agent running for terminals, programs and Telegram.",
+                          invoke_without_command=True)
+
+UNIT = """[Unit]
+Description=nanoagent gateway (a personal AI agent)
+After=network-online.target
+
+[Service]
+Type=simple
+ExecStart={exe} gateway
+Environment=NANOAGENT_HOME={home}
+Restart=on-failure
+RestartSec=5
+TimeoutStopSec=30
+
+[Install]
+WantedBy=default.target
+"""
+
+
+@gateway_app.callback()
+def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
+    """Run the gateway in the foreground (logs to stderr and logs/); Ctrl-C or SIGTERM stops it cleanly."""
+    if ctx.invoked_subcommand is not None:
+        return
+    import asyncio
+
+    from nanoagent.agent.build import build_agent
+    from nanoagent.gateway.hub import Hub
+    from nanoagent.gateway.server import Gateway
+
+    paths, config = setup(workspace)
+    _log_to_stderr()
+    loop = build_agent(config, paths, warn=warn)
+    gateway_config = config.gateway
+    hub = Hub(loop, gateway_config.max_concurrent_turns)
+    server = Gateway(hub, paths, components=[], grace=gateway_config.shutdown_grace)
+
+    def ready() -> None:
+        print(f"nanoagent gateway: listening on {paths.gateway_socket} (pid {os.getpid()}); Ctrl-C stops it.",
+              file=sys.stderr, flush=True)
+        provider = loop.providers.get(loop.models.default)  # the SDK loads now, not in the first turn
+        asyncio.get_running_loop().run_in_executor(None, provider.prepare)
+
+    asyncio.run(server.serve(ready))
+
+
+def _log_to_stderr() -> None:
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+    root = logging.getLogger("nanoagent")
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+
+
+@gateway_app.command("status")
+def status(workspace: WorkspaceOpt = None) -> None:
+    """Whether a gateway runs for this home: its pid, uptime, running turns and clients."""
+    import asyncio
+
+    paths, _ = setup(workspace)
+    from nanoagent.gateway.client import gateway_answers
+
+    if not gateway_answers(paths.gateway_socket):
+        print(f"No gateway is running for {paths.home}. Start one with `nanoagent gateway`.")
+        raise typer.Exit(3)
+    info = asyncio.run(_ask_status(paths.gateway_socket))
+    uptime = time.time() - float(info.get("started") or time.time())
+    running = ", ".join(info.get("running") or []) or "none"
+    print(f"gateway running: pid {info.get('pid')}, up {uptime:.0f} s, socket {paths.gateway_socket}")
+    print(f"turns running: {running}; clients: {info.get('clients')}; "
+          f"channels: {', '.join(info.get('components') or []) or 'none'}")
+
+
+async def _ask_status(socket: Path) -> dict:
+    import asyncio
+
+    from nanoagent.gateway import protocol
+
+    reader, writer = await asyncio.open_unix_connection(str(socket))
+    try:
+        writer.write(protocol.encode({"type": "status"}))
+        return protocol.decode(await asyncio.wait_for(reader.readline(), 5))
+    finally:
+        writer.close()
+
+
+@gateway_app.command("stop")
+def stop(workspace: WorkspaceOpt = None,
+         wait: Annotated[float, typer.Option(help="Seconds to wait for it to finish running turns.")] = 30.0) -> None:
+    """Ask the running gateway to stop (SIGTERM): running turns get their grace period, then it exits."""
+    paths, _ = setup(workspace)
+    pid_file = paths.run_dir / "gateway.pid"
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        print(f"No gateway is running for {paths.home}.")
+        raise typer.Exit(3) from None
+    try:
+        os.kill(pid, signal.SIGTERM)
+    except ProcessLookupError:
+        print(f"No gateway is running for {paths.home} (pid {pid} is gone; its files are cleaned up at the next "
+              "start).")
+        raise typer.Exit(3) from None
+    deadline = time.monotonic() + wait
+    while pid_file.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    if pid_file.exists():
+        raise NanoagentError(f"The gateway (pid {pid}) is still finishing after {wait:g} s; check "
+                             "`nanoagent gateway status`, or kill it.")
+    print(f"Stopped the gateway (pid {pid}).")
+
+
+@gateway_app.command("install")
+def install(
+    print_only: Annotated[bool, typer.Option("--print", help="Print the systemd unit instead of installing it.")] = False,
+) -> None:
+    """Install a systemd user unit so the gateway starts at login and restarts on failure."""
+    paths, _ = setup(None)
+    exe = shutil.which("nanoagent") or f"{sys.executable} -m nanoagent"
+    unit = UNIT.format(exe=exe, home=paths.home)
+    if print_only:
+        print(unit, end="")
+        return
+    target = Path(os.path.expanduser("~/.config/systemd/user/nanoagent-gateway.service"))
+    from nanoagent.fsutil import atomic_write
+
+    atomic_write(target, unit, mode=0o644)
+    print(f"Wrote {target}. Start it now and at every login with:\n"
+          "  systemctl --user daemon-reload && systemctl --user enable --now nanoagent-gateway\n"
+          "(to keep it running after you log out: loginctl enable-linger $USER)")
+
+
+__all__ = ["gateway_app"]

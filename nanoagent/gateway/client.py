@@ -1,0 +1,134 @@
+"""A local client of the gateway: what `nanoagent agent` uses when a gateway is running.
+
+Light on purpose (no provider SDK, pydantic or tokenizer): it speaks the socket protocol and turns the
+gateway's lines back into the typed events the terminal renderers already draw.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from nanoagent.agent import events as ev
+from nanoagent.errors import NanoagentError
+from nanoagent.gateway import protocol
+
+
+class GatewayGone(NanoagentError):
+    pass
+
+
+def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
+    """True when a gateway listens on the socket (a stale socket file from a killed gateway does not count)."""
+    if not path.exists():
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+class GatewayClient:
+    """One connection, watching one session. `on_event` gets every event of the session, this client's turns
+    and other clients' alike; `ask` answers approval questions (None: every question is declined)."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 on_event: Callable[[ev.Event], None], ask: Callable[[str], Awaitable[str]] | None):
+        self.reader = reader
+        self.writer = writer
+        self.on_event = on_event
+        self.ask = ask
+        self.welcome: dict[str, Any] = {}
+        self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._ids = itertools.count(1)
+        self._reading: asyncio.Task[None] | None = None
+
+    @classmethod
+    async def connect(cls, path: Path, session: str, on_event: Callable[[ev.Event], None],
+                      ask: Callable[[str], Awaitable[str]] | None = None) -> GatewayClient:
+        try:
+            reader, writer = await asyncio.open_unix_connection(str(path), limit=protocol.MAX_LINE)
+        except OSError as e:
+            raise GatewayGone(f"Cannot reach the gateway at {path}: {e.strerror or e}; start it with "
+                              "`nanoagent gateway`, or use --local.") from None
+        client = cls(reader, writer, on_event, ask)
+        client.write({"type": "hello", "v": protocol.VERSION, "session": session, "pid": os.getpid()})
+        line = await reader.readline()
+        if not line:
+            raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
+        client.welcome = protocol.decode(line)
+        client._reading = asyncio.create_task(client._read())
+        return client
+
+    def write(self, message: dict[str, Any]) -> None:
+        self.writer.write(protocol.encode(message))
+
+    async def send(self, text: str, session: str | None = None) -> ev.TurnResult | None:
+        """Send a message or slash command; the turn's result (None: it joined the running turn)."""
+        request_id = f"r{next(self._ids)}"
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._results[request_id] = future
+        self.write({"type": "send", "id": request_id, "session": session or self.welcome.get("session"),
+                    "text": text})
+        try:
+            reply = await future
+        except asyncio.CancelledError:
+            self.cancel(session)  # Ctrl-C here cancels the turn there
+            with contextlib.suppress(ConnectionError):
+                await self.writer.drain()
+            raise
+        if reply["type"] == "error":
+            raise NanoagentError(f"The gateway refused the message: {reply.get('message')}")
+        return protocol.result_from_wire(reply)
+
+    def cancel(self, session: str | None = None) -> None:
+        if not self.writer.is_closing():
+            self.write({"type": "cancel", "session": session or self.welcome.get("session")})
+
+    async def _read(self) -> None:
+        try:
+            while line := await self.reader.readline():
+                try:
+                    message = protocol.decode(line)
+                except ValueError:
+                    continue
+                await self._dispatch(message)
+        except (ConnectionError, ValueError):
+            pass
+        finally:
+            for future in self._results.values():
+                if not future.done():
+                    future.set_exception(GatewayGone("The gateway went away mid-turn; the turn goes on there "
+                                                     "if it is still running. See `nanoagent gateway status`."))
+
+    async def _dispatch(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "event":
+            event = protocol.event_from_wire(message.get("event") or {})
+            if event is not None:
+                self.on_event(event)
+        elif kind in ("result", "error") and str(message.get("id")) in self._results:
+            future = self._results.pop(str(message.get("id")))
+            if not future.done():
+                future.set_result(message)
+        elif kind == "ask":
+            answer = await self.ask(str(message.get("question", ""))) if self.ask else "n"
+            self.write({"type": "answer", "id": message.get("id"), "text": answer})
+
+    async def close(self) -> None:
+        if self._reading is not None:
+            self._reading.cancel()
+        self.writer.close()
+        with contextlib.suppress(ConnectionError):
+            await self.writer.wait_closed()

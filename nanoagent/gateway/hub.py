@@ -1,0 +1,132 @@
+"""The Hub: every channel's way into the one AgentLoop a gateway hosts.
+
+A message for a session whose turn is running joins that turn (injection, as in the terminal);
+otherwise it starts a turn, one at a time per session and at most `max_turns` sessions at once.
+Turns are tasks the hub owns: a client that goes away does not stop its turn. Events of a turn go
+to every watcher of its session (each attached client, a channel) and to the sender's own sink.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from nanoagent.agent import events as ev
+from nanoagent.agent.events import TurnResult
+from nanoagent.agent.loop import AgentLoop
+from nanoagent.tools import Ask
+
+STOP_COMMANDS = ("/stop", "/cancel")
+
+
+class HubClosed(Exception):
+    """The gateway is shutting down and takes no new messages."""
+
+
+@dataclass
+class _Session:
+    watchers: list[ev.EventSink] = field(default_factory=list)
+    turn: asyncio.Task[TurnResult] | None = None
+    pending: list[str] = field(default_factory=list)  # messages that joined the running turn
+    ask: Ask | None = None  # who can approve commands in the running turn
+
+
+class Hub:
+    def __init__(self, loop: AgentLoop, max_turns: int = 4):
+        self.loop = loop
+        self.slots = asyncio.Semaphore(max_turns)
+        self.closed = False
+        self._sessions: dict[str, _Session] = {}
+
+    def _state(self, key: str) -> _Session:
+        return self._sessions.setdefault(key, _Session())
+
+    def watch(self, key: str, sink: ev.EventSink) -> Callable[[], None]:
+        """Send the session's events to `sink` until the returned function is called."""
+        state = self._state(key)
+        state.watchers.append(sink)
+
+        def unwatch() -> None:
+            if sink in state.watchers:
+                state.watchers.remove(sink)
+
+        return unwatch
+
+    def busy(self, key: str) -> bool:
+        turn = self._state(key).turn
+        return turn is not None and not turn.done()
+
+    def running(self) -> list[str]:
+        return [key for key in self._sessions if self.busy(key)]
+
+    async def send(self, key: str, text: str, sink: ev.EventSink | None = None, ask: Ask | None = None,
+                   ) -> TurnResult | None:
+        """Handle a message: a slash command, a new turn (its result when it ends), or None when the message
+        joined the session's running turn. `sink` gets this call's events besides the session's watchers."""
+        if self.closed:
+            raise HubClosed("The gateway is shutting down; send the message again when it is back.")
+        state = self._state(key)
+        stripped = text.strip()
+        if stripped.split(maxsplit=1)[:1] in ([c] for c in STOP_COMMANDS):
+            return TurnResult("Stopped the running turn." if self.cancel(key) else "Nothing is running.", key)
+        if stripped.startswith("/") and stripped.split()[0] != "/retry":
+            return await self.loop.handle(stripped, key, sink=self._fanout(state, sink), ask=ask)
+        if self.busy(key):
+            state.pending.append(text)
+            return None
+        return await self._start(key, state, text, sink, ask)
+
+    async def _start(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
+                     ask: Ask | None) -> TurnResult:
+        state.ask = ask
+        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask), name=f"turn {key}")
+        # the turn belongs to the hub: a sender that is cancelled (a client gone) leaves it running
+        return await asyncio.shield(state.turn)
+
+    async def _turn(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
+                    ask: Ask | None) -> TurnResult:
+        async with self.slots:
+            result = await self.loop.handle(text, key, sink=self._fanout(state, sink),
+                                            injections=lambda: self._take(state), ask=ask)
+        if state.pending and not self.closed:  # said after the turn's last model call: it starts the next
+            follow = "\n\n".join(self._take(state))
+            state.turn = asyncio.create_task(self._turn(key, state, follow, None, state.ask), name=f"turn {key}")
+        return result
+
+    @staticmethod
+    def _take(state: _Session) -> list[str]:
+        taken, state.pending = state.pending, []
+        return taken
+
+    @staticmethod
+    def _fanout(state: _Session, sink: ev.EventSink | None) -> ev.EventSink:
+        def send(event: ev.Event) -> None:
+            for target in dict.fromkeys([*([sink] if sink else []), *state.watchers]):  # each once, in order
+                try:
+                    target(event)
+                except Exception:  # noqa: BLE001 - one broken watcher must not break the turn for the others
+                    pass
+
+        return send
+
+    def cancel(self, key: str) -> bool:
+        """Cancel the session's running turn (the loop records it as interrupted). False when none runs."""
+        state = self._state(key)
+        state.pending.clear()
+        if state.turn is None or state.turn.done():
+            return False
+        state.turn.cancel()
+        return True
+
+    async def drain(self, grace: float) -> None:
+        """Stop taking messages; let running turns finish for `grace` seconds, then cancel the rest and wait
+        for them to record their interrupted state."""
+        self.closed = True
+        turns = [s.turn for s in self._sessions.values() if s.turn is not None and not s.turn.done()]
+        if not turns:
+            return
+        _, late = await asyncio.wait(turns, timeout=grace)
+        for task in late:
+            task.cancel()
+        await asyncio.gather(*late, return_exceptions=True)

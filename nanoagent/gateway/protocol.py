@@ -1,0 +1,102 @@
+"""The gateway's socket protocol: newline-delimited JSON objects, version 1. See README "The gateway protocol".
+
+Client to gateway:
+    {"type": "hello", "v": 1, "session": "cli:direct"}       -> {"type": "welcome", "v": 1, "session", "model", "busy"}
+    {"type": "send", "id": "r1", "session": KEY, "text": "..."}  a message or a slash command
+    {"type": "cancel", "session": KEY}                           Ctrl-C: cancel the running turn
+    {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
+Gateway to client:
+    {"type": "event", "event": {"kind": "TextDelta", "session": KEY, "text": "..."}}   the runner's typed events
+    {"type": "ask", "id": "q1", "question": "..."}               an approval question for this client's turn
+    {"type": "result", "id": "r1", "reply": "...", "joined": false, "run": {...} | null}
+    {"type": "error", "message": "..."}                          a bad line; the connection stays
+
+This module is light on purpose: an attaching terminal imports it, never a provider SDK.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from nanoagent.agent import events as ev
+from nanoagent.usage import Usage
+
+VERSION = 1
+MAX_LINE = 1 << 20  # a line longer than this is refused (the connection is closed)
+
+_EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
+    ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,
+    ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice)}
+
+
+def encode(message: dict[str, Any]) -> bytes:
+    return json.dumps(message, ensure_ascii=False, separators=(",", ":")).encode("utf-8") + b"\n"
+
+
+def decode(line: bytes) -> dict[str, Any]:
+    """One line as a message; ValueError saying what is wrong with it."""
+    try:
+        message = json.loads(line)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"not JSON ({e})") from None
+    if not isinstance(message, dict) or not isinstance(message.get("type"), str):
+        raise ValueError("each line must be a JSON object with a string \"type\"")
+    return message
+
+
+def event_to_wire(event: ev.Event) -> dict[str, Any]:
+    data: dict[str, Any] = {"kind": type(event).__name__}
+    for f in dataclasses.fields(event):
+        value = getattr(event, f.name)
+        if isinstance(value, Usage):
+            value = value.to_dict()
+        elif isinstance(value, ev.StopReason):
+            value = value.value
+        data[f.name] = value
+    return data
+
+
+def event_from_wire(data: dict[str, Any]) -> ev.Event | None:
+    """The typed event, or None for a kind this version does not know (a newer gateway)."""
+    cls = _EVENTS.get(str(data.get("kind")))
+    if cls is None:
+        return None
+    values = {f.name: data.get(f.name) for f in dataclasses.fields(cls) if f.name in data}
+    if cls is ev.UsageRecorded:
+        values["usage"] = Usage(**{k: int(v) for k, v in (values.get("usage") or {}).items()})
+    if cls is ev.TurnEnded:
+        values["reason"] = ev.StopReason(values.get("reason", "completed"))
+    try:
+        return cls(**values)
+    except TypeError:
+        return None
+
+
+def result_to_wire(turn: ev.TurnResult | None, request_id: str) -> dict[str, Any]:
+    if turn is None:
+        return {"type": "result", "id": request_id, "reply": "", "joined": True, "run": None}
+    run = turn.result
+    wire_run = None if run is None else {
+        "stop": run.stop.value, "error": run.error, "usage": run.usage.to_dict(),
+        "tool_calls": [{"name": c.name, "arguments": c.arguments, "ok": c.ok, "elapsed": c.elapsed}
+                       for c in run.tool_calls],
+    }
+    return {"type": "result", "id": request_id, "reply": turn.reply, "session": turn.session, "model": turn.model,
+            "joined": False, "run": wire_run}
+
+
+def result_from_wire(data: dict[str, Any]) -> ev.TurnResult | None:
+    """The TurnResult a local turn would have given; None when the message joined a running turn."""
+    if data.get("joined"):
+        return None
+    run = data.get("run")
+    result = None
+    if isinstance(run, dict):
+        result = ev.RunResult(
+            reply=str(data.get("reply", "")), stop=ev.StopReason(run.get("stop", "completed")),
+            usage=Usage(**{k: int(v) for k, v in (run.get("usage") or {}).items()}), error=run.get("error"),
+            tool_calls=[ev.ToolCallRecord(c["name"], c.get("arguments") or {}, bool(c.get("ok")),
+                                          float(c.get("elapsed", 0))) for c in run.get("tool_calls") or []])
+    return ev.TurnResult(str(data.get("reply", "")), str(data.get("session", "")), result, str(data.get("model", "")))

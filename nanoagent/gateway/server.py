@@ -1,0 +1,263 @@
+"""The gateway process: one per $NANOAGENT_HOME, hosting the agent for local clients (a Unix socket) and the
+channels (components) it supervises.
+
+Every long-running task belongs to the gateway: components run under a supervisor that logs a crash
+(a structured line, no message contents) and restarts it with backoff; client connections are tasks
+of the socket server. SIGTERM or SIGINT: stop taking messages, let running turns finish for `grace`
+seconds, cancel the rest (each records its interrupted turn), then stop the components and exit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import stat
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from nanoagent.agent import events as ev
+from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import atomic_write, file_lock, private_dir
+from nanoagent.gateway import protocol
+from nanoagent.gateway.hub import Hub, HubClosed
+from nanoagent.paths import Paths
+
+log = logging.getLogger("nanoagent.gateway")
+BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
+
+
+class GatewayBusy(NanoagentError):
+    pass
+
+
+@dataclass(frozen=True)
+class Component:
+    """A channel or service the gateway runs for its whole life (Telegram, the HTTP endpoint, later schedules).
+    `run` returns only when cancelled; an exception is a crash, and the supervisor restarts it."""
+
+    name: str
+    run: Callable[[], Awaitable[None]]
+
+
+@dataclass
+class Gateway:
+    hub: Hub
+    paths: Paths
+    components: list[Component] = field(default_factory=list)
+    grace: float = 10.0
+    clock: Callable[[], float] = time.time
+    _stop: asyncio.Event = field(default_factory=asyncio.Event)
+    _clients: set[asyncio.Task[None]] = field(default_factory=set)
+    _started: float = 0.0
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def serve(self, ready: Callable[[], None] = lambda: None) -> None:
+        run = self.paths.run_dir
+        _private_run_dir(run)
+        busy = GatewayBusy(f"A gateway is already running for {self.paths.home} (pid {_read_pid(run)}); "
+                           "stop it with `nanoagent gateway stop`.")
+        with file_lock(run / "gateway.lock", 0, busy):
+            self._started = self.clock()
+            atomic_write(run / "gateway.pid", f"{os.getpid()}\n", mode=0o600)
+            socket = self.paths.gateway_socket
+            with contextlib.suppress(FileNotFoundError):
+                socket.unlink()  # a stale socket left by a killed gateway: we hold the lock, so it is not live
+            server = await asyncio.start_unix_server(self._client, path=str(socket), limit=protocol.MAX_LINE)
+            os.chmod(socket, 0o600)
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self.stop)
+            log.info(_record("gateway_started", pid=os.getpid(), socket=str(socket),
+                             components=[c.name for c in self.components]))
+            try:
+                async with asyncio.TaskGroup() as group:
+                    supervisors = [group.create_task(self._supervise(c), name=c.name) for c in self.components]
+                    ready()
+                    await self._stop.wait()
+                    server.close()  # no new clients
+                    await self.hub.drain(self.grace)
+                    for task in supervisors:
+                        task.cancel()
+            finally:
+                for client in list(self._clients):
+                    client.cancel()
+                await asyncio.gather(*self._clients, return_exceptions=True)
+                for sig in (signal.SIGTERM, signal.SIGINT):
+                    loop.remove_signal_handler(sig)
+                for path in (socket, run / "gateway.pid"):
+                    with contextlib.suppress(FileNotFoundError):
+                        path.unlink()
+                log.info(_record("gateway_stopped"))
+
+    async def _supervise(self, component: Component) -> None:
+        for attempt in itertools.count():
+            started = time.monotonic()
+            try:
+                await component.run()
+                return
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the crash boundary: log, wait, restart
+                if time.monotonic() - started > 300:
+                    attempt = 0  # it ran fine for a while: start the backoff over
+                delay = BACKOFF[min(attempt, len(BACKOFF) - 1)]
+                log.error(_record("component_crashed", component=component.name, error=type(e).__name__,
+                                  restart_in=delay))
+                await asyncio.sleep(delay)
+
+    # --- local clients ---------------------------------------------------------------------------
+
+    async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._clients.add(task)
+        connection = Connection(self, reader, writer)
+        try:
+            await connection.serve()
+        except Exception as e:  # noqa: BLE001 - one client's failure is that client's alone
+            log.error(_record("client_failed", error=type(e).__name__))
+        finally:
+            self._clients.discard(task)
+            connection.close()
+
+    def status(self) -> dict[str, Any]:
+        return {"type": "status", "pid": os.getpid(), "started": self._started, "running": self.hub.running(),
+                "clients": len(self._clients), "components": [c.name for c in self.components]}
+
+
+class Connection:
+    """One local client: it watches one session, sends messages and commands, answers approval questions."""
+
+    def __init__(self, gateway: Gateway, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+        self.gateway = gateway
+        self.hub = gateway.hub
+        self.reader = reader
+        self.writer = writer
+        self.session = "cli:direct"
+        self.unwatch: Callable[[], None] = lambda: None
+        self.requests: set[asyncio.Task[None]] = set()
+        self.questions: dict[str, asyncio.Future[str]] = {}
+        self.ids = itertools.count(1)
+
+    async def serve(self) -> None:
+        while True:
+            try:
+                line = await self.reader.readline()
+            except (asyncio.LimitOverrunError, ValueError):
+                self.write({"type": "error", "message": f"line longer than {protocol.MAX_LINE} bytes; closing"})
+                return
+            except ConnectionError:
+                return
+            if not line:
+                return  # the client went away; its turns go on
+            try:
+                message = protocol.decode(line)
+            except ValueError as e:
+                self.write({"type": "error", "message": f"bad line: {e}"})
+                continue
+            self.dispatch(message)
+
+    def dispatch(self, message: dict[str, Any]) -> None:
+        kind = message["type"]
+        if kind == "hello":
+            self.attach(str(message.get("session") or self.session))
+        elif kind == "send":
+            request = asyncio.create_task(self.send(message))
+            self.requests.add(request)
+            request.add_done_callback(self.requests.discard)
+        elif kind == "cancel":
+            self.hub.cancel(str(message.get("session") or self.session))
+        elif kind == "answer":
+            question = self.questions.pop(str(message.get("id")), None)
+            if question is not None and not question.done():
+                question.set_result(str(message.get("text", "")))
+        elif kind == "status":
+            self.write(self.gateway.status())
+        else:
+            self.write({"type": "error", "message": f"unknown type {kind!r}"})
+
+    def attach(self, key: str) -> None:
+        self.unwatch()
+        self.session = key
+        self.unwatch = self.hub.watch(key, self.event)
+        loop = self.hub.loop
+        self.write({"type": "welcome", "v": protocol.VERSION, "session": key,
+                    "model": loop.model_for(loop.session(key)), "busy": self.hub.busy(key),
+                    "commands": loop.commands.names()})
+
+    async def send(self, message: dict[str, Any]) -> None:
+        request_id = str(message.get("id", ""))
+        key = str(message.get("session") or self.session)
+        text = message.get("text")
+        if not isinstance(text, str):
+            self.write({"type": "error", "id": request_id, "message": "send needs a string \"text\""})
+            return
+        try:
+            turn = await self.hub.send(key, text, ask=self.ask)
+        except HubClosed as e:
+            self.write({"type": "error", "id": request_id, "message": str(e)})
+            return
+        except NanoagentError as e:
+            self.write({"type": "error", "id": request_id, "message": str(e)})
+            return
+        self.write(protocol.result_to_wire(turn, request_id))
+
+    async def ask(self, question: str) -> str:
+        """An approval question for the person at this client; no answer (the client gone) is a no."""
+        ask_id = f"q{next(self.ids)}"
+        future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self.questions[ask_id] = future
+        if not self.write({"type": "ask", "id": ask_id, "question": question}):
+            return "n"
+        return await future
+
+    def event(self, event: ev.Event) -> None:
+        self.write({"type": "event", "event": protocol.event_to_wire(event)})
+
+    def write(self, message: dict[str, Any]) -> bool:
+        if self.writer.is_closing():
+            return False
+        self.writer.write(protocol.encode(message))
+        return True
+
+    def close(self) -> None:
+        self.unwatch()
+        for question in self.questions.values():
+            if not question.done():
+                question.set_result("n")
+        for request in self.requests:
+            request.cancel()  # the turns themselves belong to the hub and go on
+        self.writer.close()
+
+
+def _private_run_dir(run: Path) -> None:
+    """run/ holds the socket: ours alone. A folder another user owns is refused; one too open is tightened."""
+    private_dir(run)
+    info = run.stat()
+    if info.st_uid != os.getuid():
+        raise NanoagentError(f"{run} belongs to another user (uid {info.st_uid}); remove it and start again.")
+    if stat.S_IMODE(info.st_mode) & 0o077:
+        log.warning(_record("run_dir_tightened", mode=oct(stat.S_IMODE(info.st_mode))))
+        os.chmod(run, 0o700)
+
+
+def _read_pid(run: Path) -> str:
+    try:
+        return (run / "gateway.pid").read_text().strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def _record(event: str, **fields: Any) -> str:
+    """A structured log line: JSON with the event's name and its fields, never message contents or keys."""
+    return json.dumps({"event": event, **fields}, ensure_ascii=False)
