@@ -61,7 +61,8 @@ class Gateway:
     def stop(self) -> None:
         self._stop.set()
 
-    async def serve(self, ready: Callable[[], None] = lambda: None) -> None:
+    async def serve(self, ready: Callable[[], None] = lambda: None, handle_signals: bool = True) -> None:
+        """Run until `stop()` or (with `handle_signals`, in the main thread) SIGTERM or SIGINT."""
         run = self.paths.run_dir
         _private_run_dir(run)
         busy = GatewayBusy(f"A gateway is already running for {self.paths.home} (pid {_read_pid(run)}); "
@@ -75,7 +76,8 @@ class Gateway:
             server = await asyncio.start_unix_server(self._client, path=str(socket), limit=protocol.MAX_LINE)
             os.chmod(socket, 0o600)
             loop = asyncio.get_running_loop()
-            for sig in (signal.SIGTERM, signal.SIGINT):
+            signals = (signal.SIGTERM, signal.SIGINT) if handle_signals else ()
+            for sig in signals:
                 loop.add_signal_handler(sig, self.stop)
             log.info(_record("gateway_started", pid=os.getpid(), socket=str(socket),
                              components=[c.name for c in self.components]))
@@ -92,7 +94,7 @@ class Gateway:
                 for client in list(self._clients):
                     client.cancel()
                 await asyncio.gather(*self._clients, return_exceptions=True)
-                for sig in (signal.SIGTERM, signal.SIGINT):
+                for sig in signals:
                     loop.remove_signal_handler(sig)
                 for path in (socket, run / "gateway.pid"):
                     with contextlib.suppress(FileNotFoundError):
