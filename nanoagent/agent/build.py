@@ -22,6 +22,7 @@ from nanoagent.skills import SkillsLoader
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.shell import exec_tool
+from nanoagent.tools.web import web_tools
 from nanoagent.usage import UsageRecord
 
 
@@ -54,6 +55,7 @@ def build_agent(
     tools = ToolRegistry([
         *file_tools(),
         exec_tool(tools_config.exec.timeout, tools_config.max_result_chars),
+        *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
     ])
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
