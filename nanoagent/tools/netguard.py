@@ -59,10 +59,10 @@ def kind(address: IPAddress) -> str | None:
         return "multicast"
     if isinstance(address, ipaddress.IPv4Address) and address in SHARED:
         return "shared (carrier-grade NAT)"
-    if address.is_private:
-        return "private"
     if address.is_reserved:
         return "reserved"
+    if address.is_private:
+        return "private"
     if isinstance(address, ipaddress.IPv6Address) and address.is_site_local:
         return "site-local"
     if not address.is_global:

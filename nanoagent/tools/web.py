@@ -79,7 +79,7 @@ def web_tools(config: WebConfig) -> list[Tool]:
         hits = await backends.search(config.search, query, count, limits.timeout)
         if not hits:
             return f"No results for {query!r} from {config.search.provider}; try other words."
-        lines = [f"{len(hits)} results for {query!r} from {config.search.provider}:"]
+        lines = [f"{len(hits)} result{'s' * (len(hits) != 1)} for {query!r} from {config.search.provider}:"]
         for number, hit in enumerate(hits, start=1):
             lines.append(f"{number}. {hit.title or '(no title)'}\n   {hit.url}" +
                          (f"\n   {hit.snippet}" if hit.snippet else ""))
