@@ -274,6 +274,9 @@ def test_the_result_is_cut_at_max_chars_with_a_note():
     assert "[cut at 2,000 of 50,000 characters; call web_fetch with a larger max_chars (at most 100,000)" in default
     assert "[cut at 5,000 of 50,000 characters" in asked
     assert "cut at" not in huge and len(huge) < 100_000 + 500
+    with WebServer({"/longer": reply("word " * 30_000, "text/plain")}) as server:
+        most = asyncio.run(web_fetch.call(ctx, {"url": server.url + "/longer", "max_chars": 10_000_000}))
+    assert most.endswith("[cut at 100,000 of 150,000 characters; that is the most web_fetch returns]")
 
 
 # --- what comes back ---

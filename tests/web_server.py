@@ -101,7 +101,11 @@ def redirect(location: str, status: int = 302) -> Route:
 
 def html_page(size: int) -> str:
     """A plausible article of about `size` characters: headings, paragraphs, links, lists, tables, code."""
-    words = "the agent reads a page over the network and keeps what matters for the task at hand".split()
+    import random
+
+    pick = random.Random(size).choice  # the same page every run, but text that does not repeat
+    words = ("the agent reads a page over the network and keeps what matters for the task at hand while "
+             "servers send headers bodies redirects markdown tables lists code quotes images links").split()
     parts = ["<!doctype html><html><head><title>A long page</title><style>p{color:red}</style>"
              "<script>var tracking = 1;</script></head><body><nav><a href='/'>Home</a> <a href='/about'>About</a>"
              "</nav><main><article><h1>A long page</h1>"]
@@ -109,7 +113,7 @@ def html_page(size: int) -> str:
     section = 0
     while length < size:
         section += 1
-        text = " ".join(words[(section + i) % len(words)] for i in range(80))
+        text = " ".join(pick(words) for _ in range(80))
         part = (f"<h2>Section {section}</h2><p>{text} <a href='https://example.com/{section}'>link {section}</a> "
                 f"<b>bold</b> <i>italic</i></p><ul><li>first {section}</li><li>second</li></ul>")
         if section % 20 == 0:

@@ -252,8 +252,9 @@ def render(page: Page, max_chars: int, limits: FetchLimits) -> str:
     head.append(f"Content-Type: {mime or 'not given'}")
     notes = []
     if len(text) > max_chars:
-        notes.append(f"[cut at {max_chars:,} of {len(text):,} characters; call web_fetch with a larger max_chars "
-                     f"(at most {MAX_CHARS:,}) to read further]")
+        more = (f"call web_fetch with a larger max_chars (at most {MAX_CHARS:,}) to read further"
+                if max_chars < MAX_CHARS else "that is the most web_fetch returns")
+        notes.append(f"[cut at {max_chars:,} of {len(text):,} characters; {more}]")
         text = text[:max_chars]
     if page.cut and kind != "binary":
         notes.append(f"[stopped reading at {limits.max_bytes:,} bytes (tools.web.maxBytes); the rest of the page "
