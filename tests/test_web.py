@@ -152,6 +152,7 @@ def test_a_redirect_to_the_cloud_metadata_address_is_refused_before_any_connecti
     with WebServer(routes) as server:
         message = fetch_error(server.url + "/start", allow_private=LOOPBACK)
     assert message.startswith("Refused: 169.254.169.254 is a link-local address.")
+    assert message.endswith(f"(The page was reached by a redirect from {server.url}/start.)")
     assert [r.path for r in server.requests] == ["/start"]  # and the autouse guard saw no outside connection
 
 

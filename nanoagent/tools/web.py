@@ -137,7 +137,12 @@ async def _follow(client: httpx.AsyncClient, current: httpx.URL, requested: str,
                   limits: FetchLimits) -> Page:
     seen = [current.copy_with(fragment=None)]
     while True:
-        addresses = await guard.resolve(host_of(current), current.port or (443 if current.scheme == "https" else 80))
+        try:
+            addresses = await guard.resolve(host_of(current), current.port or (443 if current.scheme == "https" else 80))
+        except Refused as e:
+            if len(seen) == 1:
+                raise
+            raise Refused(f"{e} (The page was reached by a redirect from {seen[-2]}.)") from None
         response = await send_pinned(client, current, addresses, HEADERS)
         try:
             location = response.headers.get("location")
