@@ -24,6 +24,7 @@ from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.sandbox import SandboxPolicy
 from nanoagent.tools.shell import ExecSettings, exec_tool
+from nanoagent.tools.web import web_tools
 from nanoagent.usage import UsageRecord
 
 
@@ -57,6 +58,7 @@ def build_agent(
     tools = ToolRegistry([
         *file_tools(agent_edits(memory_git, warn)),
         exec_tool(exec_settings(config, paths)),
+        *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
     ])
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from nanoagent.errors import ConfigError
+
 
 def bounded(default: Any, low: float, high: float) -> Any:
     """A numeric setting that config.json may set from `low` to `high`, both included."""
@@ -50,11 +52,47 @@ class ExecConfig:
     tmp_mb: int = bounded(512, 1, 1_048_576)  # size of the sandbox's private /tmp
 
 
+SEARCH_PROVIDERS = ("brave", "tavily", "searxng", "duckduckgo")
+
+
+@dataclass
+class WebSearchConfig:
+    provider: str = ""  # one of SEARCH_PROVIDERS; empty: web_search says how to set one up
+    api_key: str | None = None  # brave and tavily; else BRAVE_API_KEY / TAVILY_API_KEY
+    api_base: str | None = None  # the backend's base URL, for a proxy or a stand-in
+    url: str | None = None  # searxng: the instance to ask
+
+    def __post_init__(self) -> None:
+        if self.provider and self.provider not in SEARCH_PROVIDERS:
+            raise ConfigError(f"`tools.web.search.provider` is {self.provider!r}; use one of "
+                              f"{', '.join(SEARCH_PROVIDERS)} (duckduckgo needs no key), or delete the key.")
+
+
+@dataclass
+class WebConfig:
+    allow_private: list[str] = field(default_factory=list)  # CIDRs web_fetch may reach besides public addresses
+    max_bytes: int = 5_000_000  # per response, counted before and after decompression
+    timeout: float = 30.0  # seconds for a whole fetch, redirects included
+    max_chars: int = 15_000  # default length of web_fetch's result
+    search: WebSearchConfig = field(default_factory=WebSearchConfig)
+
+    def __post_init__(self) -> None:
+        import ipaddress
+
+        for entry in self.allow_private:
+            try:
+                ipaddress.ip_network(entry, strict=False)
+            except ValueError:
+                raise ConfigError(f"`tools.web.allowPrivate` holds {entry!r}, which is not a network; write CIDRs "
+                                  "such as \"192.168.1.0/24\" or \"fd7a:115c:a1e0::/48\", or remove it.") from None
+
+
 @dataclass
 class ToolsConfig:
     restrict_to_workspace: bool = True
     max_result_chars: int = bounded(16_000, 100, 10_000_000)
     exec: ExecConfig = field(default_factory=ExecConfig)
+    web: WebConfig = field(default_factory=WebConfig)
 
 
 @dataclass

@@ -8,6 +8,7 @@ refused. `approve` decides which commands wait for a person's yes first.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -162,6 +163,7 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
         if pids is not None:
             await asyncio.to_thread(pids.close)
         raise
+    guard = await _guard(proc.pid)
     output = BoundedOutput(settings.max_output_chars)
     try:
         # the deadline covers reading AND waiting for exit: a command may close its output and keep running
@@ -172,6 +174,7 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
                         f"were killed]{_limit_note(pids, policy)}") from None
     finally:
         await _end(proc)  # background children: nohup, setsid and `&` ones end with the command
+        await _release(guard)
         note = _limit_note(pids, policy)
         if pids is not None:
             await asyncio.to_thread(pids.close)
@@ -179,6 +182,27 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
     if not policy.network and sandboxed and code != 0 and any(w in text.lower() for w in RESOLVE_FAILURES):
         text += "\n" + NO_NETWORK_HINT
     return f"{text}{note}\n[exit code: {code}]"
+
+
+async def _guard(pid: int) -> asyncio.subprocess.Process | None:
+    """A watcher that ends the command's process group if nanoagent dies (kill -9): it waits for the end of a
+    pipe only nanoagent holds. A parent-death signal is not enough, since bwrap clears its own when it drops
+    privileges. Stopped with the command."""
+    try:
+        return await asyncio.create_subprocess_exec(
+            "/bin/sh", "-c", 'read _ ; kill -KILL -- "-$0" "$0" 2>/dev/null', str(pid),
+            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+            start_new_session=True)
+    except OSError:
+        return None
+
+
+async def _release(guard: asyncio.subprocess.Process | None) -> None:
+    if guard is None or guard.returncode is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        guard.kill()  # before its pipe closes, so it never fires
+    await guard.wait()
 
 
 def _limit_note(pids: PidsCgroup | None, policy: SandboxPolicy) -> str:
