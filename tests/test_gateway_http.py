@@ -432,3 +432,32 @@ def test_the_http_settings_are_read_from_config_json_with_their_range(tmp_path):
     path.write_text(json.dumps({"gateway": {"http": {"port": 70000}}}))
     with pytest.raises(ConfigError, match="gateway.http.port"):
         load_config(path, env={})
+
+
+def test_an_http_1_0_client_gets_its_stream_ended_by_the_connection_closing():
+    async def body(live: Live) -> bytes:
+        payload = json.dumps({"stream": True, "messages": [{"role": "user", "content": "hi"}]}).encode()
+        return await raw(live.port, b"POST /v1/chat/completions HTTP/1.0\r\nAuthorization: Bearer "
+                         + live.token.encode() + b"\r\nContent-Length: " + str(len(payload)).encode()
+                         + b"\r\n\r\n" + payload)
+
+    answer = scenario(ScriptedProvider(["plain stream"]), body)
+    head, _, stream = answer.partition(b"\r\n\r\n")
+    assert b"Transfer-Encoding" not in head and b"Connection: close" in head
+    assert stream.startswith(b"data: {") and stream.endswith(b"data: [DONE]\n\n")
+
+
+def test_one_connection_carries_one_request_after_another():
+    async def body(live: Live) -> list[bytes]:
+        reader, writer = await asyncio.open_connection("127.0.0.1", live.port)
+        answers = []
+        for _ in range(2):
+            writer.write(b"GET /v1/models HTTP/1.1\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n")
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
+            answers.append(head.split(b"\r\n")[0] + b" " + await reader.readexactly(length))
+        writer.close()
+        return answers
+
+    first, second = scenario(ScriptedProvider(), body)
+    assert first.startswith(b"HTTP/1.1 200 OK") and first == second

@@ -277,7 +277,7 @@ class Endpoint:
 
     async def _stream(self, reply: Reply, request: Request, key: str, text: str, reader: asyncio.StreamReader,
                       writer: asyncio.StreamWriter) -> bool:
-        out = wire.EventStream(writer)
+        out = wire.EventStream(writer, request)
         out.start()
         out.data(reply.chunk({"role": "assistant", "content": ""}))
         streamed = _Streamed()
@@ -311,7 +311,7 @@ class Endpoint:
         out.data("[DONE]")
         out.end()
         await out.flush()
-        return not out.gone
+        return out.chunked and not out.gone
 
     async def _send(self, request: Request, key: str, text: str, reader: asyncio.StreamReader,
                     on_event: ev.EventSink, tick: Callable[[], Awaitable[bool]]) -> ev.TurnResult | None:

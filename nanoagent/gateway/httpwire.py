@@ -86,6 +86,8 @@ class Request:
             return json.loads(self.body)
         except (ValueError, UnicodeDecodeError) as e:
             raise HttpError(400, f"The body is not valid JSON ({e}); send a JSON object.") from None
+        except RecursionError:
+            raise HttpError(400, "The body's JSON is nested too deeply.") from None
 
 
 async def read_head(reader: asyncio.StreamReader) -> Request | None:
@@ -187,17 +189,19 @@ async def drain(writer: asyncio.StreamWriter) -> None:
 
 
 class EventStream:
-    """A `text/event-stream` response in chunked encoding. Writes after the client went away are dropped;
-    `gone` says so."""
+    """A `text/event-stream` response: chunked for HTTP/1.1, ended by closing the connection for HTTP/1.0.
+    Writes after the client went away are dropped; `gone` says so."""
 
-    def __init__(self, writer: asyncio.StreamWriter):
+    def __init__(self, writer: asyncio.StreamWriter, request: Request):
         self.writer = writer
+        self.chunked = request.version == "HTTP/1.1"
         self.gone = False
 
     def start(self) -> None:
+        framing = {"Transfer-Encoding": "chunked", "Connection": "keep-alive"} if self.chunked else {
+            "Connection": "close"}
         self.writer.write(_head(200, {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store",
-                                      "Transfer-Encoding": "chunked", "X-Accel-Buffering": "no",
-                                      "Connection": "keep-alive"}))
+                                      "X-Accel-Buffering": "no", **framing}))
 
     def data(self, payload: Any) -> None:
         text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
@@ -211,10 +215,10 @@ class EventStream:
         if self.gone or self.writer.is_closing():
             self.gone = True
             return
-        self.writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.writer.write(f"{len(data):x}\r\n".encode() + data + b"\r\n" if self.chunked else data)
 
     def end(self) -> None:
-        if not self.gone and not self.writer.is_closing():
+        if self.chunked and not self.gone and not self.writer.is_closing():
             self.writer.write(b"0\r\n\r\n")
 
     async def flush(self) -> None:
