@@ -48,11 +48,15 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     from nanoagent.gateway.server import Gateway
 
     paths, config = setup(workspace)
-    _log_to_stderr()
     loop = build_agent(config, paths, warn=warn)
     gateway_config = config.gateway
     hub = Hub(loop, gateway_config.max_concurrent_turns)
-    server = Gateway(hub, paths, components=[], grace=gateway_config.shutdown_grace)
+    components = []
+    if gateway_config.http.enabled:
+        from nanoagent.gateway.http import http_component
+
+        components.append(http_component(hub, paths, gateway_config.http))
+    server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
 
     def ready() -> None:
         print(f"nanoagent gateway: listening on {paths.gateway_socket} (pid {os.getpid()}); Ctrl-C stops it.",
@@ -60,6 +64,7 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         provider = loop.providers.get(loop.models.default)  # the SDK loads now, not in the first turn
         asyncio.get_running_loop().run_in_executor(None, provider.prepare)
 
+    _log_to_stderr()  # from here on: a refusal before this is one line, not also a log line
     asyncio.run(server.serve(ready))
 
 

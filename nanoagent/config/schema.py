@@ -105,9 +105,19 @@ class MemoryConfig:
 
 
 @dataclass
+class HttpConfig:
+    """The gateway's OpenAI-compatible endpoint; every request but /health needs the token in run/http-token."""
+
+    enabled: bool = False
+    host: str = "127.0.0.1"  # anything but loopback is reachable by others: still only with the token
+    port: int = bounded(8765, 1, 65535)
+
+
+@dataclass
 class GatewayConfig:
     max_concurrent_turns: int = bounded(4, 1, 1000)  # sessions whose turns run at the same time
     shutdown_grace: float = bounded(10.0, 0, 3600)  # seconds running turns get to finish on SIGTERM
+    http: HttpConfig = field(default_factory=HttpConfig)
 
 
 @dataclass

@@ -1,0 +1,488 @@
+"""The gateway's OpenAI-compatible endpoint (`gateway.http`, off by default): a channel for Open WebUI, the openai
+SDK and anything else that speaks Chat Completions. See README "OpenAI-compatible endpoint".
+
+- `POST /v1/chat/completions` (streamed as server-sent events or one JSON reply), `GET /v1/models`, and
+  `GET /health` (no token; says only that it is up).
+- Every other request needs `Authorization: Bearer <token>`, the token in `run/http-token` (0600, made at the
+  first start). A token in the URL is refused: URLs end up in logs and browser histories.
+- The agent keeps each session's history itself, so only the LAST user message of a request is sent; the
+  session is `http:<name>` from the `X-Nanoagent-Session` header, else the `user` field, else `http:default`.
+- Nobody can approve a command over HTTP: commands that need approval are refused. Tool activity is not
+  content: a stream carries it as comment lines. A client that goes away cancels the turn it started (what
+  closing an OpenAI stream does); a message that joined a running turn is answered with a short note.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import ipaddress
+import json
+import logging
+import os
+import secrets
+import stat
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from nanoagent.agent import events as ev
+from nanoagent.config.schema import HttpConfig
+from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import fsync_dir, private_dir
+from nanoagent.gateway import httpwire as wire
+from nanoagent.gateway.httpwire import HttpError, Request
+from nanoagent.gateway.hub import Hub, HubClosed
+from nanoagent.gateway.server import Component
+from nanoagent.paths import Paths, safe_key
+
+log = logging.getLogger("nanoagent.gateway.http")
+
+TOKEN_FILE = "http-token"
+TOKEN_HINT = "the token in $NANOAGENT_HOME/run/http-token"
+QUERY_TOKEN_NAMES = {"api_key", "api-key", "apikey", "key", "token", "access_token", "auth", "authorization"}
+MAX_CONNECTIONS = 64
+KEEPALIVE = 15.0  # seconds of silence in a stream before a comment line keeps proxies from timing it out
+JOINED = ("Your message joined the turn already running in session {key}; the reply to both comes in the "
+          "response to the message that started it.")
+NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would send the message again: a second turn
+
+
+class ClientGone(Exception):
+    """The HTTP client closed the connection (or stopped reading) before its reply was complete."""
+
+
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches: 127.0.0.0/8, ::1, localhost."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def load_token(path: Path) -> str:
+    """The bearer token in `path`; made with `secrets.token_urlsafe(32)` when missing, written whole (a temp file
+    linked into place, so a second starter cannot replace a token already in use) with mode 0600."""
+    private_dir(path.parent)
+    token = _read_token(path)
+    if token:
+        return token
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(secrets.token_urlsafe(32) + "\n")
+            f.flush()
+            os.fsync(f.fileno())
+        if path.exists():  # an empty file: replace it
+            os.replace(tmp, path)
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # made meanwhile by another start: keep that one
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    fsync_dir(path.parent)
+    token = _read_token(path)
+    if not token:
+        raise OSError(0, "it is empty", str(path))
+    return token
+
+
+def _read_token(path: Path) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            info = os.fstat(f.fileno())
+            if stat.S_IMODE(info.st_mode) & 0o077:
+                log.warning(_record("http_token_tightened", mode=oct(stat.S_IMODE(info.st_mode))))
+                os.fchmod(f.fileno(), 0o600)
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""
+
+
+def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
+                   listening: Callable[[str, int], None] = lambda host, port: None) -> Component:
+    """The endpoint as a gateway component. The token is read (or made) now, so a gateway that could not check
+    tokens never starts: it stops with one line saying why. `listening` gets the address once bound."""
+    token_file = paths.run_dir / TOKEN_FILE
+    try:
+        token = load_token(token_file)
+    except (OSError, UnicodeDecodeError) as e:
+        raise NanoagentError(_no_token(settings, token_file, e)) from None
+    if len(token) < 20:
+        log.warning(_record("http_token_short", length=len(token),
+                            fix="delete run/http-token and restart the gateway for a strong one"))
+    endpoint = Endpoint(hub, token, hub.loop.models.default)
+    return Component("http", lambda: endpoint.serve(settings.host, settings.port, listening))
+
+
+def _no_token(settings: HttpConfig, path: Path, error: Exception) -> str:
+    why = f"{path}: {error.strerror}" if isinstance(error, OSError) and error.strerror else f"{path}: {error}"
+    if not is_loopback(settings.host):
+        return (f"Refusing to serve HTTP on {settings.host}:{settings.port}, which is not loopback, without a token "
+                f"({why}); fix that file or its folder, or set gateway.http.host to 127.0.0.1.")
+    return (f"Cannot start the HTTP endpoint: it needs a token and cannot read or make one ({why}); fix that file "
+            "or its folder, or set gateway.http.enabled to false.")
+
+
+class Endpoint:
+    def __init__(self, hub: Hub, token: str, model: str):
+        self.hub = hub
+        self.token = token.encode()
+        self.model = model
+        self.created = int(time.time())
+        self._connections: set[asyncio.Task[None]] = set()
+
+    async def serve(self, host: str, port: int, listening: Callable[[str, int], None]) -> None:
+        """Listen until cancelled; then close every connection."""
+        try:
+            server = await asyncio.start_server(self._connection, host, port, limit=wire.MAX_HEAD)
+        except OSError as e:
+            log.error(_record("http_cannot_listen", host=host, port=port, error=e.strerror or type(e).__name__,
+                              fix="set gateway.http.port to a free port or gateway.http.host to an address here"))
+            raise
+        bound = server.sockets[0].getsockname()[1]
+        shown = f"[{host}]" if ":" in host else host or "*"
+        log.info(_record("http_listening", url=f"http://{shown}:{bound}/v1", loopback=is_loopback(host),
+                         token_file="$NANOAGENT_HOME/run/http-token"))
+        try:
+            listening(host, bound)
+            await asyncio.Event().wait()  # until cancelled
+        finally:
+            server.close()
+            for connection in list(self._connections):
+                connection.cancel()
+            await asyncio.gather(*self._connections, return_exceptions=True)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections.add(task)
+        try:
+            if len(self._connections) > MAX_CONNECTIONS:
+                writer.write(wire.response(503, HttpError(503, "Too many connections; try again shortly.").body(),
+                                           close=True))
+            else:
+                while await self._exchange(reader, writer):
+                    pass
+            await wire.close(reader, writer)
+        except asyncio.CancelledError:
+            writer.close()
+            raise
+        except ConnectionError:
+            writer.close()
+        except Exception as e:  # noqa: BLE001 - one connection's failure is that connection's alone
+            log.error(_record("http_connection_failed", error=type(e).__name__))
+            writer.close()
+        finally:
+            self._connections.discard(task)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        """Answer one request; True when the connection stays open for the next."""
+        request: Request | None = None
+        try:
+            request = await wire.read_head(reader)
+            if request is None:
+                return False
+            refusal = self._refusal(request)
+            if refusal is not None and request.expects_continue:
+                refusal.close = True  # the client holds its body back until we say continue: answer and close
+                raise refusal
+            if not await wire.read_body(reader, writer, request):
+                return False
+            if refusal is not None:
+                raise refusal
+            return await self._route(request, reader, writer) and request.keep_alive
+        except HttpError as e:
+            close = e.close or request is None or not request.keep_alive
+            headers = {**e.headers, **({"WWW-Authenticate": "Bearer"} if e.status == 401 else {})}
+            await wire.send(writer, wire.response(e.status, e.body(), close=close, headers=headers))
+            return not close
+        except (ConnectionError, ClientGone):
+            return False
+
+    def _refusal(self, request: Request) -> HttpError | None:
+        """Why a request is refused before its body is read: a missing, wrong or misplaced token."""
+        if request.path == "/health":
+            return None
+        if any(name.lower() in QUERY_TOKEN_NAMES or hmac.compare_digest(value.encode(), self.token)
+               for name, value in request.query):
+            return HttpError(401, "A token in the URL is not accepted (URLs end up in logs); send it in the "
+                                  "Authorization header instead: `Authorization: Bearer <token>`.",
+                             kind="authentication_error", code="token_in_query")
+        header = request.headers.get("authorization", "")
+        if not header:
+            return HttpError(401, f"Missing token: send `Authorization: Bearer <token>` with {TOKEN_HINT}.",
+                             kind="authentication_error", code="missing_token")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
+            return HttpError(401, f"Wrong token: use {TOKEN_HINT}, as `Authorization: Bearer <token>`.",
+                             kind="authentication_error", code="invalid_token")
+        return None
+
+    async def _route(self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        path, method = request.path.rstrip("/") or "/", request.method
+        if path == "/health":
+            _allow(method, "GET")
+            await wire.send(writer, wire.response(200, {"status": "ok"}))
+        elif path == "/v1/models":
+            _allow(method, "GET")
+            await wire.send(writer, wire.response(200, {"object": "list", "data": self._models()}))
+        elif path.startswith("/v1/models/"):
+            _allow(method, "GET")
+            found = [m for m in self._models() if m["id"] == path.removeprefix("/v1/models/")]
+            if not found:
+                raise HttpError(404, "No such model; GET /v1/models lists them.", code="model_not_found")
+            await wire.send(writer, wire.response(200, found[0]))
+        elif path == "/v1/chat/completions":
+            _allow(method, "POST")
+            return await self._chat(request, reader, writer)
+        else:
+            raise HttpError(404, f"Nothing at {path[:100]}; this endpoint serves POST /v1/chat/completions, "
+                                 "GET /v1/models and GET /health.", kind="not_found_error")
+        return True
+
+    def _models(self) -> list[dict[str, Any]]:
+        return [{"id": name, "object": "model", "created": self.created, "owned_by": "nanoagent"}
+                for name in dict.fromkeys(["nanoagent", self.model])]
+
+    # --- chat completions ------------------------------------------------------------------------
+
+    async def _chat(self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+        body = request.json()
+        if not isinstance(body, dict):
+            raise HttpError(400, "The body must be a JSON object with `messages`.")
+        text = last_user_text(body.get("messages"))
+        key = session_key(body.get("user"), request.headers.get("x-nanoagent-session"))
+        stream = body.get("stream", False)
+        if not isinstance(stream, bool):
+            raise HttpError(400, "`stream` must be true or false.", code="invalid_stream")
+        loop = self.hub.loop
+        reply = Reply(f"chatcmpl-{secrets.token_hex(12)}", loop.model_for(loop.session(key)), int(time.time()))
+        if stream:
+            return await self._stream(reply, request, key, text, reader, writer)
+        turn = await self._send(request, key, text, reader, ev.discard, _still_here)
+        if turn is not None and turn.result is not None and turn.result.error is not None:
+            raise HttpError(502, turn.reply, kind="server_error", code="turn_failed", headers=NO_RETRY)
+        content = JOINED.format(key=key) if turn is None else turn.reply
+        await wire.send(writer, wire.response(200, reply.completion(content, turn)))
+        return True
+
+    async def _stream(self, reply: Reply, request: Request, key: str, text: str, reader: asyncio.StreamReader,
+                      writer: asyncio.StreamWriter) -> bool:
+        out = wire.EventStream(writer, request)
+        out.start()
+        out.data(reply.chunk({"role": "assistant", "content": ""}))
+        streamed = _Streamed()
+
+        def on_event(event: ev.Event) -> None:
+            if event.agent:
+                return  # a sub-agent's work is tool activity of this turn
+            if isinstance(event, ev.TextDelta) and event.text:
+                out.data(reply.chunk({"content": streamed.add(event.text)}))
+            elif isinstance(event, ev.ToolStarted):
+                out.comment(f"tool {event.name}")
+                streamed.tool_ran()
+
+        async def tick() -> bool:
+            out.comment("keep-alive")
+            await out.flush()
+            return not out.gone
+
+        try:
+            turn = await self._send(request, key, text, reader, on_event, tick)
+        except HttpError as e:
+            out.data(e.body())
+        else:
+            if turn is not None and turn.result is not None and turn.result.error is not None:
+                out.data(HttpError(502, turn.reply, kind="server_error", code="turn_failed").body())
+            else:
+                missing = JOINED.format(key=key) if turn is None else streamed.missing(turn.reply)
+                if missing:
+                    out.data(reply.chunk({"content": missing}))
+                out.data(reply.chunk({}, finish=reply.finish_reason(turn), usage=reply.usage(turn)))
+        out.data("[DONE]")
+        out.end()
+        await out.flush()
+        return out.chunked and not out.gone
+
+    async def _send(self, request: Request, key: str, text: str, reader: asyncio.StreamReader,
+                    on_event: ev.EventSink, tick: Callable[[], Awaitable[bool]]) -> ev.TurnResult | None:
+        """hub.send for one request, watching its client: `tick` runs every KEEPALIVE seconds (False: the client
+        is gone). A client that goes away cancels the turn it started and raises ClientGone; a turn that could
+        not run is an HttpError. None: the message joined the session's running turn."""
+        watch = _TurnWatch(on_event)
+        send = asyncio.create_task(self.hub.send(key, text, sink=watch, ask=None), name=f"http {key}")
+        eof: asyncio.Task[bool] = asyncio.create_task(_closed(reader))
+        try:
+            while not send.done():
+                done, _ = await asyncio.wait({send, eof}, timeout=KEEPALIVE, return_when=asyncio.FIRST_COMPLETED)
+                if send in done:
+                    break
+                if eof in done and not eof.result():  # it sent more (pipelining): close after this reply
+                    request.spoiled = True
+                    eof = asyncio.create_task(_forever())
+                elif eof in done or not await tick():
+                    if watch.running and not send.done():
+                        self.hub.cancel(key)
+                    raise ClientGone
+        finally:
+            eof.cancel()
+            if not send.done():
+                send.cancel()  # our wait only: the turn belongs to the hub
+            await asyncio.gather(send, eof, return_exceptions=True)
+        if send.cancelled():
+            raise HttpError(503, "The turn was stopped before it finished (/stop, or the gateway is shutting down).",
+                            kind="server_error", code="turn_cancelled", headers=NO_RETRY)
+        try:
+            return send.result()
+        except HubClosed as e:
+            raise HttpError(503, str(e), kind="server_error", code="shutting_down") from None
+        except NanoagentError as e:
+            raise HttpError(500, str(e), kind="server_error", headers=NO_RETRY) from None
+        except Exception as e:  # noqa: BLE001 - the client gets a reply; the log gets the kind of failure
+            log.error(_record("http_turn_failed", error=type(e).__name__))
+            raise HttpError(500, f"The turn failed inside the gateway ({type(e).__name__}); see the gateway's log.",
+                            kind="server_error", headers=NO_RETRY) from None
+
+
+@dataclass
+class Reply:
+    """The ids and shapes of one chat completion, whole or as chunks."""
+
+    id: str
+    model: str
+    created: int
+
+    def completion(self, content: str, turn: ev.TurnResult | None) -> dict[str, Any]:
+        return {"id": self.id, "object": "chat.completion", "created": self.created, "model": self.model,
+                "choices": [{"index": 0, "message": {"role": "assistant", "content": content},
+                             "finish_reason": self.finish_reason(turn), "logprobs": None}],
+                "usage": self.usage(turn)}
+
+    def chunk(self, delta: dict[str, Any], finish: str | None = None,
+              usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        chunk = {"id": self.id, "object": "chat.completion.chunk", "created": self.created, "model": self.model,
+                 "choices": [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]}
+        return chunk if usage is None else {**chunk, "usage": usage}
+
+    @staticmethod
+    def finish_reason(turn: ev.TurnResult | None) -> str:
+        run = turn.result if turn is not None else None
+        return "length" if run is not None and run.stop is ev.StopReason.MAX_TOKENS else "stop"
+
+    @staticmethod
+    def usage(turn: ev.TurnResult | None) -> dict[str, Any]:
+        """The turn's tokens over all its model calls (zero for a slash command or a joined message)."""
+        run = turn.result if turn is not None else None
+        if run is None:
+            return {"prompt_tokens": 0, "completion_tokens": 0, "total_tokens": 0}
+        used = run.usage
+        return {"prompt_tokens": used.prompt_tokens, "completion_tokens": used.output_tokens,
+                "total_tokens": used.prompt_tokens + used.output_tokens,
+                "prompt_tokens_details": {"cached_tokens": used.cache_read_tokens}}
+
+
+class _TurnWatch:
+    """The sink of one request: passes events on and notes whether the turn it started is running."""
+
+    def __init__(self, sink: ev.EventSink):
+        self.sink = sink
+        self.running = False
+
+    def __call__(self, event: ev.Event) -> None:
+        if not event.agent and isinstance(event, ev.TurnStarted | ev.TurnEnded):
+            self.running = isinstance(event, ev.TurnStarted)
+        self.sink(event)
+
+
+class _Streamed:
+    """The text a stream has sent: a break between the text before and after tool calls, and what is missing
+    at the end (a slash command's answer, a reply that did not stream)."""
+
+    def __init__(self) -> None:
+        self.text = ""
+        self.after_tool = False
+
+    def add(self, text: str) -> str:
+        if self.after_tool and self.text and not self.text.endswith("\n\n"):
+            text = ("\n" if self.text.endswith("\n") else "\n\n") + text
+        self.after_tool = False
+        self.text += text
+        return text
+
+    def tool_ran(self) -> None:
+        self.after_tool = True
+
+    def missing(self, reply: str) -> str:
+        if not reply.strip() or self.text.rstrip().endswith(reply.strip()):
+            return ""
+        return self.add(("\n\n" if self.text else "") + reply)
+
+
+def last_user_text(messages: Any) -> str:
+    """The text of the last user message: the agent keeps the session's history itself, so that is all it needs."""
+    if not isinstance(messages, list) or not messages:
+        raise HttpError(400, "`messages` must be a non-empty list.", code="invalid_messages")
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content")
+            if isinstance(content, list):  # content parts: the text ones
+                content = "\n".join(p["text"] for p in content
+                                    if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
+            if not isinstance(content, str) or not content.strip():
+                raise HttpError(400, "The last user message has no text; nanoagent answers text.",
+                                code="invalid_messages")
+            return content
+    raise HttpError(400, "No user message in `messages`; nanoagent answers the last one.", code="invalid_messages")
+
+
+def session_key(user: Any, header: str | None) -> str:
+    """`http:<name>`: the name from the X-Nanoagent-Session header, else a string `user` field, else `default`."""
+    name = header.encode("latin-1").decode("utf-8", errors="replace") if header else user
+    if not isinstance(name, str) or not name.strip():
+        name = "default"
+    name = name.strip()
+    key = f"http:{name}"
+    if any(ord(c) < 32 or ord(c) == 127 for c in name) or len(safe_key(key)) > 200:
+        raise HttpError(400, "The session name (X-Nanoagent-Session or `user`) must be a short line of text.",
+                        code="invalid_session")
+    return key
+
+
+def _allow(method: str, allowed: str) -> None:
+    if method != allowed:
+        raise HttpError(405, f"Use {allowed} here.", code="method_not_allowed", headers={"Allow": allowed})
+
+
+async def _closed(reader: asyncio.StreamReader) -> bool:
+    """Watch a client that waits for its reply: True when it closed its side (or reset), False when it sent more
+    (a pipelined request, which no OpenAI client sends; its first byte is lost, so the connection must close)."""
+    try:
+        return not await reader.read(1)
+    except ConnectionError:
+        return True
+
+
+async def _forever() -> bool:
+    await asyncio.Event().wait()
+    return False
+
+
+async def _still_here() -> bool:
+    return True
+
+
+def _record(event: str, **fields: Any) -> str:
+    """A structured log line; never a token or message contents."""
+    return json.dumps({"event": event, **fields}, ensure_ascii=False)
+
+
+__all__ = ["Endpoint", "http_component", "is_loopback", "load_token"]
