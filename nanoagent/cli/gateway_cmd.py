@@ -52,7 +52,12 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     loop = build_agent(config, paths, warn=warn)
     gateway_config = config.gateway
     hub = Hub(loop, gateway_config.max_concurrent_turns)
-    server = Gateway(hub, paths, components=[], grace=gateway_config.shutdown_grace)
+    components = []
+    if config.channels.telegram.enabled:
+        from nanoagent.gateway.telegram import telegram_component
+
+        components.append(telegram_component(config.channels.telegram, paths, hub))
+    server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
 
     def ready() -> None:
         print(f"nanoagent gateway: listening on {paths.gateway_socket} (pid {os.getpid()}); Ctrl-C stops it.",
