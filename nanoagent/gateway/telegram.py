@@ -135,6 +135,7 @@ class TelegramChannel:
 
     async def run(self) -> None:
         logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs each URL at INFO, and ours hold the token
+        os.environ.setdefault("PTB_TIMEDELTA", "1")  # the library's int time periods are deprecated: warn each 429
         await _Link(self, _make_bot(self.settings)).run()
 
     def allowed(self, user_id: int) -> bool:
