@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 
 # Lower layers never import higher ones. Modules at the top of the package are the foundation.
-LAYERS = {"providers": 1, "session": 2, "tools": 2, "memory": 3, "agent": 4, "cli": 5, "__main__": 5}
+LAYERS = {"providers": 1, "session": 2, "tools": 2, "memory": 3, "agent": 4, "gateway": 4.5, "cli": 5, "__main__": 5}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")
@@ -42,7 +42,7 @@ def graph() -> dict[str, list[tuple[str, bool]]]:
     return {module_name(p): imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def layer(module: str) -> int:
+def layer(module: str) -> float:
     parts = module.split(".")
     return LAYERS.get(parts[1], 0) if len(parts) > 1 else 0
 
