@@ -187,6 +187,12 @@ class BotAPI:
     def texts(self, chat_id: int) -> list[str]:
         return [s.text for s in self.chat(chat_id)]
 
+    @property
+    def last_update_id(self) -> int:
+        """The newest update scripted so far; 0 before the first."""
+        with self.cond:
+            return self.state.next_update if self.state.next_update > _State.next_update else 0
+
     def pending(self) -> list[int]:
         with self.cond:
             return [u["update_id"] for u in self.state.updates]

@@ -114,7 +114,7 @@ def settled(channel: TelegramChannel, api: BotAPI) -> bool:
     """Every update the stand-in has was taken, none is left in the inbox, and no turn waits for its reply to reach
     the chat."""
     state = channel.state.read()
-    return state.last_update_id >= api.state.next_update and not state.inbox and not state.open_turns
+    return state.last_update_id >= api.last_update_id and not state.inbox and not state.open_turns
 
 
 def user_texts(key: str) -> list[str]:
@@ -212,6 +212,27 @@ def test_a_forum_topic_is_a_session_of_its_own_answered_in_its_topic(api):
     asyncio.run(scenario())
     assert api.chat(group)[0].thread_id == 17
     assert user_texts("telegram:-1002:17") == ["Ann: hello topic"]
+
+
+def test_a_message_sent_while_the_agent_works_joins_the_running_turn(api):
+    async def scenario():
+        hold = asyncio.Event()
+        provider = Slow("Working on it.", "Also done with the second thing.", hold=hold)
+        async with running(api, provider) as channel:
+            api.message("first thing")
+            await until(provider.started.is_set, "the model call")
+            joined = api.message("and a second thing")
+            await until(lambda: channel.state.read().last_update_id >= joined and
+                        channel.waiting["telegram:42"], "the second message to reach the hub")
+            assert [u["update_id"] for u in channel.state.read().inbox] == [joined]  # not in the session yet
+            hold.set()
+            await until(lambda: settled(channel, api) and api.texts(ANN), "the reply")
+        return provider
+
+    provider = asyncio.run(scenario())
+    assert api.texts(ANN) == ["Working on it.\n\nAlso done with the second thing."]
+    assert user_texts("telegram:42") == ["first thing", "and a second thing"]
+    assert len(provider.requests) == 2
 
 
 # --- replies ----------------------------------------------------------------------------------------------
@@ -465,6 +486,50 @@ def test_an_update_taken_before_a_restart_is_handled_once_even_if_telegram_sends
 
     asyncio.run(scenario())
     assert api.texts(ANN) == ["yes"] and len(provider.requests) == 1
+
+
+def test_a_reply_finished_on_disk_but_not_delivered_is_sent_after_a_restart_without_a_model_call(api):
+    paths = Paths.from_env()
+    store = SessionStore(paths.sessions_dir)
+    session = store.load("telegram:42")
+    store.add_messages(session, [{"role": "user", "content": "what is 6 x 7?"},
+                                 {"role": "assistant", "content": "It is **42**."}], sync=True)
+    StateFile(paths.channels_dir / "telegram.json").update(lambda s: s.open_turns.append("telegram:42"))
+    provider = ScriptedProvider([])
+
+    async def scenario():
+        async with running(api, provider) as channel:
+            await until(lambda: settled(channel, api) and api.texts(ANN), "the reply")
+
+    asyncio.run(scenario())
+    assert api.texts(ANN) == ["It is 42."] and provider.requests == []
+
+
+def test_a_turn_cut_by_a_gateway_shutdown_is_finished_after_the_restart(api):
+    async def first_run():
+        provider = Slow("never", hold=asyncio.Event())
+        async with running(api, provider) as channel:
+            api.message("summarise my notes")
+            await until(provider.started.is_set, "the model call")
+            await channel.hub.drain(0)  # SIGTERM with no grace left: the turn is cancelled
+            await until(lambda: not channel.hub.running(), "the turn to stop")
+        return channel
+
+    channel = asyncio.run(first_run())
+    assert channel.state.read().open_turns == ["telegram:42"]
+    assert api.texts(ANN) == []  # nothing was said, not even an empty bubble
+    provider = ScriptedProvider(["Here is the summary."])
+
+    async def second_run():
+        async with running(api, provider) as channel:
+            await until(lambda: settled(channel, api) and api.texts(ANN), "the reply")
+
+    asyncio.run(second_run())
+    assert api.texts(ANN) == ["Here is the summary."]
+    assert user_texts("telegram:42")[0] == "summarise my notes"
+    assert "restarted" in user_texts("telegram:42")[1]
+    sent = provider.requests[0].messages
+    assert [strip_runtime_context(m["content"]) for m in sent if m["role"] == "user"][0] == "summarise my notes"
 
 
 # --- the gateway ------------------------------------------------------------------------------------------
