@@ -113,7 +113,7 @@ class BotAPI:
     def message(self, text: str = "", *, user_id: int = 42, chat_id: int | None = None, chat_type: str = "private",
                 name: str = "Ann", thread_id: int | None = None, reply_to_bot: bool = False,
                 photo: bytes | None = None, document: tuple[str, bytes] | None = None,
-                voice: bytes | None = None, caption: str | None = None) -> int:
+                voice: bytes | None = None, caption: str | None = None, file_size: int | None = None) -> int:
         """Queue an update with a message from a user; its update_id."""
         chat_id = user_id if chat_id is None else chat_id
         chat: dict[str, Any] = {"id": chat_id, "type": chat_type}
@@ -148,7 +148,7 @@ class BotAPI:
         if document is not None:
             file_id = self.add_file("documents/file_3", document[1])
             message["document"] = {"file_id": file_id, "file_unique_id": file_id + "u", "file_name": document[0],
-                                   "file_size": len(document[1])}
+                                   "file_size": file_size or len(document[1])}
         if voice is not None:
             file_id = self.add_file("voice/file_9.oga", voice)
             message["voice"] = {"file_id": file_id, "file_unique_id": file_id + "u", "duration": 2,

@@ -24,7 +24,7 @@ from nanoagent.agent.loop import CANCELLED
 from nanoagent.config.loader import load_config
 from nanoagent.config.schema import Config, TelegramConfig
 from nanoagent.gateway.hub import Hub
-from nanoagent.gateway.telegram import TelegramChannel, Timing, media_name
+from nanoagent.gateway.telegram import TelegramChannel, TelegramUnauthorized, Timing, media_name
 from nanoagent.gateway.telegram_format import markdown_to_html, split_markdown, units
 from nanoagent.gateway.telegram_state import StateFile
 from nanoagent.messages import is_user, strip_runtime_context
@@ -410,6 +410,24 @@ def test_a_photo_and_a_document_are_saved_under_media_and_named_in_the_message(a
     assert sorted(p.name for p in (workspace / "media").iterdir() if p.name.startswith("."))  == []
 
 
+def test_a_voice_note_is_saved_and_a_file_over_20_mb_is_named_but_not_downloaded(api):
+    provider = ScriptedProvider(["Heard you.", "Too big."])
+
+    async def scenario():
+        async with running(api, provider) as channel:
+            api.message(voice=b"OggS-voice")
+            await until(lambda: api.texts(ANN) == ["Heard you."], "the reply to the voice note")
+            api.message(document=("disk.iso", b"small stand-in"), file_size=21 * 1024 * 1024, caption="look")
+            await until(lambda: settled(channel, api) and len(api.texts(ANN)) == 2, "the reply to the file")
+
+    asyncio.run(scenario())
+    voice, big = user_texts("telegram:42")
+    assert re.fullmatch(r"\[voice note saved as media/voice-note-\d{8}-\d{6}-[0-9a-f]{6}\.oga\]", voice), voice
+    assert big == "look\n[document not saved: it is over the 20 MB limit]"
+    assert [c.params["file_id"] for c in api.calls_to("getFile")] == [next(iter(api.files))]  # the voice note only
+    assert len(list((Paths.from_env().workspace / "media").iterdir())) == 1
+
+
 def test_saved_file_names_have_no_folders_no_leading_dots_and_keep_a_safe_extension():
     assert media_name("document", "../../etc/.passwd", None, 0) == ("passwd", "")
     assert media_name("document", "..\\..\\report final.PDF", None, 0) == ("report final", "pdf")
@@ -468,6 +486,17 @@ def test_methods_the_server_does_not_know_are_logged_and_skipped(api, channel_lo
     unsupported = [json.loads(r)["method"] for r in channel_log if "telegram_method_unsupported" in r]
     assert sorted(unsupported) == ["sendChatAction", "setMyCommands"]  # each once
     assert all(api.token not in r for r in channel_log)
+
+
+def test_a_rejected_token_stops_the_channel_with_the_fix_in_the_log_and_no_token(api, channel_log):
+    paths = Paths.from_env()
+    hub = Hub(build_agent(Config(), paths, provider=ScriptedProvider([])))
+    wrong = "999:not-the-token"
+    channel = TelegramChannel(TelegramConfig(enabled=True, token=wrong, api_base=api.url), paths, hub, TIMING)
+    with pytest.raises(TelegramUnauthorized):
+        asyncio.run(channel.run())
+    assert any("TELEGRAM_BOT_TOKEN (from @BotFather)" in r for r in channel_log)
+    assert all(wrong not in r for r in channel_log)
 
 
 def test_an_update_taken_before_a_restart_is_handled_once_even_if_telegram_sends_it_again(api):

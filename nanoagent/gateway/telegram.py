@@ -134,9 +134,15 @@ class TelegramChannel:
         self.waiting: dict[str, list[_Waiting]] = {}  # per session, in the order given
 
     async def run(self) -> None:
-        logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs each URL at INFO, and ours hold the token
+        # httpx logs each URL at INFO and the library its base URL at DEBUG: ours hold the token
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        logging.getLogger("telegram").setLevel(logging.INFO)
         os.environ.setdefault("PTB_TIMEDELTA", "1")  # the library's int time periods are deprecated: warn each 429
-        await _Link(self, _make_bot(self.settings)).run()
+        try:
+            await _Link(self, _make_bot(self.settings)).run()
+        except NanoagentError as e:  # ours say what to fix, and hold no token or message
+            log.error(_record("telegram_failed", error=str(e)))
+            raise
 
     def allowed(self, user_id: int) -> bool:
         return user_id in self.settings.allow_from or user_id in self.state.read().allowed
@@ -179,13 +185,7 @@ class TelegramChannel:
         write: a kill in between is the one moment that could make a message count twice."""
         text = strip_runtime_context(content)
         waiting = self.waiting.get(key, [])
-        done, position = [], 0
-        for item in waiting:  # a turn's message holds one message, or several that joined while it ran
-            found = text.find(item.text, position)
-            if found < 0:
-                break
-            done.append(item)
-            position = found + len(item.text)
+        done = _run_of(waiting, text)
         for item in done:
             waiting.remove(item)
         if not done and not opens_turn:
@@ -210,6 +210,21 @@ class TelegramChannel:
             state.open_turns = [k for k in state.open_turns if k != key]
 
         self.state.update(change)
+
+
+def _run_of(waiting: list[_Waiting], text: str) -> list[_Waiting]:
+    """The messages a stored user message holds: one message, or several in a row joined by blank lines (those
+    that waited while a turn ran, sent by the hub as the next turn). Exact, so a message is never taken for
+    another that merely contains it."""
+    for start in range(len(waiting)):
+        joined = ""
+        for end in range(start, len(waiting)):
+            joined = waiting[end].text if end == start else f"{joined}\n\n{waiting[end].text}"
+            if joined == text:
+                return waiting[start:end + 1]
+            if not text.startswith(joined):
+                break
+    return []
 
 
 @dataclass
@@ -366,6 +381,9 @@ class _Link:
         key = session_key(chat.id, message.message_thread_id if message.is_topic_message else None)
         face = self.chat(key)
         command = self.command(text)
+        if command == "":  # for another bot
+            self.channel.handled(update_id)
+            return
         if command is not None:
             self.spawn(self.run_command(update_id, face, command), f"telegram command {key}")
             return
@@ -618,7 +636,8 @@ class _Link:
             return _Sent(message.message_id, chunk.html) if message is not None else None
         return None
 
-    async def edit_chunk(self, chat_id: int, sent: _Sent, chunk: Chunk, persistent: bool) -> bool:
+    async def edit_chunk(self, chat_id: int, thread_id: int | None, sent: _Sent, chunk: Chunk,
+                         persistent: bool) -> bool:
         """Show `chunk` in a message sent before; False when it could not be shown."""
         from telegram.error import BadRequest
 
@@ -630,6 +649,11 @@ class _Link:
             except BadRequest as e:
                 if "not modified" in str(e).lower():
                     done = True
+                elif "not found" in str(e).lower():  # deleted in the chat: show this part anew
+                    again = await self.send_chunk(chat_id, thread_id, chunk, persistent)
+                    if again is not None:
+                        sent.message_id, sent.html = again.message_id, again.html
+                    return again is not None
                 elif mode and _unparsable(e):
                     continue
                 else:
@@ -662,14 +686,14 @@ class _Chat:
         if isinstance(event, ev.TurnStarted):
             self.replies.append(_Reply())
             self.opening = True
+        elif isinstance(event, ev.MessageAdded) and is_user(event.message):
+            self.link.channel.persisted(self.key, event.message["content"], self.opening)
+            self.opening = False
         reply = self.replies[-1] if self.replies and not self.replies[-1].ended else None
         if reply is None:
             return  # not inside a turn (a command's own events)
         if isinstance(event, ev.TextDelta):
             reply.live += event.text
-        elif isinstance(event, ev.MessageAdded) and is_user(event.message):
-            self.link.channel.persisted(self.key, event.message["content"], self.opening)
-            self.opening = False
         elif isinstance(event, ev.MessageAdded) and is_assistant(event.message):
             reply.parts.append(event.message["content"])
             reply.live = ""
@@ -752,8 +776,8 @@ class _Chat:
         chunks = split_markdown(text)
         for i, chunk in enumerate(chunks):
             if i < len(reply.sent):
-                if reply.sent[i].html != chunk.html and not await link.edit_chunk(self.chat_id, reply.sent[i], chunk,
-                                                                                   final):
+                if reply.sent[i].html != chunk.html and not await link.edit_chunk(
+                        self.chat_id, self.thread_id, reply.sent[i], chunk, final):
                     return
                 continue
             sent = await link.send_chunk(self.chat_id, self.thread_id, chunk, final)
