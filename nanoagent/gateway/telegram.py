@@ -760,17 +760,24 @@ class _Chat:
                     await self.deliver(reply, final=False)
                     continue
                 wait = min(wait, due - now)
-            try:
-                await asyncio.wait_for(self.wake.wait(), max(wait, 0.0))
+            try:  # not wait_for: in 3.11 it can swallow a cancel that comes as the event is set
+                async with asyncio.timeout(max(wait, 0.0)):
+                    await self.wake.wait()
             except TimeoutError:
                 pass
 
     async def deliver(self, reply: _Reply, final: bool) -> None:
         """Bring the chat up to date with the reply: edit the messages whose part changed, send the parts that
-        are new. A final delivery keeps trying through network failures; a streaming one waits for the next."""
+        are new. A final delivery keeps trying through network failures; a streaming one waits for the next.
+        The interval to the next delivery counts from the end of this one."""
+        try:
+            await self._deliver(reply, final)
+        finally:
+            reply.flushed_at = self.link.timing.clock()
+
+    async def _deliver(self, reply: _Reply, final: bool) -> None:
         link = self.link
         text = reply.text()
-        reply.flushed_at = link.timing.clock()
         if text == reply.shown:
             return
         chunks = split_markdown(text)

@@ -29,6 +29,7 @@ BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
 STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^<*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^<_\n]+?)(?<!\s)_(?![\w_])")
 HOLE = re.compile(r"\x00(\d+)\x00")
+TAG = re.compile(r"<[^>]*>")
 
 
 @dataclass(frozen=True)
@@ -193,9 +194,10 @@ class _Packer:
         return True
 
     def flush(self) -> None:
+        """End the current message; one that would show nothing (a code fence just opened) is left out."""
         if self.html:
             html_text, plain_text = "\n\n".join(self.html), "\n\n".join(self.plain)
-            if plain_text.strip():
+            if html.unescape(TAG.sub("", html_text)).strip():
                 self.chunks.append(Chunk(html_text, plain_text))
         self.html, self.plain = [], []
 
