@@ -63,6 +63,11 @@ class Paths:
         return self.run_dir / "gateway.sock"
 
     @property
+    def channels_dir(self) -> Path:
+        """Each channel's own state (Telegram: pairing codes, approved users, the update inbox)."""
+        return self.home / "channels"
+
+    @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
 

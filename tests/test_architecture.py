@@ -42,7 +42,7 @@ def graph() -> dict[str, list[tuple[str, bool]]]:
     return {module_name(p): imports(p) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def layer(module: str) -> int:
+def layer(module: str) -> float:
     parts = module.split(".")
     return LAYERS.get(parts[1], 0) if len(parts) > 1 else 0
 

@@ -34,9 +34,11 @@ def _register_subcommands() -> None:
     from nanoagent.cli import dream_cmd
     from nanoagent.cli.gateway_cmd import gateway_app
     from nanoagent.cli.memory_cmd import memory_app
+    from nanoagent.cli.pairing_cmd import pairing_app
     from nanoagent.cli.skills_cmd import skills_app
 
     app.add_typer(gateway_app, name="gateway")
+    app.add_typer(pairing_app, name="pairing")
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
     dream_cmd.register(app)

@@ -56,6 +56,10 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         from nanoagent.gateway.http import http_component
 
         components.append(http_component(hub, paths, gateway_config.http))
+    if config.channels.telegram.enabled:
+        from nanoagent.gateway.telegram import telegram_component
+
+        components.append(telegram_component(config.channels.telegram, paths, hub))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
 
     def ready() -> None:

@@ -165,6 +165,8 @@ def _apply_env(config: Config, env: typing.Mapping[str, str]) -> None:
                 pc.api_key = key
             if base:
                 pc.api_base = base
+    if env.get("TELEGRAM_BOT_TOKEN"):
+        config.channels.telegram.token = env["TELEGRAM_BOT_TOKEN"]
 
 
 def save_config(path: Path, data: dict[str, Any]) -> None:

@@ -121,6 +121,21 @@ class GatewayConfig:
 
 
 @dataclass
+class TelegramConfig:
+    enabled: bool = False
+    token: str | None = None  # from @BotFather; the TELEGRAM_BOT_TOKEN variable overrides it
+    allow_from: list[int] = field(default_factory=list)  # numeric user ids; empty: nobody until paired
+    group_policy: str = "mention"  # in groups: "mention" (mentioned or replied to) | "all" | "off"
+    streaming: bool = True  # edit the reply as it grows (at most about once a second); false: send it at the end
+    api_base: str = "https://api.telegram.org"  # requests go to {apiBase}/bot{token}/{method}
+
+
+@dataclass
+class ChannelsConfig:
+    telegram: TelegramConfig = field(default_factory=TelegramConfig)
+
+
+@dataclass
 class AgentsConfig:
     defaults: AgentDefaults = field(default_factory=AgentDefaults)
 
@@ -132,6 +147,7 @@ class Config:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
+    channels: ChannelsConfig = field(default_factory=ChannelsConfig)
 
     @property
     def defaults(self) -> AgentDefaults:
