@@ -71,9 +71,9 @@ class WebSearchConfig:
 @dataclass
 class WebConfig:
     allow_private: list[str] = field(default_factory=list)  # CIDRs web_fetch may reach besides public addresses
-    max_bytes: int = 5_000_000  # per response, counted before and after decompression
-    timeout: float = 30.0  # seconds for a whole fetch, redirects included
-    max_chars: int = 15_000  # default length of web_fetch's result
+    max_bytes: int = bounded(5_000_000, 1_000, 1_000_000_000)  # per response, before and after decompression
+    timeout: float = bounded(30.0, 1, 3600)  # seconds for a whole fetch, redirects included
+    max_chars: int = bounded(15_000, 100, 100_000)  # default length of web_fetch's result
     search: WebSearchConfig = field(default_factory=WebSearchConfig)
 
     def __post_init__(self) -> None:
