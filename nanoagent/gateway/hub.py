@@ -82,7 +82,14 @@ class Hub:
         state.ask = ask
         state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask), name=f"turn {key}")
         # the turn belongs to the hub: a sender that is cancelled (a client gone) leaves it running
-        return await asyncio.shield(state.turn)
+        try:
+            return await asyncio.shield(state.turn)
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the sender itself was cancelled
+            # the turn was (/stop, shutdown): its sender still gets an answer
+            return TurnResult("Cancelled.", key, ev.RunResult(reply="", stop=ev.StopReason.CANCELLED))
 
     async def _turn(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
                     ask: Ask | None) -> TurnResult:
