@@ -22,7 +22,7 @@ from nanoagent.agent.commands import Commands, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
-from nanoagent.memory.consolidator import Consolidator
+from nanoagent.memory.consolidator import Consolidator, FixedCost
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
@@ -145,11 +145,11 @@ class AgentLoop:
             return system, session.last_consolidated
         if await self.consolidator.maybe_consolidate(session, self._fixed(system), model):
             system = self.context.system_prompt()  # the archive added to the recent history
-        return system, self.consolidator.window_start(session, self._fixed(system))
+        return system, self.consolidator.window_start(session, self._fixed(system), model)
 
-    def _fixed(self, system: str) -> Callable[[bool], int]:
-        """Tokens of the system prompt and tool list (an upper bound when not exact)."""
-        return lambda exact: self.context.fixed_tokens(system, exact)
+    def _fixed(self, system: str) -> FixedCost:
+        """Tokens of the system prompt and tool list, by whichever counter the Consolidator asks for."""
+        return lambda count: self.context.fixed_tokens(system, count)
 
     def _after_cancel(self, session: Session, sink: ev.EventSink) -> None:
         """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""
@@ -161,8 +161,9 @@ class AgentLoop:
         def checkpoint(event: ev.Event) -> None:
             if isinstance(event, ev.MessageAdded):
                 self.store.add_messages(session, [event.message])
-            elif isinstance(event, ev.UsageRecorded):
-                self.store.add_usage(session, UsageRecord.now(event.model, event.usage))
+            elif isinstance(event, ev.UsageRecorded):  # with the stretch of messages the call sent, which it measures
+                window = (current_turn.get().visible_from, len(session.messages))
+                self.store.add_usage(session, UsageRecord.now(event.model, event.usage, window=window))
             sink(event)
 
         return checkpoint
