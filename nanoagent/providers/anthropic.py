@@ -16,6 +16,7 @@ from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
     ProviderEvent,
+    ReplyStarted,
     StreamEnd,
     TextDelta,
     ThinkingBlock,
@@ -68,8 +69,11 @@ class AnthropicProvider:
             # need no transform (a test checks), so the bulky ones go as extra_body, which it sends as given.
             bulk = {name: params.pop(name) for name in BULK if name in params}
             raw = await self._get_client().messages.create(**params, messages=[], stream=True, extra_body=bulk)
-            async for event in _translate(raw):
-                yield event
+            try:
+                async for event in _translate(raw):
+                    yield event
+            finally:  # also when the retry layer gives up waiting: the connection is not left open
+                await raw.close()
         except anthropic.APIStatusError as e:
             message = error_message(e)
             raise ProviderError(
@@ -103,7 +107,7 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
     blocks: dict[int, dict[str, Any]] = {}
     usage = Usage()
     stop_reason = "end_turn"
-    finished = False
+    finished = started = False
     async for ev in raw:
         kind = ev.type
         if kind == "message_start":
@@ -115,6 +119,9 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
                 cache_write_tokens=getattr(u, "cache_creation_input_tokens", 0) or 0,
             )
         elif kind == "content_block_start":
+            if not started:
+                started = True
+                yield ReplyStarted()
             block = ev.content_block
             blocks[ev.index] = {"type": block.type, "id": getattr(block, "id", ""), "name": getattr(block, "name", ""),
                                 "text": "", "json": "", "signature": "", "data": getattr(block, "data", "")}

@@ -78,11 +78,18 @@ class RetryNotice:
 
 
 @dataclass(frozen=True)
+class ReplyStarted:
+    """The model began its reply (its first content block): from here the stream idle timeout alone bounds each
+    wait, not the request deadline, so a long reply that keeps streaming is never cut."""
+
+
+@dataclass(frozen=True)
 class StreamEnd:
     stop_reason: str  # "end_turn" | "tool_use" | "max_tokens" | provider-specific
 
 
-ProviderEvent = TextDelta | ThinkingDelta | ThinkingBlock | ToolCallReady | UsageReport | StreamEnd | RetryNotice
+ProviderEvent = (TextDelta | ThinkingDelta | ThinkingBlock | ToolCallReady | UsageReport | StreamEnd | RetryNotice
+                 | ReplyStarted)
 
 
 class ProviderError(Exception):
