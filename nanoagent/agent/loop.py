@@ -13,6 +13,7 @@ Each call brings its own event sink: the loop serves whoever asked, a terminal o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -20,7 +21,7 @@ from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands, Resend
 from nanoagent.agent.context import ContextBuilder
-from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.agent.runner import AgentRunner, RunSpec, Shrink
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator, FixedCost
 from nanoagent.providers.base import Providers
@@ -136,7 +137,21 @@ class AgentLoop:
             tools=self.context.tools, tool_context=self.tool_context, model=model, session=session.key,
             max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
             max_iterations=s.max_tool_iterations, max_result_chars=self.max_result_chars, injections=injections,
+            shrink=self._shrinker(session, model, self.consolidator) if self.consolidator is not None else None,
         )
+
+    def _shrinker(self, session: Session, model: str, consolidator: Consolidator) -> Shrink:
+        """What the runner calls when the provider refuses the prompt as too long: archive older turns as if the
+        prompt filled the model's window, and give the runner the smaller prompt (None: nothing left to archive)."""
+        async def shrink() -> tuple[str, list[msg.Message]] | None:
+            if not await consolidator.consolidate_overflow(session, self._fixed(self.context.system_prompt()), model):
+                return None
+            system = self.context.system_prompt()  # the archive added to the recent history
+            visible = consolidator.window_start(session, self._fixed(system), model)
+            current_turn.set(dataclasses.replace(current_turn.get(), visible_from=visible))
+            return system, msg.history_for_model(session.messages, visible, session.failed())
+
+        return shrink
 
     async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
         """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""

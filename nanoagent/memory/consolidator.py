@@ -96,7 +96,6 @@ class Consolidator:
         self.settings = settings
         self.complete = complete
         self._counts: dict[tuple[str, Counter], _Counts] = {}
-        self._overflowed: dict[str, tuple[UsageRecord | None, float]] = {}  # key -> (last turn call then, scale)
 
     def window(self, model: str) -> Window:
         return effective_window(self.settings.context_window_tokens, model)
@@ -130,20 +129,14 @@ class Consolidator:
 
     def _measure(self, session: Session, fixed: FixedCost, model: str) -> Measure | None:
         """Estimates scaled to the provider's figure for the last call's prompt, if it is usable; None when it is
-        not (count instead). After an overflow, scaled up further until a call succeeds again."""
-        measure = None
+        not (count instead)."""
         last = _last_turn_call(session)
-        if last is not None and last.window is not None and last.model == model and last.window[1] <= len(
-                session.messages):
-            start, end = last.window
-            estimate = fixed(estimate_tokens) + self._tokens_between(session, start, end, estimate_tokens)
-            scale = last.usage.prompt_tokens / max(1, estimate)
-            measure = Measure(estimate_tokens, scale) if SCALE_RANGE[0] <= scale <= SCALE_RANGE[1] else None
-        then, extra = self._overflowed.get(session.key, (None, 1.0))
-        if extra == 1.0 or then is not last:
-            return measure
-        base = measure or EXACT
-        return Measure(base.count, base.scale * extra)
+        if last is None or last.window is None or last.model != model or last.window[1] > len(session.messages):
+            return None
+        start, end = last.window
+        estimate = fixed(estimate_tokens) + self._tokens_between(session, start, end, estimate_tokens)
+        scale = last.usage.prompt_tokens / max(1, estimate)
+        return Measure(estimate_tokens, scale) if SCALE_RANGE[0] <= scale <= SCALE_RANGE[1] else None
 
     def _over(self, session: Session, fixed: FixedCost, limit: float, measure: Measure | None) -> tuple[int, Measure]:
         """How far the prompt is over `limit` tokens (<= 0: within), and the measure that said so. Without a
@@ -156,10 +149,6 @@ class Consolidator:
             measure = EXACT
         return int(self._size(session, fixed, measure) - limit), measure
 
-    def over(self, session: Session, fixed: FixedCost, limit: float, model: str) -> int:
-        """How far the prompt is over `limit` tokens (<= 0: within)."""
-        return self._over(session, fixed, limit, self._measure(session, fixed, model))[0]
-
     async def maybe_consolidate(self, session: Session, fixed: FixedCost, model: str, threshold: float = 1.0) -> int:
         """Archive old turns when the prompt is over `threshold` x budget. Returns messages archived."""
         excess, measure = self._over(session, fixed, self.budget_for(model) * threshold,
@@ -170,12 +159,10 @@ class Consolidator:
 
     async def consolidate_overflow(self, session: Session, fixed: FixedCost, model: str) -> int:
         """The provider refused the prompt as too long, so whatever the estimate said, it filled the model's
-        window: archive down to half the budget as if it had, and measure that much larger until a call
-        succeeds. Returns messages archived (0: nothing before the current turn is left to archive)."""
+        window: archive down to half the budget as if it had. Returns messages archived (0: nothing before the
+        current turn is left to archive)."""
         measure = self._measure(session, fixed, model) or EXACT
-        size = self._size(session, fixed, measure)
-        extra = max(1.0, self.window(model).tokens / max(1, size))
-        self._overflowed[session.key] = (_last_turn_call(session), extra)
+        extra = max(1.0, self.window(model).tokens / max(1, self._size(session, fixed, measure)))
         return await self._archive_down(session, fixed, model, Measure(measure.count, measure.scale * extra))
 
     async def _archive_down(self, session: Session, fixed: FixedCost, model: str, measure: Measure) -> int:

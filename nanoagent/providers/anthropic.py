@@ -25,6 +25,7 @@ from nanoagent.providers.base import (
     ToolCallReady,
     UsageReport,
     classify_status,
+    is_overflow,
     parse_retry_after,
 )
 from nanoagent.usage import Usage
@@ -81,6 +82,7 @@ class AnthropicProvider:
                 status=e.status_code,
                 retryable=classify_status(e.status_code, message),
                 retry_after=parse_retry_after(e.response.headers),
+                overflow=is_overflow(e.status_code, message),
             ) from e
         except (anthropic.APITimeoutError, httpx.TimeoutException) as e:
             raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e

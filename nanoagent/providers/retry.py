@@ -85,6 +85,8 @@ class RetryingProvider:
                     if streamed:
                         raise ProviderError(f"{model}: {e.message} (the reply was cut off mid-stream)",
                                             status=e.status) from e
+                    if e.overflow:  # not a fallback's business: the loop makes room and sends it again
+                        raise ProviderError(f"{model}: {e.message}", status=e.status, overflow=True) from e
                     wait, last = self._wait(e, attempt), e.message
                     if wait is None:
                         failures.append(f"{model}: {self._why_final(e, attempt)}")
