@@ -272,7 +272,7 @@ def bench_consolidation(home: Path) -> None:
             timings["turn"] = (time.perf_counter() - started, session.last_consolidated,
                                tokens < loop.consolidator.budget)
         else:
-            asyncio.run(loop.consolidator.archive_all(session, loop.model))
+            asyncio.run(loop.consolidator.archive_all(session, loop.model_for(session)))
             timings["all"] = (time.perf_counter() - started, session.last_consolidated)
     seconds, archived, fits = timings["turn"]
     record("first turn of a 10,000-message backlog", f"{seconds:.2f} s", "< 3 s", seconds < 3.0)
