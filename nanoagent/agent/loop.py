@@ -16,18 +16,22 @@ import asyncio
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands, Resend
 from nanoagent.agent.context import ContextBuilder
-from nanoagent.agent.runner import AgentRunner, RunSpec, Shrink
+from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator, FixedCost
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
 from nanoagent.usage import UsageRecord
+
+if TYPE_CHECKING:
+    from nanoagent.agent.runner import Shrink
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
