@@ -9,6 +9,7 @@ proportional to the new messages only.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import statistics
@@ -163,6 +164,85 @@ def bench_turns(home: Path) -> None:
            "equal", same)
 
 
+@contextlib.contextmanager
+def server_process():
+    """The local LLM server in a process of its own, as a real API is: its work on a long prompt (reading the
+    body, simulating the prompt cache) is not charged to the agent's process."""
+    code = "import sys; from tests.llm_server import start_server; print(start_server().url, flush=True); sys.stdin.read()"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        yield proc.stdout.readline().strip()
+    finally:
+        proc.stdin.close()
+        proc.wait(10)
+
+
+def keep_near_budget(home: Path, key: str, count: int, tokens: int) -> None:
+    """A `count`-message session whose unarchived tail holds about `tokens` (4 characters of JSON a token, as the
+    local server counts), as consolidation keeps a long session."""
+    from nanoagent.session.store import SessionStore
+
+    make_session(home, key, count)
+    store = SessionStore(home / "sessions")
+    session = store.load(key)
+    start, size = count, 0
+    while start > 0 and size < tokens * 4:
+        start -= 1
+        size += len(json.dumps(session.messages[start]))
+    while start < count and session.messages[start]["role"] != "user":
+        start += 1
+    store.set_consolidated(session, start)
+
+
+def bench_budget_turns(home: Path) -> None:
+    """Per-turn time of sessions kept near a 32k-token window's budget (3,000 and 10,000 messages) against a fresh
+    session, one turn each in turn: the anthropic SDK against the local server in its own process. The budget is
+    on the agent process's CPU time; wall time also holds the local server's own work on the longer body."""
+    from nanoagent.agent.build import build_agent
+    from nanoagent.config.schema import Config, ProviderConfig
+    from nanoagent.paths import Paths
+    from nanoagent.tokens import estimate_tokens
+
+    sizes, model = (3_000, 10_000), "anthropic/claude-bench"
+    with server_process() as url:
+        config = Config()
+        config.agents.defaults.model = model
+        config.agents.defaults.context_window_tokens = 32_000
+        config.providers["anthropic"] = ProviderConfig(api_key="k", api_base=url)
+        loop = build_agent(config, Paths(home=home, workspace=home / "workspace"))
+        budget = loop.consolidator.budget_for(model)
+        fixed = loop.context.fixed_tokens(loop.context.system_prompt(), estimate_tokens)
+        for size in sizes:  # consolidation keeps a long session between half the budget and 80%: start above half
+            keep_near_budget(home, f"cli:budget-{size}", size, budget // 2 - fixed)
+        keys = ["cli:budget-fresh", *(f"cli:budget-{size}" for size in sizes)]
+        times: dict[str, list[float]] = {key: [] for key in keys}
+        cpu: dict[str, list[float]] = {key: [] for key in keys}
+        for turn in range(65):
+            if turn == 5:  # the first turns load the SDK and the tokenizer (no provider figure yet)
+                archived = [loop.session(key).last_consolidated for key in keys]
+            for key in keys:
+                started, used = time.perf_counter(), time.process_time()
+                asyncio.run(loop.handle(f"turn {turn}", key))
+                times[key].append(time.perf_counter() - started)
+                cpu[key].append(time.process_time() - used)
+        archives = [loop.session(key).last_consolidated for key in keys] != archived
+        prompts = [loop.session(key).usage[-1].usage.prompt_tokens for key in keys]
+    median = {key: statistics.median(values[5:]) for key, values in times.items()}
+    median_cpu = {key: statistics.median(values[5:]) for key, values in cpu.items()}
+    fresh, fresh_cpu = median["cli:budget-fresh"], median_cpu["cli:budget-fresh"]
+    record("per-turn time, fresh session (anthropic SDK): wall / CPU", f"{fresh * 1000:.2f} / {fresh_cpu * 1000:.2f} ms",
+           "-", True)
+    for size, key, prompt in zip(sizes, keys[1:], prompts[1:], strict=True):
+        ratio, ratio_cpu = median[key] / fresh, median_cpu[key] / fresh_cpu
+        record(f"  {size:,} messages near a 32k budget (at the end {prompt:,} of {budget:,})",
+               f"{median[key] * 1000:.2f} / {median_cpu[key] * 1000:.2f} ms", "-", True)
+        record(f"  per-turn ratio {size:,} near budget / fresh, wall", f"{ratio:.2f}x", "-", True)
+        record(f"  per-turn ratio {size:,} near budget / fresh, CPU", f"{ratio_cpu:.2f}x", "<= 1.2x", ratio_cpu <= 1.2)
+    record("  prompt of the fresh session at the end", f"{prompts[0]:,} tokens", "-", True)
+    record("  archiving among the timed turns", "yes" if archives else "none", "none", not archives)
+
+
 def bench_consolidation(home: Path) -> None:
     """A 10,000-message session with nothing archived yet, against a zero-latency summariser."""
     from nanoagent.agent.build import build_agent
@@ -192,7 +272,7 @@ def bench_consolidation(home: Path) -> None:
             timings["turn"] = (time.perf_counter() - started, session.last_consolidated,
                                tokens < loop.consolidator.budget)
         else:
-            asyncio.run(loop.consolidator.archive_all(session, loop.model))
+            asyncio.run(loop.consolidator.archive_all(session, loop.model_for(session)))
             timings["all"] = (time.perf_counter() - started, session.last_consolidated)
     seconds, archived, fits = timings["turn"]
     record("first turn of a 10,000-message backlog", f"{seconds:.2f} s", "< 3 s", seconds < 3.0)
@@ -277,6 +357,7 @@ def main() -> int:
         finally:
             server.close()
         bench_turns(home)
+        bench_budget_turns(home)
         bench_consolidation(home)
         bench_keystrokes(home)
         bench_sandbox(home)

@@ -16,6 +16,9 @@ if TYPE_CHECKING:
     from nanoagent.usage import Usage
 
 
+TABLE_FILE = "model_prices_and_context_window_backup.json"
+
+
 @dataclass(frozen=True)
 class Price:
     input: float
@@ -53,11 +56,25 @@ def price_for(model: str, table: dict[str, Any] | None = None) -> Price | None:
 
 
 def context_window(model: str) -> int | None:
-    for key in _candidates(model):
-        entry = model_table().get(key)
-        if isinstance(entry, dict) and entry.get("max_input_tokens"):
-            return int(entry["max_input_tokens"])
-    return None
+    """The model's own input window from the bundled table, or None when the table does not know it."""
+    entry = model_entry(model)
+    window = entry.get("max_input_tokens") if entry else None
+    return window if isinstance(window, int) and not isinstance(window, bool) and window > 0 else None
+
+
+@dataclass(frozen=True)
+class Window:
+    """The context window a session's prompt must fit, and whether it is the model's own (smaller than
+    contextWindowTokens) rather than the configured one."""
+
+    tokens: int
+    from_model: bool = False
+
+
+def effective_window(configured: int, model: str) -> Window:
+    """The smaller of `contextWindowTokens` and the model's own window, so a small-window model never overflows."""
+    own = context_window(model)
+    return Window(own, True) if own is not None and own < configured else Window(configured)
 
 
 def format_cost(cost: float | None) -> str:
@@ -74,10 +91,45 @@ def litellm_data_file(name: str) -> Path | None:
     return path if path.exists() else None
 
 
+@lru_cache(maxsize=64)
+def model_entry(model: str) -> dict[str, Any] | None:
+    """The table's entry for a model as nanoagent names it, parsed alone: every turn needs its window, and the
+    whole table takes 50 ms and 8 MiB to parse. Each entry's name starts a line (`"name": {`)."""
+    names = _candidates(model)
+    if model_table.cache_info().currsize:
+        table = model_table()
+        return next((table[n] for n in names if isinstance(table.get(n), dict)), None)
+    path = litellm_data_file(TABLE_FILE)
+    try:
+        text = path.read_text(encoding="utf-8") if path else ""
+        for name in names:
+            at = _key_at(text, json.dumps(name) + ":")
+            entry = json.JSONDecoder().raw_decode(text, at)[0] if at >= 0 else None
+            if isinstance(entry, dict):
+                return entry
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+def _key_at(text: str, key: str) -> int:
+    """Where the object following `key` starts, for a key that begins its line; -1 when there is none."""
+    at = text.find(key)
+    while at >= 0:
+        line_start = text.rfind("\n", 0, at) + 1
+        value = at + len(key)
+        while text[value:value + 1].isspace():
+            value += 1
+        if not text[line_start:at].strip() and text.startswith("{", value):
+            return value
+        at = text.find(key, at + 1)
+    return -1
+
+
 @lru_cache(maxsize=1)
 def model_table() -> dict[str, dict]:
     """litellm's bundled price and context-window table, read without importing litellm."""
-    path = litellm_data_file("model_prices_and_context_window_backup.json")
+    path = litellm_data_file(TABLE_FILE)
     if path is None:
         return {}
     try:

@@ -40,23 +40,28 @@ class Usage:
 @dataclass(frozen=True)
 class UsageRecord:
     """One model call as a session file records it: {"type": "usage", "ts", "model", "purpose", tokens...}.
-    `price_factor` 0.5 marks a Message Batches call (half price)."""
+    `price_factor` 0.5 marks a Message Batches call (half price). `window` is the [start, end) of the session's
+    messages a turn's call sent, so its prompt tokens measure that stretch of the session."""
 
     model: str
     usage: Usage
     purpose: str = "turn"
     ts: str = ""
     price_factor: float = 1.0
+    window: tuple[int, int] | None = None
 
     @classmethod
-    def now(cls, model: str, usage: Usage, purpose: str = "turn", price_factor: float = 1.0) -> UsageRecord:
-        return cls(model, usage, purpose, datetime.now(UTC).isoformat(timespec="seconds"), price_factor)
+    def now(cls, model: str, usage: Usage, purpose: str = "turn", price_factor: float = 1.0,
+            window: tuple[int, int] | None = None) -> UsageRecord:
+        return cls(model, usage, purpose, datetime.now(UTC).isoformat(timespec="seconds"), price_factor, window)
 
     def to_json(self) -> dict[str, Any]:
         record: dict[str, Any] = {"type": "usage", "ts": self.ts, "model": self.model, "purpose": self.purpose,
                                   **self.usage.to_dict()}
         if self.price_factor != 1.0:
             record["price_factor"] = self.price_factor
+        if self.window is not None:
+            record["window"] = list(self.window)
         return record
 
     @classmethod
@@ -66,11 +71,22 @@ class UsageRecord:
         factor = record.get("price_factor", 1.0)
         good_factor = isinstance(factor, int | float) and not isinstance(factor, bool) and math.isfinite(factor)
         return cls(model=_text(record.get("model")), usage=Usage(*tokens), purpose=_text(record.get("purpose")) or "turn",
-                   ts=_text(record.get("ts")), price_factor=float(factor) if good_factor and factor >= 0 else 1.0)
+                   ts=_text(record.get("ts")), price_factor=float(factor) if good_factor and factor >= 0 else 1.0,
+                   window=_window(record.get("window")))
+
+
+def _index(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
 
 
 def _count(value: Any) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else 0
+    return value if _index(value) else 0
+
+
+def _window(value: Any) -> tuple[int, int] | None:
+    if isinstance(value, list) and len(value) == 2 and all(_index(v) for v in value) and value[0] < value[1]:
+        return value[0], value[1]
+    return None
 
 
 def _text(value: Any) -> str:

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
 from nanoagent.messages import is_user, strip_runtime_context
-from nanoagent.pricing import context_window
+from nanoagent.pricing import context_window, effective_window
 from nanoagent.usage import UsageRecord, session_total
 
 if TYPE_CHECKING:
@@ -120,18 +120,27 @@ class Commands:
     @command("/status", "model, session, context used, tokens and cost so far", read_only=True)
     async def status(self, call: Call) -> str:
         session = call.session
-        window = self.settings.context_window_tokens
-        used = self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed())
+        model = self.models.for_session(session)
+        window = effective_window(self.settings.context_window_tokens, model)
+        which = "; the model's window, smaller than contextWindowTokens" if window.from_model else ""
+        used = self._context_used(session, model)
         total = session_total(session.usage)
         u = total.usage
         return "\n".join([
-            f"model:    {self.models.for_session(session)}",
+            f"model:    {model}",
             f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated)",
-            f"context:  {used:,} of {window:,} tokens ({used / window:.0%})",
+            f"context:  {used:,} of {window.tokens:,} tokens ({used / window.tokens:.0%}{which})",
             f"tokens:   {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_tokens:,} cache read, "
             f"{u.cache_write_tokens:,} cache write",
             f"cost:     {total.cost_text()} over {total.calls} model calls",
         ])
+
+    def _context_used(self, session: Session, model: str) -> int:
+        """The prompt the next turn would send, measured as the Consolidator measures it."""
+        if self.consolidator is None:
+            return self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed())
+        system = self.context.system_prompt()
+        return self.consolidator.prompt_tokens(session, lambda count: self.context.fixed_tokens(system, count), model)
 
     @command("/model", "show or switch the model for this session: /model anthropic/claude-sonnet-4-5")
     async def model(self, call: Call) -> str:

@@ -19,7 +19,7 @@ from nanoagent.memory.history import HistoryEntry, HistoryLog
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message, wrap_untrusted
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
-from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens, token_bound
+from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens
 from nanoagent.tools import ToolRegistry
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
@@ -41,7 +41,7 @@ class ContextBuilder:
         self.recent_history_tokens = recent_history_tokens
         self.clock = clock  # None: the wall clock in the configured time zone
         self._entry_tokens: dict[int, int] = {}
-        self._fixed_cache: dict[tuple[str, bool], int] = {}
+        self._fixed_cache: dict[tuple[str, Callable[[str], int]], int] = {}
 
     def system_prompt(self) -> str:
         restriction = (
@@ -87,13 +87,12 @@ class ContextBuilder:
             lines.append(f"\n### {entry.timestamp} · {entry.session}{marker}\n{_shown(entry)}")
         return "\n".join(lines)
 
-    def fixed_tokens(self, system: str, exact: bool = True) -> int:
-        """Tokens of the system prompt and tool list (an upper bound when not exact), recounted only when the
-        prompt changes."""
-        key = (system, exact)
+    def fixed_tokens(self, system: str, count: Callable[[str], int] = count_tokens) -> int:
+        """Tokens of the system prompt and tool list by `count` (exact, estimated or a bound), recounted only
+        when the prompt changes."""
+        key = (system, count)
         if key not in self._fixed_cache:
             tools = json.dumps([t.__dict__ for t in self.tools.specs()])
-            count = count_tokens if exact else token_bound
             self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[0] == system}
             self._fixed_cache[key] = count(system) + count(tools)
         return self._fixed_cache[key]

@@ -13,8 +13,10 @@ Each call brings its own event sink: the loop serves whoever asked, a terminal o
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
@@ -23,11 +25,14 @@ from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import AgentDefaults
-from nanoagent.memory.consolidator import Consolidator
+from nanoagent.memory.consolidator import Consolidator, FixedCost
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
 from nanoagent.usage import UsageRecord
+
+if TYPE_CHECKING:
+    from nanoagent.agent.runner import Shrink
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
@@ -129,7 +134,21 @@ class AgentLoop:
             tools=self.context.tools, tool_context=self.tool_context, model=model, session=session.key,
             max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
             max_iterations=s.max_tool_iterations, max_result_chars=self.max_result_chars, injections=injections,
+            shrink=self._shrinker(session, model, self.consolidator) if self.consolidator is not None else None,
         )
+
+    def _shrinker(self, session: Session, model: str, consolidator: Consolidator) -> Shrink:
+        """What the runner calls when the provider refuses the prompt as too long: archive older turns as if the
+        prompt filled the model's window, and give the runner the smaller prompt (None: nothing left to archive)."""
+        async def shrink() -> tuple[str, list[msg.Message]] | None:
+            if not await consolidator.consolidate_overflow(session, self._fixed(self.context.system_prompt()), model):
+                return None
+            system = self.context.system_prompt()  # the archive added to the recent history
+            visible = consolidator.window_start(session, self._fixed(system), model)
+            current_turn.set(dataclasses.replace(current_turn.get(), visible_from=visible))
+            return system, msg.history_for_model(session.messages, visible, session.failed())
+
+        return shrink
 
     async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
         """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""
@@ -138,11 +157,11 @@ class AgentLoop:
             return system, session.last_consolidated
         if await self.consolidator.maybe_consolidate(session, self._fixed(system), model):
             system = self.context.system_prompt()  # the archive added to the recent history
-        return system, self.consolidator.window_start(session, self._fixed(system))
+        return system, self.consolidator.window_start(session, self._fixed(system), model)
 
-    def _fixed(self, system: str) -> Callable[[bool], int]:
-        """Tokens of the system prompt and tool list (an upper bound when not exact)."""
-        return lambda exact: self.context.fixed_tokens(system, exact)
+    def _fixed(self, system: str) -> FixedCost:
+        """Tokens of the system prompt and tool list, by whichever counter the Consolidator asks for."""
+        return lambda count: self.context.fixed_tokens(system, count)
 
     def _after_cancel(self, session: Session, sink: ev.EventSink) -> None:
         """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""
@@ -154,8 +173,9 @@ class AgentLoop:
         def checkpoint(event: ev.Event) -> None:
             if isinstance(event, ev.MessageAdded):
                 self.store.add_messages(session, [event.message])
-            elif isinstance(event, ev.UsageRecorded):
-                self.store.add_usage(session, UsageRecord.now(event.model, event.usage))
+            elif isinstance(event, ev.UsageRecorded):  # with the stretch of messages the call sent, which it measures
+                window = (current_turn.get().visible_from, len(session.messages))
+                self.store.add_usage(session, UsageRecord.now(event.model, event.usage, window=window))
             sink(event)
 
         return checkpoint

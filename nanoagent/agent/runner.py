@@ -7,7 +7,7 @@ import dataclasses
 import json
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,6 +36,14 @@ CUT_REPLY_NOTICE = ("The reply was cut off: it reached the output limit of {n} t
 CUT_CALL = ("Error: this tool call was not run: the reply was cut off at the output limit ({n} tokens) and its "
             "arguments may be incomplete. Send it again with less content, e.g. write a large file in parts.")
 UNNAMED_TOOL = "unnamed_tool"  # what a call without a usable name is stored as, so later requests stay valid
+MADE_ROOM = ("The conversation was too long for the model: older turns were archived to memory; sending it again. "
+             "If this keeps happening, set agents.defaults.contextWindowTokens to the model's window.")
+STILL_TOO_LONG = ("{error} (still too long after archiving older turns to memory: shorten the message, or start "
+                  "afresh with /new)")
+NOTHING_TO_ARCHIVE = "{error} (no older turns are left to archive: shorten the message, or start afresh with /new)"
+
+# Makes room after the provider refused the prompt as too long: the new (system prompt, messages), None if it could not.
+Shrink = Callable[[], Awaitable[tuple[str, list[Message]] | None]]
 
 
 @dataclass
@@ -52,6 +60,8 @@ class RunSpec:
     max_iterations: int = 100
     max_result_chars: int = 16_000
     injections: Callable[[], list[str]] | None = None  # messages typed while the turn runs
+    shrink: Shrink | None = None  # once a run: on a context overflow, make room and send the call again
+    shrunk: bool = False  # room was made once in this run already
 
 
 @dataclass
@@ -79,7 +89,11 @@ class AgentRunner:
             try:
                 reply = await self._call_model(spec, messages, result)
             except ProviderError as e:
-                return self._fail(spec, result, e.message)
+                refit = await self._make_room(spec, messages, e)
+                if isinstance(refit, str):
+                    return self._fail(spec, result, refit)
+                spec = refit
+                continue  # the same call once more, on the smaller prompt (it counts as a step)
             reply.calls = _usable_calls(reply.calls)
             self._add(spec, _assistant_message(reply), messages, result)
             if reply.calls:
@@ -115,6 +129,18 @@ class AgentRunner:
         result.stop, result.error = ev.StopReason.ERROR, error
         self._emit(spec, ev.TurnEnded(ev.StopReason.ERROR, error))
         return result
+
+    async def _make_room(self, spec: RunSpec, messages: list[Message], error: ProviderError) -> RunSpec | str:
+        """After a context overflow, the spec to call again with (its messages replaced in `messages`), the first
+        time in a run; otherwise the failure to report."""
+        if not error.overflow or spec.shrink is None:
+            return STILL_TOO_LONG.format(error=error.message) if error.overflow and spec.shrunk else error.message
+        smaller = await spec.shrink()
+        if smaller is None:
+            return NOTHING_TO_ARCHIVE.format(error=error.message)
+        system, messages[:] = smaller
+        self._emit(spec, ev.Notice(MADE_ROOM))
+        return dataclasses.replace(spec, system=system, shrink=None, shrunk=True)
 
     def _drain_injections(self, spec: RunSpec, messages: list[Message], result: ev.RunResult) -> bool:
         texts = spec.injections() if spec.injections else []

@@ -30,6 +30,7 @@ class AgentDefaults:
     max_retries: int = bounded(4, 0, 20)
     retry_base_delay: float = bounded(1.0, 0, 60)  # seconds; doubles with each retry
     max_retry_wait: float = bounded(60.0, 0, 3600)  # seconds; the most one wait may last
+    request_deadline: float = bounded(180.0, 1, 86_400)  # seconds until a call's reply begins, over all its retries
 
 
 @dataclass

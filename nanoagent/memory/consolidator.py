@@ -1,15 +1,23 @@
 """The Consolidator: keeps the prompt under budget by summarising old turns into history.jsonl.
 
-Before a turn, it estimates the prompt (system prompt, tools, unconsolidated history). Over
-`contextWindowTokens - maxTokens - margin`, it archives the oldest messages until the estimate
-is under half of that budget, cutting only where a user turn starts. Each archive is a model
-summary appended to history.jsonl, and only then does the session's `last_consolidated` move.
-If the summary call fails (or is empty), a capped raw excerpt marked as raw is archived instead.
+Before a turn, it estimates the prompt (system prompt, tools, unconsolidated history). Over the budget
+(`window - maxTokens - margin`, where the window is the smaller of `contextWindowTokens` and the model's own),
+it archives the oldest messages until the estimate is under half of that budget, cutting only where a user
+turn starts. Each archive is a model summary appended to history.jsonl, and only then does the session's
+`last_consolidated` move. If the summary call fails (or is empty), a capped raw excerpt marked as raw is
+archived instead.
+
+How the prompt is measured: the provider reports what each call's prompt held (a usage record with the stretch
+of messages it sent). Character estimates scaled to match that figure measure the prompt from then on, so a
+session near its budget costs no tokenizer and no recount per turn. Without such a figure (a new session, a
+model switch), a byte bound answers first and the tokenizer (0.6 s to load) counts only when the prompt might
+really be near the budget.
 """
 
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
@@ -27,10 +35,11 @@ from nanoagent.messages import (
     unwrap_untrusted,
     wrap_untrusted,
 )
+from nanoagent.pricing import Window, effective_window
 from nanoagent.providers.base import ProviderError
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
-from nanoagent.tokens import count_message_tokens, message_bound
+from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens, token_bound
 from nanoagent.usage import Usage, UsageRecord
 
 MAX_MESSAGES_PER_ARCHIVE = 200
@@ -39,13 +48,30 @@ RAW_CAP_CHARS = 4000
 MESSAGE_CAP_CHARS = 2000
 TOOL_RESULT_CAP_CHARS = 500
 TRANSCRIPT_CAP_CHARS = 60_000
+# A provider's figure against our estimate of the same prompt outside this range is not believed (a server
+# that reports no real usage); real tokenizers stay well within it.
+SCALE_RANGE = (0.25, 4.0)
 
 # (model, system, user) -> (text, usage, model that answered)
 Complete = Callable[[str, str, str], Awaitable[tuple[str, Usage, str]]]
 
+Counter = Callable[[str], int]  # tokens of a text: exact, estimated or bounded
+# Everything in the prompt but the session's history (system prompt and tools), measured by a counter.
+FixedCost = Callable[[Counter], int]
 
-# Everything in the prompt but the session's history, in tokens; an upper bound when `exact` is False.
-FixedCost = Callable[[bool], int]
+
+@dataclass(frozen=True)
+class Measure:
+    """How one decision counts tokens: a counter per text, times a scale."""
+
+    count: Counter
+    scale: float = 1.0
+
+    def __call__(self, tokens: int) -> int:
+        return math.ceil(tokens * self.scale)
+
+
+EXACT = Measure(count_tokens)
 
 
 @dataclass
@@ -69,44 +95,84 @@ class Consolidator:
         self.store = store
         self.settings = settings
         self.complete = complete
-        self._exact: dict[str, _Counts] = {}
-        self._bound: dict[str, _Counts] = {}
+        self._counts: dict[tuple[str, Counter], _Counts] = {}
+
+    def window(self, model: str) -> Window:
+        return effective_window(self.settings.context_window_tokens, model)
+
+    def budget_for(self, model: str) -> int:
+        """Tokens the prompt may hold for `model`: its window less the reply and a margin."""
+        window = self.window(model).tokens
+        margin = max(1024, window // 20)
+        return max(1, window - self.settings.max_tokens - margin)
 
     @property
     def budget(self) -> int:
-        s = self.settings
-        margin = max(1024, s.context_window_tokens // 20)
-        return max(1, s.context_window_tokens - s.max_tokens - margin)
+        """The budget for the configured model (agents.defaults.model)."""
+        return self.budget_for(self.settings.model)
 
-    def history_tokens(self, session: Session, exact: bool = True) -> int:
-        """Tokens of the messages not yet archived; with `exact=False` a bound that needs no tokenizer."""
-        return self._tokens_between(session, session.last_consolidated, len(session.messages), exact)
+    def prompt_tokens(self, session: Session, fixed: FixedCost, model: str) -> int:
+        """The prompt the next request would send (system prompt, tools, unarchived history), as consolidation
+        measures it: from the provider's last figure when there is one, else counted."""
+        return self._size(session, fixed, self._measure(session, fixed, model) or EXACT)
 
-    def _tokens_between(self, session: Session, start: int, end: int, exact: bool = True) -> int:
-        table = self._exact if exact else self._bound
-        counts = table.get(session.key)
+    def _tokens_between(self, session: Session, start: int, end: int, count: Counter) -> int:
+        key = (session.key, count)
+        counts = self._counts.get(key)
         if counts is None or start < counts.base:
-            counts = table[session.key] = _Counts(count_message_tokens if exact else message_bound, start)
+            counts = self._counts[key] = _Counts(lambda m: count_message_tokens(m, count), start)
         return counts.between(session.messages, start, end)
 
-    def over(self, session: Session, fixed: FixedCost, limit: float) -> int:
-        """How far the prompt is over `limit` tokens (<= 0: within). The byte bound answers first, so the
-        tokenizer (0.6 s to load) is only needed when the prompt might really be near the limit."""
-        if fixed(False) + self.history_tokens(session, exact=False) <= limit:
-            return 0
-        return int(fixed(True) + self.history_tokens(session) - limit)
+    def _size(self, session: Session, fixed: FixedCost, measure: Measure) -> int:
+        history = self._tokens_between(session, session.last_consolidated, len(session.messages), measure.count)
+        return measure(fixed(measure.count) + history)
+
+    def _measure(self, session: Session, fixed: FixedCost, model: str) -> Measure | None:
+        """Estimates scaled to the provider's figure for the last call's prompt, if it is usable; None when it is
+        not (count instead)."""
+        last = _last_turn_call(session)
+        if last is None or last.window is None or last.model != model or last.window[1] > len(session.messages):
+            return None
+        start, end = last.window
+        estimate = fixed(estimate_tokens) + self._tokens_between(session, start, end, estimate_tokens)
+        scale = last.usage.prompt_tokens / max(1, estimate)
+        return Measure(estimate_tokens, scale) if SCALE_RANGE[0] <= scale <= SCALE_RANGE[1] else None
+
+    def _over(self, session: Session, fixed: FixedCost, limit: float, measure: Measure | None) -> tuple[int, Measure]:
+        """How far the prompt is over `limit` tokens (<= 0: within), and the measure that said so. Without a
+        provider figure the byte bound answers first, so the tokenizer is only needed near the limit."""
+        if measure is None:
+            bound = fixed(token_bound) + self._tokens_between(session, session.last_consolidated,
+                                                              len(session.messages), token_bound)
+            if bound <= limit:
+                return 0, EXACT
+            measure = EXACT
+        return int(self._size(session, fixed, measure) - limit), measure
 
     async def maybe_consolidate(self, session: Session, fixed: FixedCost, model: str, threshold: float = 1.0) -> int:
         """Archive old turns when the prompt is over `threshold` x budget. Returns messages archived."""
-        if self.over(session, fixed, self.budget * threshold) <= 0:
+        excess, measure = self._over(session, fixed, self.budget_for(model) * threshold,
+                                     self._measure(session, fixed, model))
+        if excess <= 0:
             return 0
-        target = self.budget // 2
+        return await self._archive_down(session, fixed, model, measure)
+
+    async def consolidate_overflow(self, session: Session, fixed: FixedCost, model: str) -> int:
+        """The provider refused the prompt as too long, so whatever the estimate said, it filled the model's
+        window: archive down to half the budget as if it had. Returns messages archived (0: nothing before the
+        current turn is left to archive)."""
+        measure = self._measure(session, fixed, model) or EXACT
+        extra = max(1.0, self.window(model).tokens / max(1, self._size(session, fixed, measure)))
+        return await self._archive_down(session, fixed, model, Measure(measure.count, measure.scale * extra))
+
+    async def _archive_down(self, session: Session, fixed: FixedCost, model: str, measure: Measure) -> int:
+        target = self.budget_for(model) // 2
         archived = 0
         for _ in range(MAX_ROUNDS):
-            excess = self.over(session, fixed, target)
+            excess = self._size(session, fixed, measure) - target
             if excess <= 0:
                 break
-            end = self._cut_point(session, excess)
+            end = self._cut_point(session, excess, measure)
             if end is None:
                 break
             start = session.last_consolidated
@@ -114,20 +180,21 @@ class Consolidator:
             archived += end - start
         return archived
 
-    def window_start(self, session: Session, fixed: FixedCost) -> int:
+    def window_start(self, session: Session, fixed: FixedCost, model: str) -> int:
         """Where the prompt's history starts. Normally `last_consolidated`; when a backlog is still over the
         budget after this turn's bounded archiving (a switch to a smaller model, an imported session), the
         oldest unarchived turns are left out of this request, not dropped: they stay for later rounds."""
         start = min(session.last_consolidated, len(session.messages))
-        excess = self.over(session, fixed, self.budget)
+        excess, measure = self._over(session, fixed, self.budget_for(model), self._measure(session, fixed, model))
         if excess <= 0:
             return start
         for index in range(start + 1, len(session.messages)):
-            if is_user(session.messages[index]) and self._tokens_between(session, start, index) >= excess:
+            if is_user(session.messages[index]) and measure(
+                    self._tokens_between(session, start, index, measure.count)) >= excess:
                 return index
         return start
 
-    def _cut_point(self, session: Session, excess: int) -> int | None:
+    def _cut_point(self, session: Session, excess: int, measure: Measure) -> int | None:
         """The first user-turn start that archives at least `excess` tokens, within the per-round bound."""
         start = session.last_consolidated
         last_user = max((i for i in range(start, len(session.messages))
@@ -138,7 +205,7 @@ class Consolidator:
             if not is_user(session.messages[index]):
                 continue
             best = index
-            if self._tokens_between(session, start, index) >= excess:
+            if measure(self._tokens_between(session, start, index, measure.count)) >= excess:
                 break
         return best
 
@@ -169,6 +236,10 @@ class Consolidator:
         while session.last_consolidated < len(session.messages):
             start = session.last_consolidated
             await self.archive(session, start, min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE), model)
+
+
+def _last_turn_call(session: Session) -> UsageRecord | None:
+    return next((r for r in reversed(session.usage) if r.purpose == "turn"), None)
 
 
 def format_transcript(messages: list[Message], cap: int = TRANSCRIPT_CAP_CHARS) -> str:

@@ -16,6 +16,7 @@ from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
     ProviderEvent,
+    ReplyStarted,
     StreamEnd,
     TextDelta,
     ThinkingBlock,
@@ -24,11 +25,13 @@ from nanoagent.providers.base import (
     ToolCallReady,
     UsageReport,
     classify_status,
+    is_overflow,
     parse_retry_after,
 )
 from nanoagent.usage import Usage
 
 CACHE = {"type": "ephemeral"}
+BULK = ("messages", "system", "tools")  # parameters sent untransformed (see `stream`)
 
 
 class AnthropicProvider:
@@ -62,9 +65,16 @@ class AnthropicProvider:
         import httpx
 
         try:
-            raw = await self._get_client().messages.create(**build_params(request), stream=True)
-            async for event in _translate(raw):
-                yield event
+            params = build_params(request)
+            # The SDK walks every parameter to transform it, which takes longer the longer the session; our blocks
+            # need no transform (a test checks), so the bulky ones go as extra_body, which it sends as given.
+            bulk = {name: params.pop(name) for name in BULK if name in params}
+            raw = await self._get_client().messages.create(**params, messages=[], stream=True, extra_body=bulk)
+            try:
+                async for event in _translate(raw):
+                    yield event
+            finally:  # also when the retry layer gives up waiting: the connection is not left open
+                await raw.close()
         except anthropic.APIStatusError as e:
             message = error_message(e)
             raise ProviderError(
@@ -72,6 +82,7 @@ class AnthropicProvider:
                 status=e.status_code,
                 retryable=classify_status(e.status_code, message),
                 retry_after=parse_retry_after(e.response.headers),
+                overflow=is_overflow(e.status_code, message),
             ) from e
         except (anthropic.APITimeoutError, httpx.TimeoutException) as e:
             raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
@@ -98,7 +109,7 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
     blocks: dict[int, dict[str, Any]] = {}
     usage = Usage()
     stop_reason = "end_turn"
-    finished = False
+    finished = started = False
     async for ev in raw:
         kind = ev.type
         if kind == "message_start":
@@ -110,6 +121,9 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
                 cache_write_tokens=getattr(u, "cache_creation_input_tokens", 0) or 0,
             )
         elif kind == "content_block_start":
+            if not started:
+                started = True
+                yield ReplyStarted()
             block = ev.content_block
             blocks[ev.index] = {"type": block.type, "id": getattr(block, "id", ""), "name": getattr(block, "name", ""),
                                 "text": "", "json": "", "signature": "", "data": getattr(block, "data", "")}

@@ -215,4 +215,4 @@ def build_batch_provider(
     provider = AnthropicBatchProvider(settings.api_key, settings.api_base, config.defaults.stream_idle_timeout,
                                       poll_interval=poll_interval, max_poll_interval=max_poll_interval,
                                       timeout=timeout)
-    return with_retries(config, [(model, provider)])
+    return with_retries(config, [(model, provider)], deadline=False)

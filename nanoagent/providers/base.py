@@ -78,15 +78,23 @@ class RetryNotice:
 
 
 @dataclass(frozen=True)
+class ReplyStarted:
+    """The model began its reply (its first content block): from here the stream idle timeout alone bounds each
+    wait, not the request deadline, so a long reply that keeps streaming is never cut."""
+
+
+@dataclass(frozen=True)
 class StreamEnd:
     stop_reason: str  # "end_turn" | "tool_use" | "max_tokens" | provider-specific
 
 
-ProviderEvent = TextDelta | ThinkingDelta | ThinkingBlock | ToolCallReady | UsageReport | StreamEnd | RetryNotice
+ProviderEvent = (TextDelta | ThinkingDelta | ThinkingBlock | ToolCallReady | UsageReport | StreamEnd | RetryNotice
+                 | ReplyStarted)
 
 
 class ProviderError(Exception):
-    """A failed model call, already classified for the retry layer."""
+    """A failed model call, already classified for the retry layer. `overflow`: the provider refused the prompt as
+    longer than the model's context window (the loop archives older turns and sends it once more)."""
 
     def __init__(
         self,
@@ -95,16 +103,37 @@ class ProviderError(Exception):
         status: int | None = None,
         retryable: bool = False,
         retry_after: float | None = None,
+        overflow: bool = False,
     ):
         super().__init__(message)
         self.message = message
         self.status = status
         self.retryable = retryable
         self.retry_after = retry_after
+        self.overflow = overflow
 
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
 QUOTA_WORDS = ("quota", "credit", "billing", "insufficient_quota", "balance")
+# How providers say a prompt is over the context window (Anthropic, OpenAI and OpenAI-compatible servers, and
+# the phrases litellm maps to ContextWindowExceededError for the rest).
+OVERFLOW_PHRASES = (
+    "prompt is too long",  # Anthropic: "prompt is too long: 210000 tokens > 200000 maximum"
+    "exceed context limit",  # Anthropic: "input length and `max_tokens` exceed context limit: ..."
+    "context_length_exceeded",  # OpenAI's error code
+    "maximum context length",  # OpenAI, DeepSeek, OpenRouter, vLLM: "This model's maximum context length is ..."
+    "exceeds the context window",  # OpenAI: "Your input exceeds the context window of this model"
+    "longer than the model's context length",
+    "exceeds the available context size",  # llama.cpp
+    "exceeds the maximum number of tokens allowed",  # Gemini
+    "input tokens exceed the configured limit",
+    "too many input tokens",
+)
+
+
+def is_overflow(status: int | None, message: str) -> bool:
+    """True when a refused request says its prompt is over the model's context window."""
+    return status in (400, 413, None) and any(phrase in message.lower() for phrase in OVERFLOW_PHRASES)
 
 
 def classify_status(status: int | None, message: str) -> bool:

@@ -15,6 +15,7 @@ from nanoagent.providers.base import (
     ProviderError,
     ProviderEvent,
     classify_status,
+    is_overflow,
     parse_retry_after,
 )
 from nanoagent.providers.openai_format import ChunkReader, stream_cut, to_openai_messages, to_openai_tools
@@ -85,10 +86,12 @@ def _classify(e: Exception, idle_timeout: float) -> ProviderError:
         return ProviderError(f"no data from the model for {idle_timeout:.0f} s", retryable=True)
     if status is None and "APIConnectionError" in name:
         return ProviderError(f"connection failed: {message}", retryable=True)
-    if status is None and ("BadRequest" in name or "NotFound" in name or "Authentication" in name):
-        return ProviderError(message, retryable=False)
-    return ProviderError(f"{status or ''} {message}".strip(), status=status,
-                         retryable=classify_status(status, message), retry_after=parse_retry_after(headers))
+    overflow = name == "ContextWindowExceededError" or is_overflow(status, message)
+    if status is None and ("BadRequest" in name or "NotFound" in name or "Authentication" in name or overflow):
+        return ProviderError(message, retryable=False, overflow=overflow)
+    return ProviderError(f"{status or ''} {message}".strip(), status=status, overflow=overflow,
+                         retryable=classify_status(status, message) and not overflow,
+                         retry_after=parse_retry_after(headers))
 
 
 async def _translate(stream: Any) -> AsyncIterator[ProviderEvent]:

@@ -17,6 +17,7 @@ from nanoagent.providers.base import (
     ProviderError,
     ProviderEvent,
     classify_status,
+    is_overflow,
     parse_retry_after,
 )
 from nanoagent.providers.openai_format import ChunkReader, stream_cut, to_openai_messages, to_openai_tools
@@ -68,17 +69,17 @@ class OpenAICompatProvider:
 
 
 def _status_error(status: int, text: str, headers: Any) -> ProviderError:
-    message = text[:300]
+    message, code = text[:300], ""
     try:
         err = json.loads(text).get("error")
         if isinstance(err, dict) and err.get("message"):
-            message = str(err["message"])
+            message, code = str(err["message"]), str(err.get("code") or "")
         elif isinstance(err, str):
             message = err
     except (ValueError, AttributeError):
         pass
     return ProviderError(f"{status} {message}", status=status, retryable=classify_status(status, message),
-                         retry_after=parse_retry_after(headers))
+                         retry_after=parse_retry_after(headers), overflow=is_overflow(status, f"{code} {message}"))
 
 
 async def _parse_stream(lines: AsyncIterator[str]) -> AsyncIterator[ProviderEvent]:

@@ -11,6 +11,7 @@ from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
     ProviderEvent,
+    ReplyStarted,
     StreamEnd,
     TextDelta,
     ToolCall,
@@ -102,12 +103,16 @@ class ChunkReader:
     calls: ToolCallAccumulator = field(default_factory=ToolCallAccumulator)
     finish: str | None = None
     usage: Usage | None = None
+    started: bool = False
 
     def read(self, chunk: Any) -> Iterator[ProviderEvent]:
         if _get(chunk, "usage"):
             self.usage = usage_from_openai(_get(chunk, "usage"))
         for choice in _get(chunk, "choices") or ():
             delta = _get(choice, "delta") or {}
+            if not self.started and (_get(delta, "content") or _get(delta, "tool_calls")):
+                self.started = True
+                yield ReplyStarted()
             if _get(delta, "content"):
                 yield TextDelta(_get(delta, "content"))
             for tc in _get(delta, "tool_calls") or ():

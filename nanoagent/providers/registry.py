@@ -84,10 +84,12 @@ def build_provider(config: Config, model: str | None = None) -> RetryingProvider
     return with_retries(config, [(m, make_provider(m, config)) for m in models])
 
 
-def with_retries(config: Config, chain: list[tuple[str, Provider]]) -> RetryingProvider:
-    """A chain of (model, provider) behind the one retry layer, with the policy from config."""
+def with_retries(config: Config, chain: list[tuple[str, Provider]], deadline: bool = True) -> RetryingProvider:
+    """A chain of (model, provider) behind the one retry layer, with the policy from config. `deadline=False` for
+    calls that are slow by design (Message Batches, bounded by their own timeout)."""
     d = config.defaults
-    policy = RetryPolicy(max_retries=d.max_retries, base_delay=d.retry_base_delay, max_retry_wait=d.max_retry_wait)
+    policy = RetryPolicy(max_retries=d.max_retries, base_delay=d.retry_base_delay, max_retry_wait=d.max_retry_wait,
+                         deadline=d.request_deadline if deadline else None)
     return RetryingProvider(chain, policy)
 
 

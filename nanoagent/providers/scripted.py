@@ -62,8 +62,9 @@ class ScriptedProvider:
             self._calls += 1
             raw = args if isinstance(args, str) else json.dumps(args)
             yield ToolCallReady(ToolCall(f"call_{self._calls}", name, raw))
-        yield UsageReport(reply.usage or Usage(input_tokens=len(json.dumps(request.messages)) // 4 + 1,
-                                               output_tokens=len(reply.text) // 4 + 1))
+        # No prompt figure unless a reply gives one: a script cannot know how a real model counts the prompt, so
+        # the context budget is counted, as for a server that reports none.
+        yield UsageReport(reply.usage or Usage(output_tokens=len(reply.text) // 4 + 1))
         yield StreamEnd("tool_use" if reply.tool_calls else "end_turn")
 
 
