@@ -276,3 +276,19 @@ def test_an_unknown_slash_command_gets_a_hint_and_no_model_call(llm):
     out = slash(llm, "/foo bar").stdout
     assert out.strip() == "Unknown command /foo. Type /help to see the commands."
     assert llm.requests == []
+
+
+def test_slash_new_starts_fresh_but_keeps_the_old_conversation(llm, isolated_home):
+    slash(llm, "remember: the code word is heron")
+    assert slash(llm, "/new").stdout.startswith("Started a fresh conversation. The previous 2 messages stay in ")
+    slash(llm, "what is the code word?")
+    assert "heron" not in json.dumps(llm.requests[-1].body["messages"])
+    assert "heron" in json.dumps(session_messages(isolated_home))
+
+
+def test_slash_status_shows_token_counts(llm):
+    llm.script(Reply(text="hi", input_tokens=1234, output_tokens=56))
+    slash(llm, "hello")
+    out = slash(llm, "/status").stdout
+    assert re.search(r"^context:\s+[\d,]+ of 200,000 tokens \(\d+%\)$", out, re.MULTILINE), out
+    assert re.search(r"^tokens:\s+[\d,]+ in, 56 out", out, re.MULTILINE), out
