@@ -81,17 +81,19 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
     boundary), with click's CliRunner isolation: stdin is `input` (not a terminal), stdout and stderr are
     captured, `env` overrides the environment for this run only.
 
-    A run leaves no state behind for the next one: the environment (the CLI sets variables such as
-    TIKTOKEN_CACHE_DIR) and the "nanoagent" logger (it opens its log file once per process, in the home of
-    that run) are put back as they were. An exception that escapes `main` propagates, as a traceback would
-    end a real process."""
+    Logging starts as in a new process: no handlers on the root logger (pytest's are set aside), so a record
+    nothing handles reaches stderr through logging's last resort. A run leaves no state behind for the next
+    one: the environment (the CLI sets variables such as TIKTOKEN_CACHE_DIR) and the "nanoagent" logger (it
+    opens its log file once per process, in the home of that run) are put back as they were. An exception
+    that escapes `main` propagates, as a traceback would end a real process."""
     from click.testing import CliRunner
 
     from nanoagent.cli.app import main
 
-    logger = logging.getLogger("nanoagent")
-    saved_env, saved_argv = dict(os.environ), sys.argv
+    logger, root = logging.getLogger("nanoagent"), logging.getLogger()
+    saved_env, saved_argv, saved_root = dict(os.environ), sys.argv, list(root.handlers)
     saved_log = (list(logger.handlers), logger.level, logger.propagate)
+    root.handlers[:] = []
     try:
         with CliRunner().isolation(input=input, env=env) as (out, err, _):
             sys.argv = ["nanoagent", *args]
@@ -106,6 +108,7 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
             return Ran(code, out.getvalue().decode(), err.getvalue().decode("utf-8", "backslashreplace"))
     finally:
         sys.argv = saved_argv
+        root.handlers[:] = saved_root
         os.environ.clear()
         os.environ.update(saved_env)
         for handler in logger.handlers:

@@ -91,6 +91,7 @@ class LLMServer:
             self.requests.clear()
             self._cache.clear()
             self.batches.clear()
+            self.default_reply = Reply(text="ok")  # a test that changed it must not leak it to the next one
 
     def close(self) -> None:
         self._closing.set()
