@@ -78,7 +78,7 @@ class Ran:
 
 def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran:
     """Run `nanoagent ARGS` in this process through its console-script entry point (`main`, the one error
-    boundary), with click's CliRunner isolation: stdin is `input` (not a terminal), stdout and stderr are
+    boundary), inside typer's CliRunner isolation: stdin is `input` (not a terminal), stdout and stderr are
     captured, `env` overrides the environment for this run only.
 
     Logging starts as in a new process: no handlers on the root logger (pytest's are set aside), so a record
@@ -86,7 +86,7 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
     one: the environment (the CLI sets variables such as TIKTOKEN_CACHE_DIR) and the "nanoagent" logger (it
     opens its log file once per process, in the home of that run) are put back as they were. An exception
     that escapes `main` propagates, as a traceback would end a real process."""
-    from click.testing import CliRunner
+    from typer.testing import CliRunner
 
     from nanoagent.cli.app import main
 
