@@ -6,6 +6,7 @@ as a real process, for what needs one (kill -9, two writers, import time, a term
 
 from __future__ import annotations
 
+import gc
 import json
 import logging
 import os
@@ -84,8 +85,10 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
     Logging starts as in a new process: no handlers on the root logger (pytest's are set aside), so a record
     nothing handles reaches stderr through logging's last resort. A run leaves no state behind for the next
     one: the environment (the CLI sets variables such as TIKTOKEN_CACHE_DIR) and the "nanoagent" logger (it
-    opens its log file once per process, in the home of that run) are put back as they were. An exception
-    that escapes `main` propagates, as a traceback would end a real process."""
+    opens its log file once per process, in the home of that run) are put back as they were, and its garbage
+    is collected while no event loop runs, as at a process exit (an SDK client left open would otherwise be
+    closed from the next run's event loop, and fail there). An exception that escapes `main` propagates, as
+    a traceback would end a real process."""
     from typer.testing import CliRunner
 
     from nanoagent.cli.app import main
@@ -107,6 +110,7 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
                 sys.stderr.flush()
             return Ran(code, out.getvalue().decode(), err.getvalue().decode("utf-8", "backslashreplace"))
     finally:
+        gc.collect()
         sys.argv = saved_argv
         root.handlers[:] = saved_root
         os.environ.clear()
