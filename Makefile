@@ -10,7 +10,7 @@ install:
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 
 test:
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -n auto --dist worksteal
 
 lint:
 	$(BIN)/ruff check nanoagent tests bench

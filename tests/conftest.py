@@ -1,11 +1,18 @@
-"""Shared fixtures: an isolated home for every test, the local LLM server, and a CLI runner."""
+"""Shared fixtures: an isolated home for every test, the local LLM server, and two CLI runners.
+
+`invoke` runs the `nanoagent` command in this process (fast: the SDKs are imported once); `run_cli` runs it
+as a real process, for what needs one (kill -9, two writers, import time, a terminal).
+"""
 
 from __future__ import annotations
 
+import gc
 import json
+import logging
 import os
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -59,6 +66,61 @@ def run_cli(*args: str, env: dict | None = None, timeout: float = 60, cwd: Path 
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "nanoagent", *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout, cwd=cwd or ROOT, input=input)
+
+
+@dataclass
+class Ran:
+    """What an in-process run left: the same names as a finished subprocess."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran:
+    """Run `nanoagent ARGS` in this process through its console-script entry point (`main`, the one error
+    boundary), inside typer's CliRunner isolation: stdin is `input` (not a terminal), stdout and stderr are
+    captured, `env` overrides the environment for this run only.
+
+    Logging starts as in a new process: no handlers on the root logger (pytest's are set aside), so a record
+    nothing handles reaches stderr through logging's last resort. A run leaves no state behind for the next
+    one: the environment (the CLI sets variables such as TIKTOKEN_CACHE_DIR) and the "nanoagent" logger (it
+    opens its log file once per process, in the home of that run) are put back as they were, and its garbage
+    is collected while no event loop runs, as at a process exit (an SDK client left open would otherwise be
+    closed from the next run's event loop, and fail there). An exception that escapes `main` propagates, as
+    a traceback would end a real process."""
+    from typer.testing import CliRunner
+
+    from nanoagent.cli.app import main
+
+    logger, root = logging.getLogger("nanoagent"), logging.getLogger()
+    saved_env, saved_argv, saved_root = dict(os.environ), sys.argv, list(root.handlers)
+    saved_log = (list(logger.handlers), logger.level, logger.propagate)
+    root.handlers[:] = []
+    try:
+        with CliRunner().isolation(input=input, env=env) as (out, err, _):
+            sys.argv = ["nanoagent", *args]
+            try:
+                main()
+                code = 0
+            except SystemExit as e:
+                code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+            return Ran(code, out.getvalue().decode(), err.getvalue().decode("utf-8", "backslashreplace"))
+    finally:
+        gc.collect()
+        sys.argv = saved_argv
+        root.handlers[:] = saved_root
+        os.environ.clear()
+        os.environ.update(saved_env)
+        for handler in logger.handlers:
+            if handler not in saved_log[0]:
+                handler.close()
+        logger.handlers[:] = saved_log[0]
+        logger.setLevel(saved_log[1])
+        logger.propagate = saved_log[2]
 
 
 def anthropic_env(server) -> dict:

@@ -2,7 +2,7 @@
 
 Tests queue `Reply` objects with `server.script(...)`; each request pops one (or gets
 `default_reply`). The real anthropic SDK, litellm and httpx talk to it, and so does
-the nanoagent CLI run as a subprocess. Anthropic prompt caching is simulated: a
+the nanoagent CLI, in the test process or as a subprocess. Anthropic prompt caching is simulated: a
 prefix ending at a `cache_control` block that an earlier request also sent counts
 as a cache read.
 """
@@ -29,6 +29,7 @@ class Reply:
     error_type: str = ""
     headers: dict = field(default_factory=dict)
     delay: float = 0.0
+    release: threading.Event | None = None  # answer only once the test sets it (tests wait on conditions, not time)
     chunk_delay: float = 0.0
     cut_after: int | None = None  # close the connection before event number `cut_after`
     cut_inside: bool = False  # ... after sending the first half of that event's bytes (a torn line)
@@ -78,7 +79,7 @@ class LLMServer:
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread = threading.Thread(target=self._httpd.serve_forever, args=(0.05,), daemon=True)
         self._thread.start()
 
     def script(self, *replies: Reply) -> None:
@@ -91,6 +92,7 @@ class LLMServer:
             self.requests.clear()
             self._cache.clear()
             self.batches.clear()
+            self.default_reply = Reply(text="ok")  # a test that changed it must not leak it to the next one
 
     def close(self) -> None:
         self._closing.set()
@@ -196,6 +198,8 @@ def _make_handler(server: LLMServer):
             reply = server._next(Recorded(path, {k.lower(): v for k, v in self.headers.items()}, body, api))
             if reply.delay:
                 time.sleep(reply.delay)
+            if reply.release is not None:
+                reply.release.wait(60)
             if reply.status >= 400:
                 self._error(api, reply)
                 return

@@ -1,4 +1,5 @@
-"""`nanoagent agent -m` run as a subprocess against the local LLM server."""
+"""`nanoagent agent -m` against the local LLM server: in this process through the real SDKs, and as real
+processes for what needs one (kill -9, two writers, import time, the traceback a process prints)."""
 
 import json
 import os
@@ -6,12 +7,14 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 import time
+from pathlib import Path
 
 import pytest
 
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, anthropic_env, fast_retries, openai_env, run_cli, write_config
+from tests.conftest import ROOT, anthropic_env, fast_retries, invoke, openai_env, run_cli, write_config
 from tests.llm_server import Reply
 
 
@@ -22,7 +25,7 @@ def session_messages(home, key="cli:direct"):
 @pytest.mark.parametrize("env_for", [anthropic_env, openai_env], ids=["anthropic", "openai"])
 def test_one_shot_reply_goes_to_stdout_and_the_session(llm, isolated_home, env_for):
     llm.script(Reply(text="Hello, human."))
-    proc = run_cli("agent", "-m", "hello", env=env_for(llm))
+    proc = invoke("agent", "-m", "hello", env=env_for(llm))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "Hello, human.\n"
     messages = session_messages(isolated_home)
@@ -33,8 +36,8 @@ def test_one_shot_reply_goes_to_stdout_and_the_session(llm, isolated_home, env_f
 def test_the_next_run_continues_the_same_conversation(llm, isolated_home):
     env = anthropic_env(llm)
     llm.script(Reply(text="Noted: your name is Ada."), Reply(text="Your name is Ada."))
-    assert run_cli("agent", "-m", "my name is Ada", env=env).returncode == 0
-    assert run_cli("agent", "-m", "what is my name?", env=env).returncode == 0
+    assert invoke("agent", "-m", "my name is Ada", env=env).returncode == 0
+    assert invoke("agent", "-m", "what is my name?", env=env).returncode == 0
     sent = llm.requests[-1].body["messages"]
     assert len(sent) == 3 and "my name is Ada" in json.dumps(sent[0])
     assert len(session_messages(isolated_home)) == 4
@@ -42,8 +45,8 @@ def test_the_next_run_continues_the_same_conversation(llm, isolated_home):
 
 def test_sessions_are_separate_by_key(llm, isolated_home):
     env = anthropic_env(llm)
-    run_cli("agent", "-m", "one", "-s", "work", env=env)
-    run_cli("agent", "-m", "two", "-s", "telegram:42", env=env)
+    assert invoke("agent", "-m", "one", "-s", "work", env=env).returncode == 0
+    assert invoke("agent", "-m", "two", "-s", "telegram:42", env=env).returncode == 0
     assert len(session_messages(isolated_home, "cli:work")) == 2
     assert len(session_messages(isolated_home, "telegram:42")) == 2
     assert "channel: telegram\nchat_id: 42" in session_messages(isolated_home, "telegram:42")[0]["content"]
@@ -51,8 +54,8 @@ def test_sessions_are_separate_by_key(llm, isolated_home):
 
 def test_system_prompt_stays_byte_identical_between_turns(llm, isolated_home):
     env = anthropic_env(llm)
-    run_cli("agent", "-m", "one", env=env)
-    run_cli("agent", "-m", "two", env=env)
+    assert invoke("agent", "-m", "one", env=env).returncode == 0
+    assert invoke("agent", "-m", "two", env=env).returncode == 0
     first, second = llm.requests[-2].body, llm.requests[-1].body
     assert first["system"] == second["system"] and first["tools"] == second["tools"]
     assert "chat_id: direct" not in json.dumps(first["system"])
@@ -63,7 +66,7 @@ def test_json_output_has_reply_session_usage_and_tool_calls(llm, isolated_home):
     workspace.mkdir(parents=True)
     (workspace / "todo.md").write_text("- buy milk\n")
     llm.script(Reply(tool_calls=[("read_file", {"path": "todo.md"})]), Reply(text="Buy milk."))
-    proc = run_cli("agent", "-m", "what is on my list?", "--json", env=anthropic_env(llm))
+    proc = invoke("agent", "-m", "what is on my list?", "--json", env=anthropic_env(llm))
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
     assert data["reply"] == "Buy milk." and data["session"] == "cli:direct"
@@ -75,7 +78,7 @@ def test_json_output_has_reply_session_usage_and_tool_calls(llm, isolated_home):
 def test_workspace_flag_picks_another_workspace(llm, isolated_home, tmp_path):
     other = tmp_path / "elsewhere"
     llm.script(Reply(tool_calls=[("write_file", {"path": "out.txt", "content": "hi"})]), Reply(text="done"))
-    proc = run_cli("agent", "-m", "write it", "-w", str(other), env=anthropic_env(llm))
+    proc = invoke("agent", "-m", "write it", "-w", str(other), env=anthropic_env(llm))
     assert proc.returncode == 0, proc.stderr
     assert (other / "out.txt").read_text() == "hi"
     assert (other / "SOUL.md").exists()
@@ -85,7 +88,7 @@ def test_provider_failure_is_one_line_and_keeps_the_users_message(llm, isolated_
     write_config(isolated_home, fast_retries(maxRetries=0))
     long_message = "the upstream model is overloaded\n\n" * 8 + "END-OF-MESSAGE"  # long, and with newlines
     llm.script(Reply(status=500, error_message=long_message))
-    proc = run_cli("agent", "-m", "please remember this", env=anthropic_env(llm))
+    proc = invoke("agent", "-m", "please remember this", env=anthropic_env(llm))
     assert proc.returncode == 1
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert len(lines) == 1, proc.stderr
@@ -97,12 +100,13 @@ def test_provider_failure_is_one_line_and_keeps_the_users_message(llm, isolated_
 def test_connection_refused_is_a_clear_error(isolated_home):
     write_config(isolated_home, fast_retries(maxRetries=0))
     env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "NANOAGENT_MODEL": "claude-x"}
-    proc = run_cli("agent", "-m", "hi", env=env)
+    proc = invoke("agent", "-m", "hi", env=env)
     assert proc.returncode == 1
     assert "connection failed" in proc.stderr.lower() and "Traceback" not in proc.stderr
 
 
 def test_debug_shows_tracebacks_only_when_asked(isolated_home):
+    # a real process: the traceback is what Python prints when an exception ends it
     (isolated_home).mkdir(parents=True, exist_ok=True)
     (isolated_home / "config.json").write_text("[]")
     assert "Traceback" not in run_cli("status").stderr
@@ -115,18 +119,17 @@ def test_killed_between_tool_call_and_result_the_next_run_repairs_and_continues(
     proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "run it"], cwd=ROOT,
                             env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    deadline = time.time() + 30
-    while time.time() < deadline:
-        messages = session_messages(isolated_home)
-        if messages and messages[-1].get("tool_calls"):
-            break
-        time.sleep(0.05)
+    deadline = time.monotonic() + 30
+    while not ((messages := session_messages(isolated_home)) and messages[-1].get("tool_calls")):
+        assert proc.poll() is None, proc.communicate()
+        assert time.monotonic() < deadline, "the tool call never reached the session"
+        time.sleep(0.02)
     os.killpg(proc.pid, signal.SIGKILL)
     proc.wait()
     assert session_messages(isolated_home)[-1].get("tool_calls")
-    done = run_cli("agent", "-m", "are you there?", env=env)
+    done = invoke("agent", "-m", "are you there?", env=env)
     assert done.returncode == 0, done.stderr
-    assert "Recovered." in done.stdout
+    assert done.stdout == "Recovered.\n"
     messages = session_messages(isolated_home)
     tool = [m for m in messages if m["role"] == "tool"]
     assert len(tool) == 1 and "interrupted" in tool[0]["content"]
@@ -134,13 +137,44 @@ def test_killed_between_tool_call_and_result_the_next_run_repairs_and_continues(
     assert "interrupted" in sent
 
 
+def open_files(pid: int) -> set[str]:
+    """The paths process `pid` has open (empty once it has ended)."""
+    try:
+        fds = list(Path(f"/proc/{pid}/fd").iterdir())
+    except OSError:
+        return set()
+    found = set()
+    for fd in fds:
+        try:
+            found.add(os.readlink(fd))
+        except OSError:
+            continue  # closed while we looked
+    return found
+
+
 def test_two_processes_on_one_session_take_turns(llm, isolated_home):
+    # The first reply is held until both processes have the session's lock file open: one holds the lock
+    # through its turn, the other waits for it. Without the lock the second would call the model meanwhile.
     env = anthropic_env(llm)
-    llm.script(Reply(text="slow one", delay=0.5), Reply(text="second"))
+    release = threading.Event()
+    llm.script(Reply(text="first", release=release), Reply(text="second"))
     procs = [subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", f"message {i}"], cwd=ROOT,
-                              env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+                              env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
              for i in range(2)]
-    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    try:
+        lock = str(isolated_home / "sessions" / "cli__direct.jsonl.lock")
+        deadline = time.monotonic() + 30
+        while not (llm.requests and all(lock in open_files(p.pid) for p in procs)):
+            assert len(llm.requests) < 2, "the second process called the model while the first held the session"
+            assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+            assert time.monotonic() < deadline, "the processes never met at the session lock"
+            time.sleep(0.02)
+        assert len(llm.requests) == 1
+    finally:
+        release.set()
+    outputs = [p.communicate(timeout=60) for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], outputs
+    assert sorted(out for out, _ in outputs) == ["first\n", "second\n"]
     roles = [m["role"] for m in session_messages(isolated_home)]
     assert roles == ["user", "assistant", "user", "assistant"]
     assert len(llm.requests[-1].body["messages"]) == 3  # the second turn saw the first
@@ -158,7 +192,7 @@ def test_help_and_version_do_not_import_provider_sdks():
 
 def test_empty_model_reply_is_explained_not_silent(llm, isolated_home):
     llm.script(Reply(text=""))
-    proc = run_cli("agent", "-m", "hi", env=anthropic_env(llm))
+    proc = invoke("agent", "-m", "hi", env=anthropic_env(llm))
     assert proc.returncode == 0
     assert "empty reply" in proc.stdout
 
@@ -167,21 +201,21 @@ def test_failures_are_logged_without_the_api_key(llm, isolated_home):
     write_config(isolated_home, fast_retries(maxRetries=0))
     llm.script(Reply(status=500, error_message="boom"))
     env = {**anthropic_env(llm), "ANTHROPIC_API_KEY": "sk-ant-do-not-log-me"}
-    assert run_cli("agent", "-m", "hi", env=env).returncode == 1
+    assert invoke("agent", "-m", "hi", env=env).returncode == 1
     log = (isolated_home / "logs" / "nanoagent.log").read_text()
     assert "boom" in log and "sk-ant-do-not-log-me" not in log
 
 
 def test_model_flag_beats_the_nanoagent_model_variable(llm, isolated_home):
     llm.script(Reply(text="from the flag's model"))
-    proc = run_cli("agent", "-m", "hi", "--model", "anthropic/claude-flag", env=anthropic_env(llm))
+    proc = invoke("agent", "-m", "hi", "--model", "anthropic/claude-flag", env=anthropic_env(llm))
     assert proc.returncode == 0, proc.stderr
     assert anthropic_env(llm)["NANOAGENT_MODEL"] == "anthropic/claude-test"
     assert llm.requests[-1].body["model"] == "claude-flag"
 
 
-def slash(llm, command: str, session: str = "cli:direct") -> subprocess.CompletedProcess:
-    proc = run_cli("agent", "-m", command, "-s", session, env=anthropic_env(llm))
+def slash(llm, command: str, session: str = "cli:direct"):
+    proc = invoke("agent", "-m", command, "-s", session, env=anthropic_env(llm))
     assert proc.returncode == 0, proc.stderr
     return proc
 
@@ -196,7 +230,8 @@ def test_slash_help_lists_every_command_without_calling_the_model(llm):
 def test_slash_model_shows_and_switches_the_model_for_this_session_only(llm, isolated_home):
     assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-test")
     assert "now uses anthropic/claude-other" in slash(llm, "/model anthropic/claude-other").stdout
-    assert SessionStore(isolated_home / "sessions").load("cli:direct").meta.model == "anthropic/claude-other"
+    records = [json.loads(line) for line in (isolated_home / "sessions" / "cli__direct.jsonl").read_text().splitlines()]
+    assert [r["model"] for r in records if r["type"] == "meta" and "model" in r] == ["anthropic/claude-other"]  # kept in the session file
     assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-other")
     llm.script(Reply(text="switched"), Reply(text="unchanged"))
     slash(llm, "hello")
@@ -241,3 +276,19 @@ def test_an_unknown_slash_command_gets_a_hint_and_no_model_call(llm):
     out = slash(llm, "/foo bar").stdout
     assert out.strip() == "Unknown command /foo. Type /help to see the commands."
     assert llm.requests == []
+
+
+def test_slash_new_starts_fresh_but_keeps_the_old_conversation(llm, isolated_home):
+    slash(llm, "remember: the code word is heron")
+    assert slash(llm, "/new").stdout.startswith("Started a fresh conversation. The previous 2 messages stay in ")
+    slash(llm, "what is the code word?")
+    assert "heron" not in json.dumps(llm.requests[-1].body["messages"])
+    assert "heron" in json.dumps(session_messages(isolated_home))
+
+
+def test_slash_status_shows_token_counts(llm):
+    llm.script(Reply(text="hi", input_tokens=1234, output_tokens=56))
+    slash(llm, "hello")
+    out = slash(llm, "/status").stdout
+    assert re.search(r"^context:\s+[\d,]+ of 200,000 tokens \(\d+%\)$", out, re.MULTILINE), out
+    assert re.search(r"^tokens:\s+[\d,]+ in, 56 out", out, re.MULTILINE), out

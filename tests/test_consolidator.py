@@ -221,10 +221,13 @@ def test_consolidation_usage_is_recorded_in_the_session(tmp_path):
 def test_events_do_not_leak_summary_text_to_the_terminal(tmp_path):
     seen = []
     provider = ScriptedProvider(default="answer", respond=summarizer("- secret summary"))
-    loop = build_agent(small_window_config(), Paths.from_env(), provider=provider)
+    paths = Paths.from_env()
+    loop = build_agent(small_window_config(), paths, provider=provider)
     talk(loop, 12, sink=seen.append)
+    assert any(is_summary(r) for r in provider.requests), "consolidation never ran"
+    assert any("secret summary" in e["content"] for e in history(paths))  # the summary was written, not shown
     streamed = "".join(e.text for e in seen if isinstance(e, ev.TextDelta))
-    assert "secret summary" not in streamed
+    assert "answer" in streamed and "secret summary" not in streamed
 
 
 def test_a_backlog_too_big_for_one_turn_is_left_out_of_the_request_but_kept(tmp_path):

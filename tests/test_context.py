@@ -18,11 +18,25 @@ def test_system_prompt_includes_workspace_files_each_capped_with_a_note(tmp_path
     assert "more characters cut" in prompt and len(prompt) < 40_000
 
 
-def test_system_prompt_has_no_clock_so_it_stays_identical(tmp_path):
+def test_system_prompt_has_no_clock_so_it_stays_identical(tmp_path, monkeypatch):
+    import nanoagent.agent.context as context
+
+    clock = [datetime(2031, 3, 4, 12, 6, tzinfo=UTC)]
+
+    class Clock(datetime):  # the time source the context module reads, moved forward by the test
+        @classmethod
+        def now(cls, tz=None):
+            return clock[0] if tz is None else clock[0].astimezone(tz)
+
+    monkeypatch.setattr(context, "datetime", Clock)
     seed_workspace(tmp_path)
     builder = ContextBuilder(tmp_path, True, ToolRegistry())
-    assert builder.system_prompt() == builder.system_prompt()
-    assert str(datetime.now().year) not in builder.system_prompt()
+    first, first_runtime = builder.system_prompt(), builder.user_message("hi", "cli", "direct")["content"]
+    clock[0] = datetime(2047, 9, 10, 12, 12, tzinfo=UTC)
+    second, second_runtime = builder.system_prompt(), builder.user_message("hi", "cli", "direct")["content"]
+    assert "2031-03-04" in first_runtime and "2047-09-10" in second_runtime  # the clock moved between the two
+    assert first == second
+    assert all(year not in first for year in ("2031", "2047", str(datetime.now().year)))
 
 
 def test_runtime_context_goes_at_the_start_of_the_user_message(tmp_path):

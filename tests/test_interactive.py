@@ -1,4 +1,8 @@
-"""The interactive session driven in a real pseudo-terminal against the local LLM server."""
+"""The interactive session driven in a real pseudo-terminal against the local LLM server.
+
+Only what needs a terminal runs here: rendering, keys, Ctrl-C. The slash commands behind it are the same
+for `agent -m` and are checked in-process in test_cli_agent.py.
+"""
 
 import json
 import os
@@ -6,14 +10,16 @@ import re
 import shutil
 import subprocess
 import sys
+import threading
 import time
+import uuid
 from pathlib import Path
 
 import pexpect
 import pytest
 
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, anthropic_env
+from tests.conftest import ROOT, anthropic_env, invoke
 from tests.llm_server import Reply
 
 PROMPT = "›"
@@ -43,11 +49,15 @@ def term(llm, isolated_home):
         child.terminate(force=True)
 
 
-def wait_for_requests(llm, count, timeout=20.0):
+def wait_until(condition, what: str, timeout: float = 20.0) -> None:
     deadline = time.monotonic() + timeout
-    while len(llm.requests) < count:
-        assert time.monotonic() < deadline, "the model was never called"
+    while not condition():
+        assert time.monotonic() < deadline, what
         time.sleep(0.02)
+
+
+def wait_for_requests(llm, count, timeout=20.0):
+    wait_until(lambda: len(llm.requests) >= count, "the model was never called", timeout)
 
 
 def messages(home, key="cli:direct"):
@@ -100,49 +110,23 @@ def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolat
 
 
 def test_a_message_typed_during_a_turn_joins_it(term, llm, isolated_home):
-    llm.script(Reply(tool_calls=[("exec", {"command": "sleep 1.5"})]), Reply(text="Handled both."))
+    # The tool runs until the test lets it finish, after the prompt has taken the second message.
+    workspace = isolated_home / "workspace"
+    command = "touch started; while [ ! -e release ]; do sleep 0.02; done"
+    llm.script(Reply(tool_calls=[("exec", {"command": command})]), Reply(text="Handled both."))
     child = term()
     child.send("start something slow" + "\r")
-    wait_for_requests(llm, 1)
-    time.sleep(0.3)  # the tool is running now
+    wait_until((workspace / "started").exists, "the exec tool never started")
     child.send("and also this" + "\r")
+    history = isolated_home / "history" / "cli_history"  # the prompt writes a line there as it accepts it
+    wait_until(lambda: "+and also this" in history.read_text().splitlines(), "the prompt never took the message")
+    assert not (workspace / "release").exists() and len(llm.requests) == 1  # the tool is still running
+    (workspace / "release").touch()
     child.expect_exact("joined the turn here: and also this")
     child.expect_exact("Handled both.")
     sent = llm.requests[-1].body["messages"]
     assert "and also this" in json.dumps(sent[-1])
     assert len(llm.requests) == 2
-
-
-def test_slash_new_starts_fresh_but_keeps_the_old_conversation(term, llm, isolated_home):
-    child = term()
-    child.send("remember: the code word is heron" + "\r")
-    child.expect_exact("ok")
-    child.expect_exact(PROMPT)
-    child.send("/new" + "\r")
-    child.expect_exact("Started a fresh conversation")
-    child.send("what is the code word?" + "\r")
-    child.expect_exact("ok")
-    child.expect_exact(PROMPT)
-    assert "heron" not in json.dumps(llm.requests[-1].body["messages"])
-    assert "heron" in json.dumps(messages(isolated_home))
-
-
-def test_slash_status_shows_token_counts(term, llm):
-    llm.script(Reply(text="hi", input_tokens=1234, output_tokens=56))
-    child = term()
-    child.send("hello" + "\r")
-    child.expect_exact("hi")
-    child.expect_exact(PROMPT)
-    child.send("/status" + "\r")
-    child.expect(r"context:\s+[\d,]+ of 200,000 tokens \(\d+%\)")
-    child.expect(r"tokens:\s+[\d,]+ in, 56 out")
-
-
-def test_unknown_command_gets_a_hint_not_a_model_call(term, llm):
-    child = term()
-    child.send("/frobnicate" + "\r")
-    child.expect_exact("Unknown command /frobnicate")
-    assert llm.requests == []
 
 
 def test_ctrl_c_at_an_empty_prompt_warns_and_a_second_quits(term):
@@ -163,13 +147,11 @@ def test_ctrl_d_and_exit_quit(term):
 
 
 def test_piped_input_gets_plain_replies(llm, isolated_home):
-    import subprocess
-
     llm.script(Reply(text="Plain **one**."), Reply(text="Plain two."))
-    proc = subprocess.run([sys.executable, "-m", "nanoagent", "agent"], input="first\nsecond\n", text=True,
-                          capture_output=True, env={**os.environ, **anthropic_env(llm)}, cwd=ROOT, timeout=60)
+    proc = invoke("agent", input="first\nsecond\n", env=anthropic_env(llm))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout == "Plain **one**.\nPlain two.\n"
+    assert [sent_text(r).rsplit("\n", 1)[-1] for r in llm.requests] == ["first", "second"]
 
 
 def sent_text(request):
@@ -280,15 +262,17 @@ def test_ctrl_c_while_a_tool_runs_kills_it_and_leaves_a_consistent_session(term,
 
 @pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
 def test_the_status_line_shows_a_spinner_and_what_runs_while_the_model_thinks(llm, isolated_home):
-    # tmux, a real terminal emulator, answers cursor-position requests, so the toolbar is drawn as on screen
-    llm.script(Reply(text="done thinking", delay=3.0))
-    name = f"nanoagent-test-{os.getpid()}"
+    # tmux, a real terminal emulator, answers cursor-position requests, so the toolbar is drawn as on screen.
+    # The model answers only once the test has seen the spinner and the clock move.
+    release = threading.Event()
+    llm.script(Reply(text="done thinking", release=release))
+    tmux = ["tmux", "-L", f"nanoagent-test-{uuid.uuid4().hex}", "-f", "/dev/null"]  # a tmux server of its own
     env = " ".join(f"{k}={v}" for k, v in {**anthropic_env(llm), "NANOAGENT_HOME": str(isolated_home)}.items())
-    subprocess.run(["tmux", "new-session", "-d", "-s", name, "-x", "80", "-y", "24",
+    subprocess.run([*tmux, "new-session", "-d", "-s", "test", "-x", "80", "-y", "24", "-c", str(ROOT),
                     f"env {env} {sys.executable} -m nanoagent agent"], cwd=str(ROOT), check=True)
 
     def screen() -> str:
-        return subprocess.run(["tmux", "capture-pane", "-p", "-t", name], capture_output=True, text=True).stdout
+        return subprocess.run([*tmux, "capture-pane", "-p", "-t", "test"], capture_output=True, text=True).stdout
 
     def wait_for(pattern: str) -> re.Match:
         deadline = time.monotonic() + 15
@@ -297,19 +281,24 @@ def test_the_status_line_shows_a_spinner_and_what_runs_while_the_model_thinks(ll
             time.sleep(0.05)
         return match
 
+    spinner = r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]) thinking (\d+\.\d)s"
     try:
         wait_for(PROMPT)
-        subprocess.run(["tmux", "send-keys", "-t", name, "think slowly", "Enter"], check=True)
-        first = wait_for(r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]) thinking (\d+\.\d)s\s+\(Ctrl-C cancels\)")
-        deadline = time.monotonic() + 2
+        subprocess.run([*tmux, "send-keys", "-t", "test", "think slowly", "Enter"], check=True)
+        first = wait_for(spinner + r"\s+\(Ctrl-C cancels\)")
         later = first
-        while later.group(2) == first.group(2) and time.monotonic() < deadline:
-            time.sleep(0.1)
-            later = wait_for(r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]) thinking (\d+\.\d)s")
-        assert float(later.group(2)) > float(first.group(2))  # the clock (and spinner) move while it works
+        deadline = time.monotonic() + 10
+        while later.group(1) == first.group(1) or later.group(2) == first.group(2):
+            assert time.monotonic() < deadline, screen()
+            time.sleep(0.05)
+            later = wait_for(spinner)
+        assert float(later.group(2)) > float(first.group(2))  # the clock and the spinner move while it works
+        assert len(llm.requests) == 1
+        release.set()
         wait_for("done thinking")
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", name], capture_output=True)
+        release.set()
+        subprocess.run([*tmux, "kill-server"], capture_output=True)
 
 
 def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_home):

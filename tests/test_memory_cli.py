@@ -1,11 +1,12 @@
-"""Memory end to end through the CLI and the real SDK against the local LLM server."""
+"""Memory end to end through the CLI and the real SDK against the local LLM server: in this process, and
+`dream`, `dream-log` and `dream-restore` once each as a real process."""
 
 import json
 
 from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
 from nanoagent.templates import seed_workspace
-from tests.conftest import anthropic_env, fast_retries, run_cli, write_config
+from tests.conftest import anthropic_env, fast_retries, invoke, run_cli, write_config
 from tests.llm_server import Reply
 
 ANALYSIS = "## memory/MEMORY.md\n- ADD: the user's boat is called Gull"
@@ -25,7 +26,7 @@ def append_call(text: str, summary: str, path: str = "memory/MEMORY.md") -> Repl
 def dream_once(llm, analysis: str, call: Reply) -> None:
     """One `nanoagent dream` whose model finds `analysis` and makes the one edit `call`."""
     llm.script(Reply(text=analysis), call, Reply(text="ok"))
-    assert run_cli("dream", env=anthropic_env(llm)).returncode == 0
+    assert invoke("dream", env=anthropic_env(llm)).returncode == 0
 
 
 def memory_md(home) -> str:
@@ -36,7 +37,7 @@ def test_a_long_conversation_consolidates_into_history_with_correct_cursors(llm,
     write_config(isolated_home, {"agents": {"defaults": {"contextWindowTokens": 8000, "maxTokens": 200}}})
     llm.default_reply = Reply(text="noted " * 40)
     for i in range(6):
-        result = run_cli("agent", "-m", f"turn {i}: " + "the harbour is busy today " * 280, env=anthropic_env(llm))
+        result = invoke("agent", "-m", f"turn {i}: " + "the harbour is busy today " * 280, env=anthropic_env(llm))
         assert result.returncode == 0, result.stderr
     lines = (isolated_home / "workspace" / "memory" / "history.jsonl").read_text().splitlines()
     entries = [json.loads(line) for line in lines]
@@ -50,6 +51,7 @@ def test_a_long_conversation_consolidates_into_history_with_correct_cursors(llm,
 
 
 def test_dream_edits_memory_commits_and_advances_the_cursor(llm, isolated_home):
+    # real processes: the one end-to-end run of `dream` and `dream-log`
     log = remember(isolated_home, "- the user bought a boat and named it Gull")
     llm.script(Reply(text=ANALYSIS), append_call("- Boat: Gull", "add: boat is called Gull"), Reply(text="Added."))
     result = run_cli("dream", env=anthropic_env(llm))
@@ -62,7 +64,7 @@ def test_dream_edits_memory_commits_and_advances_the_cursor(llm, isolated_home):
 
 
 def test_dream_with_nothing_new_makes_no_model_call(llm, isolated_home):
-    result = run_cli("dream", env=anthropic_env(llm))
+    result = invoke("dream", env=anthropic_env(llm))
     assert result.returncode == 0 and "Nothing new" in result.stdout
     assert llm.requests == []
 
@@ -74,7 +76,7 @@ def test_a_failing_dream_exits_non_zero_and_leaves_cursor_and_files(llm, isolate
     llm.script(Reply(text=ANALYSIS), append_call("- Boat: Gull", "add"),
                Reply(status=400, error_message="prompt is too long"))
     before = memory_md(isolated_home)
-    result = run_cli("dream", env=anthropic_env(llm))
+    result = invoke("dream", env=anthropic_env(llm))
     assert result.returncode == 1
     errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
     assert len(errors) == 1 and "Nothing changed" in errors[0] and "Traceback" not in result.stderr
@@ -90,7 +92,7 @@ def test_two_dreams_then_restoring_the_first_keeps_the_second(llm, isolated_home
                append_call("- Lives in Porto", "add: lives in Porto", path="USER.md"))
     workspace = isolated_home / "workspace"
     first = next(c for c in _log(workspace) if "boat Gull" in c.summary)
-    restored = run_cli("dream-restore", first.short, env=anthropic_env(llm))
+    restored = run_cli("dream-restore", first.short, env=anthropic_env(llm))  # the one real-process restore
     assert restored.returncode == 0, restored.stderr
     assert "Boat: Gull" not in memory_md(isolated_home)
     assert "- Lives in Porto" in (workspace / "USER.md").read_text()
@@ -100,7 +102,7 @@ def test_dream_batch_falls_back_to_direct_calls_for_a_non_anthropic_model(llm, i
     remember(isolated_home, "- boat named Gull")
     env = {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": llm.url + "/v1", "NANOAGENT_MODEL": "openai/gpt-test"}
     llm.script(Reply(text="NOTHING"))
-    result = run_cli("dream", "--batch", env=env)
+    result = invoke("dream", "--batch", env=env)
     assert result.returncode == 0, result.stderr
     assert "needs an Anthropic model" in result.stderr
     assert [r.path for r in llm.requests] == ["/v1/chat/completions"]
@@ -116,7 +118,7 @@ def _log(workspace):
 def test_dream_batch_sends_both_phases_through_message_batches_at_half_price(llm, isolated_home):
     log = remember(isolated_home, "- the user bought a boat and named it Gull")
     llm.script(Reply(text=ANALYSIS), append_call("- Boat: Gull", "add: boat Gull"), Reply(text="ok"))
-    result = run_cli("dream", "--batch", env=anthropic_env(llm))
+    result = invoke("dream", "--batch", env=anthropic_env(llm))
     assert result.returncode == 0, result.stderr
     assert "- Boat: Gull" in memory_md(isolated_home) and log.dream_cursor == 1
     created = [r for r in llm.requests if r.path == "/v1/messages/batches"]
@@ -127,7 +129,7 @@ def test_dream_batch_sends_both_phases_through_message_batches_at_half_price(llm
 
 
 def test_the_system_prompt_tells_the_model_to_search_memory_before_answering_about_the_past(llm, isolated_home):
-    assert run_cli("agent", "-m", "hi", env=anthropic_env(llm)).returncode == 0
+    assert invoke("agent", "-m", "hi", env=anthropic_env(llm)).returncode == 0
     system = json.dumps(llm.requests[-1].body["system"])
     assert "call `memory_search` first" in system and "memory_search" in json.dumps(llm.requests[-1].body["tools"])
 
@@ -136,7 +138,7 @@ def test_a_fact_told_ten_sessions_earlier_is_found_through_the_agent(llm, isolat
     from nanoagent.session.store import SessionStore
 
     llm.script(Reply(text="Noted."))
-    told = run_cli("agent", "-m", "My locker code at the pool is 4471, remember it.", "-s", "s0", env=anthropic_env(llm))
+    told = invoke("agent", "-m", "My locker code at the pool is 4471, remember it.", "-s", "s0", env=anthropic_env(llm))
     assert told.returncode == 0, told.stderr
     store = SessionStore(isolated_home / "sessions")
     for n in range(1, 10):  # nine conversations about other things in between
@@ -144,7 +146,7 @@ def test_a_fact_told_ten_sessions_earlier_is_found_through_the_agent(llm, isolat
         store.add_messages(session, [{"role": "user", "content": f"Plan day {n} of the garden project"},
                                      {"role": "assistant", "content": f"Day {n}: water the tomatoes."}])
     llm.script(Reply(tool_calls=[("memory_search", {"query": "locker code pool"})]), Reply(text="It is 4471."))
-    asked = run_cli("agent", "-m", "What was my locker code?", "-s", "s10", env=anthropic_env(llm))
+    asked = invoke("agent", "-m", "What was my locker code?", "-s", "s10", env=anthropic_env(llm))
     assert asked.returncode == 0, asked.stderr
     result = json.dumps(llm.requests[-1].body["messages"][-1])
     assert "4471" in result and "session cli:s0 #0" in result
@@ -161,7 +163,7 @@ def test_two_dreams_appending_to_memory_then_restoring_the_first_keeps_the_secon
     assert before.endswith("- Boat: Gull\n- Lives in Porto\n")
     first = next(c for c in _log(isolated_home / "workspace") if "boat Gull" in c.summary)
 
-    restored = run_cli("dream-restore", first.short, env=anthropic_env(llm))
+    restored = invoke("dream-restore", first.short, env=anthropic_env(llm))
 
     assert restored.returncode == 0, restored.stderr
     assert memory_md(isolated_home) == before.replace("- Boat: Gull\n", "")

@@ -1,7 +1,9 @@
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 from nanoagent.session.store import SessionStore
 
@@ -104,30 +106,76 @@ def test_two_processes_writing_the_same_session_never_interleave(tmp_path):
         assert user["content"].startswith(reply["content"] + "-")
 
 
+RECORD = 4_000_000  # characters a record: writing one takes long enough to be caught in the middle
 KILLED_WRITER = r"""
-import os, sys
+import sys
 from pathlib import Path
 from nanoagent.session.store import SessionStore
 store = SessionStore(Path(sys.argv[1]))
 s = store.load("cli:kill")
-i = 0
-while True:
-    store.add_messages(s, [{"role": "user", "content": "y" * 20000 + str(i)}])
-    i += 1
+for i in range(50):
+    store.add_messages(s, [{"role": "user", "content": f"{sys.argv[2]}-{i}:" + "y" * int(sys.argv[3])}])
 """
 
 
-def test_kill_9_mid_append_loses_at_most_the_torn_record(tmp_path):
-    import signal
-    import time
+def record_line(name: str, i: int) -> bytes:
+    """The line the writer appends for its record `i`."""
+    message = {"role": "user", "content": f"{name}-{i}:" + "y" * RECORD}
+    return json.dumps({"type": "message", "message": message}, ensure_ascii=False).encode() + b"\n"
 
-    for _ in range(5):
-        proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(tmp_path / "sessions")])
-        time.sleep(0.4)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait()
-        store = store_at(tmp_path, [])
-        s = store.load("cli:kill")
-        count = len(s.messages)
-        store.add_messages(s, [{"role": "assistant", "content": "after"}])
-        assert len(store_at(tmp_path).load("cli:kill").messages) == count + 1
+
+def mid_append(path, past: int) -> bool:
+    """The file is longer than `past` bytes and ends inside a line: a record is being written."""
+    try:
+        with open(path, "rb") as f:
+            size = f.seek(0, os.SEEK_END)
+            return size > past and os.pread(f.fileno(), 1, size - 1) != b"\n"
+    except FileNotFoundError:
+        return False
+
+
+def kill_mid_append(sessions, name: str) -> bytes:
+    """Start a writer, let it complete at least one record, kill -9 it while it writes another, and return the
+    file as the kill left it: ending in a torn record."""
+    path = sessions / "cli__kill.jsonl"
+    deadline = time.monotonic() + 60
+    while True:
+        assert time.monotonic() < deadline, "the writer was never killed in the middle of an append"
+        past = (path.stat().st_size if path.exists() else 0) + len(record_line(name, 0))
+        proc = subprocess.Popen([sys.executable, "-c", KILLED_WRITER, str(sessions), name, str(RECORD)])
+        try:
+            while not mid_append(path, past):
+                assert proc.poll() is None, "the writer ended before it was caught mid-append"
+                assert time.monotonic() < deadline, "the writer never got past its first record"
+                time.sleep(0.0005)  # an append lasts milliseconds
+        finally:
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait()
+        data = path.read_bytes()
+        if not data.endswith(b"\n"):
+            return data
+        # the record was finished in the instant between seeing it half written and the kill: again
+
+
+def test_kill_9_mid_append_loses_at_most_the_torn_record(tmp_path):
+    sessions = tmp_path / "sessions"
+    kill_mid_append(sessions, "a")
+    data = kill_mid_append(sessions, "b")  # this writer first cut the record "a" left torn
+    lines = data.split(b"\n")
+    whole, torn = lines[:-1], lines[-1]
+    names = [json.loads(line)["message"]["content"].split(":")[0] for line in whole[1:]]
+    first_b = names.index("b-0")
+    assert names == [f"a-{i}" for i in range(first_b)] + [f"b-{i}" for i in range(len(names) - first_b)]
+    assert first_b >= 1 and len(names) - first_b >= 1
+    next_line = record_line("b", len(names) - first_b)
+    assert 0 < len(torn) < len(next_line) and next_line.startswith(torn)  # killed in the middle of this one
+
+    warnings = []
+    store = store_at(tmp_path, warnings)
+    s = store.load("cli:kill")
+    assert [m["content"].split(":")[0] for m in s.messages] == names  # every whole record, nothing else
+    assert len(warnings) == 1 and "incomplete last line" in warnings[0]
+    store.add_messages(s, [{"role": "assistant", "content": "after"}])
+    again = store_at(tmp_path).load("cli:kill")
+    assert [m["content"].split(":")[0] for m in again.messages] == [*names, "after"]
+    assert all(json.loads(line) for line in (sessions / "cli__kill.jsonl").read_bytes().splitlines())

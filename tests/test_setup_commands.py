@@ -1,4 +1,6 @@
-"""onboard (interactive and with flags), doctor, usage and skills commands."""
+"""onboard (interactive and with flags), doctor, usage, skills and shell completion.
+
+In-process through the CLI entry point, and each command once as a real process."""
 
 import json
 import os
@@ -9,7 +11,7 @@ from pathlib import Path
 import pexpect
 
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, run_cli, write_config
+from tests.conftest import ROOT, invoke, run_cli, write_config
 
 GOOD_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
 
@@ -38,7 +40,7 @@ def test_onboard_asks_at_the_terminal_and_rejects_a_malformed_key(isolated_home)
 
 
 def test_onboard_with_flags_refuses_a_key_of_the_wrong_shape(isolated_home):
-    proc = run_cli("onboard", "--provider", "openai", "--api-key", "hello world")
+    proc = invoke("onboard", "--provider", "openai", "--api-key", "hello world")
     assert proc.returncode == 1 and "does not look right" in proc.stderr
     assert not (isolated_home / "config.json").exists()
 
@@ -46,18 +48,18 @@ def test_onboard_with_flags_refuses_a_key_of_the_wrong_shape(isolated_home):
 def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home):
     config = write_config(isolated_home, {"agents": {"defaults": {"maxToolIteration": 9}}})
     os.chmod(config, 0o644)
-    proc = run_cli("doctor")
+    proc = invoke("doctor")
     assert proc.returncode == 1
     assert "renamed" in proc.stdout and "doctor --fix" in proc.stdout
     assert "ANTHROPIC_API_KEY" in proc.stdout and "lacks" in proc.stdout
-    fixed = run_cli("doctor", "--fix", env={"ANTHROPIC_API_KEY": GOOD_KEY})
+    fixed = invoke("doctor", "--fix", env={"ANTHROPIC_API_KEY": GOOD_KEY})
     data = json.loads(config.read_text())
     assert data["agents"]["defaults"] == {"maxToolIterations": 9}
     assert config.stat().st_mode & 0o777 == 0o600
     assert (isolated_home / "config.json.bak").exists()
     assert "migrated" in fixed.stdout
-    run_cli("onboard")
-    assert run_cli("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY}).returncode == 0
+    assert invoke("onboard").returncode == 0
+    assert invoke("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY}).returncode == 0
 
 
 def add_usage(home, key, model, day, tokens):
@@ -75,12 +77,12 @@ def test_usage_summarises_tokens_and_cost_per_day_session_and_model(isolated_hom
     add_usage(isolated_home, "cli:direct", "anthropic/claude-sonnet-4-5", today, 1_000_000)
     add_usage(isolated_home, "cli:work", "mystery/unknown-model", today, 5000)
     add_usage(isolated_home, "cli:work", "anthropic/claude-sonnet-4-5", "2020-01-01", 10)
-    proc = run_cli("usage", env={"COLUMNS": "200"})
+    proc = invoke("usage", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "$4.50" in proc.stdout  # 1M in at $3/M + 100k out at $15/M
     assert "n/a" in proc.stdout  # unknown model: tokens shown, no price
     assert "2020-01-01" in proc.stdout
-    recent = run_cli("usage", "--days", "7", "--session", "work", env={"COLUMNS": "200"})
+    recent = invoke("usage", "--days", "7", "--session", "work", env={"COLUMNS": "200"})
     assert "2020-01-01" not in recent.stdout and "unknown-model" in recent.stdout
     assert "claude" not in recent.stdout
 
@@ -100,27 +102,36 @@ def test_skills_validate_explains_problems(tmp_path):
     skill = tmp_path / "weekly"
     skill.mkdir()
     (skill / "SKILL.md").write_text("---\nname: other\ndescription: short\n---\n")
-    proc = run_cli("skills", "validate", str(skill))
+    proc = invoke("skills", "validate", str(skill))
     assert proc.returncode == 1 and "differs from the folder name" in proc.stderr
     (skill / "SKILL.md").write_text("---\nname: weekly\ndescription: Build the weekly report from git.\n---\nDo it.\n")
-    assert run_cli("skills", "validate", str(skill)).returncode == 0
+    assert invoke("skills", "validate", str(skill)).returncode == 0
+
+
+def from_bash(*args: str, env: dict) -> subprocess.CompletedProcess:
+    """`nanoagent ARGS` typed at a bash prompt: typer finds the shell to complete for in the parent process,
+    so this does not depend on how the tests were started (from a shell or detached from any)."""
+    return subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-m", "nanoagent", *args],
+                          capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT, timeout=60)
 
 
 def test_show_and_install_completion_give_bash_a_script_that_completes_nanoagent_commands(tmp_path):
     home = tmp_path / "user"
     env = {"SHELL": "/bin/bash", "HOME": str(home)}
-    shown = run_cli("--show-completion", "bash", env=env)
+    shown = from_bash("--show-completion", env=env)
     assert shown.returncode == 0, shown.stderr
     assert "complete -o default -F _nanoagent_completion nanoagent" in shown.stdout
     script = tmp_path / "completion.sh"
     script.write_text(shown.stdout)
     path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # the installed `nanoagent` command
+    python_path = os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))  # ... of this checkout
     completed = subprocess.run(
         ["bash", "-c", 'source "$0"; COMP_WORDS=(nanoagent sk); COMP_CWORD=1; _nanoagent_completion nanoagent;'
                        ' printf "%s\\n" "${COMPREPLY[@]}"', str(script)],
-        capture_output=True, text=True, env={**os.environ, **env, "PATH": path}, timeout=60)
+        capture_output=True, text=True, env={**os.environ, **env, "PATH": path, "PYTHONPATH": python_path},
+        timeout=60)
     assert completed.stdout.split() == ["skills"], completed.stderr
-    installed = run_cli("--install-completion", "bash", env=env)
+    installed = from_bash("--install-completion", env=env)
     assert installed.returncode == 0, installed.stderr
     assert (home / ".bash_completions" / "nanoagent.sh").read_text().strip() == shown.stdout.strip()
     assert "source '" + str(home / ".bash_completions" / "nanoagent.sh") + "'" in (home / ".bashrc").read_text()
@@ -143,7 +154,8 @@ def test_usage_piped_shows_whole_rows_and_batch_calls_at_half_price(isolated_hom
 
 
 def test_doctor_says_to_install_git_and_notices_a_missing_tokenizer(isolated_home, tmp_path):
-    run_cli("onboard")
+    # a real process: this one has not loaded the tokenizer yet
+    assert invoke("onboard").returncode == 0
     empty_bin = tmp_path / "bin"
     empty_bin.mkdir()
     proc = run_cli("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY, "PATH": str(empty_bin),
