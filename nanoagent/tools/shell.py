@@ -190,7 +190,7 @@ async def _guard(pid: int) -> asyncio.subprocess.Process | None:
     privileges. Stopped with the command."""
     try:
         return await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", 'read _ ; kill -KILL -- "-$0" "$0" 2>/dev/null', str(pid),
+            "/bin/sh", "-c", 'read _ ; kill -9 "-$0" 2>/dev/null; kill -9 "$0" 2>/dev/null', str(pid),
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True)
     except OSError:
