@@ -43,6 +43,31 @@ def run_process(args: list[str], env: dict) -> tuple[float, float]:
     return elapsed, usage.ru_maxrss / 1024
 
 
+def bench_gateway(home: Path, server) -> None:
+    """`agent -m` through a running gateway against the in-process one-shot, in the same run."""
+    from nanoagent.gateway.client import gateway_answers
+
+    env = {**os.environ, "NANOAGENT_HOME": str(home / "gw"), "ANTHROPIC_API_KEY": "k",
+           "ANTHROPIC_BASE_URL": server.url, "NANOAGENT_MODEL": "anthropic/claude-bench"}
+    cli = [sys.executable, "-m", "nanoagent"]
+    local = statistics.median(run_process([*cli, "agent", "-m", "hello", "--local"], env)[0] for _ in range(5))
+    gateway = subprocess.Popen([*cli, "gateway"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not gateway_answers(home / "gw" / "run" / "gateway.sock"):
+            if time.monotonic() > deadline:
+                raise SystemExit("the gateway did not start")
+            time.sleep(0.05)
+        run_process([*cli, "agent", "-m", "warm up"], env)  # the gateway's first turn loads its SDK
+        through = statistics.median(run_process([*cli, "agent", "-m", "hello"], env)[0] for _ in range(7))
+    finally:
+        gateway.terminate()
+        gateway.wait(30)
+    record("agent -m through a gateway (median of 7)", f"{through:.3f} s", "< 0.15 s", through < 0.15)
+    ratio = through / local
+    record("  against in-process (median of 5)", f"{ratio:.2f}x of {local:.2f} s", "< 0.25x", ratio < 0.25)
+
+
 def bench_cli(home: Path, server) -> None:
     cli = [sys.executable, "-m", "nanoagent"]
     base_env = {**os.environ, "NANOAGENT_HOME": str(home)}
@@ -353,6 +378,7 @@ def main() -> int:
         server = start_server()
         try:
             bench_cli(home, server)
+            bench_gateway(home, server)
             bench_interactive(home, server)
         finally:
             server.close()
