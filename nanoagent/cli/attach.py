@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
-from nanoagent.pricing import context_window
+from nanoagent.pricing import context_window, effective_window
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -46,7 +46,8 @@ class LocalAgent:
         session = self.loop.session(key)
         if not session.usage:
             return None
-        return session.usage[-1].usage.prompt_tokens, self.loop.settings.context_window_tokens
+        window = effective_window(self.loop.settings.context_window_tokens, self.model(key))
+        return session.usage[-1].usage.prompt_tokens, window.tokens
 
     def warm_up(self, key: str) -> None:
         """Import the provider SDK in the background so the first reply does not wait for it."""
