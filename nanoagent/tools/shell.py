@@ -150,6 +150,10 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
         argv = bwrap_argv(policy, command, workspace, cwd, home, protected)
     else:
         argv = ["/bin/sh", "-c", command]
+    run_id = f"nanoagent-run-{uuid.uuid4().hex}"
+    if sandboxed:  # bwrap's own command line carries the run's name, so the watcher finds it even before its pid
+        argv[1:1] = ["--setenv", "NANOAGENT_RUN", run_id]
+    guard = await _guard(run_id)  # ready before the command exists, so no moment of it goes unwatched
     spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
         *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=command_env(policy, sandboxed),
@@ -157,13 +161,17 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
     ))
     try:
         proc = await asyncio.shield(spawn)
+        _watch(guard, proc.pid)
     except asyncio.CancelledError:  # cancelled while starting: the process may exist already; end it too
         proc = await spawn
         await _end(proc)
+        await _release(guard)
         if pids is not None:
             await asyncio.to_thread(pids.close)
         raise
-    guard = await _guard(proc.pid)
+    except BaseException:
+        await _release(guard)
+        raise
     output = BoundedOutput(settings.max_output_chars)
     try:
         # the deadline covers reading AND waiting for exit: a command may close its output and keep running
@@ -184,17 +192,24 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
     return f"{text}{note}\n[exit code: {code}]"
 
 
-async def _guard(pid: int) -> asyncio.subprocess.Process | None:
+async def _guard(run_id: str) -> asyncio.subprocess.Process | None:
     """A watcher that ends the command's process group if nanoagent dies (kill -9): it waits for the end of a
     pipe only nanoagent holds. A parent-death signal is not enough, since bwrap clears its own when it drops
     privileges. Stopped with the command."""
     try:
         return await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", 'read _ ; kill -9 "-$0" 2>/dev/null; kill -9 "$0" 2>/dev/null', str(pid),
+            "/bin/sh", "-c", 'read pid; read _; [ -n "$pid" ] && { kill -9 "-$pid"; kill -9 "$pid"; } 2>/dev/null; '
+            'pkill -9 -f -- "--setenv NANOAGENT_RUN $0" 2>/dev/null', run_id,
             stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
             start_new_session=True)
     except OSError:
         return None
+
+
+def _watch(guard: asyncio.subprocess.Process | None, pid: int) -> None:
+    """Tell the watcher which process group to end (written at once: the pipe is empty and ready)."""
+    if guard is not None and guard.stdin is not None:
+        guard.stdin.write(f"{pid}\n".encode())
 
 
 async def _release(guard: asyncio.subprocess.Process | None) -> None:
