@@ -23,11 +23,12 @@ def call(ctx, mode="none", **arguments):
     return asyncio.run(exec_tool(settings(mode)).call(ctx, arguments))
 
 
-def running(marker: str) -> list[int]:
-    """Host pids of processes whose command line holds `marker` (sandboxed or not)."""
+def running(marker: str, wrappers: bool = False) -> list[int]:
+    """Host pids of processes whose command line holds `marker` (sandboxed or not); with `wrappers`, the
+    shell and bwrap that carry it in their arguments too."""
     found = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
+        if not entry.isdigit() or int(entry) == os.getpid():
             continue
         try:
             with open(f"/proc/{entry}/cmdline", "rb") as f:
@@ -36,7 +37,8 @@ def running(marker: str) -> list[int]:
                 zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
         except OSError:
             continue
-        if marker in cmdline and not zombie and "/bin/sh -c" not in cmdline and "bwrap" not in cmdline:
+        wrapper = "/bin/sh -c" in cmdline or "bwrap" in cmdline
+        if marker in cmdline and not zombie and (wrappers or not wrapper) and "-c import asyncio" not in cmdline:
             found.append(int(entry))
     return found
 

@@ -349,23 +349,6 @@ def test_a_kill_9_of_nanoagent_leaves_no_sandboxed_command_running(home):
     proc.wait()
     assert gone(marker)
     deadline = time.monotonic() + 5
-    while _with_marker(marker):  # bwrap itself too (its arguments hold the marker), not only what ran inside
-        assert time.monotonic() < deadline, _with_marker(marker)
+    while running(marker, wrappers=True):  # bwrap itself too (its arguments hold the marker)
+        assert time.monotonic() < deadline, running(marker, wrappers=True)
         time.sleep(0.02)
-
-
-def _with_marker(marker: str) -> list[str]:
-    found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) == os.getpid():
-            continue
-        try:
-            with open(f"/proc/{entry}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace")
-            with open(f"/proc/{entry}/stat") as f:
-                zombie = f.read().rsplit(")", 1)[1].split()[0] == "Z"
-        except OSError:
-            continue
-        if marker in cmdline and not zombie and "pytest" not in cmdline and "-c import asyncio" not in cmdline:
-            found.append(cmdline[:80])
-    return found

@@ -74,11 +74,13 @@ def check_bwrap() -> SandboxCheck:
 
 def _diagnose(stderr: str) -> SandboxCheck:
     first = stderr.splitlines()[0] if stderr else "no error message"
-    if _read("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
+    if read_or_empty("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == "1":
         return SandboxCheck(False, f"AppArmor forbids unprivileged user namespaces ({first})",
                             "allow bwrap: `sudo sysctl kernel.apparmor_restrict_unprivileged_userns=0`, or add an "
                             "AppArmor profile for /usr/bin/bwrap with `userns,`")
-    if _read("/proc/sys/kernel/unprivileged_userns_clone") == "0" or _read("/proc/sys/user/max_user_namespaces") == "0":
+    disabled = (read_or_empty("/proc/sys/kernel/unprivileged_userns_clone") == "0"
+                or read_or_empty("/proc/sys/user/max_user_namespaces") == "0")
+    if disabled:
         return SandboxCheck(False, f"unprivileged user namespaces are disabled ({first})",
                             "enable them: `sudo sysctl kernel.unprivileged_userns_clone=1` "
                             "(or user.max_user_namespaces=15000)")
@@ -86,7 +88,8 @@ def _diagnose(stderr: str) -> SandboxCheck:
                                                        "--ro-bind / / true` works for your user")
 
 
-def _read(path: str) -> str:
+def read_or_empty(path: str | Path) -> str:
+    """A small file's text, stripped; "" when it cannot be read."""
     try:
         return Path(path).read_text().strip()
     except OSError:

@@ -15,6 +15,7 @@ import functools
 import os
 import resource
 import signal
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from nanoagent.tools.base import Tool, ToolContext, ToolError, TurnScope, current_turn, tool
 from nanoagent.tools.fs import resolve_path
-from nanoagent.tools.sandbox import SandboxPolicy, bwrap_argv, check_bwrap, command_env
+from nanoagent.tools.sandbox import SandboxPolicy, bwrap_argv, check_bwrap, command_env, read_or_empty
 
 MAX_TIMEOUT = 600
 CHUNK = 65536
@@ -75,10 +76,9 @@ class BoundedOutput:
         return head + tail
 
 
-def exec_tool(settings: ExecSettings | int = 60, max_output_chars: int = 16_000) -> Tool:
+def exec_tool(settings: ExecSettings | None = None) -> Tool:
     """The exec tool with its limits and sandbox from config (tools.exec, tools.maxResultChars)."""
-    if isinstance(settings, int):
-        settings = ExecSettings(timeout=settings, max_output_chars=max_output_chars)
+    settings = settings or ExecSettings()
     gate = Gate(settings)
 
     @tool(name="exec")
@@ -325,7 +325,7 @@ class PidsCgroup:
         for root in PIDS_CGROUP_ROOTS:
             if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
                 continue
-            if root.name != "pids" and "pids" not in _read(root / "cgroup.subtree_control").split():
+            if root.name != "pids" and "pids" not in read_or_empty(root / "cgroup.subtree_control").split():
                 continue
             path = root / f"nanoagent-{uuid.uuid4().hex[:12]}"
             try:
@@ -342,12 +342,12 @@ class PidsCgroup:
             f.write(str(os.getpid()))
 
     def hit_limit(self) -> bool:
-        events = _read(self.path / "pids.events")
+        events = read_or_empty(self.path / "pids.events")
         return any(line.startswith("max ") and line.split()[1] != "0" for line in events.splitlines())
 
     def close(self) -> None:
         for _ in range(50):
-            members = [int(p) for p in _read(self.path / "cgroup.procs").split()]
+            members = [int(p) for p in read_or_empty(self.path / "cgroup.procs").split()]
             if not members:
                 break
             for pid in members:
@@ -355,21 +355,8 @@ class PidsCgroup:
                     os.kill(pid, signal.SIGKILL)
                 except ProcessLookupError:
                     pass
-            _wait_briefly()
+            time.sleep(0.01)
         _remove(self.path)
-
-
-def _wait_briefly() -> None:
-    import time
-
-    time.sleep(0.01)
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text()
-    except OSError:
-        return ""
 
 
 def _remove(path: Path) -> None:
