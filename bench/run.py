@@ -3,7 +3,10 @@
 Budgets (issue 2): `--help` median < 0.2 s; `agent -m` against a zero-latency local server
 < 2.0 s median and < 100 MiB peak for an anthropic/ and an OpenAI-compatible model; per-turn
 time at a 10,000-message session within 1.2x of a 10-message session; bytes written per turn
-proportional to the new messages only.
+proportional to the new messages only. Issue 10: `agent -m` through a gateway < 0.15 s and < 0.25x
+in-process; 20 sessions at once with 2 s model latency < 5 s; a turn near the context budget within
+1.2x of a fresh one, in-process and through a gateway; an idle gateway with Telegram < 0.5 s CPU in
+60 s and < 150 MiB.
 """
 
 from __future__ import annotations
@@ -66,6 +69,105 @@ def bench_gateway(home: Path, server) -> None:
     record("agent -m through a gateway (median of 7)", f"{through:.3f} s", "< 0.15 s", through < 0.15)
     ratio = through / local
     record("  against in-process (median of 5)", f"{ratio:.2f}x of {local:.2f} s", "< 0.25x", ratio < 0.25)
+
+
+@contextlib.contextmanager
+def running_gateway(home: Path, env: dict, config: dict | None = None):
+    """A `nanoagent gateway` process on `home` (its config.json written first); yields its pid once it answers."""
+    from nanoagent.gateway.client import gateway_answers
+
+    home.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        (home / "config.json").write_text(json.dumps(config))
+    env = {**env, "NANOAGENT_HOME": str(home)}
+    gateway = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 30
+        while not gateway_answers(home / "run" / "gateway.sock"):
+            if time.monotonic() > deadline or gateway.poll() is not None:
+                raise SystemExit("the gateway did not start")
+            time.sleep(0.05)
+        yield gateway.pid
+    finally:
+        gateway.terminate()
+        gateway.wait(30)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds a process's threads have run so far (Linux schedstat: nanoseconds, not clock ticks)."""
+    total = 0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            total += int((task / "schedstat").read_text().split()[0])
+    return total / 1e9
+
+
+def process_rss(pid: int) -> float:
+    """Resident memory in MiB now."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+async def ask_gateway(socket: Path, session: str, text: str) -> str:
+    from nanoagent.gateway.client import GatewayClient
+
+    client = await GatewayClient.connect(socket, session, lambda event: None)
+    try:
+        result = await client.send(text)
+        return result.reply if result is not None else ""
+    finally:
+        await client.close()
+
+
+def bench_gateway_concurrency(home: Path, server) -> None:
+    """20 sessions at once through one gateway, each model call taking 2 s, with maxConcurrentTurns 20."""
+    from tests.llm_server import Reply
+
+    env = {**os.environ, "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.url,
+           "NANOAGENT_MODEL": "anthropic/claude-bench"}
+    gw = home / "gw-20"
+    with running_gateway(gw, env, {"gateway": {"maxConcurrentTurns": 20}}):
+        socket = gw / "run" / "gateway.sock"
+        asyncio.run(ask_gateway(socket, "cli:warm", "warm up"))  # the SDK loads before the clock starts
+        server.default_reply = Reply(text="done", delay=2.0)
+        try:
+            async def all_at_once() -> list[str]:
+                return await asyncio.gather(*(ask_gateway(socket, f"cli:many-{i}", "hello") for i in range(20)))
+
+            started = time.perf_counter()
+            replies = asyncio.run(all_at_once())
+            elapsed = time.perf_counter() - started
+        finally:
+            server.default_reply = Reply(text="ok")
+    answered = sum(reply == "done" for reply in replies)
+    record("20 sessions at once, 2 s model latency each", f"{elapsed:.2f} s, {answered}/20",
+           "< 5 s, 20/20", elapsed < 5 and answered == 20)
+
+
+def bench_gateway_idle(home: Path, seconds: float = 60.0) -> None:
+    """An idle gateway with Telegram enabled (long-polling a local Bot API stand-in): CPU and memory."""
+    from tests.telegram_server import BotAPI
+
+    api = BotAPI()
+    env = {**os.environ, "ANTHROPIC_API_KEY": "k", "NANOAGENT_MODEL": "anthropic/claude-bench"}
+    config = {"channels": {"telegram": {"enabled": True, "token": api.token, "apiBase": api.url,
+                                        "allowFrom": [42]}}}
+    try:
+        with running_gateway(home / "gw-idle", env, config) as pid:
+            time.sleep(5)  # start-up: the provider SDK loads in the background, the bot says hello
+            polls = len(api.calls_to("getUpdates"))
+            cpu = process_cpu(pid)
+            time.sleep(seconds)
+            used, rss = process_cpu(pid) - cpu, process_rss(pid)
+            polls = len(api.calls_to("getUpdates")) - polls
+    finally:
+        api.close()
+    record(f"idle gateway with Telegram: CPU over {seconds:.0f} s", f"{used:.2f} s ({polls} long polls)", "< 0.5 s",
+           used < 0.5)
+    record("  its resident memory", f"{rss:.0f} MiB", "< 150 MiB", rss < 150)
 
 
 def bench_cli(home: Path, server) -> None:
@@ -220,52 +322,112 @@ def keep_near_budget(home: Path, key: str, count: int, tokens: int) -> None:
     store.set_consolidated(session, start)
 
 
+BUDGET_SIZES = (3_000, 10_000)
+BUDGET_KEYS = ["cli:budget-fresh", *(f"cli:budget-{size}" for size in BUDGET_SIZES)]
+
+
+def budget_config(url: str):
+    from nanoagent.config.schema import Config, ProviderConfig
+
+    config = Config()
+    config.agents.defaults.model = "anthropic/claude-bench"
+    config.agents.defaults.context_window_tokens = 32_000
+    config.providers["anthropic"] = ProviderConfig(api_key="k", api_base=url)
+    return config
+
+
+def make_budget_sessions(home: Path, loop) -> int:
+    """The 3,000- and 10,000-message sessions, each kept above half the budget as consolidation keeps a long
+    session (it holds it between half and 80%); the budget."""
+    from nanoagent.tokens import estimate_tokens
+
+    budget = loop.consolidator.budget_for(loop.models.default)
+    fixed = loop.context.fixed_tokens(loop.context.system_prompt(), estimate_tokens)
+    for size in BUDGET_SIZES:
+        keep_near_budget(home, f"cli:budget-{size}", size, budget // 2 - fixed)
+    return budget
+
+
+def report_budget_turns(where: str, cpu: dict[str, list[float]], budget: int, prompts: list[int],
+                        wall: dict[str, list[float]] | None = None) -> None:
+    """Medians of the turns after the first five, against the fresh session."""
+    turns_cpu = {key: statistics.median(values[5:]) for key, values in cpu.items()}
+    fresh_cpu = turns_cpu["cli:budget-fresh"]
+    if wall is not None:
+        turns = {key: statistics.median(values[5:]) for key, values in wall.items()}
+        record(f"per-turn time {where}, fresh session: wall / CPU",
+               f"{turns['cli:budget-fresh'] * 1000:.2f} / {fresh_cpu * 1000:.2f} ms", "-", True)
+    else:
+        record(f"per-turn CPU {where}, fresh session", f"{fresh_cpu * 1000:.2f} ms", "-", True)
+    for size, key, prompt in zip(BUDGET_SIZES, BUDGET_KEYS[1:], prompts[1:], strict=True):
+        figure = f"{turns_cpu[key] * 1000:.2f} ms"
+        if wall is not None:
+            figure = f"{turns[key] * 1000:.2f} / " + figure
+        record(f"  {size:,} messages near a 32k budget (at the end {prompt:,} of {budget:,})", figure, "-", True)
+        if wall is not None:
+            record(f"  per-turn ratio {size:,} near budget / fresh, wall", f"{turns[key] / turns['cli:budget-fresh']:.2f}x",
+                   "-", True)
+        ratio = turns_cpu[key] / fresh_cpu
+        record(f"  per-turn ratio {size:,} near budget / fresh, CPU", f"{ratio:.2f}x", "<= 1.2x", ratio <= 1.2)
+
+
 def bench_budget_turns(home: Path) -> None:
     """Per-turn time of sessions kept near a 32k-token window's budget (3,000 and 10,000 messages) against a fresh
     session, one turn each in turn: the anthropic SDK against the local server in its own process. The budget is
     on the agent process's CPU time; wall time also holds the local server's own work on the longer body."""
     from nanoagent.agent.build import build_agent
-    from nanoagent.config.schema import Config, ProviderConfig
     from nanoagent.paths import Paths
-    from nanoagent.tokens import estimate_tokens
 
-    sizes, model = (3_000, 10_000), "anthropic/claude-bench"
     with server_process() as url:
-        config = Config()
-        config.agents.defaults.model = model
-        config.agents.defaults.context_window_tokens = 32_000
-        config.providers["anthropic"] = ProviderConfig(api_key="k", api_base=url)
-        loop = build_agent(config, Paths(home=home, workspace=home / "workspace"))
-        budget = loop.consolidator.budget_for(model)
-        fixed = loop.context.fixed_tokens(loop.context.system_prompt(), estimate_tokens)
-        for size in sizes:  # consolidation keeps a long session between half the budget and 80%: start above half
-            keep_near_budget(home, f"cli:budget-{size}", size, budget // 2 - fixed)
-        keys = ["cli:budget-fresh", *(f"cli:budget-{size}" for size in sizes)]
-        times: dict[str, list[float]] = {key: [] for key in keys}
-        cpu: dict[str, list[float]] = {key: [] for key in keys}
+        loop = build_agent(budget_config(url), Paths(home=home, workspace=home / "workspace"))
+        budget = make_budget_sessions(home, loop)
+        times: dict[str, list[float]] = {key: [] for key in BUDGET_KEYS}
+        cpu: dict[str, list[float]] = {key: [] for key in BUDGET_KEYS}
         for turn in range(65):
             if turn == 5:  # the first turns load the SDK and the tokenizer (no provider figure yet)
-                archived = [loop.session(key).last_consolidated for key in keys]
-            for key in keys:
+                archived = [loop.session(key).last_consolidated for key in BUDGET_KEYS]
+            for key in BUDGET_KEYS:
                 started, used = time.perf_counter(), time.process_time()
                 asyncio.run(loop.handle(f"turn {turn}", key))
                 times[key].append(time.perf_counter() - started)
                 cpu[key].append(time.process_time() - used)
-        archives = [loop.session(key).last_consolidated for key in keys] != archived
-        prompts = [loop.session(key).usage[-1].usage.prompt_tokens for key in keys]
-    median = {key: statistics.median(values[5:]) for key, values in times.items()}
-    median_cpu = {key: statistics.median(values[5:]) for key, values in cpu.items()}
-    fresh, fresh_cpu = median["cli:budget-fresh"], median_cpu["cli:budget-fresh"]
-    record("per-turn time, fresh session (anthropic SDK): wall / CPU", f"{fresh * 1000:.2f} / {fresh_cpu * 1000:.2f} ms",
-           "-", True)
-    for size, key, prompt in zip(sizes, keys[1:], prompts[1:], strict=True):
-        ratio, ratio_cpu = median[key] / fresh, median_cpu[key] / fresh_cpu
-        record(f"  {size:,} messages near a 32k budget (at the end {prompt:,} of {budget:,})",
-               f"{median[key] * 1000:.2f} / {median_cpu[key] * 1000:.2f} ms", "-", True)
-        record(f"  per-turn ratio {size:,} near budget / fresh, wall", f"{ratio:.2f}x", "-", True)
-        record(f"  per-turn ratio {size:,} near budget / fresh, CPU", f"{ratio_cpu:.2f}x", "<= 1.2x", ratio_cpu <= 1.2)
+        archives = [loop.session(key).last_consolidated for key in BUDGET_KEYS] != archived
+        prompts = [loop.session(key).usage[-1].usage.prompt_tokens for key in BUDGET_KEYS]
+    report_budget_turns("in-process (anthropic SDK)", cpu, budget, prompts, wall=times)
     record("  prompt of the fresh session at the end", f"{prompts[0]:,} tokens", "-", True)
     record("  archiving among the timed turns", "yes" if archives else "none", "none", not archives)
+
+
+def bench_gateway_budget_turns(home: Path) -> None:
+    """The same sessions served by a gateway process: its CPU per turn, read from /proc around each turn."""
+    from nanoagent.agent.build import build_agent
+    from nanoagent.gateway.client import GatewayClient
+    from nanoagent.paths import Paths
+    from nanoagent.session.store import SessionStore
+
+    gw = home / "gw-budget"
+    with server_process() as url:
+        budget = make_budget_sessions(gw, build_agent(budget_config(url), Paths(home=gw, workspace=gw / "workspace")))
+        config = {"agents": {"defaults": {"model": "anthropic/claude-bench", "contextWindowTokens": 32_000}},
+                  "providers": {"anthropic": {"apiKey": "k", "apiBase": url}}}
+        with running_gateway(gw, dict(os.environ), config) as pid:
+            async def turns() -> dict[str, list[float]]:
+                clients = {key: await GatewayClient.connect(gw / "run" / "gateway.sock", key, lambda event: None)
+                           for key in BUDGET_KEYS}
+                cpu: dict[str, list[float]] = {key: [] for key in BUDGET_KEYS}
+                for turn in range(65):
+                    for key, client in clients.items():
+                        used = process_cpu(pid)
+                        await client.send(f"turn {turn}")
+                        cpu[key].append(process_cpu(pid) - used)
+                for client in clients.values():
+                    await client.close()
+                return cpu
+
+            cpu = asyncio.run(turns())
+    store = SessionStore(gw / "sessions")
+    prompts = [store.load(key).usage[-1].usage.prompt_tokens for key in BUDGET_KEYS]
+    report_budget_turns("through a gateway", cpu, budget, prompts)
 
 
 def bench_consolidation(home: Path) -> None:
@@ -379,11 +541,14 @@ def main() -> int:
         try:
             bench_cli(home, server)
             bench_gateway(home, server)
+            bench_gateway_concurrency(home, server)
             bench_interactive(home, server)
         finally:
             server.close()
         bench_turns(home)
         bench_budget_turns(home)
+        bench_gateway_budget_turns(home)
+        bench_gateway_idle(home)
         bench_consolidation(home)
         bench_keystrokes(home)
         bench_sandbox(home)
