@@ -12,6 +12,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -130,3 +131,17 @@ def anthropic_env(server) -> dict:
 
 def openai_env(server) -> dict:
     return {"OPENAI_API_KEY": "sk-test", "OPENAI_BASE_URL": server.url + "/v1", "NANOAGENT_MODEL": "openai/gpt-test"}
+
+
+def start_gateway_process(env: dict) -> subprocess.Popen:
+    """`nanoagent gateway` as a process of its own on env's home, once its socket answers."""
+    from nanoagent.gateway.client import gateway_answers
+
+    proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    socket_path = Path(env["NANOAGENT_HOME"]) / "run" / "gateway.sock"
+    deadline = time.monotonic() + 20
+    while not gateway_answers(socket_path):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return proc

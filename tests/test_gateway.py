@@ -27,7 +27,7 @@ from nanoagent.gateway.hub import Hub
 from nanoagent.gateway.server import Gateway, GatewayBusy
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
-from tests.conftest import ROOT, anthropic_env
+from tests.conftest import ROOT, anthropic_env, start_gateway_process
 
 
 class SlowProvider(ScriptedProvider):
@@ -306,17 +306,6 @@ def test_shutdown_lets_a_short_turn_finish_and_cancels_a_long_one_after_the_grac
 
 
 # --- terminals attach ---------------------------------------------------------------------------
-
-
-def start_gateway_process(env: dict) -> subprocess.Popen:
-    proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    socket_path = Path(env["NANOAGENT_HOME"]) / "run" / "gateway.sock"
-    deadline = time.monotonic() + 20
-    while not gateway_answers(socket_path):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    return proc
 
 
 def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isolated_home):

@@ -19,7 +19,7 @@ import pexpect
 import pytest
 
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, anthropic_env, invoke
+from tests.conftest import ROOT, anthropic_env, invoke, start_gateway_process
 from tests.llm_server import Reply
 
 PROMPT = "›"
@@ -32,7 +32,23 @@ def styled(*words: str) -> str:
 
 
 @pytest.fixture
-def term(llm, isolated_home):
+def way(request, llm, isolated_home):
+    """How the terminal reaches the agent: in its own process (the default), or through a running gateway for
+    the key cases marked `both_ways`. Yields what the banner says about it."""
+    if getattr(request, "param", "in-process") == "in-process":
+        yield ""
+        return
+    gateway = start_gateway_process({**os.environ, **anthropic_env(llm)})
+    yield " (through the gateway)"
+    gateway.terminate()
+    gateway.communicate(timeout=30)
+
+
+both_ways = pytest.mark.parametrize("way", ["in-process", "gateway"], indirect=True)
+
+
+@pytest.fixture
+def term(llm, isolated_home, way):
     children = []
 
     def spawn(*args):
@@ -41,6 +57,7 @@ def term(llm, isolated_home):
         child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", *args], cwd=str(ROOT), env=env,
                               encoding="utf-8", timeout=20, dimensions=(30, 80))
         child.expect_exact(PROMPT)
+        assert ("(through the gateway)" in child.before) == bool(way), child.before  # the way the test asked for
         children.append(child)
         return child
 
@@ -64,6 +81,7 @@ def messages(home, key="cli:direct"):
     return SessionStore(home / "sessions").load(key).messages
 
 
+@both_ways
 def test_a_reply_streams_in_and_is_rendered(term, llm):
     llm.script(Reply(text="First paragraph here.\n\nSecond **bold** paragraph.", chunk_delay=0.05))
     child = term()
@@ -73,8 +91,9 @@ def test_a_reply_streams_in_and_is_rendered(term, llm):
     child.expect_exact(PROMPT)
 
 
+@both_ways
 def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
-    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace").mkdir(parents=True, exist_ok=True)
     (isolated_home / "workspace" / "notes.md").write_text("remember the milk\n")
     llm.script(Reply(tool_calls=[("read_file", {"path": "notes.md"})]), Reply(text="You must remember the milk."))
     child = term()
@@ -95,6 +114,7 @@ def test_a_failed_tool_line_shows_its_arguments_and_error_within_80_columns(term
     child.expect_exact("No such file.")
 
 
+@both_ways
 def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolated_home):
     llm.script(Reply(text="too late", delay=30), Reply(text="Back in business."))
     child = term()
@@ -109,6 +129,7 @@ def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolat
     assert "cancelled" in messages(isolated_home)[1]["content"]
 
 
+@both_ways
 def test_a_message_typed_during_a_turn_joins_it(term, llm, isolated_home):
     # The tool runs until the test lets it finish, after the prompt has taken the second message.
     workspace = isolated_home / "workspace"
@@ -137,6 +158,7 @@ def test_ctrl_c_at_an_empty_prompt_warns_and_a_second_quits(term):
     child.expect(pexpect.EOF)
 
 
+@both_ways
 def test_ctrl_d_and_exit_quit(term):
     child = term()
     child.sendcontrol("d")
@@ -310,3 +332,34 @@ def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_ho
     output = child.before
     assert "**" not in output and "bold" in output
     assert re.search(r"•\s*" + SGR + "first point", output) or "• first point" in output
+
+
+@pytest.fixture
+def approve_always(isolated_home):
+    """Every command waits for a person's yes (set before a gateway starts, so it reads it too)."""
+    isolated_home.mkdir(parents=True, exist_ok=True)
+    (isolated_home / "config.json").write_text(json.dumps({"tools": {"exec": {"approve": "always"}}}))
+
+
+@both_ways
+def test_a_command_that_needs_approval_is_asked_here_and_runs_after_yes(approve_always, term, llm, isolated_home):
+    llm.script(Reply(tool_calls=[("exec", {"command": "echo approved > approved.txt"})]), Reply(text="It ran."))
+    child = term()
+    child.send("write the file" + "\r")
+    child.expect_exact("echo approved > approved.txt")
+    child.expect_exact("[a]lways")
+    assert not (isolated_home / "workspace" / "approved.txt").exists()  # nothing runs before the answer
+    child.send("y" + "\r")
+    child.expect_exact("It ran.")
+    assert (isolated_home / "workspace" / "approved.txt").read_text() == "approved\n"
+
+
+@both_ways
+def test_a_slash_command_answers_in_the_session(term, llm):
+    child = term()
+    child.send("/status" + "\r")
+    child.expect_exact("claude-test")
+    child.expect_exact(PROMPT)
+    child.send("/nonsense" + "\r")
+    child.expect_exact("/help")
+    assert llm.requests == []  # commands never reach the model
