@@ -1,6 +1,6 @@
 """The interactive reply stream: Markdown rendered block by block as the reply arrives."""
 
-from nanoagent.cli.interactive import MarkdownStream
+from nanoagent.cli.render import MarkdownStream
 
 
 def stream(plain=True):

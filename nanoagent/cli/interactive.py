@@ -10,7 +10,6 @@ per-keystroke path touches the disk or the network.
 from __future__ import annotations
 
 import asyncio
-import io
 import re
 import sys
 import time
@@ -23,80 +22,11 @@ from rich.markup import escape
 
 from nanoagent.agent import events as ev
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
-from nanoagent.cli.render import short_args
+from nanoagent.cli.render import SPINNER, MarkdownStream, short_args, terminal_safe
 
 _SLASH_WORD = re.compile(r"^/\w*")
-SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 EXIT_COMMANDS = {"/exit", "/quit"}
 Agent = LocalAgent | RemoteAgent
-
-
-LONG_BLOCK_LINES = 6
-LONG_PARAGRAPH_CHARS = 320
-
-
-class MarkdownStream:
-    """Prints a streamed reply block by block, each rendered as Markdown once complete."""
-
-    def __init__(self, write: Callable[[str], None], width: int, plain: bool):
-        self.write = write
-        self.width = width
-        self.plain = plain
-        self.buffer = ""
-        self.printed = ""
-
-    def feed(self, text: str) -> None:
-        self.buffer += text
-        cut = self._complete_prefix()
-        if cut:
-            self._emit(self.buffer[:cut])
-            self.buffer = self.buffer[cut:]
-
-    def flush(self) -> None:
-        if self.buffer.strip():
-            self._emit(self.buffer)
-        self.buffer = ""
-
-    def _complete_prefix(self) -> int:
-        """End of the last finished block: a blank line outside any code fence. A long run of lines with no
-        blank line (a list, a log) is cut at its last complete line instead, so it still streams; tables
-        are kept whole because their rows only render together."""
-        index = self.buffer.rfind("\n\n")
-        while index > 0:
-            if self.buffer.count("```", 0, index) % 2 == 0:
-                return index + 2
-            index = self.buffer.rfind("\n\n", 0, index)
-        last = self.buffer.rfind("\n")
-        if self.buffer.count("\n") >= LONG_BLOCK_LINES and self.buffer.count("```", 0, last) % 2 == 0:
-            line_start = self.buffer.rfind("\n", 0, last) + 1
-            if not self.buffer[line_start:last].lstrip().startswith("|"):
-                return last + 1
-        return self._sentence_cut()
-
-    def _sentence_cut(self) -> int:
-        """A long paragraph still being written is printed up to its last finished sentence, so prose
-        streams too; never inside a code fence, a table, or an open `**` or backtick span."""
-        if len(self.buffer) < LONG_PARAGRAPH_CHARS or "```" in self.buffer or self.buffer.lstrip().startswith("|"):
-            return 0
-        cut = max(self.buffer.rfind(mark) for mark in (". ", "! ", "? ", "。", "！", "？"))
-        if cut <= 0:
-            return 0
-        cut += 1 if self.buffer[cut] in "。！？" else 2
-        head = self.buffer[:cut]
-        if head.count("**") % 2 or head.count("`") % 2 or head.count("[") != head.count("]"):
-            return 0
-        return cut
-
-    def _emit(self, text: str) -> None:
-        self.printed += text
-        if self.plain:
-            self.write(text if text.endswith("\n") else text + "\n")
-            return
-        from rich.markdown import Markdown  # markdown-it loads on the first reply, not at start
-
-        out = io.StringIO()
-        Console(file=out, width=self.width, force_terminal=True, color_system="standard").print(Markdown(text))
-        self.write(out.getvalue())
 
 
 class TerminalUI:
@@ -118,7 +48,7 @@ class TerminalUI:
         sys.stdout.flush()
 
     def line(self, markup: str) -> None:
-        self.console.print(markup)
+        self.console.print(terminal_safe(markup))
 
     def __call__(self, event: ev.Event) -> None:
         match event:
@@ -237,7 +167,7 @@ class Session:
         result = turn.result
         if result is not None and result.error:
             self.ui.line(f"[red]{escape(turn.reply)}[/red]")
-        elif not self.ui.stream.printed.strip().endswith(turn.reply.strip()):
+        elif not self.ui.stream.printed.strip().endswith(terminal_safe(turn.reply).strip()):
             self.ui.stream.feed(turn.reply)
             self.ui.stream.flush()
         self.refresh_status()
@@ -367,6 +297,6 @@ async def run_plain(agent: Agent, key: str, ui: TerminalUI) -> None:
         ui.start_turn()
         turn = await agent.handle(text, key, ui)
         if turn.result is None or turn.result.error:
-            print(turn.reply, flush=True)
-        elif not ui.stream.printed.strip().endswith(turn.reply.strip()):
-            print(turn.reply, flush=True)
+            print(terminal_safe(turn.reply), flush=True)
+        elif not ui.stream.printed.strip().endswith(terminal_safe(turn.reply).strip()):
+            print(terminal_safe(turn.reply), flush=True)

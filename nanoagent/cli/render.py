@@ -1,14 +1,57 @@
-"""Turn agent events into terminal output: the reply on stdout, activity on stderr."""
+"""Turn agent events into terminal output: the reply on stdout, activity on stderr.
+
+Text from a model or a tool never reaches the terminal as it came: `terminal_safe` drops escape and control
+sequences first, so a reply cannot retitle the window, move the cursor or hide what follows.
+"""
 
 from __future__ import annotations
 
+import io
 import json
+import re
 import sys
+import threading
+import time
+from collections.abc import Callable
 from typing import Any
 
 from rich.console import Console
 
 from nanoagent.agent import events as ev
+
+SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+# Whole ESC-introduced sequences (CSI, OSC up to BEL or ST, DCS/SOS/PM/APC strings up to ST, two-character
+# escapes) and the 8-bit CSI; after them, any control character left but newline and tab, a lone ESC included.
+_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[PX^_].*?\x1b\\"
+                       r"|\x1b[ -/]*(?![\[\]PX^_])[0-~]|\x9b[0-?]*[ -/]*[@-~]", re.DOTALL)
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+_HOLD_AT_MOST = 4096  # an escape sequence still open after this many characters is not one
+
+
+def terminal_safe(text: str) -> str:
+    """Text a terminal prints as text: no escape sequences, no control characters but newline and tab."""
+    if text.isprintable():
+        return text
+    return _CONTROL.sub("", _SEQUENCE.sub("", text.replace("\r\n", "\n")))
+
+
+class EscapeFilter:
+    """`terminal_safe` for text that arrives in pieces: a sequence begun at the end of one piece is held back
+    until the next completes it (or shows it never will), so a split sequence is dropped whole too."""
+
+    def __init__(self) -> None:
+        self.held = ""
+
+    def feed(self, text: str) -> str:
+        text, self.held = self.held + text, ""
+        start = max(text.rfind("\x1b"), text.rfind("\x9b"))
+        if start >= 0 and not _SEQUENCE.match(text, start) and len(text) - start < _HOLD_AT_MOST:
+            text, self.held = text[:start], text[start:]
+        return terminal_safe(text)
+
+    def flush(self) -> str:
+        held, self.held = self.held, ""
+        return terminal_safe(held)
 
 
 def table_console() -> Console:
@@ -22,14 +65,130 @@ def short_args(arguments: dict[str, Any], width: int = 60) -> str:
     parts = []
     for key, value in arguments.items():
         text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-        text = " ".join(str(text).split())
+        text = " ".join(terminal_safe(str(text)).split())
         parts.append(f"{key}={text[:40] + '…' if len(text) > 40 else text}")
     joined = " ".join(parts)
     return joined if len(joined) <= width else joined[: width - 1] + "…"
 
 
+LONG_BLOCK_LINES = 6
+LONG_PARAGRAPH_CHARS = 320
+
+
+class MarkdownStream:
+    """Prints a streamed reply block by block, each rendered as Markdown once complete."""
+
+    def __init__(self, write: Callable[[str], None], width: int, plain: bool):
+        self.write = write
+        self.width = width
+        self.plain = plain
+        self.buffer = ""
+        self.printed = ""
+
+    def feed(self, text: str) -> None:
+        self.buffer += text
+        cut = self._complete_prefix()
+        if cut:
+            self._emit(self.buffer[:cut])
+            self.buffer = self.buffer[cut:]
+
+    def flush(self) -> None:
+        if self.buffer.strip():
+            self._emit(self.buffer)
+        self.buffer = ""
+
+    def _complete_prefix(self) -> int:
+        """End of the last finished block: a blank line outside any code fence. A long run of lines with no
+        blank line (a list, a log) is cut at its last complete line instead, so it still streams; tables
+        are kept whole because their rows only render together."""
+        index = self.buffer.rfind("\n\n")
+        while index > 0:
+            if self.buffer.count("```", 0, index) % 2 == 0:
+                return index + 2
+            index = self.buffer.rfind("\n\n", 0, index)
+        last = self.buffer.rfind("\n")
+        if self.buffer.count("\n") >= LONG_BLOCK_LINES and self.buffer.count("```", 0, last) % 2 == 0:
+            line_start = self.buffer.rfind("\n", 0, last) + 1
+            if not self.buffer[line_start:last].lstrip().startswith("|"):
+                return last + 1
+        return self._sentence_cut()
+
+    def _sentence_cut(self) -> int:
+        """A long paragraph still being written is printed up to its last finished sentence, so prose
+        streams too; never inside a code fence, a table, or an open `**` or backtick span."""
+        if len(self.buffer) < LONG_PARAGRAPH_CHARS or "```" in self.buffer or self.buffer.lstrip().startswith("|"):
+            return 0
+        cut = max(self.buffer.rfind(mark) for mark in (". ", "! ", "? ", "。", "！", "？"))
+        if cut <= 0:
+            return 0
+        cut += 1 if self.buffer[cut] in "。！？" else 2
+        head = self.buffer[:cut]
+        if head.count("**") % 2 or head.count("`") % 2 or head.count("[") != head.count("]"):
+            return 0
+        return cut
+
+    def _emit(self, text: str) -> None:
+        text = terminal_safe(text)
+        self.printed += text
+        if self.plain:
+            self.write(text if text.endswith("\n") else text + "\n")
+            return
+        from rich.markdown import Markdown  # markdown-it loads on the first reply, not at start
+
+        out = io.StringIO()
+        Console(file=out, width=self.width, force_terminal=True, color_system="standard").print(Markdown(text))
+        self.write(out.getvalue())
+
+
+class Spinner:
+    """A transient status line on stderr (a terminal's), redrawn ten times a second by a daemon thread and
+    wiped before anything else is written."""
+
+    def __init__(self) -> None:
+        self.what: str | None = None
+        self.since = time.monotonic()
+        self.lock = threading.Lock()
+        self.shown = False
+        self._thread: threading.Thread | None = None
+
+    def show(self, what: str | None) -> None:
+        with self.lock:
+            self.what, self.since = what, time.monotonic()
+            if what is None:
+                self._wipe()
+        if what is not None and self._thread is None:
+            self._thread = threading.Thread(target=self._run, daemon=True)
+            self._thread.start()
+
+    def write(self, stream: Any, text: str) -> None:
+        """Write to stdout or stderr with the status line out of the way."""
+        with self.lock:
+            self._wipe()
+            stream.write(text)
+            stream.flush()
+
+    def _wipe(self) -> None:
+        if self.shown:
+            sys.stderr.write("\r\x1b[K")
+            sys.stderr.flush()
+            self.shown = False
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(0.1)
+            with self.lock:
+                if self.what is None:
+                    continue
+                frame = SPINNER[int(time.monotonic() * 10) % len(SPINNER)]
+                sys.stderr.write(f"\r\x1b[K{frame} {self.what[:60]} {time.monotonic() - self.since:.1f}s")
+                sys.stderr.flush()
+                self.shown = True
+
+
 class OneShotRenderer:
-    """For `agent -m`: streams plain text when piped, renders Markdown at the end on a terminal."""
+    """For `agent -m`. On a terminal the reply streams block by block as Markdown, with a spinner on stderr
+    while the model thinks or a tool runs; piped, it streams as plain text. Every text block the model writes
+    is kept: text before a tool call stays, and blocks are separated by a blank line."""
 
     def __init__(self, quiet_reply: bool = False):
         self.out = Console(soft_wrap=False)
@@ -37,37 +196,90 @@ class OneShotRenderer:
         self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self.quiet_reply = quiet_reply  # --json prints everything at the end
         self.streamed = ""
+        self.terminal = self.out.is_terminal and not quiet_reply
         self.stream_plain = not self.out.is_terminal and not quiet_reply
+        self.spinner = Spinner() if self.terminal and self.err.is_terminal else None
+        self.markdown = MarkdownStream(self._write, min(self.out.width, 100), plain=False)
+        self.block_ended = False  # a tool call came since the last text: the next text is a new block
+        self.escapes = EscapeFilter()
+
+    def _write(self, text: str) -> None:
+        if self.spinner is not None:
+            self.spinner.write(sys.stdout, text)
+        else:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+
+    def _say(self, markup: str) -> None:
+        """An activity line on stderr."""
+        if self.spinner is not None:
+            with self.spinner.lock:
+                self.spinner._wipe()
+                self.err.print(markup)
+        else:
+            self.err.print(markup)
 
     def __call__(self, event: ev.Event) -> None:
         match event:
-            case ev.TextDelta(text=text) if self.stream_plain:
-                sys.stdout.write(text)
-                sys.stdout.flush()
-                self.streamed += text
+            case ev.TurnStarted() if self.spinner is not None:
+                self.spinner.show("thinking")
+            case ev.TextDelta(text=text) if not self.quiet_reply:
+                self._text(text)
             case ev.ToolStarted(name=name, arguments=arguments):
-                self.err.print(f"[dim]→ {name}[/dim] {_escape(short_args(arguments))}")
+                self.block_ended = bool(self.streamed)
+                if self.terminal:
+                    self.markdown.flush()
+                elif self.stream_plain:
+                    self._write(self.escapes.flush())
+                self._say(f"[dim]→ {_escape(name)}[/dim] {_escape(short_args(arguments))}")
+                if self.spinner is not None:
+                    self.spinner.show(f"{name} {short_args(arguments, 40)}")
             case ev.ToolFinished(name=name, error=error, elapsed=elapsed):
                 status = "[green]ok[/green]" if error is None else f"[red]error[/red] {_escape(error[:73])}"
-                self.err.print(f"[dim]  {name} {status} {elapsed:.2f}s[/dim]")
+                self._say(f"[dim]  {_escape(name)} {status} {elapsed:.2f}s[/dim]")
+                if self.spinner is not None:
+                    self.spinner.show("thinking")
             case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
                 action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"
-                self.err.print(f"[yellow]{model}: {_escape(reason[:120])}; {action}[/yellow]")
+                self._say(f"[yellow]{_escape(model)}: {_escape(reason[:120])}; {action}[/yellow]")
             case ev.Notice(text=text):
-                self.err.print(f"[yellow]{_escape(text)}[/yellow]")
+                self._say(f"[yellow]{_escape(text)}[/yellow]")
+            case ev.TurnEnded() if self.spinner is not None:
+                self.spinner.show(None)
             case _:
                 pass
 
+    def _text(self, text: str) -> None:
+        if self.block_ended and text.strip():
+            self.block_ended = False
+            if self.stream_plain and not self.streamed.endswith("\n\n"):
+                self._write("\n" if self.streamed.endswith("\n") else "\n\n")
+        self.streamed += text
+        if self.spinner is not None:
+            self.spinner.show("writing")
+        if self.terminal:
+            self.markdown.feed(text)
+        else:
+            self._write(self.escapes.feed(text))
+
     def finish(self, reply: str, failed: bool) -> None:
+        if self.spinner is not None:
+            self.spinner.show(None)
+        if self.terminal:
+            self.markdown.flush()
+        elif self.stream_plain:
+            self._write(self.escapes.flush())
+        reply = terminal_safe(reply)
         if failed:
-            if self.streamed:
+            if self.streamed and self.stream_plain:
                 sys.stdout.write("\n")
             self.err.print(f"[red]{_escape(' '.join(reply.split()))}[/red]")  # one line, even if the provider sent several
             return
         if self.streamed:
-            if not self.streamed.rstrip().endswith(reply.rstrip()):
-                sys.stdout.write("\n" + reply)
-            sys.stdout.write("\n")
+            if not terminal_safe(self.streamed).rstrip().endswith(reply.rstrip()):
+                self._write("\n" + reply + "\n")  # a reply that did not stream (a command's, a cut stream)
+            elif self.stream_plain:
+                sys.stdout.write("\n")
             return
         if self.out.is_terminal:
             from rich.markdown import Markdown
@@ -80,4 +292,4 @@ class OneShotRenderer:
 def _escape(text: str) -> str:
     from rich.markup import escape
 
-    return escape(text)
+    return escape(terminal_safe(text))

@@ -1,0 +1,89 @@
+"""What reaches the terminal: text from a model or a tool cannot drive it, and a one-shot streams its reply
+and keeps every text block, on a terminal and piped."""
+
+import io
+import os
+import sys
+
+import pexpect
+
+from nanoagent.cli.render import EscapeFilter, terminal_safe
+from tests.conftest import ROOT, anthropic_env, invoke
+from tests.llm_server import Reply
+
+RETITLE = "\x1b]0;pwned\x07"  # OSC 0: set the window title
+CLEAR = "\x1b[2J\x1b[H"  # erase the screen, cursor home
+
+
+def test_escape_and_control_sequences_are_dropped_and_text_is_kept():
+    assert terminal_safe(f"a{RETITLE}b{CLEAR}c\rd\x9b31me\x1bPq#0\x1b\\f\x07g\x1b(Bh") == "abcdefgh"
+    assert terminal_safe("tabs\tand\nnewlines, é 中 ✓") == "tabs\tand\nnewlines, é 中 ✓"
+    assert terminal_safe("crlf\r\nline") == "crlf\nline"
+    # a sequence split between streamed pieces is held back until it is whole, then dropped whole
+    pieces = EscapeFilter()
+    shown = [pieces.feed(p) for p in ("before \x1b", "]0;ti", "tle\x07after \x1b[3", "1mred")] + [pieces.flush()]
+    assert "".join(shown) == "before after red"
+    assert shown[0] == "before " and pieces.feed("end \x1b") == "end " and pieces.flush() == ""
+
+
+def test_a_piped_one_shot_prints_no_escape_sequence_from_the_model_or_a_tool(llm, isolated_home):
+    command = "printf '\\033]0;from-tool\\007'; exit 3"
+    llm.script(Reply(text=f"Running it.{RETITLE}", tool_calls=[("exec", {"command": command + CLEAR})]),
+               Reply(text=f"{CLEAR}Done{RETITLE} here."))
+    ran = invoke("agent", "-m", "go", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+    assert "\x1b" not in ran.stdout + ran.stderr and "\x07" not in ran.stdout + ran.stderr
+    assert ran.stdout == "Running it.\n\nDone here.\n"  # the text is kept, only the sequences go (split ones too)
+    assert "exit 3" in ran.stderr
+
+
+def test_a_piped_one_shot_keeps_text_written_before_a_tool_call_as_its_own_block(llm, isolated_home):
+    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace" / "notes.md").write_text("milk\n")
+    llm.script(Reply(text="Let me look at your notes.", tool_calls=[("read_file", {"path": "notes.md"})]),
+               Reply(text="You need milk."))
+    ran = invoke("agent", "-m", "what do I need?", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout == "Let me look at your notes.\n\nYou need milk.\n"
+
+
+def spawn_one_shot(llm, *args):
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80"}
+    return pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", *args], cwd=str(ROOT), env=env,
+                         encoding="utf-8", timeout=20, dimensions=(30, 80))
+
+
+def test_a_one_shot_on_a_terminal_streams_blocks_as_they_finish_and_keeps_text_before_a_tool(llm, isolated_home):
+    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace" / "notes.md").write_text("milk\n")
+    llm.script(Reply(text="Let me **look** first.\n\n", tool_calls=[("read_file", {"path": "notes.md"})]),
+               Reply(text="First finding.\n\nSecond finding after a pause.", chunk_delay=0.5))
+    child = spawn_one_shot(llm, "-m", "go")
+    child.logfile_read = screen = io.StringIO()
+    child.expect("First finding.")  # on screen while the rest of the reply is still coming
+    assert child.isalive()
+    child.expect(pexpect.EOF)
+    output = screen.getvalue()
+    assert "Second finding after a pause." in output
+    assert "**" not in output and "Let me" in output and "look" in output  # kept, and rendered as Markdown
+
+
+def test_a_one_shot_on_a_terminal_shows_a_spinner_while_the_model_thinks(llm, isolated_home):
+    llm.script(Reply(text="Thought about it.", delay=1.0))
+    child = spawn_one_shot(llm, "-m", "think")
+    child.expect("thinking")
+    child.expect("Thought about it.")
+    child.expect(pexpect.EOF)
+
+
+def test_an_interactive_session_shows_no_escape_sequence_from_the_model(llm, isolated_home):
+    llm.script(Reply(text=f"Hello{RETITLE} there.{CLEAR}"))
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
+                          timeout=20, dimensions=(30, 80))
+    child.expect_exact("›")
+    child.send("hi\r")
+    child.expect("there.")
+    child.expect_exact("›")
+    child.terminate(force=True)
+    assert "pwned" not in child.before and "\x1b]0;" not in child.before
