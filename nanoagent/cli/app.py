@@ -10,21 +10,56 @@ import sys
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+import typer.core
 
 from nanoagent import __version__
 from nanoagent.cli.common import DebugOpt, WorkspaceOpt, log, setup, state, warn
 from nanoagent.errors import NanoagentError, describe_os_error
 
 if TYPE_CHECKING:
+    from typer._click import Context, HelpFormatter  # typer 0.28 carries its own click
+
     from nanoagent.agent.events import EventSink, TurnResult
     from nanoagent.cli.attach import LocalAgent
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
     from nanoagent.tools import Ask
 
+# `nanoagent --help` lists commands in these groups, in this order; a command in none of them goes last.
+SECTIONS = (
+    ("Talk", ("agent", "sessions")),
+    ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
+    ("Always on", ("gateway", "pairing", "cron", "heartbeat", "mcp")),
+    ("Setup", ("onboard", "status", "doctor", "skills", "usage")),
+)
+
+
+class GroupedHelp(typer.core.TyperGroup):
+    """Help that reads in order: commands grouped by what a person wants to do, not by when they were added."""
+
+    def list_commands(self, ctx: Context) -> list[str]:
+        order = [name for _, names in SECTIONS for name in names]
+        known = super().list_commands(ctx)
+        return sorted(known, key=lambda name: order.index(name) if name in order else len(order))
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        commands = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
+        width = formatter.width - 6 - max(map(len, commands), default=0)
+        placed: set[str] = set()
+        for title, names in (*SECTIONS, ("Other", tuple(commands))):
+            shown = [name for name in names if name not in placed and (command := commands.get(name)) is not None
+                     and not command.hidden]
+            rows = [(name, commands[name].get_short_help_str(width)) for name in shown]  # type: ignore[union-attr]
+            placed.update(name for name, _ in rows)
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+
 app = typer.Typer(
     name="nanoagent",
     help="A personal AI agent for your terminal.",
+    cls=GroupedHelp,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     rich_markup_mode=None,
@@ -35,8 +70,10 @@ def _register_subcommands() -> None:
     from nanoagent.cli.gateway_cmd import gateway_app
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.pairing_cmd import pairing_app
+    from nanoagent.cli.sessions_cmd import sessions_app
     from nanoagent.cli.skills_cmd import skills_app
 
+    app.add_typer(sessions_app, name="sessions")
     app.add_typer(gateway_app, name="gateway")
     app.add_typer(pairing_app, name="pairing")
     app.add_typer(skills_app, name="skills")

@@ -1,0 +1,261 @@
+"""`nanoagent sessions list|show|export|rm`: conversations read, exported or removed outside a session."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from nanoagent.cli.common import setup, warn
+from nanoagent.errors import NanoagentError
+
+if TYPE_CHECKING:
+    from nanoagent.messages import Message, ToolCallData
+    from nanoagent.session.store import Session, SessionStore
+
+sessions_app = typer.Typer(help="List, read, export and remove saved conversations.", no_args_is_help=True)
+
+KeyArg = Annotated[str, typer.Argument(help="Session key, e.g. cli:direct or telegram:123 (a bare name means cli:NAME).")]
+
+
+@dataclass
+class Summary:
+    key: str
+    messages: int
+    last_active: str  # ISO time, UTC
+    tokens: int
+    cost: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "messages": self.messages, "last_active": self.last_active, "tokens": self.tokens,
+                "cost": self.cost}
+
+
+def _store() -> SessionStore:
+    from nanoagent.session.store import SessionStore
+
+    paths, _ = setup(None)
+    return SessionStore(paths.sessions_dir, warn=warn)
+
+
+def _key(key: str) -> str:
+    return key if ":" in key else f"cli:{key}"
+
+
+def _existing(store: SessionStore, key: str) -> Session:
+    key = _key(key)
+    if key not in store.keys():
+        raise NanoagentError(f"No session {key!r}; `nanoagent sessions list` shows the saved ones.")
+    return store.load(key)
+
+
+def summarize(store: SessionStore) -> list[Summary]:
+    """Every saved session, the most recently active first."""
+    from nanoagent.usage import session_total
+
+    rows = []
+    for key in store.keys():
+        session = store.load(key)
+        total = session_total(session.usage)
+        stamp = datetime.fromtimestamp(os.stat(session.path).st_mtime, UTC).isoformat(timespec="seconds")
+        rows.append(Summary(key, len(session.messages), stamp, total.usage.input_tokens + total.usage.output_tokens,
+                            total.cost_text()))
+    return sorted(rows, key=lambda row: row.last_active, reverse=True)
+
+
+def most_recent(store: SessionStore) -> str | None:
+    """The key of the session written last, or None when there is none."""
+    rows = summarize(store)
+    return rows[0].key if rows else None
+
+
+@sessions_app.command("list")
+def list_sessions(
+    json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
+) -> None:
+    """Saved sessions, the most recent first: messages, last active, tokens and cost.
+
+    Example: nanoagent sessions list --json
+    """
+    rows = summarize(_store())
+    if json_output:
+        print(json.dumps([row.to_dict() for row in rows], ensure_ascii=False, indent=2))
+        return
+    if not rows:
+        print("No saved sessions yet; `nanoagent agent` starts one.")
+        return
+    from rich.table import Table
+
+    from nanoagent.cli.render import table_console, terminal_safe
+
+    table = Table("session", "messages", "last active", "tokens", "cost")
+    for row in rows:
+        table.add_row(terminal_safe(row.key), f"{row.messages:,}", _local_time(row.last_active), f"{row.tokens:,}",
+                      row.cost)
+    table_console().print(table)
+
+
+@sessions_app.command("show")
+def show(key: KeyArg) -> None:
+    """The conversation as the terminal shows it, tool calls folded to one line each.
+
+    Example: nanoagent sessions show cli:direct | less -R
+    """
+    from rich.console import Console
+
+    from nanoagent.cli.render import terminal_safe
+
+    session = _existing(_store(), key)
+    console = Console(highlight=False, soft_wrap=not sys.stdout.isatty())
+    results = _results(session.messages)
+    for message in session.messages:
+        text = terminal_safe(_text(message))
+        if message["role"] == "user":
+            console.print(f"[bold cyan]›[/bold cyan] {_escape(text)}")
+        elif message["role"] == "assistant":
+            if text.strip():
+                if console.is_terminal:
+                    from rich.markdown import Markdown
+
+                    console.print(Markdown(text))
+                else:
+                    console.print(_escape(text))
+            for call in message.get("tool_calls", []):
+                console.print(_call_line(call, results.get(call["id"])))
+        console.print()
+
+
+@sessions_app.command("export")
+def export(
+    key: KeyArg,
+    format: Annotated[str, typer.Option("--format", "-f", help="md (readable) or json (every record).")] = "md",
+    output: Annotated[Path | None, typer.Option("--output", "-o", help="Write to this file instead of stdout.")] = None,
+    force: Annotated[bool, typer.Option("--force", help="Overwrite the output file if it exists.")] = False,
+) -> None:
+    """Export a conversation as Markdown or JSON, to stdout or a file.
+
+    Example: nanoagent sessions export cli:direct -f md -o chat.md
+    """
+    if format not in ("md", "json"):
+        raise NanoagentError(f"Unknown format {format!r}; use --format md or --format json.")
+    session = _existing(_store(), key)
+    text = _markdown(session) if format == "md" else _json(session)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    from nanoagent.fsutil import atomic_write
+
+    if output.exists() and not force:
+        raise NanoagentError(f"{output} exists; choose another path or add --force to overwrite it.")
+    if output.is_dir():
+        raise NanoagentError(f"{output} is a folder; give a file name.")
+    atomic_write(output, text, mode=0o600)
+    print(f"Wrote {session.key} ({len(session.messages)} messages) to {output}.", file=sys.stderr)
+
+
+@sessions_app.command("rm")
+def remove(
+    key: KeyArg,
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask first.")] = False,
+) -> None:
+    """Delete a saved conversation. What was archived to memory (history.jsonl, MEMORY.md) stays.
+
+    Example: nanoagent sessions rm cli:old-project
+    """
+    store = _store()
+    session = _existing(store, key)
+    if not yes:
+        if not sys.stdin.isatty():
+            raise NanoagentError(f"Not removing {session.key} without asking; add --yes to remove it from a script.")
+        answer = input(f"Remove {session.key} ({len(session.messages)} messages)? [y/N] ")
+        if answer.strip().lower() not in ("y", "yes"):
+            print("Kept it.")
+            return
+    with store.lock(session, timeout=0):  # a turn running on it (a gateway, another terminal) keeps it
+        session.path.unlink()
+    Path(f"{session.path}.lock").unlink(missing_ok=True)
+    print(f"Removed {session.key}; what was archived to memory stays.")
+
+
+# --- rendering helpers ---------------------------------------------------------------------------
+
+
+def _text(message: Message) -> str:
+    """A message's text; content blocks (an image, an attached file) become a short note each."""
+    from nanoagent.messages import strip_runtime_context
+
+    content: Any = message.get("content", "")
+    if isinstance(content, list):
+        parts = []
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                parts.append(str(block.get("text", "")))
+            elif isinstance(block, dict):
+                parts.append(f"[{block.get('type', 'block')}: {block.get('path') or block.get('name') or ''}]")
+        content = "\n".join(parts)
+    text = str(content)
+    return strip_runtime_context(text) if message["role"] == "user" else text
+
+
+def _results(messages: list[Message]) -> dict[str, Message]:
+    from nanoagent.messages import is_tool
+
+    return {m["tool_call_id"]: m for m in messages if is_tool(m)}
+
+
+def _call_line(call: ToolCallData, result: Message | None) -> str:
+    from nanoagent.cli.render import short_args
+    from nanoagent.messages import parse_arguments
+
+    arguments, _ = parse_arguments(call.get("arguments", ""))
+    failed = result is None or bool(result.get("is_error"))
+    mark = "[red]✗[/red]" if failed else "[green]✓[/green]"
+    lines = len(_text(result).splitlines()) if result is not None else 0
+    outcome = "no result" if result is None else f"{lines} line{'s' if lines != 1 else ''}"
+    return f"  {mark} [dim]{_escape(call.get('name', ''))} {_escape(short_args(arguments))} · {outcome}[/dim]"
+
+
+def _markdown(session: Session) -> str:
+    from nanoagent.messages import parse_arguments
+
+    out = [f"# {session.key}\n"]
+    results = _results(session.messages)
+    for message in session.messages:
+        text = _text(message).strip()
+        if message["role"] == "user":
+            out.append(f"## User\n\n{text}\n")
+        elif message["role"] == "assistant":
+            out.append(f"## Assistant\n\n{text}\n" if text else "## Assistant\n")
+            for call in message.get("tool_calls", []):
+                arguments, _ = parse_arguments(call.get("arguments", ""))
+                result = results.get(call["id"])
+                body = _text(result).strip() if result is not None else "(no result)"
+                fence = "````" if "```" in body else "```"
+                out.append(f"<details><summary>{call.get('name', '')} {json.dumps(arguments, ensure_ascii=False)}"
+                           f"</summary>\n\n{fence}\n{body}\n{fence}\n\n</details>\n")
+    return "\n".join(out)
+
+
+def _json(session: Session) -> str:
+    data = {"key": session.key, "model": session.meta.model, "created": session.meta.created,
+            "messages": session.messages, "usage": [record.to_json() for record in session.usage]}
+    return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
+
+
+def _local_time(stamp: str) -> str:
+    try:
+        return datetime.fromisoformat(stamp).astimezone().strftime("%Y-%m-%d %H:%M")
+    except ValueError:
+        return stamp
+
+
+def _escape(text: str) -> str:
+    from rich.markup import escape
+
+    return escape(text)

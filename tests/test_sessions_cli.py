@@ -1,0 +1,95 @@
+"""`nanoagent sessions`: conversations listed, read, exported and removed outside a session."""
+
+import json
+
+from nanoagent.session.store import SessionStore
+from tests.conftest import anthropic_env, invoke
+from tests.llm_server import Reply
+
+
+def talk(llm, session, *replies):
+    llm.script(*replies)
+    ran = invoke("agent", "-m", "hello there", "-s", session, env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+
+
+def test_list_shows_every_session_newest_first_with_messages_tokens_and_cost(llm, isolated_home):
+    talk(llm, "older", Reply(text="first"))
+    talk(llm, "newer", Reply(text="second"))
+    listed = json.loads(invoke("sessions", "list", "--json").stdout)
+    assert [row["key"] for row in listed] == ["cli:newer", "cli:older"]
+    assert listed[0]["messages"] == 2 and listed[0]["tokens"] > 0 and listed[0]["cost"]
+    table = invoke("sessions", "list").stdout
+    assert "cli:newer" in table and "cli:older" in table
+
+
+def test_list_with_no_sessions_says_how_to_start_one(isolated_home):
+    ran = invoke("sessions", "list")
+    assert ran.returncode == 0 and "nanoagent agent" in ran.stdout
+
+
+def test_show_renders_the_conversation_with_tool_calls_folded(llm, isolated_home):
+    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace" / "notes.md").write_text("milk\neggs\nbread\n")
+    talk(llm, "shop", Reply(tool_calls=[("read_file", {"path": "notes.md"})]), Reply(text="You need **milk**."))
+    shown = invoke("sessions", "show", "shop")
+    assert shown.returncode == 0, shown.stderr
+    assert "hello there" in shown.stdout and "You need **milk**." in shown.stdout
+    assert "read_file path=notes.md" in shown.stdout  # the call on one line ...
+    assert "eggs" not in shown.stdout  # ... its output folded away
+    assert "<runtime" not in shown.stdout  # the user's own words, not the runtime block
+
+
+def test_show_of_an_unknown_key_is_one_line_and_exit_1(isolated_home):
+    ran = invoke("sessions", "show", "nope")
+    assert ran.returncode == 1
+    assert ran.stderr.strip().count("\n") == 0 and "sessions list" in ran.stderr
+
+
+def test_export_as_markdown_and_json_holds_the_whole_conversation(llm, isolated_home, tmp_path):
+    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace" / "notes.md").write_text("milk\n")
+    talk(llm, "shop", Reply(tool_calls=[("read_file", {"path": "notes.md"})]), Reply(text="You need milk."))
+    markdown = invoke("sessions", "export", "cli:shop", "--format", "md").stdout
+    assert markdown.startswith("# cli:shop") and "## User\n\nhello there" in markdown
+    assert "<summary>read_file" in markdown and "milk" in markdown
+    out = tmp_path / "shop.json"
+    ran = invoke("sessions", "export", "shop", "-f", "json", "-o", str(out))
+    assert ran.returncode == 0, ran.stderr
+    data = json.loads(out.read_text())
+    assert data["key"] == "cli:shop" and [m["role"] for m in data["messages"]] == ["user", "assistant", "tool",
+                                                                                 "assistant"]
+    assert data["usage"] and data["usage"][0]["type"] == "usage"
+
+
+def test_export_never_overwrites_a_file_without_force(llm, isolated_home, tmp_path):
+    talk(llm, "shop", Reply(text="fine"))
+    out = tmp_path / "keep.md"
+    out.write_text("my own notes")
+    ran = invoke("sessions", "export", "shop", "-o", str(out))
+    assert ran.returncode == 1 and "--force" in ran.stderr
+    assert out.read_text() == "my own notes"
+    assert invoke("sessions", "export", "shop", "-o", str(out), "--force").returncode == 0
+    assert out.read_text().startswith("# cli:shop")
+
+
+def test_rm_asks_first_refuses_a_script_without_yes_and_keeps_the_memory_archive(llm, isolated_home):
+    talk(llm, "old", Reply(text="bye"))
+    history = isolated_home / "workspace" / "memory" / "history.jsonl"
+    archived = history.read_text() if history.exists() else None
+    refused = invoke("sessions", "rm", "old")  # stdin is not a terminal: no one to ask
+    assert refused.returncode == 1 and "--yes" in refused.stderr
+    assert "cli:old" in SessionStore(isolated_home / "sessions").keys()
+    ran = invoke("sessions", "rm", "old", "--yes")
+    assert ran.returncode == 0 and "stays" in ran.stdout
+    assert "cli:old" not in SessionStore(isolated_home / "sessions").keys()
+    assert (history.read_text() if history.exists() else None) == archived
+
+
+def test_help_lists_commands_in_groups_a_person_would_guess(isolated_home):
+    help_text = invoke("--help").stdout
+    sections = [line.rstrip(":") for line in help_text.splitlines() if line.endswith(":") and not line.startswith(" ")]
+    assert sections[-4:] == ["Talk", "Memory", "Always on", "Setup"]
+    talk = help_text.index("Talk:")
+    assert talk < help_text.index("  agent ") < help_text.index("  sessions ") < help_text.index("Memory:")
+    assert help_text.index("Setup:") < help_text.index("  onboard ")
