@@ -257,17 +257,25 @@ def dream(
     """Fold new conversation history into long-term memory (SOUL.md, USER.md, memory/MEMORY.md).
 
     Each edit becomes its own commit: see them with `nanoagent dream-log`, undo one with
-    `nanoagent dream-restore SHA`. Safe to run from cron; only one Dream runs at a time.
+    `nanoagent dream-restore SHA`. Safe to run from cron: only one Dream runs at a time (a second one says so
+    and exits 0), each run not on a terminal starts with a timestamped line, and with nothing new it needs
+    no API key.
     """
     import asyncio
 
     from nanoagent.agent.build import build_dream
     from nanoagent.cli.render import OneShotRenderer
-    from nanoagent.memory.dream import describe
+    from nanoagent.memory.dream import DreamBusy, describe, run_header
 
+    if not sys.stdout.isatty():  # a log file from cron: say when each run's lines were written
+        print(run_header("nanoagent dream"), flush=True)
     paths, config = setup(workspace)
     runner = build_dream(config, paths, sink=OneShotRenderer(quiet_reply=True), model=model, batch=batch, warn=warn)
-    results = asyncio.run(runner.run(all_entries=all_entries, dry_run=dry_run))
+    try:
+        results = asyncio.run(runner.run(all_entries=all_entries, dry_run=dry_run))
+    except DreamBusy as e:  # not a failure: the other run does the work (cron must not mail an alarm)
+        print(e)
+        return
     print(describe(results, runner.history.dream_cursor))
 
 
