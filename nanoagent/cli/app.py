@@ -31,7 +31,7 @@ app = typer.Typer(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import dream_cmd
+    from nanoagent.cli import dream_cmd, heartbeat_cmd
     from nanoagent.cli.gateway_cmd import gateway_app
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.pairing_cmd import pairing_app
@@ -42,6 +42,7 @@ def _register_subcommands() -> None:
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
     dream_cmd.register(app)
+    heartbeat_cmd.register(app)
 
 
 def _version(value: bool) -> None:
@@ -227,7 +228,8 @@ def usage(
 
     paths, _ = setup(None)
     store = SessionStore(paths.sessions_dir, warn=warn)
-    keys = [session if session is None or ":" in session else f"cli:{session}"] if session else store.keys()
+    known = store.keys()
+    keys = [session if ":" in session or session in known else f"cli:{session}"] if session else known
     records = [(key, record) for key in keys for record in store.load(key).usage]
     rows = summarize(records, days=days)
     if not rows:
