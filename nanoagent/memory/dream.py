@@ -125,7 +125,7 @@ class Dream:
         if result.analysis.strip().upper() != "NOTHING":
             await self._edit(result)
             if not result.edits and not dry_run and self.stall_path is not None:
-                result.stalls = Stalls.count(self.stall_path, entries[0].cursor)
+                result.stalls = await asyncio.to_thread(Stalls.count, self.stall_path, entries[0].cursor)
                 if result.stalls < MAX_STALLS:  # the findings were not saved: keep the entries for next time
                     return result
                 result.moved_on = True
