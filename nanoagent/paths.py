@@ -72,6 +72,11 @@ class Paths:
         return self.home / "logs"
 
     @property
+    def heartbeat_state(self) -> Path:
+        """The heartbeat's counters: runs, idle runs (no task, no model call), skips outside active hours."""
+        return self.home / "heartbeat.json"
+
+    @property
     def memory_dir(self) -> Path:
         return self.workspace / "memory"
 

@@ -39,6 +39,36 @@ def test_onboard_asks_at_the_terminal_and_rejects_a_malformed_key(isolated_home)
     assert (isolated_home / "workspace" / "memory" / "MEMORY.md").exists()
 
 
+def _onboard_at_terminal(env_extra: dict, answers: list[tuple[str, str]]) -> str:
+    """Answer onboard's questions on a terminal: the provider and model with the defaults, then `answers`."""
+    env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm", **env_extra}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", timeout=20, dimensions=(30, 120))
+    for question, answer in [("Provider", ""), ("Model", ""), *answers]:
+        child.expect_exact(question)
+        child.send(answer + "\r")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    return child.before or ""
+
+
+def test_onboard_offers_to_store_a_key_from_the_environment_for_cron(isolated_home):
+    _onboard_at_terminal({"ANTHROPIC_API_KEY": GOOD_KEY}, [("Store the key from $ANTHROPIC_API_KEY", "y")])
+    config = isolated_home / "config.json"
+    assert json.loads(config.read_text())["providers"]["anthropic"]["apiKey"] == GOOD_KEY
+    assert config.stat().st_mode & 0o777 == 0o600
+
+
+def test_onboard_stores_no_key_when_declined_and_says_what_cron_needs(isolated_home):
+    out = _onboard_at_terminal({"ANTHROPIC_API_KEY": GOOD_KEY}, [("Store the key from $ANTHROPIC_API_KEY", "n")])
+    assert "crontab" in out
+    assert "providers" not in json.loads((isolated_home / "config.json").read_text())
+    out = _onboard_at_terminal({}, [("API key for anthropic (empty: keep it in $ANTHROPIC_API_KEY", "")])
+    assert "crontab" in out
+    assert "providers" not in json.loads((isolated_home / "config.json").read_text())
+
+
 def test_onboard_with_flags_refuses_a_key_of_the_wrong_shape(isolated_home):
     proc = invoke("onboard", "--provider", "openai", "--api-key", "hello world")
     assert proc.returncode == 1 and "does not look right" in proc.stderr

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands
@@ -17,7 +17,7 @@ from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.memory.search_tool import memory_search_tool
 from nanoagent.paths import PROTECTED_FILES, Paths
-from nanoagent.providers.base import Provider, Providers
+from nanoagent.providers.base import ChatRequest, Provider, ProviderEvent, Providers
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.templates import seed_workspace
@@ -105,21 +105,11 @@ def build_dream(
 ) -> Dream:
     """Wire Dream for the workspace. `batch` sends its calls through Anthropic's Message Batches API
     when the model is an Anthropic one, and falls back to direct calls otherwise."""
-    from nanoagent.providers.registry import build_provider
-
     memory = config.memory
     dream_model = model or memory.dream_model or config.defaults.model
-    price_factor = 1.0
-    if provider is None and batch:
-        from nanoagent.providers.anthropic_batch import build_batch_provider
-
-        provider = build_batch_provider(config, dream_model)
-        if provider is None:
-            warn(f"--batch needs an Anthropic model; {dream_model} gets direct calls instead.")
-        else:
-            price_factor = 0.5  # Message Batches are billed at half price
-    if provider is None:
-        provider = build_provider(config, dream_model)
+    deferred = None
+    if provider is None:  # built at the first call: a run with nothing new needs no key
+        provider = deferred = DeferredProvider(lambda: _dream_provider(config, dream_model, batch, warn))
     seed_workspace(paths.workspace)
     store = SessionStore(paths.sessions_dir, warn=warn)
     ledger = store.load(f"dream:{paths.workspace_slug()}")  # Dream's model calls show in `nanoagent usage`
@@ -127,7 +117,8 @@ def build_dream(
     def recording_sink(event: ev.Event) -> None:
         if isinstance(event, ev.UsageRecorded):
             with store.lock(ledger):
-                store.add_usage(ledger, UsageRecord.now(event.model, event.usage, "dream", price_factor), sync=True)
+                factor = deferred.price_factor if deferred is not None else 1.0
+                store.add_usage(ledger, UsageRecord.now(event.model, event.usage, "dream", factor), sync=True)
         sink(event)
 
     return Dream(
@@ -138,7 +129,45 @@ def build_dream(
         model=dream_model,
         lock_path=paths.memory_dir / ".dream.lock",
         journal_path=paths.memory_git_dir.with_name(paths.memory_git_dir.name + "-dream-journal.json"),
+        stall_path=paths.memory_git_dir.with_name(paths.memory_git_dir.name + "-dream-stalls.json"),
         batch_size=memory.dream_batch_size,
         max_iterations=memory.dream_max_iterations,
         sink=recording_sink,
     )
+
+
+def _dream_provider(config: Config, model: str, batch: bool, warn: Callable[[str], None]) -> tuple[Provider, float]:
+    """Dream's provider and the share of the list price its calls cost."""
+    from nanoagent.providers.registry import build_provider
+
+    if batch:
+        from nanoagent.providers.anthropic_batch import build_batch_provider
+
+        provider = build_batch_provider(config, model)
+        if provider is not None:
+            return provider, 0.5  # Message Batches are billed at half price
+        warn(f"--batch needs an Anthropic model; {model} gets direct calls instead.")
+    return build_provider(config, model), 1.0
+
+
+class DeferredProvider:
+    """A provider built on its first call: a run that makes none (Dream with nothing new) needs no API key."""
+
+    name = "deferred"
+
+    def __init__(self, build: Callable[[], tuple[Provider, float]]):
+        self.build = build
+        self.price_factor = 1.0
+        self._provider: Provider | None = None
+
+    def get(self) -> Provider:
+        if self._provider is None:
+            self._provider, self.price_factor = self.build()
+        return self._provider
+
+    def prepare(self) -> None:
+        self.get().prepare()
+
+    async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
+        async for event in self.get().stream(request):
+            yield event

@@ -66,7 +66,7 @@ app = typer.Typer(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import dream_cmd
+    from nanoagent.cli import dream_cmd, heartbeat_cmd
     from nanoagent.cli.gateway_cmd import gateway_app
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.pairing_cmd import pairing_app
@@ -79,6 +79,7 @@ def _register_subcommands() -> None:
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
     dream_cmd.register(app)
+    heartbeat_cmd.register(app)
 
 
 def _version(value: bool) -> None:
@@ -264,7 +265,8 @@ def usage(
 
     paths, _ = setup(None)
     store = SessionStore(paths.sessions_dir, warn=warn)
-    keys = [session if session is None or ":" in session else f"cli:{session}"] if session else store.keys()
+    known = store.keys()
+    keys = [session if ":" in session or session in known else f"cli:{session}"] if session else known
     records = [(key, record) for key in keys for record in store.load(key).usage]
     rows = summarize(records, days=days)
     if not rows:
@@ -294,17 +296,25 @@ def dream(
     """Fold new conversation history into long-term memory (SOUL.md, USER.md, memory/MEMORY.md).
 
     Each edit becomes its own commit: see them with `nanoagent dream-log`, undo one with
-    `nanoagent dream-restore SHA`. Safe to run from cron; only one Dream runs at a time.
+    `nanoagent dream-restore SHA`. Safe to run from cron: only one Dream runs at a time (a second one says so
+    and exits 0), each run not on a terminal starts with a timestamped line, and with nothing new it needs
+    no API key.
     """
     import asyncio
 
     from nanoagent.agent.build import build_dream
     from nanoagent.cli.render import OneShotRenderer
-    from nanoagent.memory.dream import describe
+    from nanoagent.memory.dream import DreamBusy, describe, run_header
 
+    if not sys.stdout.isatty():  # a log file from cron: say when each run's lines were written
+        print(run_header("nanoagent dream"), flush=True)
     paths, config = setup(workspace)
     runner = build_dream(config, paths, sink=OneShotRenderer(quiet_reply=True), model=model, batch=batch, warn=warn)
-    results = asyncio.run(runner.run(all_entries=all_entries, dry_run=dry_run))
+    try:
+        results = asyncio.run(runner.run(all_entries=all_entries, dry_run=dry_run))
+    except DreamBusy as e:  # not a failure: the other run does the work (cron must not mail an alarm)
+        print(e)
+        return
     print(describe(results, runner.history.dream_cursor))
 
 

@@ -52,15 +52,35 @@ def ask_onboarding() -> dict[str, str | None]:
     api_base = None
     if provider in ("ollama", "other") or provider not in DEFAULT_MODELS:
         api_base = prompt("API base URL (empty for the default): ").strip() or None
-    api_key = None
-    if provider != "ollama":
-        while True:
-            api_key = prompt(f"API key for {provider}: ", is_password=True).strip()
-            problem = key_problem(provider, api_key)
-            if problem is None:
-                break
-            print(f"That key does not look right: {problem}. Try again (Ctrl-C to stop).")
+    api_key = _ask_key(provider, prompt) if provider != "ollama" else None
     return {"provider": provider, "model": model, "api_key": api_key, "api_base": api_base}
+
+
+def _ask_key(provider: str, prompt: Callable[..., str]) -> str | None:
+    """The key to store in config.json, or None to keep it in the environment only. A key found in the environment
+    is offered first: cron and services do not see the shell's variables, so storing it is what lets them run."""
+    import os
+
+    from nanoagent.providers.registry import key_variable
+
+    variable = key_variable(provider)
+    found = os.environ.get(variable, "").strip()
+    if found and key_problem(provider, found) is None:
+        answer = prompt(f"Store the key from ${variable} in config.json (mode 0600), so cron jobs and the gateway "
+                        "find it too? [Y/n]: ").strip().lower()
+        if answer in ("", "y", "yes"):
+            return found
+        print(f"Not stored. Commands run by cron do not see ${variable}: set it in the crontab or store it later.")
+        return None
+    while True:
+        key = prompt(f"API key for {provider} (empty: keep it in ${variable} instead): ", is_password=True).strip()
+        if not key:
+            print(f"No key stored. Set ${variable} where nanoagent runs; for cron, in the crontab too.")
+            return None
+        problem = key_problem(provider, key)
+        if problem is None:
+            return key
+        print(f"That key does not look right: {problem}. Try again (Ctrl-C to stop).")
 
 
 def onboard(workspace: Path | None, provider: str | None = None, model: str | None = None,

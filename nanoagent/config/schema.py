@@ -103,6 +103,46 @@ class MemoryConfig:
     dream_max_iterations: int = bounded(30, 1, 1000)  # tool steps Dream's editing phase may take
     dream_model: str | None = None  # defaults to agents.defaults.model
     embedding_model: str | None = None  # hybrid memory search; off (None) by default
+    dream_schedule: str = "0 */2 * * *"  # cron expression for Dream in the gateway and `cron tick`; "" turns it off
+
+
+@dataclass
+class HeartbeatConfig:
+    """A light turn over the standing tasks in HEARTBEAT.md; without task lines it makes no model call."""
+
+    interval_minutes: int = bounded(30, 1, 10_080)
+    active_hours: str = ""  # "08:00-22:00" in agents.defaults.timezone (else local time); "" means always
+    model: str | None = None  # a cheaper model for heartbeats; default: the agent's model
+    target: str | None = None  # "telegram:<chat>", "cli:<session>" or "none"; default: the most recently active chat
+
+    def __post_init__(self) -> None:
+        active_window(self.active_hours)  # a malformed window fails when config.json is read
+        if self.target is not None and self.target != "none" and ":" not in self.target:
+            raise ConfigError(f"`heartbeat.target` is {self.target!r}; write \"telegram:<chat id>\", "
+                              "\"cli:<session>\" or \"none\", or delete the key for the most recently active chat.")
+
+
+def active_window(text: str) -> tuple[int, int] | None:
+    """`heartbeat.activeHours` as (start, end) minutes after midnight; None for "" (always). End may be 24:00, and
+    an end before the start spans midnight ("22:00-06:00")."""
+    if not text.strip():
+        return None
+    try:
+        start, end = (_minutes(part) for part in text.split("-"))
+    except ValueError:
+        raise ConfigError(f"`heartbeat.activeHours` is {text!r}; write it as \"HH:MM-HH:MM\" (e.g. \"08:00-22:00\"), "
+                          "or \"\" for any time of day.") from None
+    return start, end
+
+
+def _minutes(part: str) -> int:
+    hours, minutes = part.strip().split(":")
+    if not (hours.isdigit() and minutes.isdigit() and len(minutes) == 2):
+        raise ValueError(part)
+    value = int(hours) * 60 + int(minutes)
+    if int(minutes) >= 60 or value > 24 * 60:
+        raise ValueError(part)
+    return value
 
 
 @dataclass
@@ -149,6 +189,7 @@ class Config:
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     channels: ChannelsConfig = field(default_factory=ChannelsConfig)
+    heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
 
     @property
     def defaults(self) -> AgentDefaults:

@@ -9,8 +9,10 @@ A run takes the entries after `memory/.dream_cursor` (a bounded batch) and works
 
 Only when phase 2 finishes are the edits checked against the files as they are now, then written
 one by one, each as its own git commit; then the cursor advances. Any failure before that leaves
-files and cursor untouched, so the batch is retried next time. One Dream runs at a time per
-workspace (a lock file), so cron and a manual `/dream` cannot collide.
+files and cursor untouched, so the batch is retried next time. So does an editing phase that made no
+edit although the analysis listed changes, up to MAX_STALLS runs on the same batch; then the cursor
+moves on and the run reports the findings it did not save. One Dream runs at a time per workspace
+(a lock file), so cron, the scheduler and a manual `/dream` cannot collide.
 """
 
 from __future__ import annotations
@@ -18,8 +20,10 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import logging
 import os
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -46,9 +50,12 @@ from nanoagent.usage import Usage
 if TYPE_CHECKING:
     from nanoagent.memory.gitlog import MemoryCommit, MemoryGit
 
+log = logging.getLogger("nanoagent.dream")
+
 FILE_CAP_CHARS = 30_000
 ENTRY_CAP_CHARS = 6_000
 JOURNAL_VERSION = 1
+MAX_STALLS = 3  # runs on one batch whose editing phase made no edit, although the analysis listed changes
 
 
 class DreamBusy(NanoagentError):
@@ -69,6 +76,8 @@ class DreamResult:
     dry_run: bool = False
     reply: str = ""
     failed_edits: int = 0  # edit calls the model made that were refused (it may have retried them)
+    stalls: int = 0  # runs on this batch whose editing phase made no edit although the analysis listed changes
+    moved_on: bool = False  # the stalls reached the bound: the cursor passed the batch anyway
 
     @property
     def cursor_range(self) -> tuple[int, int]:
@@ -84,6 +93,7 @@ class Dream:
     model: str
     lock_path: Path
     journal_path: Path  # outside the workspace, where the agent's file tools cannot reach it
+    stall_path: Path | None = None  # how many runs in a row the editing phase made no edit; None: not tracked
     batch_size: int = 20
     max_iterations: int = 30
     max_tokens: int = 4096
@@ -103,8 +113,8 @@ class Dream:
             while backlog:
                 entries, backlog = backlog[:self.batch_size], backlog[self.batch_size:]
                 results.append(await self._batch(entries, dry_run))
-                if not all_entries or dry_run:
-                    break
+                if not all_entries or dry_run or (results[-1].stalls and not results[-1].moved_on):
+                    break  # a kept batch comes first again: the next run tries it
         return results
 
     async def _batch(self, entries: list[HistoryEntry], dry_run: bool) -> DreamResult:
@@ -114,8 +124,17 @@ class Dream:
         result.analysis = await self._analyze(entries, result)
         if result.analysis.strip().upper() != "NOTHING":
             await self._edit(result)
+            if not result.edits and not dry_run and self.stall_path is not None:
+                result.stalls = await asyncio.to_thread(Stalls.count, self.stall_path, entries[0].cursor)
+                if result.stalls < MAX_STALLS:  # the findings were not saved: keep the entries for next time
+                    return result
+                result.moved_on = True
+                log.warning("Dream moved past history entries %d-%d: the editing phase made no edit in %d runs "
+                            "although the analysis listed changes", *result.cursor_range, result.stalls)
         if not dry_run:
             result.commits = await asyncio.to_thread(self._write, result.edits, entries[-1].cursor)
+            if self.stall_path is not None:
+                self.stall_path.unlink(missing_ok=True)
         return result
 
     async def _analyze(self, entries: list[HistoryEntry], result: DreamResult) -> str:
@@ -256,6 +275,23 @@ class Dream:
             self.journal_path.unlink(missing_ok=True)
 
 
+class Stalls:
+    """Runs in a row on the batch starting at one cursor whose editing phase made no edit although the analysis
+    listed changes. Kept outside the workspace, beside the journal; a damaged file counts as none."""
+
+    @staticmethod
+    def count(path: Path, first: int) -> int:
+        """Record one more such run on the batch starting at `first`; returns how many there have been."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+            runs = int(data["runs"]) if data.get("first") == first else 0
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            runs = 0
+        runs = max(runs, 0) + 1
+        atomic_write(path, json.dumps({"version": 1, "first": first, "runs": runs}), mode=0o600)
+        return runs
+
+
 @dataclass
 class JournalStep:
     edit: Edit
@@ -305,6 +341,11 @@ def _digest(text: str | None) -> str:
     return "" if text is None else hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
+def run_header(what: str, now: datetime | None = None) -> str:
+    """The line each unattended run starts its log with."""
+    return f"=== {what} {(now or datetime.now().astimezone()).isoformat(timespec='seconds')} ==="
+
+
 def describe(results: list[DreamResult], cursor: int) -> str:
     """What a Dream run did (or, dry, would do), for the terminal and for /dream."""
     if not results:
@@ -323,6 +364,14 @@ def describe(results: list[DreamResult], cursor: int) -> str:
                     lines += [f"  - {line}" for line in edit.old_text.splitlines()]
                 lines += [f"  + {line}" for line in edit.new_text.splitlines()[:40]]
             lines.append("(dry run: nothing was changed and the cursor did not move)")
+        elif result.moved_on:
+            lines += [f"  The editing phase made no edit in {result.stalls} runs although the analysis listed "
+                      "changes; moving on past these entries. The findings it did not save:", "",
+                      result.analysis, ""]
+        elif result.stalls:
+            lines.append(f"  The analysis listed changes but the editing phase made no edit; the cursor stays, so "
+                         f"these entries are tried again next run (try {result.stalls} of {MAX_STALLS}, then Dream "
+                         "moves on).")
         elif result.commits:
             lines += [f"  {c.short} {c.summary}" for c in result.commits]
         else:

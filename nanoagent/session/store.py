@@ -7,7 +7,8 @@ Format (version 1), one JSON object a line:
     {"type": "usage", "model": "...", "input_tokens": 10, ...}
     {"type": "turn_failed", "start": 14, "end": 16, "error": "..."}   # messages[14:16] are not sent again
 
-Messages on disk are never rewritten. Writers hold an exclusive lock on
+Messages on disk are never rewritten (except by `reset`, for the heartbeat's session, which starts
+afresh each run and keeps only its usage records). Writers hold an exclusive lock on
 `<file>.lock` for a whole turn, cut a torn tail back to the last newline before
 appending, and fsync at turn boundaries. The reader skips a torn or corrupt line
 with a warning and keeps every complete record; a record of the wrong shape (a
@@ -17,6 +18,7 @@ clamped with a warning naming the line, so no stored value can break a later tur
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -27,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import append_lines, async_file_lock, file_lock, fsync_dir
+from nanoagent.fsutil import append_lines, async_file_lock, atomic_write, file_lock, fsync_dir
 from nanoagent.messages import Message, checked_message
 from nanoagent.paths import session_file
 from nanoagent.usage import UsageRecord
@@ -198,6 +200,22 @@ class SessionStore:
         """The turn whose messages start at `start` failed: keep them on disk, never send them again."""
         record = {"type": "turn_failed", "start": start, "end": len(session.messages), "error": error[:500]}
         self.append(session, [record], sync=True)
+
+    def reset(self, session: Session) -> None:
+        """Start the session afresh, for one that begins anew each run (the heartbeat): its messages go, its usage
+        records stay (without the message windows they measured) for `nanoagent usage`. Call while holding
+        `lock(session)`."""
+        self.refresh(session)
+        if not session.messages and not session.failed_turns:
+            return
+        usage = [dataclasses.replace(record, window=None) for record in session.usage]
+        created = session.meta.created or datetime.now(UTC).isoformat(timespec="seconds")
+        records = [{"type": "header", "version": FORMAT_VERSION, "key": session.key, "created": created},
+                   *(record.to_json() for record in usage)]
+        payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
+        atomic_write(session.path, payload, mode=0o600)
+        session.messages, session.meta, session.usage, session.failed_turns = [], SessionMeta(created), usage, []
+        session.size, session.lines = len(payload), len(records)
 
     def sync(self, session: Session) -> None:
         if session.path.exists():
