@@ -22,3 +22,4 @@ def test_only_main_imports_the_cli_app_module():
     importers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                        if "nanoagent.cli.app" in imported_modules(p))
     assert importers == ["__main__.py"]
+

@@ -85,11 +85,3 @@ def test_rm_asks_first_refuses_a_script_without_yes_and_keeps_the_memory_archive
     assert "cli:old" not in SessionStore(isolated_home / "sessions").keys()
     assert (history.read_text() if history.exists() else None) == archived
 
-
-def test_help_lists_commands_in_groups_a_person_would_guess(isolated_home):
-    help_text = invoke("--help").stdout
-    sections = [line.rstrip(":") for line in help_text.splitlines() if line.endswith(":") and not line.startswith(" ")]
-    assert sections[-4:] == ["Talk", "Memory", "Always on", "Setup"]
-    talk = help_text.index("Talk:")
-    assert talk < help_text.index("  agent ") < help_text.index("  sessions ") < help_text.index("Memory:")
-    assert help_text.index("Setup:") < help_text.index("  onboard ")

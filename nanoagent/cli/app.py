@@ -112,6 +112,8 @@ def agent(
 
     When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w or
     --model, the agent runs in this process.
+
+    Example: nanoagent agent -m "what is on my list today?"
     """
     if message is not None:
         _check_message(message)
@@ -231,6 +233,8 @@ def onboard(
     """Create config.json (mode 0600) and the workspace, keeping anything that already exists.
 
     With no options on a terminal, asks for provider, model and key.
+
+    Example: nanoagent onboard --provider anthropic
     """
     from nanoagent.cli.setup import onboard as run_onboard
 
@@ -240,7 +244,10 @@ def onboard(
 
 @app.command()
 def status(workspace: WorkspaceOpt = None) -> None:
-    """Show the model, provider, key presence, workspace and session paths."""
+    """Show the model, provider, key presence, workspace and session paths.
+
+    Example: nanoagent status
+    """
     from nanoagent.cli.setup import status_lines
 
     paths, config = setup(workspace)
@@ -256,7 +263,10 @@ def usage(
     session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session key.")] = None,
     days: Annotated[int | None, typer.Option("--days", "-d", help="Only the last N days.")] = None,
 ) -> None:
-    """Tokens and cost per day, session and model."""
+    """Tokens and cost per day, session and model.
+
+    Example: nanoagent usage --days 7
+    """
     from rich.table import Table
 
     from nanoagent.cli.render import table_console
@@ -299,6 +309,8 @@ def dream(
     `nanoagent dream-restore SHA`. Safe to run from cron: only one Dream runs at a time (a second one says so
     and exits 0), each run not on a terminal starts with a timestamped line, and with nothing new it needs
     no API key.
+
+    Example: nanoagent dream --dry-run
     """
     import asyncio
 
@@ -323,7 +335,10 @@ def doctor(
     workspace: WorkspaceOpt = None,
     fix: Annotated[bool, typer.Option("--fix", help="Migrate renamed config keys (a backup is kept).")] = False,
 ) -> None:
-    """Check config, keys, workspace, git and the offline tokenizer, and say what to fix."""
+    """Check config, keys, workspace, git and the offline tokenizer, and say what to fix.
+
+    Example: nanoagent doctor --fix
+    """
     from nanoagent.cli.setup import run_doctor
 
     if not run_doctor(workspace, fix):

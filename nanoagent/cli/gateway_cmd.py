@@ -16,7 +16,7 @@ import typer
 from nanoagent.cli.common import WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
-gateway_app = typer.Typer(help="Keep the agent running for terminals, programs and Telegram.",
+gateway_app = typer.Typer(help="Keep the agent running for terminals, programs and Telegram.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
                           invoke_without_command=True)
 
 UNIT = """[Unit]
@@ -38,7 +38,10 @@ WantedBy=default.target
 
 @gateway_app.callback()
 def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
-    """Run the gateway in the foreground (logs to stderr and logs/); Ctrl-C or SIGTERM stops it cleanly."""
+    """Run the gateway in the foreground (logs to stderr and logs/); Ctrl-C or SIGTERM stops it cleanly.
+
+    Example: nanoagent gateway
+    """
     if ctx.invoked_subcommand is not None:
         return
     import asyncio
@@ -82,7 +85,10 @@ def _log_to_stderr() -> None:
 
 @gateway_app.command("status")
 def status(workspace: WorkspaceOpt = None) -> None:
-    """Whether a gateway runs for this home: its pid, uptime, running turns and clients."""
+    """Whether a gateway runs for this home: its pid, uptime, running turns and clients.
+
+    Example: nanoagent gateway status
+    """
     import asyncio
 
     paths, _ = setup(workspace)
@@ -115,7 +121,10 @@ async def _ask_status(socket: Path) -> dict:
 @gateway_app.command("stop")
 def stop(workspace: WorkspaceOpt = None,
          wait: Annotated[float, typer.Option(help="Seconds to wait for it to finish running turns.")] = 30.0) -> None:
-    """Ask the running gateway to stop (SIGTERM): running turns get their grace period, then it exits."""
+    """Ask the running gateway to stop (SIGTERM): running turns get their grace period, then it exits.
+
+    Example: nanoagent gateway stop
+    """
     paths, _ = setup(workspace)
     pid_file = paths.run_dir / "gateway.pid"
     try:
@@ -142,7 +151,10 @@ def stop(workspace: WorkspaceOpt = None,
 def install(
     print_only: Annotated[bool, typer.Option("--print", help="Print the systemd unit instead of installing it.")] = False,
 ) -> None:
-    """Install a systemd user unit so the gateway starts at login and restarts on failure."""
+    """Install a systemd user unit so the gateway starts at login and restarts on failure.
+
+    Example: nanoagent gateway install --print
+    """
     paths, _ = setup(None)
     exe = shutil.which("nanoagent") or f"{sys.executable} -m nanoagent"
     unit = UNIT.format(exe=exe, home=paths.home)

@@ -24,6 +24,8 @@ def heartbeat(
     With no task in HEARTBEAT.md it makes no model call. A reply worth sending is printed and, when its
     target (heartbeat.target, else your most recently active chat) is a terminal session, added there;
     Telegram gets it from the gateway's own heartbeats.
+
+    Example: nanoagent heartbeat --force
     """
     from nanoagent.agent.heartbeat import HeartbeatStatus, run_heartbeat, session_delivery
     from nanoagent.cli.running import run_main

@@ -20,7 +20,10 @@ def search(
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Search memory files, history and past conversations; best matches first, each with its source."""
+    """Search memory files, history and past conversations; best matches first, each with its source.
+
+    Example: nanoagent memory search "dentist appointment"
+    """
     from nanoagent.memory.search import MemorySearch, embedding_settings
 
     if limit < 1:

@@ -29,7 +29,10 @@ def _state_file() -> StateFile:
 
 @pairing_app.command("approve")
 def approve(code: Annotated[str, typer.Argument(help="The code the bot sent them, e.g. ABCD-EFGH.")]) -> None:
-    """Let the person who got this pairing code talk to the agent."""
+    """Let the person who got this pairing code talk to the agent.
+
+    Example: nanoagent pairing approve ABCD-EFGH
+    """
     now = time.time()
     found = _state_file().update(lambda state: state.approve(code, now))
     print(f"Approved {found.name or 'user'} (Telegram user id {found.user_id}): their next message reaches the agent.")
@@ -37,7 +40,10 @@ def approve(code: Annotated[str, typer.Argument(help="The code the bot sent them
 
 @pairing_app.command("list")
 def list_codes() -> None:
-    """Pending pairing codes and the people approved so far (besides config's channels.telegram.allowFrom)."""
+    """Pending pairing codes and the people approved so far (besides config's channels.telegram.allowFrom).
+
+    Example: nanoagent pairing list
+    """
     from nanoagent.gateway.telegram_state import show_code
 
     state = _state_file().read()
@@ -54,7 +60,10 @@ def list_codes() -> None:
 @pairing_app.command("revoke")
 def revoke(user_id: Annotated[int, typer.Argument(help="Their Telegram user id (see `nanoagent pairing list`).")],
            ) -> None:
-    """Withdraw an approval made by pairing (ids in config's allowFrom are changed in config.json)."""
+    """Withdraw an approval made by pairing (ids in config's allowFrom are changed in config.json).
+
+    Example: nanoagent pairing revoke 123456789
+    """
     if _state_file().update(lambda state: state.revoke(user_id)):
         print(f"Revoked user {user_id}: their messages no longer reach the agent.")
     else:

@@ -37,7 +37,10 @@ def _workspace_skill(loader: SkillsLoader, name: str) -> Skill:
 
 @skills_app.command("list")
 def list_skills(workspace: WorkspaceOpt = None) -> None:
-    """Show every skill with its source, trust, and whether it can be used here."""
+    """Show every skill with its source, trust, and whether it can be used here.
+
+    Example: nanoagent skills list
+    """
     from rich.markup import escape
     from rich.table import Table
 
@@ -59,7 +62,10 @@ def list_skills(workspace: WorkspaceOpt = None) -> None:
 
 @skills_app.command("trust")
 def trust(name: str, workspace: WorkspaceOpt = None) -> None:
-    """Let a workspace skill marked `always: true` load into every prompt, as its SKILL.md is now."""
+    """Let a workspace skill marked `always: true` load into every prompt, as its SKILL.md is now.
+
+    Example: nanoagent skills trust my-habits
+    """
     loader, trusted = _loader(workspace, lambda message: print(f"warning: {message}", file=sys.stderr))
     skill = _workspace_skill(loader, name)
     if skill.source == "builtin":
@@ -74,7 +80,10 @@ def trust(name: str, workspace: WorkspaceOpt = None) -> None:
 
 @skills_app.command("untrust")
 def untrust(name: str, workspace: WorkspaceOpt = None) -> None:
-    """Stop loading a workspace skill into every prompt; the model still sees it listed."""
+    """Stop loading a workspace skill into every prompt; the model still sees it listed.
+
+    Example: nanoagent skills untrust my-habits
+    """
     loader, trusted = _loader(workspace, lambda message: None)
     skill = _workspace_skill(loader, name)
     if skill.source == "builtin":
@@ -88,7 +97,10 @@ def untrust(name: str, workspace: WorkspaceOpt = None) -> None:
 
 @skills_app.command("validate")
 def validate(path: Path) -> None:
-    """Check a skill folder or SKILL.md the way the agent reads it."""
+    """Check a skill folder or SKILL.md the way the agent reads it.
+
+    Example: nanoagent skills validate skills/my-habits
+    """
     from nanoagent.skills import SkillError, parse_skill
 
     file = path / "SKILL.md" if path.is_dir() else path
