@@ -120,6 +120,21 @@ class Total:
         return format_cost(self.cost)
 
 
+def turn_cost(model: str, usage: Usage) -> float | None:
+    """What one turn's calls cost in USD at the model's listed price; None for a model without one."""
+    price = price_for(model)
+    return None if price is None else price.cost(usage)
+
+
+def turn_line(model: str, usage: Usage) -> str:
+    """The line shown after a reply: tokens in and out (cache reads among them), and the cost."""
+    if not usage.input_tokens and not usage.output_tokens:
+        return ""
+    cached = f" ({usage.cache_read_tokens:,} cached)" if usage.cache_read_tokens else ""
+    return (f"{usage.prompt_tokens:,} in{cached} · {usage.output_tokens:,} out · "
+            f"{format_cost(turn_cost(model, usage))}")
+
+
 def session_total(records: list[UsageRecord]) -> Total:
     total = Total()
     for record in records:

@@ -2,10 +2,12 @@
 and keeps every text block, on a terminal and piped."""
 
 import io
+import json
 import os
 import sys
 
 import pexpect
+import pytest
 
 from nanoagent.cli.render import EscapeFilter, terminal_safe
 from tests.conftest import ROOT, anthropic_env, invoke
@@ -87,3 +89,28 @@ def test_an_interactive_session_shows_no_escape_sequence_from_the_model(llm, iso
     child.expect_exact("›")
     child.terminate(force=True)
     assert "pwned" not in child.before and "\x1b]0;" not in child.before
+
+
+def test_json_carries_the_cost_of_the_turn_at_the_listed_price(llm, isolated_home):
+    llm.script(Reply(text="priced"))
+    env = {**anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/claude-sonnet-4-5"}
+    data = json.loads(invoke("agent", "-m", "hi", "--json", env=env).stdout)
+    usage = data["usage"]
+    expected = (usage["input_tokens"] * 3 + usage["output_tokens"] * 15 + usage["cache_read_tokens"] * 0.3
+                + usage["cache_write_tokens"] * 3.75) / 1e6
+    assert data["cost"] == pytest.approx(expected) and data["cost"] > 0
+    llm.script(Reply(text="unpriced"))
+    assert json.loads(invoke("agent", "-m", "hi", "--json", env=anthropic_env(llm)).stdout)["cost"] is None
+
+
+def test_an_interactive_reply_is_followed_by_its_tokens_and_cost(llm, isolated_home):
+    llm.script(Reply(text="Here you are."))
+    env = {**os.environ, **anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/claude-sonnet-4-5", "TERM": "xterm-256color",
+           "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
+                          timeout=20, dimensions=(30, 80))
+    child.expect_exact("›")
+    child.send("hi\r")
+    child.expect_exact("Here you are.")
+    child.expect(r"[\d,]+ in(?: \([\d,]+ cached\))? · [\d,]+ out · \$0\.\d{4}")
+    child.terminate(force=True)

@@ -209,6 +209,8 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
 
 
 def _turn_json(turn: TurnResult) -> dict[str, Any]:
+    from nanoagent.usage import turn_cost
+
     result = turn.result
     data: dict[str, Any] = {"reply": turn.reply, "session": turn.session, "model": turn.model}
     if result is not None:
@@ -216,6 +218,7 @@ def _turn_json(turn: TurnResult) -> dict[str, Any]:
             stop=result.stop.value,
             error=result.error,
             usage=result.usage.to_dict(),
+            cost=turn_cost(turn.model, result.usage),  # USD at the listed price; null for a model without one
             tool_calls=[{"name": c.name, "arguments": c.arguments, "ok": c.ok, "elapsed": round(c.elapsed, 3)}
                         for c in result.tool_calls],
         )

@@ -23,6 +23,7 @@ from rich.markup import escape
 from nanoagent.agent import events as ev
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
 from nanoagent.cli.render import SPINNER, MarkdownStream, short_args, terminal_safe
+from nanoagent.usage import turn_line
 
 _SLASH_WORD = re.compile(r"^/\w*")
 EXIT_COMMANDS = {"/exit", "/quit"}
@@ -170,6 +171,8 @@ class Session:
         elif not self.ui.stream.printed.strip().endswith(terminal_safe(turn.reply).strip()):
             self.ui.stream.feed(turn.reply)
             self.ui.stream.flush()
+        if result is not None and (spent := turn_line(turn.model, result.usage)):
+            self.ui.line(f"[dim]  {spent}[/dim]")
         self.refresh_status()
         if self.pending:  # typed after the turn's last model call: it starts the next turn
             self.start("\n\n".join(self.take_pending()))
