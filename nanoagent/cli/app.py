@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -17,8 +18,10 @@ from nanoagent.errors import NanoagentError, describe_os_error
 
 if TYPE_CHECKING:
     from nanoagent.agent.events import EventSink, TurnResult
+    from nanoagent.attachments import Attached
     from nanoagent.cli.attach import LocalAgent
     from nanoagent.config.schema import Config
+    from nanoagent.messages import ImageBlock
     from nanoagent.paths import Paths
     from nanoagent.tools import Ask
 
@@ -64,6 +67,8 @@ def agent(
     message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model to use, e.g. anthropic/claude-sonnet-4-5.")] = None,
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
+    attach: Annotated[list[str] | None, typer.Option("--attach", "-a", help="Attach a file to the -m message "
+                      "(repeatable): an image (PNG, JPEG, GIF, WebP) or a text file.")] = None,
     workspace: WorkspaceOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with reply, usage and tool calls.")] = False,
     local: Annotated[bool, typer.Option("--local", help="Run the agent in this process even when a gateway is "
@@ -77,19 +82,26 @@ def agent(
     """
     if message is not None:
         _check_message(message)
+    elif attach:
+        raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
     paths, config = setup(workspace)
     key = session if ":" in session else f"cli:{session}"
     remote = not local and workspace is None and model is None and _gateway_running(paths)
     if message is None:
         _interactive(paths, config, model, key, remote)
         return
+    images: list[ImageBlock] = []
+    if attach:
+        from nanoagent.attachments import compose
+
+        message, images = compose(message, [_attacher(paths, config)(name) for name in attach])
 
     from nanoagent.cli.render import OneShotRenderer
     from nanoagent.cli.running import ask_terminal, run_main
 
     renderer = OneShotRenderer(quiet_reply=json_output)
     ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
-    turn = run_main(_one_shot(paths, config, model, key, message, renderer, ask, remote))
+    turn = run_main(_one_shot(paths, config, model, key, message, renderer, ask, remote, images))
     error = turn.result.error if turn.result is not None else None
     failed = error is not None
     if failed:
@@ -115,6 +127,17 @@ def _check_message(message: str) -> None:
                              "(e.g. LANG=C.UTF-8) and send it again.") from None
 
 
+def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
+    """Reads a file the user names (images go to the workspace's media/); AttachmentError says why it cannot."""
+    from pathlib import Path
+
+    from nanoagent.attachments import Limits, prepare
+
+    a = config.tools.attachments
+    limits = Limits(a.max_image_bytes, a.max_text_bytes)
+    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name)
+
+
 def _gateway_running(paths: Paths) -> bool:
     from nanoagent.gateway.client import gateway_answers
 
@@ -129,14 +152,14 @@ def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
 
 
 async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
-                    ask: Ask | None, remote: bool) -> TurnResult:
+                    ask: Ask | None, remote: bool, images: list[ImageBlock]) -> TurnResult:
     if not remote:
-        return await _local(config, paths, model).handle(message, key, renderer, ask=ask)
+        return await _local(config, paths, model).handle(message, key, renderer, ask=ask, images=images)
     from nanoagent.cli.attach import connect
 
     agent = await connect(paths.gateway_socket, key, renderer, ask)
     try:
-        return await agent.handle(message, key, renderer, ask=ask)
+        return await agent.handle(message, key, renderer, ask=ask, images=images)
     finally:
         await agent.client.close()
 
@@ -156,11 +179,12 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
         agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui, None) if remote
                                            else _local(config, paths, model))
         try:
+            attacher = _attacher(paths, config)
             if terminal:
                 await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
-                                      " (through the gateway)" if remote else "")
+                                      " (through the gateway)" if remote else "", attacher)
             else:
-                await run_plain(agent, key, ui)
+                await run_plain(agent, key, ui, attacher)
         finally:
             if isinstance(agent, RemoteAgent):
                 await agent.client.close()
