@@ -405,3 +405,27 @@ def test_archived_history_and_token_estimates_read_a_message_with_images(tmp_pat
 def test_prepare_refuses_with_attachment_errors(tmp_path):
     with pytest.raises(AttachmentError, match="no such file"):
         prepare(tmp_path / "nope.txt", tmp_path, Limits())
+
+
+def test_a_client_will_not_send_images_to_a_gateway_that_does_not_list_attachments(isolated_home):
+    from nanoagent.errors import NanoagentError
+    from nanoagent.gateway.client import GatewayClient
+    from tests.test_gateway import Running
+
+    running = Running(ScriptedProvider(default="hi"))
+    image = msg.image_block("media/x.png", "a" * 64, "image/png")
+
+    async def go():
+        client = await GatewayClient.connect(running.paths.gateway_socket, "cli:direct", lambda event: None)
+        try:
+            assert "attachments" in client.welcome["features"]
+            client.welcome["features"] = []  # as an older gateway says hello
+            with pytest.raises(NanoagentError, match="older than this client"):
+                await client.send("look", images=[image])
+        finally:
+            await client.close()
+
+    try:
+        asyncio.run(go())
+    finally:
+        running.stop()

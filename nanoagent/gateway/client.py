@@ -79,6 +79,9 @@ class GatewayClient:
                    images: list[ImageBlock] | None = None) -> ev.TurnResult | None:
         """Send a message or slash command, with references to images already under the workspace's media/; the
         turn's result (None: it joined the running turn)."""
+        if images and "attachments" not in (self.welcome.get("features") or []):
+            raise NanoagentError("The running gateway is older than this client and would drop the attachment; "
+                                 "restart it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future

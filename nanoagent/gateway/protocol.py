@@ -1,7 +1,8 @@
 """The gateway's socket protocol: newline-delimited JSON objects, version 1. See README "The gateway protocol".
 
 Client to gateway:
-    {"type": "hello", "v": 1, "session": "cli:direct"}       -> {"type": "welcome", "v": 1, "session", "model", "busy"}
+    {"type": "hello", "v": 1, "session": "cli:direct"}       -> {"type": "welcome", "v": 1, "session", "model", "busy",
+                                                                 "commands", "features": ["attachments"]}
     {"type": "send", "id": "r1", "session": KEY, "text": "..."}  a message or a slash command
         optional "attachments": [{"type": "image", "path": "media/...", "sha256": HEX, "media_type": "image/png",
         "name": "cat.png"}]: images the client stored under the workspace's media/ (by reference, never bytes)
@@ -28,6 +29,7 @@ from nanoagent.usage import Usage
 
 VERSION = 1
 MAX_LINE = 1 << 20  # a line longer than this is refused (the connection is closed)
+FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first form, named in its welcome
 
 _EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
     ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,

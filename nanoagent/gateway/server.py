@@ -195,7 +195,7 @@ class Connection:
         loop = self.hub.loop
         self.write({"type": "welcome", "v": protocol.VERSION, "session": key,
                     "model": loop.model_for(loop.session(key)), "busy": self.hub.busy(key),
-                    "commands": loop.commands.names()})
+                    "commands": loop.commands.names(), "features": list(protocol.FEATURES)})
 
     async def send(self, message: dict[str, Any]) -> None:
         request_id = str(message.get("id", ""))
