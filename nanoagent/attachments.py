@@ -24,6 +24,7 @@ MEDIA_DIR = "media"
 EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
 IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
 _CLOSE_TAG = re.compile(r"<(?=\s*/\s*attached_file)", re.IGNORECASE)
+_PIPED_CLOSE = re.compile(r"<(?=\s*/\s*piped_input)", re.IGNORECASE)
 
 
 class AttachmentError(NanoagentError):
@@ -119,6 +120,12 @@ def _as_text(name: str, text: str) -> str:
     label = " ".join(name.split()).replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
     body = _CLOSE_TAG.sub("&lt;", text.rstrip("\n"))
     return f'<attached_file name="{label}">\nThe user attached this file.\n\n{body}\n</attached_file>'
+
+
+def piped(text: str, message: str) -> str:
+    """Text piped into a one-shot, marked as such, then the message that came with it."""
+    body = _PIPED_CLOSE.sub("&lt;", text.rstrip("\n"))
+    return f"<piped_input>\n{body}\n</piped_input>\n\n{message}"
 
 
 def verify(workspace: Path, images: list[msg.ImageBlock]) -> None:

@@ -64,7 +64,8 @@ def root(
 
 @app.command()
 def agent(
-    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit.")] = None,
+    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit; `-m -` reads "
+                       "it from stdin, and text piped in with `-m TEXT` goes before TEXT.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model to use, e.g. anthropic/claude-sonnet-4-5.")] = None,
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
     attach: Annotated[list[str] | None, typer.Option("--attach", "-a", help="Attach a file to the -m message "
@@ -80,9 +81,9 @@ def agent(
     When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w or
     --model, the agent runs in this process.
     """
-    if message is not None:
+    if message is not None and message != "-":
         _check_message(message)
-    elif attach:
+    elif attach and message is None:
         raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
     paths, config = setup(workspace)
     key = session if ":" in session else f"cli:{session}"
@@ -90,6 +91,7 @@ def agent(
     if message is None:
         _interactive(paths, config, model, key, remote)
         return
+    message = _with_stdin(message, config.tools.attachments.max_stdin_bytes)
     images: list[ImageBlock] = []
     if attach:
         from nanoagent.attachments import compose
@@ -125,6 +127,54 @@ def _check_message(message: str) -> None:
         byte = f" (byte 0x{code - 0xdc00:02x})" if 0xdc80 <= code <= 0xdcff else ""
         raise NanoagentError(f"The message is not valid UTF-8{byte}; set your terminal and locale to UTF-8 "
                              "(e.g. LANG=C.UTF-8) and send it again.") from None
+
+
+def _with_stdin(message: str, limit: int) -> str:
+    """`-m -`: the message is all of stdin. `-m TEXT` with text piped in: the piped text, marked, then TEXT."""
+    from nanoagent.attachments import piped
+
+    if message == "-" and sys.stdin.isatty():
+        raise NanoagentError("-m - reads the message from stdin, but stdin is a terminal; pipe the message in "
+                             "(echo hi | nanoagent agent -m -) or give it after -m.")
+    data = _read_stdin(limit)
+    if not data:
+        if message == "-":
+            raise NanoagentError("Nothing to send: -m - reads the message from stdin, and nothing was piped in.")
+        return message
+    if len(data) > limit:
+        raise NanoagentError(f"The input piped to nanoagent is over the {limit:,}-byte limit "
+                             "(tools.attachments.maxStdinBytes in config.json); send less, or a file with -a.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = "\x00"
+    if "\x00" in text:
+        raise NanoagentError("The input piped to nanoagent is not text (UTF-8); pipe text, or attach an image "
+                             "with -a.")
+    if message == "-":
+        _check_message(text)
+        return text
+    return piped(text, message) if text.strip() else message
+
+
+def _read_stdin(limit: int) -> bytes | None:
+    """Up to `limit` + 1 bytes piped in (a pipe or a file); None for a terminal, /dev/null or a socket, whose
+    reading could wait for ever or means nothing."""
+    import io
+    import os
+    import stat
+
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return None
+    buffer = getattr(stream, "buffer", None)
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError, io.UnsupportedOperation):
+        mode = None  # no descriptor: an in-process runner's stream, read as it is
+    if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return buffer.read(limit + 1) if buffer is not None else stream.read(limit + 1).encode("utf-8")
 
 
 def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:

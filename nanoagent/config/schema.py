@@ -94,6 +94,7 @@ class AttachmentsConfig:
 
     max_image_bytes: int = bounded(5_000_000, 1_000, 100_000_000)  # per image (Anthropic takes up to 5 MB)
     max_text_bytes: int = bounded(200_000, 1_000, 10_000_000)  # per text file
+    max_stdin_bytes: int = bounded(1_000_000, 1_000, 100_000_000)  # text piped into `agent -m`
     image_models: list[str] = field(default_factory=list)  # models sent images whatever the bundled table says
 
 
