@@ -24,9 +24,37 @@ class ToolCallData(TypedDict):
     arguments: str  # JSON text of an object
 
 
+class TextBlock(TypedDict):
+    type: Literal["text"]
+    text: str
+
+
+class ImageBlock(TypedDict):
+    """An image the user attached, by reference: a file under the workspace's `media/` and its SHA-256. The session
+    stores this, never the bytes; `attachments.resolve` reads the file when a request is built."""
+
+    type: Literal["image"]
+    path: str  # relative to the workspace, under media/
+    sha256: str  # hex digest of the file's bytes
+    media_type: str  # one of IMAGE_TYPES
+    name: NotRequired[str]  # the file's name as the user knew it, for notes about it
+
+
+class ImageData(TypedDict):
+    """An image ready to send: what `attachments.resolve` puts in a request in place of an ImageBlock. Never
+    stored (the checker drops it)."""
+
+    type: Literal["image_data"]
+    media_type: str
+    data: str  # base64
+
+
+UserBlock = TextBlock | ImageBlock | ImageData
+
+
 class UserMessage(TypedDict):
     role: Literal["user"]
-    content: str
+    content: str | list[UserBlock]  # text, or text and images (only when the message carries images)
 
 
 class AssistantMessage(TypedDict):
@@ -47,8 +75,65 @@ class ToolMessage(TypedDict):
 Message = UserMessage | AssistantMessage | ToolMessage
 
 
-def user(text: str) -> UserMessage:
-    return {"role": "user", "content": text}
+IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif", "image/webp")
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def user(text: str, images: list[ImageBlock] | tuple[ImageBlock, ...] = ()) -> UserMessage:
+    """A user message: plain text, or a text block and the images when there are any (old sessions and every
+    message without images keep the plain shape)."""
+    if not images:
+        return {"role": "user", "content": text}
+    return {"role": "user", "content": [{"type": "text", "text": text}, *images]}
+
+
+def image_block(path: str, sha256: str, media_type: str, name: str = "") -> ImageBlock:
+    block: ImageBlock = {"type": "image", "path": path, "sha256": sha256, "media_type": media_type}
+    if name:
+        block["name"] = name
+    return block
+
+
+def text_of(message: Message) -> str:
+    """A message's text: its content, or the text blocks of a user message with images, joined."""
+    content = message["content"]
+    if isinstance(content, str):
+        return content
+    return "\n\n".join(b["text"] for b in content if b["type"] == "text")
+
+
+def images_of(message: Message) -> list[ImageBlock]:
+    """The image references a user message carries (resolved images not included)."""
+    content = message["content"]
+    if isinstance(content, str):
+        return []
+    return [b for b in content if b["type"] == "image"]
+
+
+def image_label(block: ImageBlock) -> str:
+    return block.get("name") or block["path"].rsplit("/", 1)[-1]
+
+
+def shown_text(message: Message) -> str:
+    """A message's text with each image it carries named as a line, for anything that reads messages as text
+    (archiving, search, rendering)."""
+    text = text_of(message)
+    notes = [f"[image: {image_label(b)}]" for b in images_of(message)]
+    return "\n".join([text, *notes]) if notes else text
+
+
+def checked_image(raw: Any) -> tuple[ImageBlock | None, str]:
+    """An image reference as stored or sent by a client, or (None, what is wrong with it)."""
+    if not isinstance(raw, dict) or raw.get("type") != "image":
+        return None, "an attachment must be an object with \"type\": \"image\""
+    path, digest, media_type, name = raw.get("path"), raw.get("sha256"), raw.get("media_type"), raw.get("name", "")
+    if not isinstance(path, str) or not path.startswith("media/") or ".." in path.split("/") or "\\" in path:
+        return None, f"an image's path must name a file under media/, got {path!r}"
+    if not isinstance(digest, str) or not _SHA256.fullmatch(digest):
+        return None, "an image needs its sha256 as 64 lowercase hex digits"
+    if media_type not in IMAGE_TYPES:
+        return None, f"an image's media_type must be one of {', '.join(IMAGE_TYPES)}, got {media_type!r}"
+    return image_block(path, digest, media_type, name if isinstance(name, str) else ""), ""
 
 
 def assistant(text: str, calls: list[ToolCallData] | None = None,
@@ -97,6 +182,9 @@ def checked_message(raw: Any) -> tuple[Message | None, str]:
     role, content = raw.get("role"), raw.get("content")
     if content is None:
         content = ""
+    if role == "user" and isinstance(content, list) and any(isinstance(b, dict) and b.get("type") == "image"
+                                                            for b in content):
+        return _checked_user_blocks(content)
     if isinstance(content, list):  # provider-style content blocks: their text is what this version reads
         content = "\n".join(b["text"] for b in content if isinstance(b, dict) and isinstance(b.get("text"), str))
     if not isinstance(content, str):
@@ -116,6 +204,21 @@ def checked_message(raw: Any) -> tuple[Message | None, str]:
             return None, "a tool result without a tool_call_id"
         return tool_result(call_id, name if isinstance(name, str) else "", content, raw.get("is_error") is True), ""
     return None, f"unknown role {role!r}"
+
+
+def _checked_user_blocks(blocks: list[Any]) -> tuple[Message | None, str]:
+    """A user message with images: its text blocks joined into one, and each image reference that is whole (one
+    that is not becomes a note, so the rest of the message still goes)."""
+    texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+    images: list[ImageBlock] = []
+    for b in blocks:
+        if isinstance(b, dict) and b.get("type") == "image":
+            image, problem = checked_image(b)
+            if image is None:
+                texts.append(f"[an attached image could not be read back: {problem}]")
+            else:
+                images.append(image)
+    return user("\n\n".join(texts), images), ""
 
 
 def _checked_calls(raw: Any) -> tuple[list[ToolCallData], str]:
@@ -190,8 +293,10 @@ def parse_arguments(raw: str) -> tuple[dict[str, Any], str | None]:
     return value, None
 
 
-def strip_runtime_context(content: str) -> str:
-    """The user's own words, without the runtime block nanoagent put in front."""
+def strip_runtime_context(content: str | list[UserBlock]) -> str:
+    """The user's own words, without the runtime block nanoagent put in front (the text of a message with images)."""
+    if not isinstance(content, str):
+        content = "\n\n".join(b["text"] for b in content if b["type"] == "text")
     if content.startswith(RUNTIME_OPEN):
         end = content.find(RUNTIME_CLOSE)
         if end >= 0:

@@ -136,3 +136,20 @@ def model_table() -> dict[str, dict]:
         return json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return {}
+
+
+def takes_images(model: str, also: tuple[str, ...] | list[str] = ()) -> bool:
+    """Whether a model accepts images. The bundled table's `supports_vision` decides when it is there; Claude
+    models (all of which take images) and models the table does not know (a local or custom server the user
+    chose) are taken at their word and sent images; `also` lists models to send images to whatever the table
+    says (tools.attachments.imageModels)."""
+    if model in also or model.removeprefix("litellm/") in also:
+        return True
+    entry = model_entry(model)
+    if entry is None:
+        return True
+    vision = entry.get("supports_vision")
+    if isinstance(vision, bool):
+        return vision
+    name = model.removeprefix("litellm/").removeprefix("anthropic/")
+    return name.startswith("claude-") and not name.startswith("claude-2") and not name.startswith("claude-instant")

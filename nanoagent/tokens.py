@@ -13,7 +13,11 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from nanoagent.messages import Message, calls_of
+from nanoagent.messages import Message, calls_of, images_of, text_of
+
+# What one image costs in a prompt, at most: Anthropic's figure for an image at its largest size (about 1.15
+# megapixels); OpenAI's high detail stays under it.
+IMAGE_TOKENS = 1600
 
 
 def _litellm_tokenizer_dir() -> str | None:
@@ -69,7 +73,7 @@ def tokenizer_available() -> bool:
 def count_message_tokens(message: Message, count: Callable[[str], int] = count_tokens) -> int:
     """Tokens one stored message adds to a prompt, including a small per-message overhead.
     With `count=token_bound`, an upper bound that needs no tokenizer."""
-    total = 4 + count(message["content"])
+    total = 4 + count(text_of(message)) + IMAGE_TOKENS * len(images_of(message))
     for call in calls_of(message):
         total += count(call["name"]) + count(call["arguments"]) + 8
     return total

@@ -80,6 +80,7 @@ def build_agent(
         models=models,
         commands=commands,
         consolidator=consolidator,
+        image_models=tuple(tools_config.attachments.image_models),
     )
 
 

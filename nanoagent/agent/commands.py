@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
-from nanoagent.messages import is_user, strip_runtime_context
+from nanoagent.messages import ImageBlock, images_of, is_user, strip_runtime_context
 from nanoagent.pricing import context_window, effective_window
 from nanoagent.usage import UsageRecord, session_total
 
@@ -38,6 +38,7 @@ class Resend:
     """A command's answer that is not text but a message to run as a turn (/retry)."""
 
     text: str
+    images: tuple[ImageBlock, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,8 @@ class Commands:
         turn = next((t for t in reversed(session.failed_turns) if t[0] <= last < t[1]), None)
         if turn is None or not is_user(session.messages[turn[0]]):
             return "Nothing to retry: the last turn did not fail."
-        return Resend(strip_runtime_context(session.messages[turn[0]]["content"]))
+        message = session.messages[turn[0]]
+        return Resend(strip_runtime_context(message["content"]), tuple(images_of(message)))
 
     @command("/usage", "tokens and cost of this session, by model", read_only=True)
     async def usage(self, call: Call) -> str:

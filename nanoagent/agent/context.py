@@ -102,11 +102,12 @@ class ContextBuilder:
         history = msg.history_for_model(messages, start, skip)
         return self.fixed_tokens(self.system_prompt()) + sum(count_message_tokens(m) for m in history)
 
-    def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None) -> msg.UserMessage:
+    def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None,
+                     images: list[msg.ImageBlock] | None = None) -> msg.UserMessage:
         now = now or self._now()
         stamp = now.strftime("%Y-%m-%d %H:%M %A") + f" ({now.tzname() or 'local time'})"
         block = f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\nchat_id: {chat_id}\n{RUNTIME_CLOSE}\n\n"
-        return msg.user(block + text)
+        return msg.user(block + text, images or ())
 
     def _now(self) -> datetime:
         if self.clock is not None:

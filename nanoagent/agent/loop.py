@@ -24,8 +24,10 @@ from nanoagent.agent.commands import Commands, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.attachments import AttachmentError, resolve, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator, FixedCost
+from nanoagent.pricing import takes_images
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
@@ -63,6 +65,7 @@ class AgentLoop:
     models: ModelChoice
     commands: Commands
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
+    image_models: tuple[str, ...] = ()  # models sent images whatever the bundled table says
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -74,31 +77,53 @@ class AgentLoop:
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
 
+    def takes_images(self, key: str) -> bool:
+        """Whether the model session `key` uses now accepts images."""
+        return takes_images(self.model_for(self.session(key)), self.image_models)
+
     def busy(self, key: str) -> bool:
         lock = self._locks.get(key)
         return lock is not None and lock.locked()
 
     async def handle(self, text: str, key: str = "cli:direct", sink: ev.EventSink = ev.discard,
-                     injections: Callable[[], list[str]] | None = None, ask: Ask | None = None) -> TurnResult:
+                     injections: Callable[[], list[str]] | None = None, ask: Ask | None = None,
+                     images: list[msg.ImageBlock] | None = None) -> TurnResult:
         """Run one message (or slash command) in session `key`. Events go to `sink`; `ask` reaches the person
-        who sent it, for approvals (None: nobody can answer, so anything needing a yes is refused)."""
+        who sent it, for approvals (None: nobody can answer, so anything needing a yes is refused). `images`
+        are references to files under the workspace's media/ (`attachments.prepare`); a model that does not
+        take images refuses them with AttachmentError before anything is stored."""
         session = self.session(key)
+        images = list(images or [])
         if text.strip().startswith("/"):
+            if images:
+                raise AttachmentError("Images go with a message, not a slash command; send them with some text.")
             name = text.split()[0]
             if self.busy(key) and not self.commands.read_only(name):
                 return TurnResult(BUSY, key, model=self.model_for(session))
             outcome = await self.commands.run(session, text.strip(), sink)
             if not isinstance(outcome, Resend):
                 return TurnResult(outcome, key, model=self.model_for(session))
-            text = outcome.text
+            text, images = outcome.text, list(outcome.images)
+        if images:
+            self.check_images(key, images)
         async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session):
-            return await self._turn(session, text, sink, injections, ask)
+            return await self._turn(session, text, sink, injections, ask, images)
+
+    def check_images(self, key: str, images: list[msg.ImageBlock]) -> None:
+        """AttachmentError unless the session's model takes images and each reference matches its file."""
+        model = self.model_for(self.session(key))
+        if not self.takes_images(key):
+            raise AttachmentError(f"{model} does not take images, so the image was not sent; switch to a model "
+                                  "that does (/model or --model), or list this one in "
+                                  "tools.attachments.imageModels if it takes them after all.")
+        verify(self.tool_context.workspace, images)
 
     async def _turn(self, session: Session, text: str, sink: ev.EventSink,
-                    injections: Callable[[], list[str]] | None, ask: Ask | None) -> TurnResult:
+                    injections: Callable[[], list[str]] | None, ask: Ask | None,
+                    images: list[msg.ImageBlock]) -> TurnResult:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
-        user = self.context.user_message(text, channel or "cli", chat_id or "direct")
+        user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images)
         model = self.model_for(session)
         start = len(session.messages)
         self.store.add_messages(session, [user], sync=True)  # on disk before any model call, summaries included
@@ -130,7 +155,7 @@ class AgentLoop:
               injections: Callable[[], list[str]] | None) -> RunSpec:
         s = self.settings
         return RunSpec(
-            system=system, messages=msg.history_for_model(session.messages, visible, session.failed()),
+            system=system, messages=self._request(session, visible, model),
             tools=self.context.tools, tool_context=self.tool_context, model=model, session=session.key,
             max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
             max_iterations=s.max_tool_iterations, max_result_chars=self.max_result_chars, injections=injections,
@@ -146,9 +171,14 @@ class AgentLoop:
             system = self.context.system_prompt()  # the archive added to the recent history
             visible = consolidator.window_start(session, self._fixed(system), model)
             current_turn.set(dataclasses.replace(current_turn.get(), visible_from=visible))
-            return system, msg.history_for_model(session.messages, visible, session.failed())
+            return system, self._request(session, visible, model)
 
         return shrink
+
+    def _request(self, session: Session, visible: int, model: str) -> list[msg.Message]:
+        """The session's messages from `visible` as the model gets them, images read from media/."""
+        history = msg.history_for_model(session.messages, visible, session.failed())
+        return resolve(history, self.tool_context.workspace, model, takes_images(model, self.image_models))
 
     async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
         """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
@@ -20,8 +21,10 @@ if TYPE_CHECKING:
     from typer._click import Context, HelpFormatter  # typer 0.28 carries its own click
 
     from nanoagent.agent.events import EventSink, TurnResult
+    from nanoagent.attachments import Attached
     from nanoagent.cli.attach import LocalAgent
     from nanoagent.config.schema import Config
+    from nanoagent.messages import ImageBlock
     from nanoagent.paths import Paths
     from nanoagent.tools import Ask
 
@@ -99,9 +102,12 @@ def root(
 
 @app.command()
 def agent(
-    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit.")] = None,
+    message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit; `-m -` reads "
+                       "it from stdin, and text piped in with `-m TEXT` goes before TEXT.")] = None,
     model: Annotated[str | None, typer.Option("--model", help="Model to use, e.g. anthropic/claude-sonnet-4-5.")] = None,
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
+    attach: Annotated[list[str] | None, typer.Option("--attach", "-a", help="Attach a file to the -m message "
+                      "(repeatable): an image (PNG, JPEG, GIF, WebP) or a text file.")] = None,
     workspace: WorkspaceOpt = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with reply, usage and tool calls.")] = False,
     local: Annotated[bool, typer.Option("--local", help="Run the agent in this process even when a gateway is "
@@ -115,21 +121,29 @@ def agent(
 
     Example: nanoagent agent -m "what is on my list today?"
     """
-    if message is not None:
+    if message is not None and message != "-":
         _check_message(message)
+    elif attach and message is None:
+        raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
     paths, config = setup(workspace)
     key = session if ":" in session else f"cli:{session}"
     remote = not local and workspace is None and model is None and _gateway_running(paths)
     if message is None:
         _interactive(paths, config, model, key, remote)
         return
+    message = _with_stdin(message, config.tools.attachments.max_stdin_bytes)
+    images: list[ImageBlock] = []
+    if attach:
+        from nanoagent.attachments import compose
+
+        message, images = compose(message, [_attacher(paths, config)(name) for name in attach])
 
     from nanoagent.cli.render import OneShotRenderer
     from nanoagent.cli.running import ask_terminal, run_main
 
     renderer = OneShotRenderer(quiet_reply=json_output)
     ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
-    turn = run_main(_one_shot(paths, config, model, key, message, renderer, ask, remote))
+    turn = run_main(_one_shot(paths, config, model, key, message, renderer, ask, remote, images))
     error = turn.result.error if turn.result is not None else None
     failed = error is not None
     if failed:
@@ -155,6 +169,65 @@ def _check_message(message: str) -> None:
                              "(e.g. LANG=C.UTF-8) and send it again.") from None
 
 
+def _with_stdin(message: str, limit: int) -> str:
+    """`-m -`: the message is all of stdin. `-m TEXT` with text piped in: the piped text, marked, then TEXT."""
+    from nanoagent.attachments import piped
+
+    if message == "-" and sys.stdin.isatty():
+        raise NanoagentError("-m - reads the message from stdin, but stdin is a terminal; pipe the message in "
+                             "(echo hi | nanoagent agent -m -) or give it after -m.")
+    data = _read_stdin(limit)
+    if not data:
+        if message == "-":
+            raise NanoagentError("Nothing to send: -m - reads the message from stdin, and nothing was piped in.")
+        return message
+    if len(data) > limit:
+        raise NanoagentError(f"The input piped to nanoagent is over the {limit:,}-byte limit "
+                             "(tools.attachments.maxStdinBytes in config.json); send less, or a file with -a.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = "\x00"
+    if "\x00" in text:
+        raise NanoagentError("The input piped to nanoagent is not text (UTF-8); pipe text, or attach an image "
+                             "with -a.")
+    if message == "-":
+        _check_message(text)
+        return text
+    return piped(text, message) if text.strip() else message
+
+
+def _read_stdin(limit: int) -> bytes | None:
+    """Up to `limit` + 1 bytes piped in (a pipe or a file); None for a terminal, /dev/null or a socket, whose
+    reading could wait for ever or means nothing."""
+    import io
+    import os
+    import stat
+
+    stream = sys.stdin
+    if stream is None or stream.isatty():
+        return None
+    buffer = getattr(stream, "buffer", None)
+    try:
+        mode = os.fstat(stream.fileno()).st_mode
+    except (OSError, ValueError, io.UnsupportedOperation):
+        mode = None  # no descriptor: an in-process runner's stream, read as it is
+    if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
+        return None
+    return buffer.read(limit + 1) if buffer is not None else stream.read(limit + 1).encode("utf-8")
+
+
+def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
+    """Reads a file the user names (images go to the workspace's media/); AttachmentError says why it cannot."""
+    from pathlib import Path
+
+    from nanoagent.attachments import Limits, prepare
+
+    a = config.tools.attachments
+    limits = Limits(a.max_image_bytes, a.max_text_bytes)
+    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name)
+
+
 def _gateway_running(paths: Paths) -> bool:
     from nanoagent.gateway.client import gateway_answers
 
@@ -169,14 +242,14 @@ def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
 
 
 async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
-                    ask: Ask | None, remote: bool) -> TurnResult:
+                    ask: Ask | None, remote: bool, images: list[ImageBlock]) -> TurnResult:
     if not remote:
-        return await _local(config, paths, model).handle(message, key, renderer, ask=ask)
+        return await _local(config, paths, model).handle(message, key, renderer, ask=ask, images=images)
     from nanoagent.cli.attach import connect
 
     agent = await connect(paths.gateway_socket, key, renderer, ask)
     try:
-        return await agent.handle(message, key, renderer, ask=ask)
+        return await agent.handle(message, key, renderer, ask=ask, images=images)
     finally:
         await agent.client.close()
 
@@ -196,11 +269,12 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
         agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui, None) if remote
                                            else _local(config, paths, model))
         try:
+            attacher = _attacher(paths, config)
             if terminal:
                 await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
-                                      " (through the gateway)" if remote else "")
+                                      " (through the gateway)" if remote else "", attacher)
             else:
-                await run_plain(agent, key, ui)
+                await run_plain(agent, key, ui, attacher)
         finally:
             if isinstance(agent, RemoteAgent):
                 await agent.client.close()

@@ -18,6 +18,7 @@ if TYPE_CHECKING:
 
     from nanoagent.agent.loop import AgentLoop
     from nanoagent.gateway.client import GatewayClient
+    from nanoagent.messages import ImageBlock
     from nanoagent.tools import Ask
 
 
@@ -30,8 +31,9 @@ class LocalAgent:
         self.loop = loop
 
     async def handle(self, text: str, key: str, sink: ev.EventSink, ask: Ask | None = None,
-                     injections: Callable[[], list[str]] | None = None) -> ev.TurnResult:
-        return await self.loop.handle(text, key, sink=sink, injections=injections, ask=ask)
+                     injections: Callable[[], list[str]] | None = None,
+                     images: list[ImageBlock] | None = None) -> ev.TurnResult:
+        return await self.loop.handle(text, key, sink=sink, injections=injections, ask=ask, images=images)
 
     def inject(self, key: str, text: str) -> bool:
         return False  # the session keeps it and hands it over between model calls
@@ -69,9 +71,10 @@ class RemoteAgent:
         self._joins: set[asyncio.Task[ev.TurnResult | None]] = set()
 
     async def handle(self, text: str, key: str, sink: ev.EventSink, ask: Ask | None = None,
-                     injections: Callable[[], list[str]] | None = None) -> ev.TurnResult:
+                     injections: Callable[[], list[str]] | None = None,
+                     images: list[ImageBlock] | None = None) -> ev.TurnResult:
         self.client.ask = ask  # approval questions of this turn go to whoever sent it
-        turn = await self.client.send(text, key)
+        turn = await self.client.send(text, key, images)
         return turn or ev.TurnResult("", key)
 
     def inject(self, key: str, text: str) -> bool:

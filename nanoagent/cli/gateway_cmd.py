@@ -62,7 +62,8 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     if config.channels.telegram.enabled:
         from nanoagent.gateway.telegram import telegram_component
 
-        components.append(telegram_component(config.channels.telegram, paths, hub))
+        components.append(telegram_component(config.channels.telegram, paths, hub,
+                                             max_image_bytes=config.tools.attachments.max_image_bytes))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
 
     def ready() -> None:

@@ -15,7 +15,7 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 from rich.markup import escape
@@ -25,8 +25,15 @@ from nanoagent.cli.attach import LocalAgent, RemoteAgent
 from nanoagent.cli.render import SPINNER, MarkdownStream, short_args, terminal_safe
 from nanoagent.usage import turn_line
 
+if TYPE_CHECKING:
+    from nanoagent.attachments import Attached
+
+    Attacher = Callable[[str], Attached]
+
 _SLASH_WORD = re.compile(r"^/\w*")
 EXIT_COMMANDS = {"/exit", "/quit"}
+ATTACH = "/attach"
+ATTACH_HELP = f"{ATTACH} PATH  attach a file to your next message (an image, or a text file); {ATTACH} lists them"
 Agent = LocalAgent | RemoteAgent
 
 
@@ -116,10 +123,12 @@ class TerminalUI:
 class Session:
     """Runs turns as tasks while the prompt keeps reading input."""
 
-    def __init__(self, agent: Agent, key: str, ui: TerminalUI):
+    def __init__(self, agent: Agent, key: str, ui: TerminalUI, attacher: Attacher | None = None):
         self.agent = agent
         self.key = key
         self.ui = ui
+        self.attacher = attacher
+        self.attached: list[Attached] = []  # files for the next message that starts a turn
         self.turn: asyncio.Task | None = None
         self.pending: list[str] = []
         self.question: asyncio.Future[str] | None = None  # an approval waiting for the next line typed
@@ -149,13 +158,40 @@ class Session:
         taken, self.pending = self.pending, []
         return taken
 
-    def start(self, text: str) -> None:
-        self.turn = asyncio.create_task(self._run(text))
+    def attach(self, argument: str) -> None:
+        """/attach PATH: read the file now (an image is stored under media/), send it with the next message."""
+        if not argument:
+            listed = ", ".join(a.describe() for a in self.attached)
+            self.ui.line(escape(f"Attached for your next message: {listed}." if listed else
+                                f"Nothing attached. {ATTACH_HELP}."))
+            return
+        if self.attacher is None:
+            self.ui.line("[red]Attachments are not available here.[/red]")
+            return
+        from nanoagent.errors import NanoagentError
 
-    async def _run(self, text: str) -> None:
-        self.ui.start_turn()
         try:
-            turn = await self.agent.handle(text, self.key, self.ui, ask=self.ask, injections=self.take_pending)
+            found = self.attacher(argument)
+        except NanoagentError as e:
+            self.ui.line(f"[red]{escape(str(e))}[/red]")
+            return
+        self.attached.append(found)
+        self.ui.line(f"[dim]Attached {escape(found.describe())}; it goes with your next message.[/dim]")
+
+    def start(self, text: str) -> None:
+        attached, self.attached = self.attached, []
+        self.turn = asyncio.create_task(self._run(text, attached))
+
+    async def _run(self, text: str, attached: list[Attached] | None = None) -> None:
+        self.ui.start_turn()
+        images = None
+        if attached:
+            from nanoagent.attachments import compose
+
+            text, images = compose(text, attached)
+        try:
+            turn = await self.agent.handle(text, self.key, self.ui, ask=self.ask, injections=self.take_pending,
+                                           images=images)
         except asyncio.CancelledError:
             self.ui.stream.flush()
             self.ui.activity = None
@@ -189,7 +225,7 @@ class Session:
             self.start(text)
             return
         reply = await self.agent.handle(text, self.key, self.ui, ask=self.ask)
-        self.ui.line(escape(reply.reply))
+        self.ui.line(escape(reply.reply + (f"\n{ATTACH_HELP}" if text.split()[0] == "/help" else "")))
         self.refresh_status()
 
 
@@ -233,12 +269,12 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
 
 
 async def run_interactive(agent: Agent, key: str, history_file: Path, ui: TerminalUI,
-                          through: str = "") -> None:
+                          through: str = "", attacher: Attacher | None = None) -> None:
     from prompt_toolkit.patch_stdout import patch_stdout
 
-    session = Session(agent, key, ui)
+    session = Session(agent, key, ui, attacher)
     session.refresh_status()
-    prompt = build_prompt(agent.command_names(), ui.toolbar, history_file)
+    prompt = build_prompt([*agent.command_names(), ATTACH], ui.toolbar, history_file)
     agent.warm_up(key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
@@ -279,9 +315,14 @@ async def _dispatch(session: Session, text: str) -> bool:
         return True
     if text.split()[0] in EXIT_COMMANDS:
         return False
-    if text.startswith("/"):
+    if text.split()[0] == ATTACH:
+        session.attach(text[len(ATTACH):].strip())
+    elif text.startswith("/"):
         await session.command(text)
     elif session.busy:
+        if session.attached:
+            session.ui.line("[dim]This joins the running turn as text; your attachments wait for the next "
+                            "message.[/dim]")
         if not session.agent.inject(session.key, text):
             session.pending.append(text)
     else:
@@ -289,16 +330,26 @@ async def _dispatch(session: Session, text: str) -> bool:
     return True
 
 
-async def run_plain(agent: Agent, key: str, ui: TerminalUI) -> None:
+async def run_plain(agent: Agent, key: str, ui: TerminalUI, attacher: Attacher | None = None) -> None:
     """No terminal: read one message a line from stdin, print plain replies."""
+    session = Session(agent, key, ui, attacher)  # for /attach
     for line in sys.stdin:
         text = line.strip()
         if not text:
             continue
         if text.split()[0] in EXIT_COMMANDS:
             break
+        if text.split()[0] == ATTACH:
+            session.attach(text[len(ATTACH):].strip())
+            continue
+        images = None
+        if session.attached and not text.startswith("/"):
+            from nanoagent.attachments import compose
+
+            text, images = compose(text, session.attached)
+            session.attached = []
         ui.start_turn()
-        turn = await agent.handle(text, key, ui)
+        turn = await agent.handle(text, key, ui, images=images)
         if turn.result is None or turn.result.error:
             print(terminal_safe(turn.reply), flush=True)
         elif not ui.stream.printed.strip().endswith(terminal_safe(turn.reply).strip()):

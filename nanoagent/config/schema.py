@@ -89,11 +89,22 @@ class WebConfig:
 
 
 @dataclass
+class AttachmentsConfig:
+    """Files attached to a message (`agent -a`, `/attach`, Telegram photos)."""
+
+    max_image_bytes: int = bounded(5_000_000, 1_000, 100_000_000)  # per image (Anthropic takes up to 5 MB)
+    max_text_bytes: int = bounded(200_000, 1_000, 10_000_000)  # per text file
+    max_stdin_bytes: int = bounded(1_000_000, 1_000, 100_000_000)  # text piped into `agent -m`
+    image_models: list[str] = field(default_factory=list)  # models sent images whatever the bundled table says
+
+
+@dataclass
 class ToolsConfig:
     restrict_to_workspace: bool = True
     max_result_chars: int = bounded(16_000, 100, 10_000_000)
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
+    attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
 
 
 @dataclass

@@ -18,6 +18,7 @@ from typing import Any
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
 from nanoagent.gateway import protocol
+from nanoagent.messages import ImageBlock
 
 
 class GatewayGone(NanoagentError):
@@ -74,13 +75,18 @@ class GatewayClient:
     def write(self, message: dict[str, Any]) -> None:
         self.writer.write(protocol.encode(message))
 
-    async def send(self, text: str, session: str | None = None) -> ev.TurnResult | None:
-        """Send a message or slash command; the turn's result (None: it joined the running turn)."""
+    async def send(self, text: str, session: str | None = None,
+                   images: list[ImageBlock] | None = None) -> ev.TurnResult | None:
+        """Send a message or slash command, with references to images already under the workspace's media/; the
+        turn's result (None: it joined the running turn)."""
+        if images and "attachments" not in (self.welcome.get("features") or []):
+            raise NanoagentError("The running gateway is older than this client and would drop the attachment; "
+                                 "restart it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
         self.write({"type": "send", "id": request_id, "session": session or self.welcome.get("session"),
-                    "text": text})
+                    "text": text, **({"attachments": images} if images else {})})
         try:
             reply = await future
         except asyncio.CancelledError:

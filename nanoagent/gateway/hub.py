@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from nanoagent.agent import events as ev
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.loop import AgentLoop
+from nanoagent.messages import ImageBlock
 from nanoagent.tools import Ask
 
 STOP_COMMANDS = ("/stop", "/cancel")
@@ -61,9 +62,11 @@ class Hub:
         return [key for key in self._sessions if self.busy(key)]
 
     async def send(self, key: str, text: str, sink: ev.EventSink | None = None, ask: Ask | None = None,
-                   ) -> TurnResult | None:
+                   images: list[ImageBlock] | None = None) -> TurnResult | None:
         """Handle a message: a slash command, a new turn (its result when it ends), or None when the message
-        joined the session's running turn. `sink` gets this call's events besides the session's watchers."""
+        joined the session's running turn. `sink` gets this call's events besides the session's watchers.
+        A message with `images` never joins a running turn (a joined message is text): it waits for the turn
+        to end and starts the next one."""
         if self.closed:
             raise HubClosed("The gateway is shutting down; send the message again when it is back.")
         state = self._state(key)
@@ -71,16 +74,22 @@ class Hub:
         if stripped.split(maxsplit=1)[:1] in ([c] for c in STOP_COMMANDS):
             return TurnResult("Stopped the running turn." if self.cancel(key) else "Nothing is running.", key)
         if stripped.startswith("/") and stripped.split()[0] != "/retry":
-            return await self.loop.handle(stripped, key, sink=self._fanout(state, sink), ask=ask)
-        if self.busy(key):
+            return await self.loop.handle(stripped, key, sink=self._fanout(state, sink), ask=ask, images=images)
+        if images:
+            self.loop.check_images(key, images)  # refused now, not after waiting for the running turn
+            while state.turn is not None and not state.turn.done():
+                await asyncio.wait({state.turn})
+            if self.closed:
+                raise HubClosed("The gateway is shutting down; send the message again when it is back.")
+        elif self.busy(key):
             state.pending.append(text)
             return None
-        return await self._start(key, state, text, sink, ask)
+        return await self._start(key, state, text, sink, ask, images)
 
     async def _start(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
-                     ask: Ask | None) -> TurnResult:
+                     ask: Ask | None, images: list[ImageBlock] | None = None) -> TurnResult:
         state.ask = ask
-        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask), name=f"turn {key}")
+        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask, images), name=f"turn {key}")
         # the turn belongs to the hub: a sender that is cancelled (a client gone) leaves it running
         try:
             return await asyncio.shield(state.turn)
@@ -92,10 +101,10 @@ class Hub:
             return TurnResult("Cancelled.", key, ev.RunResult(reply="", stop=ev.StopReason.CANCELLED))
 
     async def _turn(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
-                    ask: Ask | None) -> TurnResult:
+                    ask: Ask | None, images: list[ImageBlock] | None = None) -> TurnResult:
         async with self.slots:
             result = await self.loop.handle(text, key, sink=self._fanout(state, sink),
-                                            injections=lambda: self._take(state), ask=ask)
+                                            injections=lambda: self._take(state), ask=ask, images=images)
         if state.pending and not self.closed:  # said after the turn's last model call: it starts the next
             follow = "\n\n".join(self._take(state))
             state.turn = asyncio.create_task(self._turn(key, state, follow, None, state.ask), name=f"turn {key}")

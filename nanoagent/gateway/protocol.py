@@ -1,8 +1,11 @@
 """The gateway's socket protocol: newline-delimited JSON objects, version 1. See README "The gateway protocol".
 
 Client to gateway:
-    {"type": "hello", "v": 1, "session": "cli:direct"}       -> {"type": "welcome", "v": 1, "session", "model", "busy"}
+    {"type": "hello", "v": 1, "session": "cli:direct"}       -> {"type": "welcome", "v": 1, "session", "model", "busy",
+                                                                 "commands", "features": ["attachments"]}
     {"type": "send", "id": "r1", "session": KEY, "text": "..."}  a message or a slash command
+        optional "attachments": [{"type": "image", "path": "media/...", "sha256": HEX, "media_type": "image/png",
+        "name": "cat.png"}]: images the client stored under the workspace's media/ (by reference, never bytes)
     {"type": "cancel", "session": KEY}                           Ctrl-C: cancel the running turn
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
 Gateway to client:
@@ -21,10 +24,12 @@ import json
 from typing import Any
 
 from nanoagent.agent import events as ev
+from nanoagent.messages import ImageBlock, checked_image
 from nanoagent.usage import Usage
 
 VERSION = 1
 MAX_LINE = 1 << 20  # a line longer than this is refused (the connection is closed)
+FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first form, named in its welcome
 
 _EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
     ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,
@@ -44,6 +49,21 @@ def decode(line: bytes) -> dict[str, Any]:
     if not isinstance(message, dict) or not isinstance(message.get("type"), str):
         raise ValueError("each line must be a JSON object with a string \"type\"")
     return message
+
+
+def attachments_from_wire(raw: Any) -> tuple[list[ImageBlock], str]:
+    """A send's image references (none when the key is absent), or ([], what is wrong with them)."""
+    if raw is None:
+        return [], ""
+    if not isinstance(raw, list):
+        return [], "\"attachments\" must be a list of image references"
+    images = []
+    for item in raw:
+        image, problem = checked_image(item)
+        if image is None:
+            return [], f"bad attachment: {problem}"
+        images.append(image)
+    return images, ""
 
 
 def event_to_wire(event: ev.Event) -> dict[str, Any]:

@@ -195,7 +195,7 @@ class Connection:
         loop = self.hub.loop
         self.write({"type": "welcome", "v": protocol.VERSION, "session": key,
                     "model": loop.model_for(loop.session(key)), "busy": self.hub.busy(key),
-                    "commands": loop.commands.names()})
+                    "commands": loop.commands.names(), "features": list(protocol.FEATURES)})
 
     async def send(self, message: dict[str, Any]) -> None:
         request_id = str(message.get("id", ""))
@@ -204,8 +204,12 @@ class Connection:
         if not isinstance(text, str):
             self.write({"type": "error", "id": request_id, "message": "send needs a string \"text\""})
             return
+        images, problem = protocol.attachments_from_wire(message.get("attachments"))
+        if problem:
+            self.write({"type": "error", "id": request_id, "message": problem})
+            return
         try:
-            turn = await self.hub.send(key, text, ask=self.ask)
+            turn = await self.hub.send(key, text, ask=self.ask, images=images)
         except HubClosed as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import hashlib
 import importlib.util
 import json
 import logging
@@ -40,6 +41,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from nanoagent.agent import events as ev
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.agent.runner import EMPTY_REPLY
+from nanoagent.attachments import sniff
 from nanoagent.config.schema import TelegramConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import private_dir
@@ -47,7 +49,15 @@ from nanoagent.gateway.hub import STOP_COMMANDS, Hub, HubClosed
 from nanoagent.gateway.server import Component
 from nanoagent.gateway.telegram_format import Chunk, split_markdown
 from nanoagent.gateway.telegram_state import StateFile, TelegramState, show_code
-from nanoagent.messages import calls_of, is_assistant, is_user, strip_runtime_context
+from nanoagent.messages import (
+    ImageBlock,
+    calls_of,
+    image_block,
+    is_assistant,
+    is_user,
+    strip_runtime_context,
+    text_of,
+)
 from nanoagent.paths import Paths
 
 if TYPE_CHECKING:
@@ -83,10 +93,11 @@ class Timing:
     now: Callable[[], float] = time.time  # wall clock: pairing codes' age, media file names
 
 
-def telegram_component(settings: TelegramConfig, paths: Paths, hub: Hub, timing: Timing = Timing()) -> Component:
+def telegram_component(settings: TelegramConfig, paths: Paths, hub: Hub, timing: Timing = Timing(),
+                       max_image_bytes: int = 5_000_000) -> Component:
     """The channel as a gateway component; a setting it cannot work with stops the gateway before it starts."""
     check_settings(settings)
-    return Component("telegram", TelegramChannel(settings, paths, hub, timing).run)
+    return Component("telegram", TelegramChannel(settings, paths, hub, timing, max_image_bytes).run)
 
 
 def check_settings(settings: TelegramConfig) -> None:
@@ -118,17 +129,20 @@ class _Waiting:
 
     update_id: int
     text: str
+    images: list[ImageBlock] = field(default_factory=list)
 
 
 class TelegramChannel:
     """What outlives one run of the component (the supervisor restarts a run that crashed): the state file, and
     which messages this process gave the hub."""
 
-    def __init__(self, settings: TelegramConfig, paths: Paths, hub: Hub, timing: Timing = Timing()):
+    def __init__(self, settings: TelegramConfig, paths: Paths, hub: Hub, timing: Timing = Timing(),
+                 max_image_bytes: int = 5_000_000):
         self.settings = settings
         self.paths = paths
         self.hub = hub
         self.timing = timing
+        self.max_image_bytes = max_image_bytes  # a photo (or image document) over this goes by name only
         self.state = StateFile(paths.channels_dir / "telegram.json")
         self.given: set[int] = set()  # update ids this process gave the hub
         self.waiting: dict[str, list[_Waiting]] = {}  # per session, in the order given
@@ -167,8 +181,8 @@ class TelegramChannel:
 
         self.state.update(change)
 
-    def give(self, key: str, update_id: int, text: str) -> _Waiting:
-        waiting = _Waiting(update_id, text)
+    def give(self, key: str, update_id: int, text: str, images: list[ImageBlock] | None = None) -> _Waiting:
+        waiting = _Waiting(update_id, text, images or [])
         self.waiting.setdefault(key, []).append(waiting)
         self.given.add(update_id)
         return waiting
@@ -387,20 +401,27 @@ class _Link:
         if command is not None:
             self.spawn(self.run_command(update_id, face, command), f"telegram command {key}")
             return
-        body = "\n".join(p for p in [self.without_mention(text), *await self.attachments(message)] if p).strip()
+        saved = await self.attachments(message)
+        body = "\n".join(p for p in [self.without_mention(text), *(line for line, _ in saved)] if p).strip()
         if not body:
             self.channel.handled(update_id)
             return
         if not private:
             body = f"{user.full_name}: {body}"
-        waiting = self.channel.give(key, update_id, body)
+        images = [image for _, image in saved if image is not None]
+        if images and not self.hub.loop.takes_images(key):  # the message goes on, naming the saved files
+            model = self.hub.loop.model_for(self.hub.loop.session(key))
+            await face.say(f"{model} does not take images, so it gets your message with the file's name, not the "
+                           "picture. /model switches to one that does.")
+            images = []
+        waiting = self.channel.give(key, update_id, body, images)
         self.spawn(self.send(face, waiting), f"telegram message {key}")
 
     async def send(self, face: _Chat, waiting: _Waiting) -> None:
         """Give the hub one message. Its turn (or the turn it joins) is shown by the session's face, which watches
         every turn of the session: this call only reports what went wrong."""
         try:
-            await self.hub.send(face.key, waiting.text, ask=None)
+            await self.hub.send(face.key, waiting.text, ask=None, images=waiting.images)
         except HubClosed:
             self.channel.forget(face.key, waiting, handled=False)  # stays in the inbox: handled after the restart
         except NanoagentError as e:
@@ -474,9 +495,10 @@ class _Link:
 
     # --- media ----------------------------------------------------------------------------------------
 
-    async def attachments(self, message: Message) -> list[str]:
+    async def attachments(self, message: Message) -> list[tuple[str, ImageBlock | None]]:
         """Photos, documents, voice notes, audio and video, saved under the workspace's media/; a line each for the
-        message text, naming the file (the model gets the name, not the content)."""
+        message text, naming the file, and for a photo or an image document (told by its bytes) within the size
+        cap, its reference, so the model sees the picture itself."""
         found: list[tuple[str, Any, str | None]] = []
         if message.photo:
             found.append(("photo", message.photo[-1], None))  # the largest size
@@ -490,13 +512,13 @@ class _Link:
             found.append(("video", message.video, message.video.file_name))
         return [await self.save(kind, media, name) for kind, media, name in found]
 
-    async def save(self, kind: str, media: Any, name: str | None) -> str:
+    async def save(self, kind: str, media: Any, name: str | None) -> tuple[str, ImageBlock | None]:
         from telegram.error import TelegramError
 
         limit = MEDIA_LIMIT_MB * 1024 * 1024
         too_big = f"[{kind} not saved: it is over the {MEDIA_LIMIT_MB} MB limit]"
         if (media.file_size or 0) > limit:
-            return too_big
+            return too_big, None
         try:
             file = await self.api("getFile", lambda: self.bot.get_file(media.file_id))
             data = await file.download_as_bytearray(read_timeout=120) if file is not None else None
@@ -504,12 +526,17 @@ class _Link:
             log.warning(_record("telegram_download_failed", error=type(e).__name__))
             data = None
         if data is None:
-            return f"[{kind} could not be downloaded from Telegram]"
+            return f"[{kind} could not be downloaded from Telegram]", None
         if len(data) > limit:
-            return too_big
+            return too_big, None
         stem, ext = media_name(kind, name, file.file_path if file else None, self.timing.now())
         path = await asyncio.to_thread(save_media, self.channel.paths.workspace / "media", stem, ext, bytes(data))
-        return f"[{kind} saved as media/{path.name}]"
+        line = f"[{kind} saved as media/{path.name}]"
+        media_type = sniff(bytes(data[:16])) if kind in ("photo", "document") else None
+        if media_type is None or len(data) > self.channel.max_image_bytes:
+            return line, None
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+        return line, image_block(f"media/{path.name}", digest, media_type, path.name)
 
     # --- sessions -------------------------------------------------------------------------------------
 
@@ -687,7 +714,7 @@ class _Chat:
             self.replies.append(_Reply())
             self.opening = True
         elif isinstance(event, ev.MessageAdded) and is_user(event.message):
-            self.link.channel.persisted(self.key, event.message["content"], self.opening)
+            self.link.channel.persisted(self.key, text_of(event.message), self.opening)
             self.opening = False
         reply = self.replies[-1] if self.replies and not self.replies[-1].ended else None
         if reply is None:

@@ -30,6 +30,7 @@ from nanoagent.messages import (
     is_assistant,
     is_tool,
     is_user,
+    shown_text,
     strip_runtime_context,
     truncate,
     unwrap_untrusted,
@@ -250,7 +251,7 @@ def format_transcript(messages: list[Message], cap: int = TRANSCRIPT_CAP_CHARS) 
     lines = []
     for m in messages:
         if is_user(m):
-            lines.append(f"[user] {_clean(strip_runtime_context(m['content']), MESSAGE_CAP_CHARS)}")
+            lines.append(f"[user] {_clean(strip_runtime_context(shown_text(m)), MESSAGE_CAP_CHARS)}")
         elif is_assistant(m):
             if m["content"]:
                 lines.append(f"[assistant] {_clean(m['content'], MESSAGE_CAP_CHARS)}")

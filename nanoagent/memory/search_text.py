@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator, Sequence
 
-from nanoagent.messages import Message, is_assistant, is_user, strip_runtime_context
+from nanoagent.messages import Message, is_assistant, is_user, shown_text, strip_runtime_context
 
 CHUNK_CHARS = 800  # memory-file chunks group paragraphs up to about this size
 DOC_CHARS = 8000  # a longer document (a pasted file in a message) is indexed by its first DOC_CHARS only
@@ -83,7 +83,7 @@ def _blocks(lines: list[str]) -> Iterator[tuple[int, int, bool]]:
 def message_text(message: Message) -> str:
     """The searchable text of a session message: user and assistant text only (tool results are not indexed)."""
     if is_user(message):
-        return strip_runtime_context(message["content"]).strip()[:DOC_CHARS]
+        return strip_runtime_context(shown_text(message)).strip()[:DOC_CHARS]
     if is_assistant(message):
         return message["content"].strip()[:DOC_CHARS]
     return ""

@@ -11,7 +11,7 @@ import json
 from collections.abc import AsyncIterator
 from typing import Any
 
-from nanoagent.messages import Message, calls_of, is_assistant, is_tool
+from nanoagent.messages import Message, UserBlock, calls_of, image_label, is_assistant, is_tool
 from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
@@ -204,11 +204,22 @@ def _blocks(msg: Message) -> list[dict[str, Any]]:
     blocks: list[dict[str, Any]] = []
     if is_assistant(msg):
         blocks.extend(dict(b) for b in msg.get("thinking") or ())
-    if msg["content"]:
-        blocks.append({"type": "text", "text": msg["content"]})
+    content = msg["content"]
+    if isinstance(content, list):
+        blocks.extend(_user_block(b) for b in content if b["type"] != "text" or b["text"])
+    elif content:
+        blocks.append({"type": "text", "text": content})
     for call in calls_of(msg):
         blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"], "input": _as_object(call["arguments"])})
     return blocks
+
+
+def _user_block(block: UserBlock) -> dict[str, Any]:
+    if block["type"] == "image_data":
+        return {"type": "image", "source": {"type": "base64", "media_type": block["media_type"], "data": block["data"]}}
+    if block["type"] == "image":  # a reference nobody resolved: say so rather than fail the request
+        return {"type": "text", "text": f"[image {image_label(block)} not loaded]"}
+    return {"type": "text", "text": block["text"]}
 
 
 def _as_object(arguments: str) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from nanoagent.messages import calls_of, is_assistant, is_tool
+from nanoagent.messages import UserBlock, calls_of, image_label, is_assistant, is_tool
 from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
@@ -41,8 +41,18 @@ def to_openai_messages(request: ChatRequest) -> list[dict[str, Any]]:
                 continue
             out.append(item)
         else:
-            out.append({"role": "user", "content": msg["content"]})
+            content = msg["content"]
+            out.append({"role": "user", "content": content if isinstance(content, str)
+                        else [_user_part(b) for b in content if b["type"] != "text" or b["text"]]})
     return out
+
+
+def _user_part(block: UserBlock) -> dict[str, Any]:
+    if block["type"] == "image_data":
+        return {"type": "image_url", "image_url": {"url": f"data:{block['media_type']};base64,{block['data']}"}}
+    if block["type"] == "image":  # a reference nobody resolved: say so rather than fail the request
+        return {"type": "text", "text": f"[image {image_label(block)} not loaded]"}
+    return {"type": "text", "text": block["text"]}
 
 
 def to_openai_tools(request: ChatRequest) -> list[dict[str, Any]]:

@@ -1,0 +1,201 @@
+"""Files a user attaches to a message: images by reference into the workspace's `media/`, text files as text.
+
+An image is copied to `media/image-<hash>.<ext>` (content-addressed, 0600) and the message carries only its
+path and SHA-256 (`messages.ImageBlock`); `resolve` reads it again whenever a request is built, so the session
+file never holds base64 and a changed or deleted file becomes a short note instead of a failed turn. The kind
+of a file is told by its first bytes, never by its name.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import os
+import re
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+
+from nanoagent import messages as msg
+from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import atomic_write, private_dir
+
+MEDIA_DIR = "media"
+EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp"})
+_CLOSE_TAG = re.compile(r"<(?=\s*/\s*attached_file)", re.IGNORECASE)
+_PIPED_CLOSE = re.compile(r"<(?=\s*/\s*piped_input)", re.IGNORECASE)
+
+
+class AttachmentError(NanoagentError):
+    """A file that cannot be attached, or a reference that no longer matches its file; the message says why."""
+
+
+@dataclass(frozen=True)
+class Limits:
+    max_image_bytes: int = 5_000_000
+    max_text_bytes: int = 200_000
+
+
+@dataclass(frozen=True)
+class Attached:
+    """One prepared attachment: an image stored under media/, or the text of a text file."""
+
+    name: str  # as the user gave it
+    size: int
+    image: msg.ImageBlock | None = None
+    text: str | None = None
+
+    def describe(self) -> str:
+        kind = self.image["media_type"].removeprefix("image/").upper() + " image" if self.image else "text file"
+        return f"{self.name} ({kind}, {_size(self.size)})"
+
+
+def sniff(data: bytes) -> str | None:
+    """The image media type the bytes start like, or None."""
+    if data.startswith(b"\x89PNG\r\n\x1a\n"):
+        return "image/png"
+    if data.startswith(b"\xff\xd8\xff"):
+        return "image/jpeg"
+    if data.startswith((b"GIF87a", b"GIF89a")):
+        return "image/gif"
+    if data[:4] == b"RIFF" and data[8:12] == b"WEBP":
+        return "image/webp"
+    return None
+
+
+def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = None) -> Attached:
+    """Read a file the user attaches: an image is stored under the workspace's media/, a text file is kept as
+    text. AttachmentError, one line saying why, for anything else."""
+    name = shown or str(path)
+    try:
+        if path.is_dir():
+            raise AttachmentError(f"Cannot attach {name}: it is a folder; attach the files in it one by one.")
+        with path.open("rb") as f:
+            head = f.read(16)
+            kind = sniff(head)
+            cap = limits.max_image_bytes if kind else limits.max_text_bytes
+            data = head + f.read(cap + 1 - len(head))
+    except FileNotFoundError:
+        raise AttachmentError(f"Cannot attach {name}: no such file.") from None
+    except OSError as e:
+        raise AttachmentError(f"Cannot attach {name}: {e.strerror or e}.") from None
+    if len(data) > cap:
+        what, setting = ("an image", "maxImageBytes") if kind else ("a text file", "maxTextBytes")
+        raise AttachmentError(f"Cannot attach {name}: it is over the {_size(cap)} limit for {what} "
+                              f"(tools.attachments.{setting} in config.json).")
+    if kind is not None:
+        return Attached(name, len(data), image=store_image(workspace, data, kind, path.name))
+    if path.suffix.lower() in IMAGE_SUFFIXES:
+        raise AttachmentError(f"Cannot attach {name}: its name says image but its bytes are not a PNG, JPEG, GIF "
+                              "or WebP image.")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        text = None
+    if text is None or "\x00" in text:
+        raise AttachmentError(f"Cannot attach {name}: it is neither text (UTF-8) nor a PNG, JPEG, GIF or WebP "
+                              "image; only those can go to the model.")
+    return Attached(name, len(data), text=text)
+
+
+def store_image(workspace: Path, data: bytes, media_type: str, name: str = "") -> msg.ImageBlock:
+    """Keep an image under media/ by its hash (the same image twice is one file) and return its reference."""
+    digest = hashlib.sha256(data).hexdigest()
+    relative = f"{MEDIA_DIR}/image-{digest[:16]}.{EXTENSIONS[media_type]}"
+    target = workspace / relative
+    if not (target.is_file() and _digest(target) == digest):
+        private_dir(target.parent)
+        atomic_write(target, data)
+    return msg.image_block(relative, digest, media_type, name)
+
+
+def compose(text: str, attached: list[Attached]) -> tuple[str, list[msg.ImageBlock]]:
+    """The message text with each attached text file before it, marked as the user's file, and the images."""
+    parts = [_as_text(a.name, a.text) for a in attached if a.text is not None]
+    return "\n\n".join([*parts, text] if text else parts), [a.image for a in attached if a.image is not None]
+
+
+def _as_text(name: str, text: str) -> str:
+    label = " ".join(name.split()).replace("&", "&amp;").replace('"', "&quot;").replace("<", "&lt;")
+    body = _CLOSE_TAG.sub("&lt;", text.rstrip("\n"))
+    return f'<attached_file name="{label}">\nThe user attached this file.\n\n{body}\n</attached_file>'
+
+
+def piped(text: str, message: str) -> str:
+    """Text piped into a one-shot, marked as such, then the message that came with it."""
+    body = _PIPED_CLOSE.sub("&lt;", text.rstrip("\n"))
+    return f"<piped_input>\n{body}\n</piped_input>\n\n{message}"
+
+
+def verify(workspace: Path, images: list[msg.ImageBlock]) -> None:
+    """Each reference names a file under media/ whose bytes still have its hash (a client's references are
+    checked before its message is stored)."""
+    for image in images:
+        checked, problem = msg.checked_image(image)
+        if checked is None:
+            raise AttachmentError(f"Bad attachment: {problem}.")
+        if _load(workspace, image) is None:
+            raise AttachmentError(f"The attached image {image['path']} is missing or changed since it was attached; "
+                                  "attach it again.")
+
+
+def resolve(messages: list[msg.Message], workspace: Path, model: str, takes_images: bool) -> list[msg.Message]:
+    """The messages as a request sends them: each image reference replaced by its bytes, or by a short note when
+    the file is gone or changed, or when the model does not take images. Other messages are the same objects."""
+    out: list[msg.Message] = []
+    for message in messages:
+        blocks = message["content"] if msg.is_user(message) else ""
+        if isinstance(blocks, str) or not msg.images_of(message):
+            out.append(message)
+            continue
+        content: list[msg.UserBlock] = []
+        for block in blocks:
+            if block["type"] != "image":
+                content.append(block)
+                continue
+            label = msg.image_label(block)
+            if not takes_images:
+                content.append({"type": "text", "text": f"[image {label} not sent: {model} does not take images]"})
+            elif (data := _load(workspace, block)) is None:
+                content.append({"type": "text", "text": f"[image {label} no longer available]"})
+            else:
+                content.append({"type": "image_data", "media_type": block["media_type"], "data": data})
+        out.append({"role": "user", "content": content})
+    return out
+
+
+def _load(workspace: Path, image: msg.ImageBlock) -> str | None:
+    """The image's bytes as base64 when its file is under media/ and still has its hash; else None."""
+    media = (workspace / MEDIA_DIR).resolve()
+    try:
+        path = (workspace / image["path"]).resolve()
+        if not path.is_relative_to(media):
+            return None
+        st = path.stat()
+    except (OSError, RuntimeError):
+        return None
+    found = _read(str(path), st.st_size, st.st_mtime_ns)
+    return found[1] if found is not None and found[0] == image["sha256"] else None
+
+
+@lru_cache(maxsize=8)
+def _read(path: str, size: int, mtime_ns: int) -> tuple[str, str] | None:
+    """(sha256, base64) of a file, cached by its size and modification time: every model call of a turn sends
+    the session's images again."""
+    try:
+        with open(path, "rb", opener=lambda p, flags: os.open(p, flags | os.O_NOFOLLOW)) as f:
+            data = f.read()
+    except OSError:
+        return None
+    return hashlib.sha256(data).hexdigest(), base64.b64encode(data).decode("ascii")
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _size(n: int) -> str:
+    if n >= 1_000_000:
+        return f"{n / 1_000_000:.1f} MB".replace(".0 MB", " MB")
+    return f"{n / 1000:.0f} KB" if n >= 1000 else f"{n} bytes"
