@@ -187,19 +187,10 @@ def remove(
 
 
 def _text(message: Message) -> str:
-    """A message's text; content blocks (an image, an attached file) become a short note each."""
-    from nanoagent.messages import strip_runtime_context
+    """A message's text, each image named on a line; a user's without the runtime block."""
+    from nanoagent.messages import shown_text, strip_runtime_context
 
-    content: Any = message.get("content", "")
-    if isinstance(content, list):
-        parts = []
-        for block in content:
-            if isinstance(block, dict) and block.get("type") == "text":
-                parts.append(str(block.get("text", "")))
-            elif isinstance(block, dict):
-                parts.append(f"[{block.get('type', 'block')}: {block.get('path') or block.get('name') or ''}]")
-        content = "\n".join(parts)
-    text = str(content)
+    text = shown_text(message)
     return strip_runtime_context(text) if message["role"] == "user" else text
 
 
