@@ -214,9 +214,13 @@ def test_model_flag_beats_the_nanoagent_model_variable(llm, isolated_home):
     assert llm.requests[-1].body["model"] == "claude-flag"
 
 
-def slash(llm, command: str, session: str = "cli:direct"):
+def slash(llm, command: str, session: str = "cli:direct", refused: bool = False):
+    """A command under -m: its answer on stdout, or, when it could not do what was asked, one line on stderr
+    and exit 1 (so a script can tell)."""
     proc = invoke("agent", "-m", command, "-s", session, env=anthropic_env(llm))
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == (1 if refused else 0), proc.stderr
+    if refused:
+        assert proc.stdout == "" and proc.stderr.count("\n") == 1
     return proc
 
 
@@ -241,7 +245,7 @@ def test_slash_model_shows_and_switches_the_model_for_this_session_only(llm, iso
 
 
 def test_slash_model_refuses_an_unknown_model_and_keeps_the_current_one(llm, isolated_home):
-    out = slash(llm, "/model mystery-model").stdout
+    out = slash(llm, "/model mystery-model", refused=True).stderr
     assert out.startswith("Cannot switch: Unknown model 'mystery-model'") and "provider/model" in out
     assert slash(llm, "/model").stdout.startswith("Model: anthropic/claude-test")
     assert llm.requests == []
@@ -272,8 +276,8 @@ def test_slash_sessions_lists_saved_sessions_and_marks_the_current_one(llm):
     assert "  cli:first" in lines and "* cli:second" in lines
 
 
-def test_an_unknown_slash_command_gets_a_hint_and_no_model_call(llm):
-    out = slash(llm, "/foo bar").stdout
+def test_an_unknown_slash_command_gets_a_hint_exits_1_and_makes_no_model_call(llm):
+    out = slash(llm, "/foo bar", refused=True).stderr
     assert out.strip() == "Unknown command /foo. Type /help to see the commands."
     assert llm.requests == []
 
@@ -292,3 +296,10 @@ def test_slash_status_shows_token_counts(llm):
     out = slash(llm, "/status").stdout
     assert re.search(r"^context:\s+[\d,]+ of 200,000 tokens \(\d+%\)$", out, re.MULTILINE), out
     assert re.search(r"^tokens:\s+[\d,]+ in, 56 out", out, re.MULTILINE), out
+
+
+def test_a_command_that_cannot_do_what_was_asked_exits_1_in_json_too(llm):
+    assert "Nothing to retry" in slash(llm, "/retry", refused=True).stderr
+    ran = invoke("agent", "-m", "/dream-restore", "--json", env=anthropic_env(llm))
+    assert ran.returncode == 1 and json.loads(ran.stdout)["refused"] is True
+    assert slash(llm, "/status").stdout  # one that works still exits 0

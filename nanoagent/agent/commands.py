@@ -48,7 +48,14 @@ class Call:
     sink: ev.EventSink  # where the command's own events go (Dream's tool calls and usage)
 
 
-Handler = Callable[["Commands", Call], Awaitable[str | Resend]]
+@dataclass(frozen=True)
+class Refused:
+    """A command's answer when it could not do what was asked: shown like any answer, and `agent -m` exits 1."""
+
+    text: str
+
+
+Handler = Callable[["Commands", Call], Awaitable[str | Resend | Refused]]
 
 
 @dataclass(frozen=True)
@@ -89,11 +96,11 @@ class Commands:
         found = COMMANDS.get(name)
         return found is not None and found.read_only
 
-    async def run(self, session: Session, text: str, sink: ev.EventSink = ev.discard) -> str | Resend:
+    async def run(self, session: Session, text: str, sink: ev.EventSink = ev.discard) -> str | Resend | Refused:
         name, _, args = text.partition(" ")
         found = COMMANDS.get(name)
         if found is None:
-            return f"Unknown command {name}. Type /help to see the commands."
+            return Refused(f"Unknown command {name}. Type /help to see the commands.")
         return await found.handler(self, Call(session, args.strip(), sink))
 
     # --- the commands ------------------------------------------------------------------------
@@ -144,7 +151,7 @@ class Commands:
         return self.consolidator.prompt_tokens(session, lambda count: self.context.fixed_tokens(system, count), model)
 
     @command("/model", "show or switch the model for this session: /model anthropic/claude-sonnet-4-5")
-    async def model(self, call: Call) -> str:
+    async def model(self, call: Call) -> str | Refused:
         session, name = call.session, call.args
         current = self.models.for_session(session)
         if not name:
@@ -154,19 +161,19 @@ class Commands:
         try:
             self.providers.get(name)  # fails now, not at the next turn, on an unknown model or missing key
         except NanoagentError as e:
-            return f"Cannot switch: {e}"
+            return Refused(f"Cannot switch: {e}")
         async with self.store.lock_async(session):
             self.store.set_model(session, name)
         note = " (but --model on the command line takes precedence)" if self.models.pinned else ""
         return f"This session now uses {name}{note}."
 
     @command("/retry", "send the message of a turn that failed once more")
-    async def retry(self, call: Call) -> str | Resend:
+    async def retry(self, call: Call) -> str | Resend | Refused:
         session = call.session
         last = _last_user(session)
         turn = next((t for t in reversed(session.failed_turns) if t[0] <= last < t[1]), None)
         if turn is None or not is_user(session.messages[turn[0]]):
-            return "Nothing to retry: the last turn did not fail."
+            return Refused("Nothing to retry: the last turn did not fail.")
         message = session.messages[turn[0]]
         return Resend(strip_runtime_context(message["content"]), tuple(images_of(message)))
 
@@ -206,46 +213,46 @@ class Commands:
         return "\n".join(f"{'*' if k == call.session.key else ' '} {k}" for k in keys) or "No saved sessions yet."
 
     @command("/dream", "fold new history into long-term memory now (/dream --dry-run to preview)")
-    async def dream(self, call: Call) -> str:
+    async def dream(self, call: Call) -> str | Refused:
         from nanoagent.memory.dream import describe
 
         if self.dream_factory is None:
-            return "Dream is not available here."
+            return Refused("Dream is not available here.")
         dream = self.dream_factory(call.sink)
         flags = call.args.split()
         try:
             results = await dream.run(dry_run="--dry-run" in flags, all_entries="--all" in flags)
         except NanoagentError as e:
-            return f"Dream failed: {e}"
+            return Refused(f"Dream failed: {e}")
         return describe(results, dream.history.dream_cursor)
 
     @command("/dream-log", "list the edits made to memory, or show one: /dream-log [N | SHA]", read_only=True)
-    async def dream_log(self, call: Call) -> str:
+    async def dream_log(self, call: Call) -> str | Refused:
         memory, arg = self.memory_git, call.args
         if memory is None:
-            return NO_MEMORY_GIT
+            return Refused(NO_MEMORY_GIT)
         try:
             if arg and not (arg.isdigit() and len(arg) < MIN_SHA):
                 return await asyncio.to_thread(memory.show, arg)
             commits = await asyncio.to_thread(memory.log, int(arg) if arg else 20)
         except NanoagentError as e:
-            return f"Cannot read the memory history: {e}"
+            return Refused(f"Cannot read the memory history: {e}")
         if not commits:
             return "No memory edits recorded yet."
         lines = [f"{c.short}  {c.time:%Y-%m-%d %H:%M}  {', '.join(c.files) or '-'}  {c.summary}" for c in commits]
         return "\n".join(lines + ["", "Show one with /dream-log SHA; undo one with /dream-restore SHA."])
 
     @command("/dream-restore", "undo one memory edit, keeping every later change: /dream-restore SHA")
-    async def dream_restore(self, call: Call) -> str:
+    async def dream_restore(self, call: Call) -> str | Refused:
         memory = self.memory_git
         if memory is None:
-            return NO_MEMORY_GIT
+            return Refused(NO_MEMORY_GIT)
         if not call.args:
-            return "Which edit? Give its sha: /dream-restore SHA (see /dream-log)."
+            return Refused("Which edit? Give its sha: /dream-restore SHA (see /dream-log).")
         try:
             made = await asyncio.to_thread(memory.restore, call.args)
         except NanoagentError as e:
-            return f"Cannot restore: {e}"
+            return Refused(f"Cannot restore: {e}")
         return f"{made.summary}\nChanged {', '.join(made.files)}; recorded as {made.short}."
 
 

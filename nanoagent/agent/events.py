@@ -140,3 +140,8 @@ class TurnResult:
     session: str
     result: RunResult | None = None
     model: str = ""
+    refused: bool = False  # a slash command that could not do what was asked (unknown, bad argument, busy)
+
+    @property
+    def failed(self) -> bool:
+        return self.refused or (self.result is not None and self.result.error is not None)

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
-from nanoagent.agent.commands import Commands, Resend
+from nanoagent.agent.commands import Commands, Refused, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import AgentRunner, RunSpec
@@ -99,8 +99,10 @@ class AgentLoop:
                 raise AttachmentError("Images go with a message, not a slash command; send them with some text.")
             name = text.split()[0]
             if self.busy(key) and not self.commands.read_only(name):
-                return TurnResult(BUSY, key, model=self.model_for(session))
+                return TurnResult(BUSY, key, model=self.model_for(session), refused=True)
             outcome = await self.commands.run(session, text.strip(), sink)
+            if isinstance(outcome, Refused):
+                return TurnResult(outcome.text, key, model=self.model_for(session), refused=True)
             if not isinstance(outcome, Resend):
                 return TurnResult(outcome, key, model=self.model_for(session))
             text, images = outcome.text, list(outcome.images)

@@ -144,10 +144,9 @@ def agent(
     renderer = OneShotRenderer(quiet_reply=json_output)
     ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
     turn = run_main(_one_shot(paths, config, model, key, message, renderer, ask, remote, images))
-    error = turn.result.error if turn.result is not None else None
-    failed = error is not None
-    if failed:
-        log.error("turn failed in session %s: %s", turn.session, error)
+    failed = turn.failed  # a turn that ended in an error, or a slash command that could not do what was asked
+    if turn.result is not None and turn.result.error is not None:
+        log.error("turn failed in session %s: %s", turn.session, turn.result.error)
     if json_output:
         print(json.dumps(_turn_json(turn), ensure_ascii=False))
     else:
@@ -287,6 +286,8 @@ def _turn_json(turn: TurnResult) -> dict[str, Any]:
 
     result = turn.result
     data: dict[str, Any] = {"reply": turn.reply, "session": turn.session, "model": turn.model}
+    if turn.refused:
+        data["refused"] = True
     if result is not None:
         data.update(
             stop=result.stop.value,

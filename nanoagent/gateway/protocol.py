@@ -104,7 +104,7 @@ def result_to_wire(turn: ev.TurnResult | None, request_id: str) -> dict[str, Any
                        for c in run.tool_calls],
     }
     return {"type": "result", "id": request_id, "reply": turn.reply, "session": turn.session, "model": turn.model,
-            "joined": False, "run": wire_run}
+            "joined": False, "run": wire_run, "refused": turn.refused}
 
 
 def result_from_wire(data: dict[str, Any]) -> ev.TurnResult | None:
@@ -119,4 +119,5 @@ def result_from_wire(data: dict[str, Any]) -> ev.TurnResult | None:
             usage=Usage(**{k: int(v) for k, v in (run.get("usage") or {}).items()}), error=run.get("error"),
             tool_calls=[ev.ToolCallRecord(c["name"], c.get("arguments") or {}, bool(c.get("ok")),
                                           float(c.get("elapsed", 0))) for c in run.get("tool_calls") or []])
-    return ev.TurnResult(str(data.get("reply", "")), str(data.get("session", "")), result, str(data.get("model", "")))
+    return ev.TurnResult(str(data.get("reply", "")), str(data.get("session", "")), result, str(data.get("model", "")),
+                         refused=bool(data.get("refused")))
