@@ -219,54 +219,43 @@ def test_images_of_a_session_switched_to_a_model_without_vision_become_a_note(ll
 # --- interactive: /attach ------------------------------------------------------------------------------------
 
 
-def test_slash_attach_in_a_piped_session_joins_the_next_message(llm, isolated_home, picture, tmp_path):
+def test_slash_attach_in_a_terminal_lists_and_sends_files_with_the_next_message_only(llm, isolated_home, picture,
+                                                                                   tmp_path):
+    import os
+    import sys
+
+    import pexpect
+
+    from tests.conftest import ROOT
+    from tests.test_interactive import PROMPT, wait_for_requests
+
     notes = tmp_path / "list.txt"
     notes.write_text("milk\n")
     llm.script(Reply(text="A red square and milk."), Reply(text="plain"))
-    proc = invoke("agent", input=f"/attach {picture}\n/attach {notes}\n/attach\nwhat are these?\nand this?\n",
-                  env=anthropic_env(llm))
-    assert proc.returncode == 0, proc.stderr
-    assert "Attached cat.png" not in proc.stdout  # named as the user typed it
-    assert f"Attached {picture} (PNG image, {len(IMAGE)} bytes); it goes with your next message." in proc.stdout
-    assert f"Attached for your next message: {picture} (PNG image" in proc.stdout
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
+                          timeout=20, dimensions=(30, 250))
+    try:
+        child.expect_exact(PROMPT)
+        child.send(f"/attach {tmp_path / 'nope.png'}\r")
+        child.expect_exact(f"Cannot attach {tmp_path / 'nope.png'}: no such file.")
+        child.send(f"/attach {picture}\r")
+        child.expect_exact(f"Attached {picture} (PNG image, {len(IMAGE)} bytes); it goes with your next message.")
+        child.send(f"/attach {notes}\r")
+        child.expect_exact("it goes with your next message")
+        child.send("/attach\r")
+        child.expect_exact(f"Attached for your next message: {picture} (PNG image")
+        child.send("what are these?\r")
+        child.expect_exact("A red square and milk.")
+        child.send("and this?\r")
+        child.expect_exact("plain")
+        wait_for_requests(llm, 2)
+    finally:
+        child.terminate(force=True)
     first, second = llm.requests[-2].body, llm.requests[-1].body
     assert len(sent_images(first)) == 1 and "milk" in json.dumps(first["messages"][-1])
     assert len(sent_images(second)) == 1  # the image stays in the conversation; it was attached once
     assert [len(msg.images_of(m)) for m in messages_of(isolated_home) if msg.is_user(m)] == [1, 0]
-
-
-def test_slash_attach_of_a_missing_file_says_so_and_the_session_goes_on(llm, isolated_home, tmp_path):
-    llm.script(Reply(text="hi"))
-    proc = invoke("agent", input=f"/attach {tmp_path / 'nope.png'}\nhello\n", env=anthropic_env(llm))
-    assert proc.returncode == 0
-    assert f"Cannot attach {tmp_path / 'nope.png'}: no such file." in proc.stdout
-    assert sent_images(llm.requests[-1].body) == []
-
-
-def test_slash_attach_in_a_terminal_sends_the_image_with_the_next_message(llm, isolated_home, picture):
-    import pexpect
-
-    from tests.test_interactive import PROMPT, wait_for_requests
-
-    llm.script(Reply(text="A red square."))
-    env = {**anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "100", "LINES": "30",
-           "PROMPT_TOOLKIT_NO_CPR": "1", "NANOAGENT_HOME": str(isolated_home), "PATH": __import__("os").environ["PATH"]}
-    import sys
-
-    from tests.conftest import ROOT
-
-    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
-                          timeout=20, dimensions=(30, 100))
-    try:
-        child.expect_exact(PROMPT)
-        child.send(f"/attach {picture}\r")
-        child.expect_exact("it goes with your next message")
-        child.send("what is this?\r")
-        child.expect_exact("A red square.")
-        wait_for_requests(llm, 1)
-    finally:
-        child.terminate(force=True)
-    assert sent_images(llm.requests[-1].body) == [base64.b64encode(IMAGE).decode()]
 
 
 # --- through the gateway -----------------------------------------------------------------------------------

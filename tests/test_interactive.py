@@ -168,12 +168,12 @@ def test_ctrl_d_and_exit_quit(term):
     child.expect(pexpect.EOF)
 
 
-def test_piped_input_gets_plain_replies(llm, isolated_home):
-    llm.script(Reply(text="Plain **one**."), Reply(text="Plain two."))
-    proc = invoke("agent", input="first\nsecond\n", env=anthropic_env(llm))
+def test_text_piped_into_agent_is_one_message_with_a_plain_reply(llm, isolated_home):
+    llm.script(Reply(text="Plain **one**."))
+    proc = invoke("agent", input="def f():\n    return 1\n", env=anthropic_env(llm))
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout == "Plain **one**.\nPlain two.\n"
-    assert [sent_text(r).rsplit("\n", 1)[-1] for r in llm.requests] == ["first", "second"]
+    assert proc.stdout == "Plain **one**.\n"
+    assert len(llm.requests) == 1 and sent_text(llm.requests[0]).rstrip().endswith("def f():\n    return 1")
 
 
 def sent_text(request):

@@ -85,3 +85,57 @@ def test_rm_asks_first_refuses_a_script_without_yes_and_keeps_the_memory_archive
     assert "cli:old" not in SessionStore(isolated_home / "sessions").keys()
     assert (history.read_text() if history.exists() else None) == archived
 
+
+
+def test_the_prompt_can_be_given_as_an_argument_like_m(llm, isolated_home):
+    llm.script(Reply(text="hello back"))
+    ran = invoke("agent", "hi there", env=anthropic_env(llm))
+    assert ran.returncode == 0 and ran.stdout == "hello back\n"
+    both = invoke("agent", "hi", "-m", "hi", env=anthropic_env(llm))
+    assert both.returncode == 1 and "not both" in both.stderr
+
+
+def test_continue_picks_up_the_most_recent_conversation_and_not_a_machine_session(llm, isolated_home):
+    talk(llm, "project", Reply(text="noted"))
+    store = SessionStore(isolated_home / "sessions")
+    cron = store.load("cron:job1")
+    store.add_messages(cron, [{"role": "user", "content": "scheduled"}], sync=True)  # newer, but not a conversation
+    llm.script(Reply(text="continuing"))
+    ran = invoke("agent", "-c", "-m", "where were we?", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+    assert [m["role"] for m in SessionStore(isolated_home / "sessions").load("cli:project").messages] == [
+        "user", "assistant", "user", "assistant"]
+
+
+def test_continue_with_no_earlier_conversation_is_one_line(llm, isolated_home):
+    ran = invoke("agent", "-c", "-m", "hi", env=anthropic_env(llm))
+    assert ran.returncode == 1 and "No earlier conversation" in ran.stderr and llm.requests == []
+
+
+def test_resume_off_a_terminal_says_to_use_c_or_s(llm, isolated_home):
+    talk(llm, "project", Reply(text="noted"))
+    ran = invoke("agent", "--resume", "-m", "hi", env=anthropic_env(llm))
+    assert ran.returncode == 1 and "-c" in ran.stderr and "-s KEY" in ran.stderr
+
+
+def test_resume_on_a_terminal_offers_recent_conversations_to_pick_from(llm, isolated_home):
+    import os
+    import sys
+
+    import pexpect
+
+    from tests.conftest import ROOT
+
+    talk(llm, "older", Reply(text="a"))
+    talk(llm, "newer", Reply(text="b"))
+    llm.script(Reply(text="back in the older one"))
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "--resume", "-m", "and then?"], cwd=str(ROOT),
+                          env=env, encoding="utf-8", timeout=20, dimensions=(30, 120))
+    child.expect(r"1\s+cli:newer")
+    child.expect(r"2\s+cli:older")
+    child.expect_exact("Continue which")
+    child.send("2\r")
+    child.expect_exact("back in the older one")
+    child.expect(pexpect.EOF)
+    assert len(SessionStore(isolated_home / "sessions").load("cli:older").messages) == 4

@@ -102,8 +102,14 @@ def root(
 
 @app.command()
 def agent(
+    prompt: Annotated[str | None, typer.Argument(help="The message, as with -m (`nanoagent agent \"hi\"`).",
+                                                 show_default=False)] = None,
     message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit; `-m -` reads "
                        "it from stdin, and text piped in with `-m TEXT` goes before TEXT.")] = None,
+    continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent conversation "
+                                                "(see `nanoagent sessions list`).")] = False,
+    resume: Annotated[bool, typer.Option("--resume", help="Pick a recent conversation to continue from a list "
+                                         "(on a terminal).")] = False,
     model: Annotated[str | None, typer.Option("--model", help="Model to use, e.g. anthropic/claude-sonnet-4-5.")] = None,
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
     attach: Annotated[list[str] | None, typer.Option("--attach", "-a", help="Attach a file to the -m message "
@@ -121,12 +127,22 @@ def agent(
 
     Example: nanoagent agent -m "what is on my list today?"
     """
+    if prompt is not None:
+        if message is not None:
+            raise NanoagentError("Give the message once: either as an argument or after -m, not both.")
+        message = prompt
+    elif message is None and not sys.stdin.isatty() and _stdin_has_data():
+        message = "-"  # `cat notes.txt | nanoagent agent`: what was piped in is one message
     if message is not None and message != "-":
         _check_message(message)
     elif attach and message is None:
         raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
     paths, config = setup(workspace)
     key = session if ":" in session else f"cli:{session}"
+    if continue_last or resume:
+        if session != "cli:direct":
+            raise NanoagentError("-s names a session and -c/--resume pick one; give one of them.")
+        key = _pick_session(paths, resume)
     remote = not local and workspace is None and model is None and _gateway_running(paths)
     if message is None:
         _interactive(paths, config, model, key, remote)
@@ -153,6 +169,54 @@ def agent(
         renderer.finish(turn.reply, failed)
     if failed:
         raise typer.Exit(1)
+
+
+def _stdin_has_data() -> bool:
+    """Whether stdin is a pipe or a file (something was piped in), not a terminal, /dev/null or a socket."""
+    import io
+    import os
+    import stat
+
+    try:
+        mode = os.fstat(sys.stdin.fileno()).st_mode
+    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
+        return _unread(sys.stdin)  # no descriptor: an in-process runner's stream
+    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
+
+
+def _unread(stream: Any) -> bool:
+    """Whether a stream with no descriptor still holds something to read (one that cannot tell: assume so)."""
+    buffer = getattr(stream, "buffer", stream)
+    if stream is None or stream.isatty() or not buffer.seekable():
+        return stream is not None and not stream.isatty()
+    here = buffer.tell()
+    end = buffer.seek(0, 2)
+    buffer.seek(here)
+    return end > here
+
+
+def _pick_session(paths: Paths, choose: bool) -> str:
+    """-c: the most recently active conversation; --resume: one picked from a numbered list on a terminal."""
+    from nanoagent.cli.sessions_cmd import conversations
+    from nanoagent.session.store import SessionStore
+
+    rows = conversations(SessionStore(paths.sessions_dir, warn=warn))
+    if not rows:
+        raise NanoagentError("No earlier conversation to continue; start one with `nanoagent agent`.")
+    if not choose:
+        return rows[0].key
+    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+        raise NanoagentError("--resume asks which conversation on a terminal; here use -c (the most recent) "
+                             "or -s KEY (see `nanoagent sessions list`).")
+    from nanoagent.cli.render import terminal_safe
+
+    shown = rows[:15]
+    for number, row in enumerate(shown, 1):
+        print(f"{number:>3}  {terminal_safe(row.key):<32} {row.messages:>6,} messages  {terminal_safe(row.preview)}")
+    answer = input(f"Continue which (1-{len(shown)}, Enter for 1)? ").strip() or "1"
+    if not answer.isdigit() or not 1 <= int(answer) <= len(shown):
+        raise NanoagentError(f"{answer!r} is not one of 1-{len(shown)}; run it again and type a number.")
+    return shown[int(answer) - 1].key
 
 
 def _check_message(message: str) -> None:

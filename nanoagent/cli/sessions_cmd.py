@@ -31,10 +31,11 @@ class Summary:
     last_active: str  # ISO time, UTC
     tokens: int
     cost: str
+    preview: str = ""  # the start of the last thing the user said
 
     def to_dict(self) -> dict[str, Any]:
         return {"key": self.key, "messages": self.messages, "last_active": self.last_active, "tokens": self.tokens,
-                "cost": self.cost}
+                "cost": self.cost, "preview": self.preview}
 
 
 def _store() -> SessionStore:
@@ -65,14 +66,25 @@ def summarize(store: SessionStore) -> list[Summary]:
         total = session_total(session.usage)
         stamp = datetime.fromtimestamp(os.stat(session.path).st_mtime, UTC).isoformat(timespec="seconds")
         rows.append(Summary(key, len(session.messages), stamp, total.usage.input_tokens + total.usage.output_tokens,
-                            total.cost_text()))
+                            total.cost_text(), _preview(session)))
     return sorted(rows, key=lambda row: row.last_active, reverse=True)
 
 
-def most_recent(store: SessionStore) -> str | None:
-    """The key of the session written last, or None when there is none."""
-    rows = summarize(store)
-    return rows[0].key if rows else None
+# Sessions a program runs on its own, not conversations a person would continue.
+MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
+
+
+def conversations(store: SessionStore) -> list[Summary]:
+    """Sessions with messages a person had, the most recently active first (for -c and --resume)."""
+    return [row for row in summarize(store) if row.messages and not row.key.startswith(MACHINE_PREFIXES)]
+
+
+def _preview(session: Session) -> str:
+    from nanoagent.messages import is_user
+
+    last = next((m for m in reversed(session.messages) if is_user(m)), None)
+    text = " ".join(_text(last).split()) if last is not None else ""
+    return text[:50] + ("…" if len(text) > 50 else "")
 
 
 @sessions_app.command("list")
