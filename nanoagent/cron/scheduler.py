@@ -160,8 +160,9 @@ class Scheduler:
                                 "jobs.")
         try:
             await self.pass_(raise_corrupt=True)
-            while self._active:
-                await asyncio.gather(*list(self._active.values()), return_exceptions=True)
+            while self._active:  # more due than may run at once: start the rest as runs finish
+                await asyncio.wait(list(self._active.values()), return_when=asyncio.FIRST_COMPLETED)
+                await self.pass_(raise_corrupt=True)
             await self._flush_pending()
             return self.finished
         finally:
