@@ -138,3 +138,15 @@ def test_in_the_gateway_a_run_goes_through_the_hub_and_a_watching_terminal_sees_
     assert notice.text.startswith(f"{NOTE_MARK}Scheduled job tea") and notice.text.endswith("Tea time!")
     assert any(isinstance(e, ev.TurnStarted) for e in cron_seen)  # the run was a hub turn in session cron:tea
     assert recent_notes(paths.session_file("cli:direct")) == [notice.text]
+
+
+def test_a_terminal_opening_its_session_is_shown_the_notes_since_the_users_last_message():
+    from nanoagent import messages as msg
+
+    sessions = SessionStore(Paths.from_env().sessions_dir)
+    session = sessions.load("cli:direct")
+    with sessions.lock(session):
+        sessions.add_messages(session, [msg.assistant(f"{NOTE_MARK}Scheduled job a «old»\n\nseen already"),
+                                        msg.user("thanks"), msg.assistant("You're welcome."),
+                                        msg.assistant(f"{NOTE_MARK}Scheduled job b «tea»\n\nTea time!")])
+    assert recent_notes(session.path) == [f"{NOTE_MARK}Scheduled job b «tea»\n\nTea time!"]

@@ -159,6 +159,7 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
                                            else _local(config, paths, model))
         try:
             if terminal:
+                _show_notes(paths, key, ui)
                 await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
                                       " (through the gateway)" if remote else "")
             else:
@@ -168,6 +169,16 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
                 await agent.client.close()
 
     run_main(session())
+
+
+def _show_notes(paths: Paths, key: str, ui: Any) -> None:
+    """Scheduled replies and messages delivered to this session since the user last wrote in it."""
+    from rich.markup import escape
+
+    from nanoagent.cron.deliver import recent_notes
+
+    for note in recent_notes(paths.session_file(key)):
+        ui.line(f"[cyan]{escape(note)}[/cyan]")
 
 
 def _turn_json(turn: TurnResult) -> dict[str, Any]:
