@@ -47,26 +47,22 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
              cron: str | None = None, every: str | None = None, at: str | None = None, tz: str | None = None,
              to: str | None = None, name: str | None = None, job_id: str | None = None,
              enabled: bool | None = None, missed: Literal["once", "skip"] | None = None) -> str:
-        """Schedule work for later or regularly: reminders ("remind me at 9"), recurring checks, reports. Each run
-        is a turn of yours with the job's message; your reply is delivered to the job's target (by default this
-        chat). add needs message and one of cron / every / at; update changes the fields given; list shows every
-        job with its id and next run; remove deletes one.
+        """Schedule work for later or regularly (reminders, checks, reports). Each run is a turn of yours with the
+        job's message; the reply goes to the job's target (default: this chat). add needs message and one of
+        cron/every/at; update changes what is given; list shows ids and next runs.
 
         Args:
             action: add, list, update or remove.
-            message: What the run should do, written as an instruction to yourself, e.g. "Remind the user to call
-                the dentist." (add; update).
-            cron: A cron expression, five fields: minute hour day-of-month month day-of-week, e.g. "0 9 * * 1-5".
-            every: An interval: 30s, 15m, 2h, 1d or 1h30m.
-            at: One time: "2026-05-04 09:00", "09:00", "tomorrow 8:30" or "in 20 minutes". The job is removed
-                after it ran.
-            tz: IANA time zone for cron and at, e.g. Europe/Berlin (default: the user's).
-            to: Where replies go: this chat by default; telegram:<chat id>, "telegram" (the user's private chat),
-                cli:direct (the terminal), or none for jobs that only act.
-            name: A short name for the job.
-            job_id: The job to update or remove (from list).
-            enabled: update: false pauses the job, true resumes it.
-            missed: If runs were missed while nanoagent was not running: once (run once, late; default) or skip.
+            message: An instruction to your future self, e.g. "Remind the user to call the dentist."
+            cron: Five fields (minute hour day month weekday), e.g. "0 9 * * 1-5".
+            every: Interval: 30s, 15m, 2h, 1d.
+            at: One time: "2026-05-04 09:00", "09:00", "tomorrow 8:30", "in 20 minutes".
+            tz: IANA zone for cron and at (default: the user's).
+            to: telegram:<chat id>, "telegram", cli:direct, or none (only acts).
+            name: A short name.
+            job_id: For update and remove.
+            enabled: update: false pauses, true resumes.
+            missed: Runs missed while nanoagent was off: once (default) or skip.
         """
         try:
             if action == "list":
@@ -147,14 +143,13 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
 
     @tool()
     async def message(ctx: ToolContext, text: str, to: str | None = None) -> str:
-        """Send a message now to one of the user's own chats: a Telegram chat or a terminal session. For scheduled
-        runs that must notify someplace else, or "tell me on Telegram when it is done". Not for answering this
-        conversation: your reply does that.
+        """Send a message now to one of the user's own chats, e.g. "tell me on Telegram when it is done" or from a
+        scheduled run. Not for answering this conversation: your reply does that.
 
         Args:
             text: The message (Markdown).
-            to: telegram:<chat id>, "telegram" (the user's private chat) or cli:<session> such as cli:direct. In a
-                scheduled run it defaults to the job's target.
+            to: telegram:<chat id>, "telegram" (the user's own chat) or cli:direct; in a scheduled run, the job's
+                target by default.
         """
         key = current_turn.get().session_key
         try:
