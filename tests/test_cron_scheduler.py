@@ -295,3 +295,22 @@ def test_a_corrupt_store_stops_scheduling_with_one_logged_line_and_resumes_when_
     store.path.write_text(good)
     tick(runner, clock)
     assert len(runner.ran) == 1
+
+
+def test_a_system_task_switched_off_while_its_run_died_is_recorded_interrupted_and_not_run_again():
+    async def demo() -> RunOutcome:
+        return RunOutcome()
+
+    clock = Clock()
+    task = SystemTask("dream", Schedule.every(600, T0), demo)
+    asyncio.run(Scheduler(jobs_store(), Recorder(), Settings(), [task], clock=clock).tick())
+
+    def died(jobs):
+        jobs.system["dream"].running = Running(clock.now, 999999, clock.now)
+        jobs.system["dream"].next_run = clock.now - timedelta(minutes=1)
+
+    jobs_store().update(died)
+    clock.advance(hours=1)
+    asyncio.run(Scheduler(jobs_store(), Recorder(), Settings(), [], clock=clock).tick())  # dream now switched off
+    state = jobs_store().read().system["dream"]
+    assert state.running is None and [r.status for r in state.runs] == ["interrupted"]

@@ -202,7 +202,9 @@ class Scheduler:
                 self._interrupted(jobs, key, entry)
         claims: list[Claim] = []
         room = self.settings.max_concurrent - len(self._active) if self.accepting() else 0
-        due = sorted(((k, e, s) for k, e, s in entries if self._is_due(e, now)), key=lambda x: x[1].next_run or now)
+        offered = {f"system-{t.name}" for t in self.tasks}
+        due = sorted(((k, e, s) for k, e, s in entries if self._is_due(e, now) and (isinstance(e, Job) or k in offered)),
+                     key=lambda x: x[1].next_run or now)
         for key, entry, schedule in due:
             assert entry.next_run is not None
             late = (now - entry.next_run).total_seconds()
@@ -224,8 +226,8 @@ class Scheduler:
             job = entry if isinstance(entry, Job) else None
             claims.append(Claim(key, _copy(job), None if job else self._task(key), now, scheduled,
                                 late if late > ON_TIME else 0.0, missed))
-        waiting = [e.next_run for _, e, _ in entries if e.next_run is not None and e.next_run > now
-                   and e.running is None and (not isinstance(e, Job) or e.enabled)]
+        waiting = [e.next_run for k, e, _ in entries if e.next_run is not None and e.next_run > now
+                   and e.running is None and (e.enabled if isinstance(e, Job) else k in offered)]
         return claims, min(waiting, default=None)
 
     def _entries(self, jobs: JobsFile, now: datetime) -> list[tuple[str, Entry, Schedule]]:
