@@ -534,6 +534,79 @@ def bench_web_fetch() -> None:
     record("  the same, first call in a process (imports included)", f"{first:.3f} s", "-", True)
 
 
+def bench_cron(home: Path) -> None:
+    """1,000 scheduled jobs (each with 5 runs of history): read jobs.json and compute every next run; and an idle
+    scheduler's wakeups, from the sleeps it computes over a simulated hour and for a few real seconds."""
+    from datetime import UTC, datetime, timedelta
+
+    from nanoagent.cron.schedule import Schedule
+    from nanoagent.cron.scheduler import RunOutcome, Scheduler
+    from nanoagent.cron.store import Job, JobStore, RunRecord
+
+    store = JobStore(home / "cron-bench" / "cron" / "jobs.json")
+    t0 = datetime.now(UTC)
+
+    def fill(jobs) -> None:
+        for i in range(1000):
+            schedule = Schedule.cron(f"{i % 60} {i % 24} * * {i % 7}", "Europe/Berlin") if i % 2 else \
+                Schedule.every(f"{2 + i % 50}h", t0)
+            runs = [RunRecord(t0 - timedelta(days=d), "ok", 1.5, 1200) for d in range(5)]
+            jobs.jobs.append(Job(id=f"j{i:04d}", message=f"job {i}: check the thing and report", schedule=schedule,
+                                 created=t0, next_run=schedule.next_after(t0 + timedelta(hours=1)), runs=runs))
+
+    store.update(fill)
+
+    def load_and_plan() -> float:
+        started = time.perf_counter()
+        jobs = store.read().jobs
+        now = datetime.now(UTC)
+        for job in jobs:
+            job.schedule.next_after(now)
+        return time.perf_counter() - started
+
+    load_and_plan()  # cronsim's import, once per process
+    median = statistics.median(load_and_plan() for _ in range(7))
+    size = store.path.stat().st_size / 1e6
+    record(f"cron: 1,000 jobs read + next runs ({size:.1f} MB, median of 7)", f"{median * 1000:.1f} ms", "< 100 ms",
+           median < 0.1)
+
+    class Clock:
+        now = t0
+
+        def __call__(self) -> datetime:
+            return self.now
+
+    async def nothing(job, claim) -> RunOutcome:
+        raise AssertionError("nothing is due")
+
+    clock = Clock()
+    scheduler = Scheduler(store, nothing, clock=clock)
+
+    async def simulated_hour() -> int:
+        wakeups, elapsed = 0, 0.0
+        while elapsed < 3600:
+            delay = await scheduler.pass_()
+            elapsed += delay
+            clock.now += timedelta(seconds=delay)
+            wakeups += 1
+        return wakeups
+
+    wakeups = asyncio.run(simulated_hour())
+    record("cron: idle scheduler wakeups in a simulated hour", f"{wakeups}", "<= 60", wakeups <= 60)
+
+    async def real_seconds() -> int:
+        live = Scheduler(store, nothing)
+        task = asyncio.create_task(live.serve())
+        await asyncio.sleep(3)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return live.wakeups
+
+    real = asyncio.run(real_seconds())
+    record("cron: idle scheduler wakeups in 3 real seconds", f"{real}", "1 (no polling)", real == 1)
+
+
 def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
@@ -553,6 +626,7 @@ def main() -> int:
         bench_keystrokes(home)
         bench_sandbox(home)
         bench_web_fetch()
+        bench_cron(home)
     failed = [r for r in RESULTS if not r[3]]
     (ROOT / "bench" / "last-run.json").write_text(json.dumps(RESULTS, indent=1) + "\n")
     print(f"\n{len(RESULTS) - len(failed)}/{len(RESULTS)} within budget")

@@ -68,6 +68,16 @@ class Paths:
         return self.home / "channels"
 
     @property
+    def cron_dir(self) -> Path:
+        """Scheduled jobs (`jobs.json`, its last good copy, the scheduler's and each running job's lock)."""
+        return self.home / "cron"
+
+    @property
+    def cron_jobs_file(self) -> Path:
+        """The jobs store; outside the workspace, so the agent's file tools cannot clobber it."""
+        return self.cron_dir / "jobs.json"
+
+    @property
     def logs_dir(self) -> Path:
         return self.home / "logs"
 

@@ -7,8 +7,12 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 
-# Lower layers never import higher ones. Modules at the top of the package are the foundation.
-LAYERS = {"providers": 1, "session": 2, "tools": 2, "memory": 3, "agent": 4, "gateway": 5, "cli": 6, "__main__": 6}
+# Lower layers never import higher ones. Modules at the top of the package are the foundation. The most specific
+# entry wins: cron's store, schedules, scheduler, delivery and tools sit with the tools (build_agent registers the
+# tools); cron.runs runs agent turns; the gateway's cron component is gateway/cron.py. Telegram's formatting and
+# its state file import nothing above the foundation, and deliveries outside the gateway use them.
+LAYERS = {"providers": 1, "session": 2, "tools": 2, "cron": 2, "cron.runs": 4, "memory": 3, "agent": 4,
+          "gateway": 5, "gateway.telegram_format": 0, "gateway.telegram_state": 0, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")
@@ -43,8 +47,11 @@ def graph() -> dict[str, list[tuple[str, bool]]]:
 
 
 def layer(module: str) -> float:
-    parts = module.split(".")
-    return LAYERS.get(parts[1], 0) if len(parts) > 1 else 0
+    parts = module.split(".")[1:]
+    for size in range(len(parts), 0, -1):
+        if ".".join(parts[:size]) in LAYERS:
+            return LAYERS[".".join(parts[:size])]
+    return 0
 
 
 def test_only_the_cli_imports_typer_rich_and_prompt_toolkit():

@@ -76,7 +76,9 @@ def test_the_prompt_stays_under_the_budget_after_consolidating(tmp_path):
     turns = [r for r in provider.requests if not is_summary(r)]
     budget = loop.consolidator.budget
     session = loop.session("cli:direct")
-    assert loop.context.prompt_tokens(session.messages, session.last_consolidated) <= budget // 2  # archiving goes down to half the budget
+    # after each turn, a prompt over 80% of the budget is archived down to half: it never stays above 80%
+    assert session.last_consolidated > 0
+    assert loop.context.prompt_tokens(session.messages, session.last_consolidated) <= budget * 0.8
     assert len(turns[-1].messages) < 2 * 12  # old turns left the prompt
 
 

@@ -9,6 +9,10 @@ from nanoagent.agent.commands import Commands
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.loop import AgentLoop, ModelChoice
 from nanoagent.config.schema import Config
+from nanoagent.cron.deliver import Outbox
+from nanoagent.cron.store import JobStore
+from nanoagent.cron.targets import Access
+from nanoagent.cron.tools import cron_tools
 from nanoagent.errors import ConfigError
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
@@ -34,9 +38,11 @@ def build_agent(
     model: str | None = None,
     provider: Provider | None = None,
     warn: Callable[[str], None] = lambda message: None,
+    outbox: Outbox | None = None,
 ) -> AgentLoop:
     """Wire one AgentLoop. `provider` replaces the configured one (the ScriptedProvider in tests and demos).
-    Events go to the sink each call to `handle` brings."""
+    Events go to the sink each call to `handle` brings. `outbox` delivers messages and scheduled replies (the
+    gateway passes the one whose deliveries its terminals watch)."""
     from nanoagent.providers.registry import build_provider
 
     default_model = model or config.defaults.model
@@ -55,11 +61,14 @@ def build_agent(
     store = SessionStore(paths.sessions_dir, warn=warn)
     providers = Providers(provider_for)
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
+    outbox = outbox or build_outbox(config, paths, warn)
+    access = Access.from_config(config.channels.telegram.allow_from, paths.channels_dir / "telegram.json")
     tools = ToolRegistry([
         *file_tools(agent_edits(memory_git, warn)),
         exec_tool(exec_settings(config, paths)),
         *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
+        *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),
     ])
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens)
@@ -82,6 +91,11 @@ def build_agent(
         consolidator=consolidator,
         image_models=tuple(tools_config.attachments.image_models),
     )
+
+
+def build_outbox(config: Config, paths: Paths, warn: Callable[[str], None] = lambda message: None) -> Outbox:
+    """Where scheduled replies and the message tool deliver: Telegram's Bot API and the sessions' logs."""
+    return Outbox(SessionStore(paths.sessions_dir, warn=warn), config.channels.telegram)
 
 
 def exec_settings(config: Config, paths: Paths) -> ExecSettings:

@@ -70,6 +70,7 @@ app = typer.Typer(
 
 def _register_subcommands() -> None:
     from nanoagent.cli import dream_cmd, heartbeat_cmd
+    from nanoagent.cli.cron_cmd import cron_app
     from nanoagent.cli.gateway_cmd import gateway_app
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.pairing_cmd import pairing_app
@@ -81,6 +82,7 @@ def _register_subcommands() -> None:
     app.add_typer(pairing_app, name="pairing")
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
+    app.add_typer(cron_app, name="cron")
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
 
@@ -334,6 +336,7 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
         try:
             attacher = _attacher(paths, config)
             if terminal:
+                _show_notes(paths, key, ui)
                 await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
                                       " (through the gateway)" if remote else "", attacher)
             else:
@@ -343,6 +346,16 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
                 await agent.client.close()
 
     run_main(session())
+
+
+def _show_notes(paths: Paths, key: str, ui: Any) -> None:
+    """Scheduled replies and messages delivered to this session since the user last wrote in it."""
+    from rich.markup import escape
+
+    from nanoagent.cron.deliver import recent_notes
+
+    for note in recent_notes(paths.session_file(key)):
+        ui.line(f"[cyan]{escape(note)}[/cyan]")
 
 
 def _turn_json(turn: TurnResult) -> dict[str, Any]:

@@ -46,12 +46,13 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         return
     import asyncio
 
-    from nanoagent.agent.build import build_agent
+    from nanoagent.agent.build import build_agent, build_outbox
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Gateway
 
     paths, config = setup(workspace)
-    loop = build_agent(config, paths, warn=warn)
+    outbox = build_outbox(config, paths, warn)
+    loop = build_agent(config, paths, warn=warn, outbox=outbox)
     gateway_config = config.gateway
     hub = Hub(loop, gateway_config.max_concurrent_turns)
     components = []
@@ -64,6 +65,10 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
 
         components.append(telegram_component(config.channels.telegram, paths, hub,
                                              max_image_bytes=config.tools.attachments.max_image_bytes))
+    if config.cron.enabled:
+        from nanoagent.gateway.cron import cron_component
+
+        components.append(cron_component(config, paths, hub, outbox))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
 
     def ready() -> None:

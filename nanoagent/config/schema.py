@@ -188,6 +188,16 @@ class ChannelsConfig:
 
 
 @dataclass
+class CronConfig:
+    """Scheduled jobs (`nanoagent cron`, the cron tool): run by the gateway, or by `nanoagent cron tick`."""
+
+    enabled: bool = True  # the gateway runs due jobs; `cron tick` runs them either way
+    catch_up_hours: float = bounded(12.0, 0, 8760)  # a run missed by more than this is skipped, not caught up
+    max_concurrent_runs: int = bounded(2, 1, 100)  # jobs running at the same time
+    run_timeout: float = bounded(600.0, 1, 86_400)  # seconds one run may take; a job's own timeout overrides it
+
+
+@dataclass
 class AgentsConfig:
     defaults: AgentDefaults = field(default_factory=AgentDefaults)
 
@@ -201,6 +211,7 @@ class Config:
     gateway: GatewayConfig = field(default_factory=GatewayConfig)
     channels: ChannelsConfig = field(default_factory=ChannelsConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
+    cron: CronConfig = field(default_factory=CronConfig)
 
     @property
     def defaults(self) -> AgentDefaults:

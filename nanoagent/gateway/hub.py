@@ -54,6 +54,10 @@ class Hub:
 
         return unwatch
 
+    def publish(self, key: str, event: ev.Event) -> None:
+        """Show an event to the session's watchers outside any turn (a scheduled message delivered to it)."""
+        self._fanout(self._state(key), None)(event)
+
     def busy(self, key: str) -> bool:
         turn = self._state(key).turn
         return turn is not None and not turn.done()

@@ -1,0 +1,289 @@
+"""`nanoagent cron list | add | remove | enable | disable | run ID | tick`: scheduled jobs.
+
+The gateway runs due jobs while it is up; without one, a crontab line running `nanoagent cron tick` every minute
+does (it is silent unless something fails, so cron mails only failures).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from datetime import datetime
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from nanoagent.cli.common import WorkspaceOpt, setup, warn
+from nanoagent.errors import NanoagentError
+
+if TYPE_CHECKING:
+    from nanoagent.agent.loop import AgentLoop
+    from nanoagent.config.schema import Config
+    from nanoagent.cron.store import JobStore, RunRecord
+    from nanoagent.paths import Paths
+
+cron_app = typer.Typer(help="Scheduled jobs: reminders and recurring work the agent does by itself.",
+                       no_args_is_help=True)
+
+
+def _store() -> tuple[Paths, Config, JobStore]:
+    from nanoagent.cron.store import JobStore
+
+    paths, config = setup(None)
+    return paths, config, JobStore(paths.cron_jobs_file)
+
+
+def _tz(config: Config):  # noqa: ANN202 - a tzinfo
+    from nanoagent.cron.schedule import zone
+
+    return zone(config.defaults.timezone)
+
+
+@cron_app.command("list")
+def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print the jobs as JSON.")] = False) -> None:
+    """Every job with its schedule, target, next run and last result.
+
+    Example: nanoagent cron list --json
+    """
+    from rich.table import Table
+
+    from nanoagent.cli.render import table_console
+    from nanoagent.cron.schedule import format_time, relative
+    from nanoagent.cron.scheduler import scheduler_seen, utc_now
+
+    _, config, store = _store()
+    jobs = store.read()
+    if json_output:
+        print(json.dumps({"jobs": [j.to_json() for j in jobs.jobs],
+                          "system": {n: s.to_json() for n, s in jobs.system.items()}}, ensure_ascii=False, indent=1))
+        return
+    if not jobs.jobs and not jobs.system:
+        print("No scheduled jobs. Add one with `nanoagent cron add`, or ask the agent (\"remind me at 9 to ...\").")
+        return
+    now, tz = utc_now(), _tz(config)
+    table = Table("id", "name", "schedule", "to", "next run", "last run")
+    rows = [(j.id, j.title, j.schedule.explain(), j.target, j.next_run if j.enabled else None, j.enabled, j.last)
+            for j in jobs.jobs]
+    rows += [(name, f"({name})", s.schedule, "-", s.next_run, True, s.last) for name, s in jobs.system.items()]
+    for ident, title, schedule, target, next_run, enabled, last in rows:
+        when = f"{format_time(next_run, tz)} ({relative(next_run, now)})" if next_run else (
+            "paused" if not enabled else "-")
+        table.add_row(ident, title, schedule, target, when, _last(last, now))
+    table_console().print(table)
+    if not scheduler_seen(store):
+        warn("no scheduler has run lately: start `nanoagent gateway`, or run `nanoagent cron tick` from crontab "
+             "(README, Schedules).")
+
+
+def _last(run: RunRecord | None, now: datetime) -> str:
+    from nanoagent.cron.schedule import relative
+
+    if run is None:
+        return "-"
+    text = f"{run.status} {relative(run.started, now)}"
+    if run.error:
+        text += f": {run.error[:80]}"
+    if run.delivery:
+        text += f" (not delivered: {run.delivery[:60]})"
+    return text
+
+
+@cron_app.command("add")
+def add(
+    message: Annotated[str, typer.Option("--message", "-m", help="What the agent should do at each run.")],
+    cron: Annotated[str | None, typer.Option("--cron", help="Cron expression, e.g. \"0 9 * * 1-5\".")] = None,
+    every: Annotated[str | None, typer.Option("--every", help="Interval: 30s, 15m, 2h, 1d.")] = None,
+    at: Annotated[str | None, typer.Option("--at", help="One time: \"2026-05-04 09:00\", 09:00, \"in 20 minutes\".")] = None,
+    tz: Annotated[str | None, typer.Option("--tz", help="Time zone (default: agents.defaults.timezone, else this "
+                                                        "machine's).")] = None,
+    to: Annotated[str, typer.Option("--to", help="telegram:<chat id>[:<topic>], cli:<session>, or none.")] = "cli:direct",
+    name: Annotated[str, typer.Option("--name", help="A short name.")] = "",
+    missed: Annotated[str, typer.Option("--missed", help="Runs missed while nothing ran: once or skip.")] = "once",
+    timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds a run may take (default "
+                                                                    "cron.runTimeout).")] = None,
+) -> None:
+    """Add a job; prints its id (details on stderr).
+
+    Example: nanoagent cron add --at "in 20 minutes" --message "stretch"
+    """
+    from nanoagent.cron.schedule import format_time, make_schedule, relative
+    from nanoagent.cron.scheduler import scheduler_seen, utc_now
+    from nanoagent.cron.store import Job, JobsFile, new_job_id
+    from nanoagent.cron.targets import Access
+
+    paths, config, store = _store()
+    if not message.strip():
+        raise NanoagentError("--message is empty: say what the agent should do at each run.")
+    if missed not in ("once", "skip"):
+        raise NanoagentError(f"--missed is {missed!r}; use once or skip.")
+    if timeout is not None and not 1 <= timeout <= 86_400:
+        raise NanoagentError("--timeout must be from 1 to 86400 seconds.")
+    now = utc_now()
+    schedule, note = make_schedule(cron, every, at, tz, config.defaults.timezone, now)
+    access = Access.from_config(config.channels.telegram.allow_from, paths.channels_dir / "telegram.json")
+    target = access.resolve(to)
+    access.check(target, "")
+
+    def change(jobs: JobsFile) -> Job:
+        job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=str(target),
+                  name=name.strip(), missed=missed, timeout=timeout, created=now, created_by="cli",
+                  next_run=schedule.next_after(now))
+        jobs.jobs.append(job)
+        return job
+
+    job = store.update(change)
+    print(job.id)
+    assert job.next_run is not None
+    tz_info = _tz(config) if not tz else schedule_zone(schedule)
+    print(f"{job.schedule.explain()}; next run {format_time(job.next_run, tz_info)} ({relative(job.next_run, now)}); "
+          f"replies go to {job.target}.", file=sys.stderr)
+    if note:
+        print(f"note: {note}", file=sys.stderr)
+    if not scheduler_seen(store):
+        warn("no scheduler has run lately: the job runs while `nanoagent gateway` runs, or add the crontab line "
+             "from the README (Schedules) that runs `nanoagent cron tick`.")
+
+
+def schedule_zone(schedule):  # noqa: ANN001, ANN201
+    from nanoagent.cron.schedule import zone
+
+    return zone(schedule.tz)
+
+
+@cron_app.command("remove")
+def remove(job_id: Annotated[str, typer.Argument(help="The job's id (or its start), from `cron list`.")]) -> None:
+    """Delete a job.
+
+    Example: nanoagent cron remove 3f9a1c2e
+    """
+    _, _, store = _store()
+
+    def change(jobs):  # noqa: ANN001, ANN202
+        job = jobs.find(job_id)
+        jobs.jobs.remove(job)
+        return job
+
+    job = store.update(change)
+    print(f"Removed job {job.id} ({job.title}).")
+
+
+def _toggle(job_id: str, enabled: bool) -> None:
+    from nanoagent.cron.schedule import format_time
+    from nanoagent.cron.scheduler import utc_now
+
+    _, config, store = _store()
+    now = utc_now()
+
+    def change(jobs):  # noqa: ANN001, ANN202
+        job = jobs.find(job_id)
+        if enabled and not job.enabled:
+            job.next_run = job.schedule.next_after(now)
+            if job.next_run is None:
+                raise NanoagentError(f"Job {job.id} was a one-off whose time has passed; `nanoagent cron run {job.id}` "
+                                     "runs it now, or add it again with a new --at.")
+        job.enabled = enabled
+        return job
+
+    job = store.update(change)
+    if enabled and job.next_run:
+        print(f"Enabled job {job.id}; next run {format_time(job.next_run, _tz(config))}.")
+    else:
+        print(f"{'Enabled' if enabled else 'Paused'} job {job.id}.")
+
+
+@cron_app.command("enable")
+def enable(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+    """Resume a paused job (from now on: runs it missed while paused are not made up).
+
+    Example: nanoagent cron enable 3f9a1c2e
+    """
+    _toggle(job_id, True)
+
+
+@cron_app.command("disable")
+def disable(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
+    """Pause a job; `enable` resumes it.
+
+    Example: nanoagent cron disable 3f9a1c2e
+    """
+    _toggle(job_id, False)
+
+
+def _scheduler(paths: Paths, config: Config):  # noqa: ANN202 - a Scheduler
+    """A scheduler for this process; the agent is built only when a run needs it (an idle tick needs no key)."""
+    from nanoagent.agent.build import build_agent, build_outbox
+    from nanoagent.cron.runs import build_scheduler
+
+    outbox = build_outbox(config, paths, warn)
+    agent: list[AgentLoop] = []
+
+    async def turn(key: str, text: str):  # noqa: ANN202
+        if not agent:
+            agent.append(build_agent(config, paths, warn=warn, outbox=outbox))
+        return await agent[0].handle(text, key)
+
+    return build_scheduler(config, paths, turn, outbox, _tz(config))
+
+
+@cron_app.command("run")
+def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace: WorkspaceOpt = None) -> None:
+    """Run a job now, in this process (its schedule is unchanged; a one-off is removed once it ran).
+
+    Example: nanoagent cron run 3f9a1c2e
+    """
+    from nanoagent.cli.running import run_main
+
+    paths, config = setup(workspace)
+    record = run_main(_scheduler(paths, config).run_now(job_id))
+    print(_outcome_line(job_id, record))
+    if record.status != "ok" or record.delivery:
+        raise typer.Exit(1)
+
+
+@cron_app.command("tick")
+def tick(
+    workspace: WorkspaceOpt = None,
+    verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Say what ran (and when nothing did).")] = False,
+) -> None:
+    """Run every job that is due, then exit: for a crontab line (`* * * * * nanoagent cron tick`). Silent unless
+    a run fails; does nothing while the gateway runs the jobs.
+
+    Example: nanoagent cron tick
+    """
+    from nanoagent.cli.running import run_main
+    from nanoagent.cron.scheduler import SchedulerBusy
+
+    paths, config = setup(workspace)
+    try:
+        finished = run_main(_scheduler(paths, config).tick())
+    except SchedulerBusy as e:
+        if verbose:
+            print(str(e))
+        return
+    failed = [(title, r) for title, r in finished if r.status not in ("ok", "missed") or r.delivery]
+    stamp = "" if sys.stderr.isatty() else datetime.now().astimezone().isoformat(timespec="seconds") + " "
+    for title, record in finished:
+        if verbose or (title, record) in failed:
+            print(stamp + _outcome_line(title, record), file=sys.stderr if (title, record) in failed else sys.stdout)
+    if verbose and not finished:
+        print("Nothing was due.")
+    if failed:
+        raise typer.Exit(1)
+
+
+def _outcome_line(title: str, record: RunRecord) -> str:
+    line = f"{title}: {record.status}"
+    if record.duration is not None:
+        line += f" in {record.duration:.1f} s"
+    if record.tokens:
+        line += f", {record.tokens:,} tokens"
+    if record.error:
+        line += f"; {record.error}"
+    if record.delivery:
+        line += f"; not delivered: {record.delivery}"
+    if record.note:
+        line += f" ({record.note})"
+    return line
+
+
+__all__ = ["cron_app"]

@@ -1,0 +1,111 @@
+"""`nanoagent cron`: add prints the id, list shows next run and last result (and --json), enable/disable/remove, a
+run by hand, a silent tick, and bad input as one line with a non-zero exit."""
+
+from __future__ import annotations
+
+import json
+
+from nanoagent.cron.store import JobStore
+from nanoagent.paths import Paths
+from tests.conftest import anthropic_env, invoke, write_config
+from tests.llm_server import Reply
+
+
+def store() -> JobStore:
+    return JobStore(Paths.from_env().cron_jobs_file)
+
+
+def test_add_prints_the_new_jobs_id_and_list_shows_it_with_its_next_run(isolated_home):
+    write_config(isolated_home, {"agents": {"defaults": {"timezone": "Europe/Berlin"}}})
+    ran = invoke("cron", "add", "--cron", "0 9 * * 1-5", "--message", "Plan the day.", "--name", "plan")
+    assert ran.returncode == 0, ran.stderr
+    job_id = ran.stdout.strip()
+    assert len(job_id) == 8 and store().read().get(job_id) is not None
+    assert "At 09:00 on Monday through Friday (Europe/Berlin)" in ran.stderr and "cli:direct" in ran.stderr
+    assert "no scheduler has run lately" in ran.stderr
+    listing = invoke("cron", "list")
+    assert listing.returncode == 0
+    assert job_id in listing.stdout and "plan" in listing.stdout and "09:00 CE" in listing.stdout
+    data = json.loads(invoke("cron", "list", "--json").stdout)
+    assert data["jobs"][0]["id"] == job_id and data["jobs"][0]["schedule"] == \
+        {"kind": "cron", "expr": "0 9 * * 1-5", "tz": "Europe/Berlin"}
+
+
+def test_every_and_at_and_a_target_are_taken(isolated_home):
+    write_config(isolated_home, {"channels": {"telegram": {"allowFrom": [42]}}})
+    every = invoke("cron", "add", "--every", "15m", "-m", "Check the build.", "--to", "telegram:42")
+    at = invoke("cron", "add", "--at", "in 20 minutes", "-m", "Tea.", "--to", "none")
+    assert every.returncode == 0 and at.returncode == 0, every.stderr + at.stderr
+    jobs = {j.id: j for j in store().read().jobs}
+    assert jobs[every.stdout.strip()].target == "telegram:42" and jobs[every.stdout.strip()].schedule.seconds == 900
+    assert jobs[at.stdout.strip()].schedule.kind == "at" and jobs[at.stdout.strip()].target == "none"
+
+
+def test_disable_enable_and_remove(isolated_home):
+    job_id = invoke("cron", "add", "--every", "1h", "-m", "x").stdout.strip()
+    assert invoke("cron", "disable", job_id[:5]).stdout.startswith(f"Paused job {job_id}")
+    assert not store().read().jobs[0].enabled
+    assert "paused" in invoke("cron", "list").stdout
+    assert invoke("cron", "enable", job_id).stdout.startswith(f"Enabled job {job_id}; next run")
+    assert invoke("cron", "remove", job_id).stdout == f"Removed job {job_id} (x).\n"
+    assert store().read().jobs == []
+
+
+def test_bad_input_is_one_line_and_a_non_zero_exit(isolated_home):
+    cases = {
+        ("--cron", "0 25 * * *"): "Invalid cron expression '0 25 * * *'",
+        ("--every", "often"): "is not a duration",
+        ("--at", "2001-01-01 09:00"): "is in the past",
+        ("--cron", "0 9 * * *", "--tz", "Atlantis/Capital"): "Unknown time zone 'Atlantis/Capital'",
+        ("--every", "1h", "--to", "email:me"): "Cannot deliver to 'email:me'",
+        ("--every", "1h", "--to", "telegram:999"): "telegram:999 is not one of the user's own chats",
+        ("--every", "1h", "--at", "10:00"): "Give exactly one schedule",
+    }
+    for args, expected in cases.items():
+        ran = invoke("cron", "add", *args, "-m", "x")
+        assert ran.returncode == 1, args
+        assert ran.stderr.startswith("Error: ") and expected in ran.stderr and ran.stderr.count("\n") == 1, ran.stderr
+    assert invoke("cron", "remove", "nope").stderr == "Error: No job 'nope'; `nanoagent cron list` shows the ids.\n"
+    assert not store().path.exists() or store().read().jobs == []
+
+
+def test_a_corrupt_jobs_file_stops_every_command_with_the_file_and_the_place_and_is_left_alone(isolated_home):
+    invoke("cron", "add", "--every", "1h", "-m", "x")
+    path = store().path
+    data = json.loads(path.read_text())
+    data["jobs"][0]["id"] = 3
+    broken = json.dumps(data)
+    path.write_text(broken)
+    for args in (("list",), ("add", "--every", "1h", "-m", "y"), ("tick",)):
+        ran = invoke("cron", *args)
+        assert ran.returncode == 1 and f"{path}: jobs[0]: expected a string, got 3" in ran.stderr, ran.stderr
+    assert path.read_text() == broken
+    assert json.loads(path.with_name("jobs.json.good").read_text())["jobs"][0]["message"] == "x"
+
+
+def test_tick_with_nothing_due_is_silent_and_needs_no_api_key(isolated_home):
+    invoke("cron", "add", "--every", "1h", "-m", "x")
+    ran = invoke("cron", "tick")
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, "", "")
+    assert invoke("cron", "tick", "-v").stdout == "Nothing was due.\n"
+
+
+def test_run_runs_a_job_now_and_records_it_without_moving_its_schedule(isolated_home, llm):
+    job_id = invoke("cron", "add", "--every", "1d", "-m", "Say hi.").stdout.strip()
+    before = store().read().jobs[0].next_run
+    llm.script(Reply(text="Hi there!"))
+    ran = invoke("cron", "run", job_id, env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+    assert ran.stdout.startswith(f"{job_id}: ok in ")
+    job = store().read().jobs[0]
+    assert job.next_run == before and [r.status for r in job.runs] == ["ok"] and job.runs[0].scheduled is None
+    assert "Say hi." in json.dumps(llm.requests[0].body)
+    notes = Paths.from_env().session_file("cli:direct").read_text()
+    assert "Hi there!" in notes
+
+
+def test_a_failing_run_by_hand_exits_1_with_the_error(isolated_home, llm):
+    job_id = invoke("cron", "add", "--every", "1d", "-m", "Say hi.").stdout.strip()
+    llm.script(Reply(status=400, error_message="bad request: nope"))
+    ran = invoke("cron", "run", job_id, env=anthropic_env(llm))
+    assert ran.returncode == 1 and ": error" in ran.stdout and "nope" in ran.stdout
