@@ -8,7 +8,7 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 
 # Lower layers never import higher ones. Modules at the top of the package are the foundation.
-LAYERS = {"providers": 1, "session": 2, "tools": 2, "memory": 3, "agent": 4, "gateway": 5, "cli": 6, "__main__": 6}
+LAYERS = {"providers": 1, "session": 2, "tools": 2, "mcp": 3, "memory": 3, "agent": 4, "gateway": 5, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")

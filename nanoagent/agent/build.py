@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands
@@ -26,6 +27,9 @@ from nanoagent.tools.sandbox import SandboxPolicy
 from nanoagent.tools.shell import ExecSettings, exec_tool
 from nanoagent.tools.web import web_tools
 from nanoagent.usage import UsageRecord
+
+if TYPE_CHECKING:
+    from nanoagent.mcp.servers import McpServers
 
 
 def build_agent(
@@ -61,6 +65,7 @@ def build_agent(
         *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
     ])
+    mcp = mcp_servers(config, paths, tools, warn)
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens)
     models = ModelChoice(default_model, pinned=model is not None)
@@ -80,7 +85,18 @@ def build_agent(
         models=models,
         commands=commands,
         consolidator=consolidator,
+        mcp=mcp,
     )
+
+
+def mcp_servers(config: Config, paths: Paths, tools: ToolRegistry, warn: Callable[[str], None]) -> McpServers | None:
+    """The user's MCP servers, their cached tools in `tools`; None when there are none (the SDK is never loaded)."""
+    if not config.mcp_servers:
+        return None
+    from nanoagent.mcp.cache import ToolCache
+    from nanoagent.mcp.servers import McpServers
+
+    return McpServers.from_config(config.mcp_servers, tools, ToolCache(paths.mcp_cache_dir), paths.logs_dir, warn)
 
 
 def exec_settings(config: Config, paths: Paths) -> ExecSettings:

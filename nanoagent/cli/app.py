@@ -131,7 +131,11 @@ def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
 async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
                     ask: Ask | None, remote: bool) -> TurnResult:
     if not remote:
-        return await _local(config, paths, model).handle(message, key, renderer, ask=ask)
+        local = _local(config, paths, model)
+        try:
+            return await local.handle(message, key, renderer, ask=ask)
+        finally:
+            await local.aclose()  # MCP servers it started stop with it
     from nanoagent.cli.attach import connect
 
     agent = await connect(paths.gateway_socket, key, renderer, ask)
@@ -164,6 +168,8 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
         finally:
             if isinstance(agent, RemoteAgent):
                 await agent.client.close()
+            else:
+                await agent.aclose()
 
     run_main(session())
 

@@ -60,6 +60,10 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         from nanoagent.gateway.telegram import telegram_component
 
         components.append(telegram_component(config.channels.telegram, paths, hub))
+    if loop.mcp is not None:  # one set of connections for every session, kept up while the gateway runs
+        from nanoagent.gateway.server import Component
+
+        components.append(Component("mcp", loop.mcp.run))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
 
     def ready() -> None:
