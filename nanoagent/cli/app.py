@@ -33,6 +33,7 @@ app = typer.Typer(
 def _register_subcommands() -> None:
     from nanoagent.cli import dream_cmd
     from nanoagent.cli.gateway_cmd import gateway_app
+    from nanoagent.cli.mcp_cmd import mcp_app
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.pairing_cmd import pairing_app
     from nanoagent.cli.skills_cmd import skills_app
@@ -41,6 +42,7 @@ def _register_subcommands() -> None:
     app.add_typer(pairing_app, name="pairing")
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
+    app.add_typer(mcp_app, name="mcp")
     dream_cmd.register(app)
 
 

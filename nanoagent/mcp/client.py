@@ -108,8 +108,11 @@ class McpServer:
         await self._gone.wait()
 
     async def aclose(self) -> None:
+        """Stop the server (a start still under way is cancelled); it may be started again later."""
         self._stop.set()
         task, self._task = self._task, None
+        if task is not None and self._session is None:
+            task.cancel()
         if task is not None:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task

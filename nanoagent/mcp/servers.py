@@ -239,3 +239,22 @@ def _size(b64: str) -> int:
 
         return len(base64.b64decode(b64, validate=False))
     return len(b64) * 3 // 4
+
+
+async def check(servers: McpServers, timeout: float) -> dict[str, str | list[str]]:
+    """Start every server (at most `timeout` seconds each, all at once): its tool names, or why it failed in one
+    line. The tool lists are cached on the way. Every server is stopped again."""
+    async def one(server: McpServer) -> str | list[str]:
+        try:
+            await asyncio.wait_for(server.session(), timeout)
+        except McpUnavailable as e:
+            return str(e)
+        except TimeoutError:
+            return f"MCP server {server.name!r} did not answer within {timeout:g} s"
+        return [t.name for t in server.tools or []]
+
+    try:
+        results = await asyncio.gather(*(one(s) for s in servers.servers))
+    finally:
+        await servers.aclose()
+    return {s.name: r for s, r in zip(servers.servers, results, strict=True)}
