@@ -96,12 +96,15 @@ def build(kind: str) -> Any:
             print("GARBAGE LINE {not json", flush=True)  # stdout: the protocol's channel
             return f"echo: {text}"
     elif kind == "children":
-        @server.tool(description="Echo the text back.")
-        def echo(text: str) -> str:
-            return f"echo: {text}"
+        @server.tool(description="Sleep for a while.")
+        async def slow(seconds: float) -> str:
+            print("slow started", file=sys.stderr, flush=True)
+            await asyncio.sleep(seconds)
+            return "woke up"
 
-        child = subprocess.Popen(["sleep", "300"])  # noqa: S607 - a grandchild in the server's process group
-        print(f"grandchild {child.pid}", file=sys.stderr, flush=True)
+        child = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL,  # noqa: S607
+                                 stdout=subprocess.DEVNULL)  # a grandchild in the server's process group
+        print(f"server {os.getpid()} grandchild {child.pid}", file=sys.stderr, flush=True)
     return server
 
 

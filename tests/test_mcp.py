@@ -1,6 +1,7 @@
 """MCP servers' tools in turns: real servers written with the `mcp` SDK (tests/mcp_servers.py), over stdio and
 streamable HTTP, with the local LLM server and the real provider SDKs."""
 
+import asyncio
 import json
 import socket
 import subprocess
@@ -9,6 +10,9 @@ import time
 
 import pytest
 
+from nanoagent.agent.build import build_agent
+from nanoagent.config import load_config
+from nanoagent.paths import Paths
 from tests.conftest import ROOT, anthropic_env, invoke, openai_env, write_config
 from tests.llm_server import Reply
 from tests.mcp_servers import PNG
@@ -132,16 +136,7 @@ def test_an_http_server_that_goes_away_and_comes_back_is_reconnected(llm, isolat
     call = ("mcp__remote__echo", {"text": "again"})
 
     async def scenario():
-        from nanoagent.agent.build import build_agent
-        from nanoagent.config import load_config
-        from nanoagent.paths import Paths
-
-        paths = Paths.from_env()
-        config, _ = load_config(paths.config_file)
-        import os
-        os.environ.update(anthropic_env(llm))
-        config, _ = load_config(paths.config_file)
-        loop = build_agent(config, paths)
+        loop = build_agent(load_config(isolated_home / "config.json", env=anthropic_env(llm))[0], Paths.from_env())
         try:
             llm.script(Reply(tool_calls=[call]), Reply(text="1"))
             await loop.handle("one")
@@ -158,10 +153,8 @@ def test_an_http_server_that_goes_away_and_comes_back_is_reconnected(llm, isolat
             await loop.aclose()
         return down, back
 
-    import asyncio
-
     down, back = asyncio.run(scenario())
-    assert "Error" in down and "remote" in down
+    assert "Error" in down and "cannot reach" in down
     assert "echo: again" in back
 
 

@@ -163,6 +163,9 @@ class McpServerConfig:
         if self.command and self.url:
             raise ConfigError(f"{where} has both `command` and `url`; keep `command` for a local server or `url` "
                               "for a remote one.")
+        if not self.command and not self.url:
+            raise ConfigError(f"{where} has neither `command` nor `url`; add `command` (and `args`) to run a local "
+                              "server, or `url` for a remote one.")
         kind = MCP_TRANSPORTS[given] if given else ("stdio" if self.command else "http")
         if kind == "stdio" and not self.command:
             raise ConfigError(f"{where} has no `command`; add the program to run (and its `args`), or a `url`.")

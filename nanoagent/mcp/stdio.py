@@ -176,6 +176,11 @@ def _die_with_parent() -> Any:
     return apply
 
 
+def _settle(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
 async def _exited(proc: asyncio.subprocess.Process) -> int:
     """The server's own exit, not its output's end: a grandchild holding stdout must not hide it."""
     if hasattr(os, "pidfd_open"):
@@ -183,7 +188,7 @@ async def _exited(proc: asyncio.subprocess.Process) -> int:
             fd = os.pidfd_open(proc.pid)
             loop = asyncio.get_running_loop()
             done: asyncio.Future[None] = loop.create_future()
-            loop.add_reader(fd, lambda: done.done() or done.set_result(None))
+            loop.add_reader(fd, _settle, done)
             try:
                 await done
             finally:
