@@ -51,6 +51,7 @@ class McpServer:
         self._stop = asyncio.Event()
         self._gone = asyncio.Event()  # the current connection ended
         self._refresh = asyncio.Event()
+        self._refreshed: asyncio.Event | None = None  # set when the list a notification asked for is in
         self._failures = 0
         self._retry_at = 0.0
         self._statuses: list[int] = []  # HTTP error statuses of the current connection (a 401 explains a failure)
@@ -98,10 +99,21 @@ class McpServer:
         if not done:
             raise TimeoutError
         if call in done and not _closed(call.exception()):
+            await self._settle_tools()
             return call.result()
         with contextlib.suppress(TimeoutError):  # the connection's task says why it ended
             await asyncio.wait_for(gone.wait(), 2.0)
         raise McpDropped(self.error or "the connection ended")
+
+    async def _settle_tools(self) -> None:
+        """A tool that changed the list announces it before its result: let the new list in before the next model
+        call, so the model sees what the call made."""
+        for _ in range(3):
+            await asyncio.sleep(0)  # the SDK hands the notification to a task of its own
+        pending = self._refreshed
+        if pending is not None:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(pending.wait(), self.config.timeout)
 
     async def wait_gone(self) -> None:
         """Until the current connection ends."""
@@ -149,6 +161,7 @@ class McpServer:
             self._session = None
             self._starting = None
             self._gone.set()
+            self._tools_settled()
 
     async def _handshake(self, session: ClientSession, process: StdioProcess | None) -> None:
         steps = asyncio.ensure_future(self._initialize(session))
@@ -184,7 +197,10 @@ class McpServer:
                 raise McpDropped("")
             if self._refresh.is_set() and not self._stop.is_set():
                 self._refresh.clear()
-                await asyncio.wait_for(self._list_tools(session), self.config.timeout)
+                try:
+                    await asyncio.wait_for(self._list_tools(session), self.config.timeout)
+                finally:
+                    self._tools_settled()
 
     async def _list_tools(self, session: ClientSession) -> None:
         tools: list[McpTool] = []
@@ -207,7 +223,14 @@ class McpServer:
         from mcp_types import ToolListChangedNotification
 
         if isinstance(message, ToolListChangedNotification):
+            if self._refreshed is None:
+                self._refreshed = asyncio.Event()
             self._refresh.set()
+
+    def _tools_settled(self) -> None:
+        settled, self._refreshed = self._refreshed, None
+        if settled is not None:
+            settled.set()
 
     def _lost(self, ready: asyncio.Future[ClientSession], reason: str) -> None:
         """The connection ended (or never began): remember why, and when to try again."""
