@@ -26,6 +26,7 @@ if TYPE_CHECKING:
     from mcp_types import CallToolResult
 
 log = logging.getLogger("nanoagent.mcp")
+START_MIN = 30.0  # seconds a server always gets to start and list its tools
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)  # seconds before the next start after 1, 2, ... failures in a row
 
 
@@ -63,6 +64,11 @@ class McpServer:
         if self._starting is not None:
             return "starting"
         return "failed" if self.error else "not started"
+
+    @property
+    def start_timeout(self) -> float:
+        """A start may take longer than a call (npx fetching a package): the call timeout, at least START_MIN."""
+        return max(self.config.timeout, START_MIN)
 
     def retry_in(self) -> float:
         return max(0.0, self._retry_at - self.clock())
@@ -146,7 +152,7 @@ class McpServer:
                     streams = await stack.enter_async_context(self._remote(kind))
                 session = await stack.enter_async_context(
                     ClientSession(streams[0], streams[1], message_handler=self._on_message))
-                await asyncio.wait_for(self._handshake(session, process), self.config.timeout)
+                await asyncio.wait_for(self._handshake(session, process), self.start_timeout)
                 self._session, self._failures, self.error = session, 0, None
                 ready.set_result(session)
                 await self._hold(session, process)
@@ -295,7 +301,7 @@ class McpServer:
         if isinstance(leaf, PermissionError) and process is not None:
             return f"{where}: the command {c.command!r} cannot be run (permission denied); {fix}"
         if isinstance(leaf, TimeoutError):
-            return (f"{where} did not answer within {c.timeout:g} s (mcpServers.{self.name}.timeout); check it "
+            return (f"{where} did not answer within {self.start_timeout:g} s of starting; check it "
                     f"starts on its own{self._log_hint()}")
         if process is not None and (process.exited.is_set() or leaf is None or isinstance(leaf, McpDropped)):
             what = process.describe_exit() or "it closed its output"
