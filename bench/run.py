@@ -6,7 +6,8 @@ time at a 10,000-message session within 1.2x of a 10-message session; bytes writ
 proportional to the new messages only. Issue 10: `agent -m` through a gateway < 0.15 s and < 0.25x
 in-process; 20 sessions at once with 2 s model latency < 5 s; a turn near the context budget within
 1.2x of a fresh one, in-process and through a gateway; an idle gateway with Telegram < 0.5 s CPU in
-60 s and < 150 MiB.
+60 s and < 150 MiB. Issue 12: `agent -m` with two stdio MCP servers (tool lists cached) within 0.1 s of
+none.
 """
 
 from __future__ import annotations
@@ -189,6 +190,30 @@ def bench_cli(home: Path, server) -> None:
         peak = max(s[1] for s in samples)
         record(f"agent -m, {model} (median of 7)", f"{median:.3f} s", "< 2.0 s", median < 2.0)
         record(f"agent -m, {model} peak memory", f"{peak:.0f} MiB", "< 100 MiB", peak < 100)
+
+
+def bench_mcp(home: Path, server) -> None:
+    """`agent -m` with two stdio MCP servers configured (their tool lists cached, no tool called) against the same
+    call with none, runs interleaved in the same run: the servers must not cost the one-shot anything."""
+    cli = [sys.executable, "-m", "nanoagent"]
+    servers = str(ROOT / "tests" / "mcp_servers.py")
+    envs = {}
+    for name, config in (("none", {}), ("two", {"mcpServers": {
+            "one": {"command": sys.executable, "args": [servers, "basic"]},
+            "two": {"command": sys.executable, "args": [servers, "other"]}}})):
+        mcp_home = home / f"mcp-{name}"
+        mcp_home.mkdir()
+        (mcp_home / "config.json").write_text(json.dumps(config))
+        envs[name] = {**os.environ, "NANOAGENT_HOME": str(mcp_home), "ANTHROPIC_API_KEY": "k",
+                      "ANTHROPIC_BASE_URL": server.url, "NANOAGENT_MODEL": "anthropic/claude-bench"}
+    run_process([*cli, "mcp", "list"], envs["two"])  # caches both tool lists
+    times: dict[str, list[float]] = {"none": [], "two": []}
+    for i in range(9):
+        for name, env in envs.items():
+            times[name].append(run_process([*cli, "agent", "-m", "hello", "-s", f"mcp-{i}"], env)[0])
+    none, two = statistics.median(times["none"]), statistics.median(times["two"])
+    record("agent -m with two cached stdio MCP servers (median of 9)", f"{two:.3f} s", "-", True)
+    record("  against none, same run", f"{two - none:+.3f} s of {none:.3f} s", "< +0.1 s", two - none < 0.1)
 
 
 def bench_interactive(home: Path, server) -> None:
@@ -611,8 +636,15 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         server = start_server()
+        if sys.argv[1:] == ["mcp"]:  # `python bench/run.py mcp`: this one alone
+            try:
+                bench_mcp(home, server)
+            finally:
+                server.close()
+            return 0 if all(r[3] for r in RESULTS) else 1
         try:
             bench_cli(home, server)
+            bench_mcp(home, server)
             bench_gateway(home, server)
             bench_gateway_concurrency(home, server)
             bench_interactive(home, server)

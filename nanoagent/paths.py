@@ -100,6 +100,11 @@ class Paths:
         """Derived, rebuildable data (the memory search index)."""
         return self.home / "index"
 
+    @property
+    def mcp_cache_dir(self) -> Path:
+        """MCP servers' tool lists, one file per server, so a start need not wait for them."""
+        return self.home / "cache" / "mcp"
+
     def workspace_slug(self) -> str:
         """A stable name for this workspace: folder name plus a hash of its real path."""
         import hashlib

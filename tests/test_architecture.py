@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 # entry wins: cron's store, schedules, scheduler, delivery and tools sit with the tools (build_agent registers the
 # tools); cron.runs runs agent turns; the gateway's cron component is gateway/cron.py. Telegram's formatting and
 # its state file import nothing above the foundation, and deliveries outside the gateway use them.
-LAYERS = {"providers": 1, "session": 2, "tools": 2, "cron": 2, "cron.runs": 4, "memory": 3, "agent": 4,
+LAYERS = {"providers": 1, "session": 2, "tools": 2, "cron": 2, "cron.runs": 4, "mcp": 3, "memory": 3, "agent": 4,
           "gateway": 5, "gateway.telegram_format": 0, "gateway.telegram_state": 0, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}

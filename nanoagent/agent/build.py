@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands
@@ -30,6 +31,9 @@ from nanoagent.tools.sandbox import SandboxPolicy
 from nanoagent.tools.shell import ExecSettings, exec_tool
 from nanoagent.tools.web import web_tools
 from nanoagent.usage import UsageRecord
+
+if TYPE_CHECKING:
+    from nanoagent.mcp.servers import McpServers
 
 
 def build_agent(
@@ -70,6 +74,7 @@ def build_agent(
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
         *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),
     ])
+    mcp = mcp_servers(config, paths, tools, warn)
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens)
     models = ModelChoice(default_model, pinned=model is not None)
@@ -90,12 +95,23 @@ def build_agent(
         commands=commands,
         consolidator=consolidator,
         image_models=tuple(tools_config.attachments.image_models),
+        mcp=mcp,
     )
 
 
 def build_outbox(config: Config, paths: Paths, warn: Callable[[str], None] = lambda message: None) -> Outbox:
     """Where scheduled replies and the message tool deliver: Telegram's Bot API and the sessions' logs."""
     return Outbox(SessionStore(paths.sessions_dir, warn=warn), config.channels.telegram)
+
+
+def mcp_servers(config: Config, paths: Paths, tools: ToolRegistry, warn: Callable[[str], None]) -> McpServers | None:
+    """The user's MCP servers, their cached tools in `tools`; None when there are none (the SDK is never loaded)."""
+    if not config.mcp_servers:
+        return None
+    from nanoagent.mcp.cache import ToolCache
+    from nanoagent.mcp.servers import McpServers
+
+    return McpServers.from_config(config.mcp_servers, tools, ToolCache(paths.mcp_cache_dir), paths.logs_dir, warn)
 
 
 def exec_settings(config: Config, paths: Paths) -> ExecSettings:

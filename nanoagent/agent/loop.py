@@ -35,6 +35,7 @@ from nanoagent.usage import UsageRecord
 
 if TYPE_CHECKING:
     from nanoagent.agent.runner import Shrink
+    from nanoagent.mcp.servers import McpServers
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
@@ -66,6 +67,7 @@ class AgentLoop:
     commands: Commands
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
     image_models: tuple[str, ...] = ()  # models sent images whatever the bundled table says
+    mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -136,6 +138,8 @@ class AgentLoop:
 
         scope = current_turn.set(TurnScope(session.key, start, notify, ask))
         try:
+            if self.mcp is not None:
+                await self.mcp.prepare()  # servers whose tools are not cached yet
             system, visible = await self._fit_context(session, model)
             current_turn.set(TurnScope(session.key, visible, notify, ask))
             runner = AgentRunner(self.providers.get(model), self._checkpointing_sink(session, sink))
@@ -194,6 +198,11 @@ class AgentLoop:
     def _fixed(self, system: str) -> FixedCost:
         """Tokens of the system prompt and tool list, by whichever counter the Consolidator asks for."""
         return lambda count: self.context.fixed_tokens(system, count)
+
+    async def aclose(self) -> None:
+        """Stop what the loop keeps running between turns (MCP servers)."""
+        if self.mcp is not None:
+            await self.mcp.aclose()
 
     def _after_cancel(self, session: Session, sink: ev.EventSink) -> None:
         """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""

@@ -72,6 +72,7 @@ def _register_subcommands() -> None:
     from nanoagent.cli import dream_cmd, heartbeat_cmd
     from nanoagent.cli.cron_cmd import cron_app
     from nanoagent.cli.gateway_cmd import gateway_app
+    from nanoagent.cli.mcp_cmd import mcp_app
     from nanoagent.cli.memory_cmd import memory_app
     from nanoagent.cli.pairing_cmd import pairing_app
     from nanoagent.cli.sessions_cmd import sessions_app
@@ -83,6 +84,7 @@ def _register_subcommands() -> None:
     app.add_typer(skills_app, name="skills")
     app.add_typer(memory_app, name="memory")
     app.add_typer(cron_app, name="cron")
+    app.add_typer(mcp_app, name="mcp")
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
 
@@ -309,7 +311,11 @@ def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
 async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
                     ask: Ask | None, remote: bool, images: list[ImageBlock]) -> TurnResult:
     if not remote:
-        return await _local(config, paths, model).handle(message, key, renderer, ask=ask, images=images)
+        local = _local(config, paths, model)
+        try:
+            return await local.handle(message, key, renderer, ask=ask, images=images)
+        finally:
+            await local.aclose()  # MCP servers it started stop with it
     from nanoagent.cli.attach import connect
 
     agent = await connect(paths.gateway_socket, key, renderer, ask)
@@ -344,6 +350,8 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
         finally:
             if isinstance(agent, RemoteAgent):
                 await agent.client.close()
+            else:
+                await agent.aclose()
 
     run_main(session())
 

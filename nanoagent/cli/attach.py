@@ -52,11 +52,16 @@ class LocalAgent:
         return session.usage[-1].usage.prompt_tokens, window.tokens
 
     def warm_up(self, key: str) -> None:
-        """Import the provider SDK in the background so the first reply does not wait for it."""
+        """Import the provider SDK in the background so the first reply does not wait for it; start MCP servers."""
         provider = self.loop.providers.get(self.model(key))
         loop = asyncio.get_running_loop()
         # after the prompt is on screen, so the import does not hold up the first frame
         loop.call_later(0.3, lambda: loop.run_in_executor(None, provider.prepare))
+        if self.loop.mcp is not None:
+            loop.call_later(0.3, self.loop.mcp.warm_up)
+
+    async def aclose(self) -> None:
+        await self.loop.aclose()
 
 
 class RemoteAgent:

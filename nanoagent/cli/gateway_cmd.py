@@ -69,6 +69,10 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         from nanoagent.gateway.cron import cron_component
 
         components.append(cron_component(config, paths, hub, outbox))
+    if loop.mcp is not None:  # one set of connections for every session, kept up while the gateway runs
+        from nanoagent.gateway.server import Component
+
+        components.append(Component("mcp", loop.mcp.run))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
 
     def ready() -> None:

@@ -187,6 +187,44 @@ class ChannelsConfig:
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
 
 
+MCP_TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http", "sse": "sse"}
+
+
+@dataclass
+class McpServerConfig:
+    """One MCP server, in the shape Claude Desktop and Claude Code use: `command` (stdio) or `url` (remote)."""
+
+    command: str | None = None
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)  # added to the server's environment
+    cwd: str | None = None
+    url: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)  # sent with every request to `url`
+    type: str | None = None  # "stdio" | "http" (streamable HTTP) | "sse"; default: stdio with a command, else http
+    transport: str | None = None  # the same as `type`, as some clients spell it
+    timeout: float = bounded(60.0, 1, 86_400)  # seconds for starting and for each tool call
+    enabled: bool = True
+
+    def kind(self, name: str) -> str:
+        """"stdio", "http" or "sse"; ConfigError with the fix when the entry cannot be used."""
+        where = f"`mcpServers.{name}`"
+        given = self.type or self.transport
+        if given is not None and given not in MCP_TRANSPORTS:
+            raise ConfigError(f"{where} has type {given!r}; use \"stdio\", \"http\" or \"sse\".")
+        if self.command and self.url:
+            raise ConfigError(f"{where} has both `command` and `url`; keep `command` for a local server or `url` "
+                              "for a remote one.")
+        if not self.command and not self.url:
+            raise ConfigError(f"{where} has neither `command` nor `url`; add `command` (and `args`) to run a local "
+                              "server, or `url` for a remote one.")
+        kind = MCP_TRANSPORTS[given] if given else ("stdio" if self.command else "http")
+        if kind == "stdio" and not self.command:
+            raise ConfigError(f"{where} has no `command`; add the program to run (and its `args`), or a `url`.")
+        if kind != "stdio" and not self.url:
+            raise ConfigError(f"{where} has no `url`; add the server's address, or a `command` to run it locally.")
+        return kind
+
+
 @dataclass
 class CronConfig:
     """Scheduled jobs (`nanoagent cron`, the cron tool): run by the gateway, or by `nanoagent cron tick`."""
@@ -212,6 +250,7 @@ class Config:
     channels: ChannelsConfig = field(default_factory=ChannelsConfig)
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     cron: CronConfig = field(default_factory=CronConfig)
+    mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)  # `mcpServers`, by name
 
     @property
     def defaults(self) -> AgentDefaults:

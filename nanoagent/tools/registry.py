@@ -22,6 +22,10 @@ class ToolRegistry:
         self._tools[tool.name] = tool
         self._specs = None
 
+    def unregister(self, name: str) -> None:
+        if self._tools.pop(name, None) is not None:
+            self._specs = None
+
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)
 
