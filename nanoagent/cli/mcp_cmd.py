@@ -21,7 +21,10 @@ def list_servers(
     timeout: Annotated[float, typer.Option(help="Seconds each server gets to start and list its tools.")] = CHECK_TIMEOUT,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Start each server, then show its state and its tools (as the agent sees them: mcp__SERVER__TOOL)."""
+    """Start each server, then show its state and its tools (as the agent sees them: mcp__SERVER__TOOL).
+
+    Example: nanoagent mcp list
+    """
     paths, config = setup(workspace)
     if not config.mcp_servers:
         print(f"No MCP servers in {paths.config_file}. Add one with `nanoagent mcp add NAME -- COMMAND ARGS...` "
@@ -54,7 +57,10 @@ def add(
 ) -> None:
     """Add a server: `nanoagent mcp add NAME -- COMMAND ARGS...` (runs on this machine, as you) or
     `nanoagent mcp add NAME --url URL [--header 'Authorization: Bearer ...']`. It is started once to list its
-    tools."""
+    tools.
+
+    Example: nanoagent mcp add files -- npx -y @modelcontextprotocol/server-filesystem ~/notes
+    """
     command = list(ctx.args)
     if bool(command) == bool(url):
         raise NanoagentError("Give the server either a command (after `--`) or --url, e.g. "
@@ -93,7 +99,10 @@ def add(
 
 @mcp_app.command("remove")
 def remove(name: str, workspace: WorkspaceOpt = None) -> None:
-    """Remove a server from config.json (and its cached tool list)."""
+    """Remove a server from config.json (and its cached tool list).
+
+    Example: nanoagent mcp remove files
+    """
     from nanoagent.config import save_config
     from nanoagent.mcp.cache import ToolCache
 
