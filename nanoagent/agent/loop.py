@@ -24,6 +24,7 @@ from nanoagent.agent.commands import Commands, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.agent.subagents import RunScope, Subagents, current_run
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator, FixedCost
 from nanoagent.providers.base import Providers
@@ -63,6 +64,7 @@ class AgentLoop:
     models: ModelChoice
     commands: Commands
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
+    subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -98,16 +100,19 @@ class AgentLoop:
                     injections: Callable[[], list[str]] | None, ask: Ask | None) -> TurnResult:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
-        user = self.context.user_message(text, channel or "cli", chat_id or "direct")
+        notices = session.pending_notices()  # background results that arrived since the last turn
+        user = self.context.user_message(text, channel or "cli", chat_id or "direct", notices=[n.text for n in notices])
         model = self.model_for(session)
         start = len(session.messages)
-        self.store.add_messages(session, [user], sync=True)  # on disk before any model call, summaries included
+        # on disk before any model call, summaries included
+        self.store.add_messages(session, [user], sync=True, notices_delivered=len(session.notices) if notices else None)
         sink(ev.TurnStarted(model, session=session.key))
         sink(ev.MessageAdded(user, session=session.key))
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))
 
         scope = current_turn.set(TurnScope(session.key, start, notify, ask))
+        run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
         try:
             system, visible = await self._fit_context(session, model)
             current_turn.set(TurnScope(session.key, visible, notify, ask))
@@ -117,6 +122,7 @@ class AgentLoop:
             self._after_cancel(session, sink)
             raise
         finally:
+            current_run.reset(run)
             current_turn.reset(scope)
             self.store.sync(session)
         if result.error is not None:

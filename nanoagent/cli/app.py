@@ -131,7 +131,11 @@ def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
 async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
                     ask: Ask | None, remote: bool) -> TurnResult:
     if not remote:
-        return await _local(config, paths, model).handle(message, key, renderer, ask=ask)
+        local = _local(config, paths, model)
+        turn = await local.handle(message, key, renderer, ask=ask)
+        if local.loop.subagents is not None:  # background runs finish before the process ends (Ctrl-C stops them)
+            await local.loop.subagents.wait(key)
+        return turn
     from nanoagent.cli.attach import connect
 
     agent = await connect(paths.gateway_socket, key, renderer, ask)
@@ -221,6 +225,7 @@ def usage(
     """Tokens and cost per day, session and model."""
     from rich.table import Table
 
+    from nanoagent.agent.subagents import root_key
     from nanoagent.cli.render import table_console
     from nanoagent.session.store import SessionStore
     from nanoagent.usage import Total, summarize
@@ -228,7 +233,9 @@ def usage(
     paths, _ = setup(None)
     store = SessionStore(paths.sessions_dir, warn=warn)
     keys = [session if session is None or ":" in session else f"cli:{session}"] if session else store.keys()
-    records = [(key, record) for key in keys for record in store.load(key).usage]
+    if session:  # the session's sub-agents count under it
+        keys += [k for k in store.keys_with_prefix("subagent:") if root_key(k) == keys[0]]
+    records = [(root_key(key), record) for key in keys for record in store.load(key).usage]
     rows = summarize(records, days=days)
     if not rows:
         print("No usage recorded" + (f" for session {keys[0]}" if session else "") + ".")

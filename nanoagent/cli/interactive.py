@@ -23,7 +23,7 @@ from rich.markup import escape
 
 from nanoagent.agent import events as ev
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
-from nanoagent.cli.render import short_args
+from nanoagent.cli.render import short_args, subagent_line
 
 _SLASH_WORD = re.compile(r"^/\w*")
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
@@ -121,6 +121,9 @@ class TerminalUI:
         self.console.print(markup)
 
     def __call__(self, event: ev.Event) -> None:
+        if event.agent:
+            self._subagent(event)
+            return
         match event:
             case ev.TextDelta(text=text):
                 if self.activity == "thinking":
@@ -149,6 +152,17 @@ class TerminalUI:
                 self.activity = None
             case _:
                 pass
+
+    def _subagent(self, event: ev.Event) -> None:
+        """A sub-agent's events fold into a line as it starts and ends; a background run's answer is shown whole."""
+        line = subagent_line(event)
+        if line is not None:
+            self.stream.flush()
+            self.line(line)
+        if isinstance(event, ev.SubagentEnded) and event.background:
+            answer = MarkdownStream(self._write, self.width, self.plain)
+            answer.feed(event.as_message())
+            answer.flush()
 
     def _tool_line(self, name: str, arguments: dict[str, Any], error: str | None, elapsed: float) -> str:
         """The lasting line for a finished call, at most `width` columns: mark, name, short arguments,

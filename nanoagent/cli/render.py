@@ -28,6 +28,28 @@ def short_args(arguments: dict[str, Any], width: int = 60) -> str:
     return joined if len(joined) <= width else joined[: width - 1] + "…"
 
 
+def subagent_line(event: ev.Event) -> str | None:
+    """What a sub-agent's events fold into: a line (markup) as it starts and as it ends, its notices; None for the
+    rest (its tool calls are counted in the end line and kept in its own session)."""
+    match event:
+        case ev.SubagentStarted(task=task, background=background, agent=run_id):
+            where = " in the background" if background else ""
+            return f"[dim]⇢ sub-agent {run_id}{where}: {_escape(_one_line(task, 70))}[/dim]"
+        case ev.SubagentEnded(status=status, elapsed=elapsed, tool_calls=calls, agent=run_id, result=result):
+            mark = {ev.RunStatus.DONE: "[green]✓[/green]", ev.RunStatus.STOPPED: "[yellow]![/yellow]"}.get(
+                status, "[red]✗[/red]")
+            why = f" {_escape(_one_line(result, 70))}" if status is ev.RunStatus.FAILED else ""
+            return f"  {mark} [dim]sub-agent {run_id} {status.value} {elapsed:.1f}s, {calls} tool calls[/dim]{why}"
+        case ev.Notice(text=text, agent=run_id) | ev.Retrying(reason=text, agent=run_id):
+            return f"[yellow]  sub-agent {run_id}: {_escape(_one_line(text, 120))}[/yellow]"
+    return None
+
+
+def _one_line(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 class OneShotRenderer:
     """For `agent -m`: streams plain text when piped, renders Markdown at the end on a terminal."""
 
@@ -38,8 +60,16 @@ class OneShotRenderer:
         self.quiet_reply = quiet_reply  # --json prints everything at the end
         self.streamed = ""
         self.stream_plain = not self.out.is_terminal and not quiet_reply
+        self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
 
     def __call__(self, event: ev.Event) -> None:
+        if event.agent:
+            line = subagent_line(event)
+            if line is not None:
+                self.err.print(line)
+            if isinstance(event, ev.SubagentEnded) and event.background:
+                self.background.append(event)
+            return
         match event:
             case ev.TextDelta(text=text) if self.stream_plain:
                 sys.stdout.write(text)
@@ -59,6 +89,11 @@ class OneShotRenderer:
                 pass
 
     def finish(self, reply: str, failed: bool) -> None:
+        self._reply(reply, failed)
+        for event in self.background:
+            sys.stdout.write("\n" + event.as_message() + "\n")
+
+    def _reply(self, reply: str, failed: bool) -> None:
         if failed:
             if self.streamed:
                 sys.stdout.write("\n")

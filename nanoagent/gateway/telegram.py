@@ -681,6 +681,9 @@ class _Chat:
         self.unwatch = link.hub.watch(key, self.event)
 
     def event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.SubagentEnded) and event.background:
+            self.replay(event.as_message())  # a background run's answer is a message in the chat
+            return
         if event.agent:
             return  # a sub-agent's events are its own
         if isinstance(event, ev.TurnStarted):
