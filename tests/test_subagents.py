@@ -383,3 +383,51 @@ def test_hub_watchers_of_the_session_see_a_background_result_even_when_they_atta
     assert ended.background and ended.result == "from the background"
     wire = json.loads(protocol.encode(protocol.event_to_wire(ended)))
     assert protocol.event_from_wire(wire) == ended  # attached terminals get it through the socket
+
+
+def test_one_shot_waits_for_its_background_runs_and_prints_their_answers_after_the_reply(llm):
+    from tests.conftest import anthropic_env
+    from tests.llm_server import Reply
+
+    llm.script(Reply(tool_calls=[("spawn", {"task": "count the files", "background": True}),
+                                 ("spawn", {"task": "read the notes", "background": True})]))
+    llm.default_reply = Reply(echo=True, delay=0.1)  # each sub-agent answers with its own opening message
+
+    ran = invoke("agent", "-m", "start two helpers", env=anthropic_env(llm))
+
+    assert ran.returncode == 0, ran.stderr
+    head, _, answers = ran.stdout.partition("\n[sub-agent ")
+    assert "Your task:" not in head  # the reply comes first
+    assert "count the files" in answers and "read the notes" in answers and answers.count("done: ") == 2
+    assert ran.stderr.count("⇢ sub-agent") == 2 and ran.stderr.count("✓ sub-agent") == 2
+
+
+def test_a_sub_agent_waiting_for_its_own_sub_agent_gives_up_its_slot_meanwhile():
+    loop, _ = agent(ScriptedReply(tool_calls=[spawn("deeper say hi")]), "done", config=with_subagents(max_concurrent=1))
+
+    asyncio.run(asyncio.wait_for(loop.handle("go", KEY), 5))
+
+    assert "deeper got: " in tool_results(loop)[0]["content"] and "Its answer:\n\nhi" in tool_results(loop)[0]["content"]
+
+
+def test_the_terminal_folds_a_sub_agents_events_into_a_line_as_it_starts_and_ends(capsys):
+    from nanoagent.cli.interactive import TerminalUI
+
+    ui = TerminalUI(100, plain=True)
+    ui.start_turn()
+    for event in (ev.SubagentStarted("count the files", False, session=KEY, agent="a1b2c3"),
+                  ev.ToolStarted("c1", "glob", {"pattern": "*"}, session=KEY, agent="a1b2c3"),
+                  ev.TextDelta("its own words", session=KEY, agent="a1b2c3"),
+                  ev.ToolFinished("c1", "glob", "x", 0.01, session=KEY, agent="a1b2c3"),
+                  ev.SubagentEnded("count the files", ev.RunStatus.DONE, "12 files", 0.5, 1, False, session=KEY,
+                                   agent="a1b2c3"),
+                  ev.SubagentEnded("read the notes", ev.RunStatus.DONE, "They say **hi**.", 2.0, 3, True,
+                                   session=KEY, agent="d4e5f6")):
+        ui(event)
+    ui.stream.flush()
+
+    shown = capsys.readouterr().out
+    assert "⇢ sub-agent a1b2c3: count the files" in shown and "✓ sub-agent a1b2c3 done 0.5s, 1 tool call" in shown
+    assert "its own words" not in shown and "glob" not in shown and "12 files" not in shown  # in its session only
+    assert "[sub-agent d4e5f6 done: read the notes]" in shown and "They say" in shown  # a background answer
+    assert ui.activity == "thinking"  # the parent's turn is still what the status line shows

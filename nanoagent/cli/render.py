@@ -39,7 +39,7 @@ def subagent_line(event: ev.Event) -> str | None:
             mark = {ev.RunStatus.DONE: "[green]✓[/green]", ev.RunStatus.STOPPED: "[yellow]![/yellow]"}.get(
                 status, "[red]✗[/red]")
             why = f" {_escape(_one_line(result, 70))}" if status is ev.RunStatus.FAILED else ""
-            return f"  {mark} [dim]sub-agent {run_id} {status.value} {elapsed:.1f}s, {calls} tool calls[/dim]{why}"
+            return f"  {mark} [dim]sub-agent {run_id} {status.value} {elapsed:.1f}s, {calls} tool call{'' if calls == 1 else 's'}[/dim]{why}"
         case ev.Notice(text=text, agent=run_id) | ev.Retrying(reason=text, agent=run_id):
             return f"[yellow]  sub-agent {run_id}: {_escape(_one_line(text, 120))}[/yellow]"
     return None
