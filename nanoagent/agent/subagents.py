@@ -162,28 +162,26 @@ class Subagents:
         async def spawn(ctx: ToolContext, task: str, context: Literal["none", "summary", "full"] = "none",
                         background: bool = False, timeout: float | None = None, model: str | None = None,
                         tools: list[str] | None = None) -> str:
-            """Hand a task to a sub-agent that works in a session of its own with your tools, and get its answer.
-            Several spawn calls in one reply run at the same time. Use it for independent pieces of work
-            (research, a review, a long search) whose details need not fill this conversation.
+            """Hand a task to a sub-agent (your tools, its own session) and get its answer. Calls in one reply
+            run at once: use it for independent work whose details need not fill this conversation.
 
             Args:
-                task: The task, complete on its own: the sub-agent sees nothing else unless `context` says so.
-                context: What it gets of this conversation: "none", "summary" (a short summary) or "full".
-                background: false: wait and return its answer. true: return its run id at once; the answer
-                    arrives as a notice at a later turn (or read it with read_task_output).
-                timeout: Seconds to wait in the foreground; when they run out the run goes on in the background.
-                model: Model for the sub-agent (default: the one you use).
-                tools: Names of the tools it may use, a subset of yours (default: all of them).
+                task: The whole task: it sees nothing else unless `context` says so.
+                context: What it gets of this conversation.
+                background: Return its run id at once; its answer arrives at a later turn.
+                timeout: Seconds to wait; then it goes on in the background.
+                model: Its model (default: yours).
+                tools: The tools it may use (default: all of yours).
             """
             return await self._spawn(task, context, background, timeout, model, tools)
 
         @tool(read_only=True)
         async def read_task_output(ctx: ToolContext, run_id: str, wait: float = 0) -> str:
-            """The answer of a sub-agent run started with spawn, or its status while it works.
+            """A spawned run's answer, or its status while it works.
 
             Args:
                 run_id: The id spawn returned.
-                wait: Seconds to wait for it to finish first (0: answer at once).
+                wait: Seconds to wait for it to finish.
             """
             return await self._read(run_id, wait)
 

@@ -692,7 +692,7 @@ class _Chat:
         elif isinstance(event, ev.MessageAdded) and is_user(event.message):
             self.link.channel.persisted(self.key, event.message["content"], self.opening)
             self.opening = False
-        reply = self.replies[-1] if self.replies and not self.replies[-1].ended else None
+        reply = next((r for r in reversed(self.replies) if not r.ended), None)  # a background answer may follow it
         if reply is None:
             return  # not inside a turn (a command's own events)
         if isinstance(event, ev.TextDelta):
