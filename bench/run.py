@@ -7,7 +7,7 @@ proportional to the new messages only. Issue 10: `agent -m` through a gateway < 
 in-process; 20 sessions at once with 2 s model latency < 5 s; a turn near the context budget within
 1.2x of a fresh one, in-process and through a gateway; an idle gateway with Telegram < 0.5 s CPU in
 60 s and < 150 MiB. Issue 12: `agent -m` with two stdio MCP servers (tool lists cached) within 0.1 s of
-none.
+none; four background sub-agents with 1 s model latency each finish in < 2 s together.
 """
 
 from __future__ import annotations
@@ -146,6 +146,40 @@ def bench_gateway_concurrency(home: Path, server) -> None:
     answered = sum(reply == "done" for reply in replies)
     record("20 sessions at once, 2 s model latency each", f"{elapsed:.2f} s, {answered}/20",
            "< 5 s, 20/20", elapsed < 5 and answered == 20)
+
+
+def bench_subagents(home: Path, server) -> None:
+    """Four background sub-agents started in one reply, each model call taking 1 s: from the first spawn to the
+    last one's end, through the anthropic SDK against the local server (one after another would take 4 s)."""
+    from nanoagent.agent import events as ev
+    from nanoagent.agent.build import build_agent
+    from nanoagent.paths import Paths
+    from tests.llm_server import Reply
+
+    loop = build_agent(budget_config(server.url), Paths(home=home / "subagents", workspace=home / "subagents" / "ws"))
+    marks: dict[str, list[float]] = {"started": [], "ended": []}
+
+    def sink(event: ev.Event) -> None:
+        if isinstance(event, ev.ToolStarted) and not event.agent:
+            marks["started"].append(time.perf_counter())
+        elif isinstance(event, ev.SubagentEnded) and event.status is ev.RunStatus.DONE:
+            marks["ended"].append(time.perf_counter())
+
+    async def four() -> None:
+        await loop.handle("warm up", "cli:bench-subagents")  # the SDK loads before the clock starts
+        server.script(Reply(tool_calls=[("spawn", {"task": f"part {i}", "background": True}) for i in range(4)]))
+        server.default_reply = Reply(text="done", delay=1.0)
+        await loop.handle("split it in four", "cli:bench-subagents", sink=sink)
+        await loop.subagents.wait("cli:bench-subagents")
+
+    try:
+        asyncio.run(four())
+    finally:
+        server.default_reply = Reply(text="ok")
+    elapsed = max(marks["ended"]) - min(marks["started"]) if marks["ended"] else float("inf")
+    finished = len(marks["ended"])
+    record("4 background sub-agents, 1 s model latency each", f"{elapsed:.2f} s, {finished}/4",
+           "< 2 s, 4/4", elapsed < 2 and finished == 4)
 
 
 def bench_gateway_idle(home: Path, seconds: float = 60.0) -> None:
@@ -647,6 +681,7 @@ def main() -> int:
             bench_mcp(home, server)
             bench_gateway(home, server)
             bench_gateway_concurrency(home, server)
+            bench_subagents(home, server)
             bench_interactive(home, server)
         finally:
             server.close()

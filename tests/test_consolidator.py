@@ -71,7 +71,9 @@ def test_a_long_conversation_is_archived_with_consecutive_cursors(tmp_path):
 
 def test_the_prompt_stays_under_the_budget_after_consolidating(tmp_path):
     provider = ScriptedProvider(default="reply " * 50, respond=summarizer())
-    loop, _ = agent(tmp_path, provider)
+    config = small_window_config()
+    config.agents.defaults.subagents.max_depth = 0  # the tool list this window was sized for (where 12 turns end)
+    loop, _ = agent(tmp_path, provider, config)
     talk(loop, 12)
     turns = [r for r in provider.requests if not is_summary(r)]
     budget = loop.consolidator.budget

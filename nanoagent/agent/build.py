@@ -9,6 +9,7 @@ from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.loop import AgentLoop, ModelChoice
+from nanoagent.agent.subagents import Subagents
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import Outbox
 from nanoagent.cron.store import JobStore
@@ -77,18 +78,25 @@ def build_agent(
     mcp = mcp_servers(config, paths, tools, warn)
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens)
+    tool_context = ToolContext(paths.workspace, tools_config.restrict_to_workspace)
+    subagents = None
+    if config.defaults.subagents.max_depth > 0:
+        subagents = Subagents(store, providers, context, tool_context, config.defaults, tools_config.max_result_chars,
+                              busy=lambda key: loop.busy(key))  # `loop` is built below, before any turn asks
+        for subagent_tool in subagents.tools():
+            tools.register(subagent_tool)
     models = ModelChoice(default_model, pinned=model is not None)
     consolidator = Consolidator(history, store, config.defaults, providers.complete)
     commands = Commands(
         store=store, models=models, providers=providers, context=context, settings=config.defaults, skills=skills,
-        consolidator=consolidator, memory_git=memory_git,
+        consolidator=consolidator, memory_git=memory_git, subagents=subagents,
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
-    return AgentLoop(
+    loop = AgentLoop(
         providers=providers,
         store=store,
         context=context,
-        tool_context=ToolContext(paths.workspace, tools_config.restrict_to_workspace),
+        tool_context=tool_context,
         settings=config.defaults,
         max_result_chars=tools_config.max_result_chars,
         models=models,
@@ -96,7 +104,9 @@ def build_agent(
         consolidator=consolidator,
         image_models=tuple(tools_config.attachments.image_models),
         mcp=mcp,
+        subagents=subagents,
     )
+    return loop
 
 
 def build_outbox(config: Config, paths: Paths, warn: Callable[[str], None] = lambda message: None) -> Outbox:

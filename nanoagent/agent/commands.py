@@ -21,6 +21,7 @@ from nanoagent.usage import UsageRecord, session_total
 if TYPE_CHECKING:
     from nanoagent.agent.context import ContextBuilder
     from nanoagent.agent.loop import ModelChoice
+    from nanoagent.agent.subagents import Subagents
     from nanoagent.config.schema import AgentDefaults
     from nanoagent.memory.consolidator import Consolidator
     from nanoagent.memory.dream import Dream
@@ -88,6 +89,7 @@ class Commands:
     consolidator: Consolidator | None = None
     memory_git: MemoryGit | None = None
     dream_factory: Callable[[ev.EventSink], Dream] | None = None  # builds Dream for /dream, sending to a sink
+    subagents: Subagents | None = None  # the sub-agent runs, for /tasks
 
     def names(self) -> list[str]:
         return sorted(COMMANDS)
@@ -132,7 +134,8 @@ class Commands:
         window = effective_window(self.settings.context_window_tokens, model)
         which = "; the model's window, smaller than contextWindowTokens" if window.from_model else ""
         used = self._context_used(session, model)
-        total = session_total(session.usage)
+        delegated = self._subagent_usage(session)
+        total = session_total(session.usage + delegated)
         u = total.usage
         return "\n".join([
             f"model:    {model}",
@@ -140,8 +143,14 @@ class Commands:
             f"context:  {used:,} of {window.tokens:,} tokens ({used / window.tokens:.0%}{which})",
             f"tokens:   {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_tokens:,} cache read, "
             f"{u.cache_write_tokens:,} cache write",
-            f"cost:     {total.cost_text()} over {total.calls} model calls",
+            f"cost:     {total.cost_text()} over {total.calls} model calls"
+            + (f" ({len(delegated)} by sub-agents)" if delegated else ""),
         ])
+
+    def _subagent_usage(self, session: Session) -> list[UsageRecord]:
+        from nanoagent.agent.subagents import subagent_usage
+
+        return subagent_usage(self.store, session.key) if self.subagents is not None else []
 
     def _context_used(self, session: Session, model: str) -> int:
         """The prompt the next turn would send, measured as the Consolidator measures it."""
@@ -180,7 +189,7 @@ class Commands:
     @command("/usage", "tokens and cost of this session, by model", read_only=True)
     async def usage(self, call: Call) -> str:
         by_model: dict[str, list[UsageRecord]] = {}
-        for record in call.session.usage:
+        for record in call.session.usage + self._subagent_usage(call.session):  # sub-agents' calls count here
             by_model.setdefault(record.model, []).append(record)
         if not by_model:
             return "No model calls in this session yet."
@@ -254,6 +263,33 @@ class Commands:
         except NanoagentError as e:
             return Refused(f"Cannot restore: {e}")
         return f"{made.summary}\nChanged {', '.join(made.files)}; recorded as {made.short}."
+
+
+    @command("/tasks", "list this session's sub-agent runs; /tasks cancel ID stops one", read_only=True)
+    async def tasks(self, call: Call) -> str:
+        if self.subagents is None:
+            return "Sub-agents are off here (agents.defaults.subagents.maxDepth is 0)."
+        runs = self.subagents.runs(call.session.key)
+        verb, _, run_id = call.args.partition(" ")
+        if verb == "cancel":
+            run = self.subagents.get(run_id, call.session.key)
+            if run is None:
+                return f"No sub-agent run {run_id.strip()!r} in this session; /tasks lists them." if run_id.strip() \
+                    else "Which run? /tasks cancel ID (see /tasks)."
+            if run.finished:
+                return f"Sub-agent {run.id} already ended ({run.status.value})."
+            await self.subagents.cancel(run)
+            return f"Cancelled sub-agent {run.id}; its session {run.key} records how far it got."
+        if verb:
+            return "Use /tasks to list the runs, or /tasks cancel ID to stop one."
+        if not runs:
+            return "No sub-agent runs in this session since nanoagent started."
+        lines = [f"{'id':<6}  {'status':<9}  {'time':>7}  {'tools':>5}  {'mode':<10}  task"]
+        for r in runs:
+            task = " ".join(r.task.split())
+            lines.append(f"{r.id:<6}  {r.status.value:<9}  {r.elapsed():>6.1f}s  {r.tool_calls:>5}  "
+                         f"{'background' if r.background else 'foreground':<10}  {task[:60] + ('…' if len(task) > 60 else '')}")
+        return "\n".join(lines + ["", "Stop one with /tasks cancel ID."])
 
 
 def _last_user(session: Session) -> int:

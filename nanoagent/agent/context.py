@@ -9,7 +9,7 @@ message instead.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -103,10 +103,14 @@ class ContextBuilder:
         return self.fixed_tokens(self.system_prompt()) + sum(count_message_tokens(m) for m in history)
 
     def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None,
-                     images: list[msg.ImageBlock] | None = None) -> msg.UserMessage:
+                     images: list[msg.ImageBlock] | None = None, notices: Sequence[str] = ()) -> msg.UserMessage:
+        """The user's text after the runtime block. `notices` (background results) go inside the block: they are
+        not the user's words, and `strip_runtime_context` leaves the user's text alone."""
         now = now or self._now()
         stamp = now.strftime("%Y-%m-%d %H:%M %A") + f" ({now.tzname() or 'local time'})"
-        block = f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\nchat_id: {chat_id}\n{RUNTIME_CLOSE}\n\n"
+        extra = "".join(f"notice (since the last turn; not from the user): {n.replace(RUNTIME_CLOSE, '&lt;/runtime_context>')}\n"
+                        for n in notices)
+        block = f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\nchat_id: {chat_id}\n{extra}{RUNTIME_CLOSE}\n\n"
         return msg.user(block + text, images or ())
 
     def _now(self) -> datetime:

@@ -105,8 +105,46 @@ class Notice(_Scoped):
     text: str
 
 
+class RunStatus(Enum):
+    """Where a sub-agent run is."""
+
+    QUEUED = "queued"  # waiting for a free slot (agents.defaults.subagents.maxConcurrent)
+    RUNNING = "running"
+    DONE = "done"
+    STOPPED = "stopped"  # reached its step limit without a final answer
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+@dataclass(frozen=True)
+class SubagentStarted(_Scoped):
+    """A sub-agent run began working; `agent` is its run id, `session` the user's session it works for."""
+
+    task: str
+    background: bool
+
+
+@dataclass(frozen=True)
+class SubagentEnded(_Scoped):
+    """A sub-agent run ended. With `background` its result is also a message in the session: shown to the user
+    now, given to the model at the next turn."""
+
+    task: str
+    status: RunStatus
+    result: str  # its final reply, or what went wrong
+    elapsed: float
+    tool_calls: int
+    background: bool
+
+    def as_message(self) -> str:
+        """The answer as a chat or terminal shows it: a head naming the run and its task, then the answer."""
+        task = " ".join(self.task.split())
+        task = task if len(task) <= 60 else task[:59] + "…"
+        return f"[sub-agent {self.agent} {self.status.value}: {task}]\n{self.result}"
+
+
 Event = (TurnStarted | TextDelta | ThinkingDelta | ToolStarted | ToolFinished | MessageAdded | UsageRecorded
-         | Retrying | Injected | TurnEnded | Notice)
+         | Retrying | Injected | TurnEnded | Notice | SubagentStarted | SubagentEnded)
 EventSink = Callable[[Event], None]
 
 

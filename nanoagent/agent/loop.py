@@ -24,6 +24,7 @@ from nanoagent.agent.commands import Commands, Refused, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.agent.subagents import RunScope, Subagents, current_run
 from nanoagent.attachments import AttachmentError, resolve, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator, FixedCost
@@ -68,6 +69,7 @@ class AgentLoop:
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
     image_models: tuple[str, ...] = ()  # models sent images whatever the bundled table says
     mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
+    subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -127,16 +129,20 @@ class AgentLoop:
                     images: list[msg.ImageBlock]) -> TurnResult:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
-        user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images)
+        notices = session.pending_notices()  # background results that arrived since the last turn
+        user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
+                                         notices=[n.text for n in notices])
         model = self.model_for(session)
         start = len(session.messages)
-        self.store.add_messages(session, [user], sync=True)  # on disk before any model call, summaries included
+        # on disk before any model call, summaries included
+        self.store.add_messages(session, [user], sync=True, notices_delivered=len(session.notices) if notices else None)
         sink(ev.TurnStarted(model, session=session.key))
         sink(ev.MessageAdded(user, session=session.key))
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))
 
         scope = current_turn.set(TurnScope(session.key, start, notify, ask))
+        run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
         try:
             if self.mcp is not None:
                 await self.mcp.prepare()  # servers whose tools are not cached yet
@@ -148,6 +154,7 @@ class AgentLoop:
             self._after_cancel(session, sink)
             raise
         finally:
+            current_run.reset(run)
             current_turn.reset(scope)
             self.store.sync(session)
         if result.error is not None:

@@ -313,7 +313,10 @@ async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, m
     if not remote:
         local = _local(config, paths, model)
         try:
-            return await local.handle(message, key, renderer, ask=ask, images=images)
+            turn = await local.handle(message, key, renderer, ask=ask, images=images)
+            if local.loop.subagents is not None:  # background runs finish before the process ends (Ctrl-C stops them)
+                await local.loop.subagents.wait(key)
+            return turn
         finally:
             await local.aclose()  # MCP servers it started stop with it
     from nanoagent.cli.attach import connect
@@ -432,6 +435,7 @@ def usage(
     """
     from rich.table import Table
 
+    from nanoagent.agent.subagents import root_key
     from nanoagent.cli.render import table_console
     from nanoagent.session.store import SessionStore
     from nanoagent.usage import Total, summarize
@@ -440,7 +444,9 @@ def usage(
     store = SessionStore(paths.sessions_dir, warn=warn)
     known = store.keys()
     keys = [session if ":" in session or session in known else f"cli:{session}"] if session else known
-    records = [(key, record) for key in keys for record in store.load(key).usage]
+    if session:  # the session's sub-agents count under it
+        keys += [k for k in store.keys_with_prefix("subagent:") if root_key(k) == keys[0]]
+    records = [(root_key(key), record) for key in keys for record in store.load(key).usage]
     rows = summarize(records, days=days)
     if not rows:
         print("No usage recorded" + (f" for session {keys[0]}" if session else "") + ".")

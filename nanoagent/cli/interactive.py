@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from nanoagent.agent import events as ev
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
-from nanoagent.cli.render import SPINNER, MarkdownStream, short_args, terminal_safe
+from nanoagent.cli.render import SPINNER, MarkdownStream, short_args, subagent_line, terminal_safe
 from nanoagent.usage import turn_line
 
 if TYPE_CHECKING:
@@ -59,6 +59,9 @@ class TerminalUI:
         self.console.print(terminal_safe(markup))
 
     def __call__(self, event: ev.Event) -> None:
+        if event.agent:
+            self._subagent(event)
+            return
         match event:
             case ev.TextDelta(text=text):
                 if self.activity == "thinking":
@@ -87,6 +90,17 @@ class TerminalUI:
                 self.activity = None
             case _:
                 pass
+
+    def _subagent(self, event: ev.Event) -> None:
+        """A sub-agent's events fold into a line as it starts and ends; a background run's answer is shown whole."""
+        line = subagent_line(event)
+        if line is not None:
+            self.stream.flush()
+            self.line(line)
+        if isinstance(event, ev.SubagentEnded) and event.background:
+            answer = MarkdownStream(self._write, self.width, self.plain)
+            answer.feed(event.as_message())
+            answer.flush()
 
     def _tool_line(self, name: str, arguments: dict[str, Any], error: str | None, elapsed: float) -> str:
         """The lasting line for a finished call, at most `width` columns: mark, name, short arguments,

@@ -71,6 +71,28 @@ def short_args(arguments: dict[str, Any], width: int = 60) -> str:
     return joined if len(joined) <= width else joined[: width - 1] + "…"
 
 
+def subagent_line(event: ev.Event) -> str | None:
+    """What a sub-agent's events fold into: a line (markup) as it starts and as it ends, its notices; None for the
+    rest (its tool calls are counted in the end line and kept in its own session)."""
+    match event:
+        case ev.SubagentStarted(task=task, background=background, agent=run_id):
+            where = " in the background" if background else ""
+            return f"[dim]⇢ sub-agent {run_id}{where}: {_escape(_one_line(task, 70))}[/dim]"
+        case ev.SubagentEnded(status=status, elapsed=elapsed, tool_calls=calls, agent=run_id, result=result):
+            mark = {ev.RunStatus.DONE: "[green]✓[/green]", ev.RunStatus.STOPPED: "[yellow]![/yellow]"}.get(
+                status, "[red]✗[/red]")
+            why = f" {_escape(_one_line(result, 70))}" if status is ev.RunStatus.FAILED else ""
+            return f"  {mark} [dim]sub-agent {run_id} {status.value} {elapsed:.1f}s, {calls} tool call{'' if calls == 1 else 's'}[/dim]{why}"
+        case ev.Notice(text=text, agent=run_id) | ev.Retrying(reason=text, agent=run_id):
+            return f"[yellow]  sub-agent {run_id}: {_escape(_one_line(text, 120))}[/yellow]"
+    return None
+
+
+def _one_line(text: str, width: int) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
 LONG_BLOCK_LINES = 6
 LONG_PARAGRAPH_CHARS = 320
 
@@ -218,8 +240,16 @@ class OneShotRenderer:
                 self.err.print(markup)
         else:
             self.err.print(markup)
+        self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
 
     def __call__(self, event: ev.Event) -> None:
+        if event.agent:
+            line = subagent_line(event)
+            if line is not None:
+                self.err.print(line)
+            if isinstance(event, ev.SubagentEnded) and event.background:
+                self.background.append(event)
+            return
         match event:
             case ev.TurnStarted() if self.spinner is not None:
                 self.spinner.show("thinking")
@@ -265,6 +295,11 @@ class OneShotRenderer:
     def finish(self, reply: str, failed: bool) -> None:
         if self.spinner is not None:
             self.spinner.show(None)
+        self._reply(reply, failed)
+        for event in self.background:
+            self._write("\n" + terminal_safe(event.as_message()) + "\n")
+
+    def _reply(self, reply: str, failed: bool) -> None:
         if self.terminal:
             self.markdown.flush()
         elif self.stream_plain:

@@ -17,6 +17,17 @@ def bounded(default: Any, low: float, high: float) -> Any:
 
 
 @dataclass
+class SubagentsConfig:
+    """What the `spawn` tool may start: sub-agents, each in a session of its own."""
+
+    max_depth: int = bounded(2, 0, 10)  # levels below the user's turn; at the limit `spawn` is not offered (0: never)
+    max_concurrent: int = bounded(4, 1, 64)  # runs working at once in this process; more wait their turn
+    max_iterations: int = bounded(40, 1, 10_000)  # model calls in one sub-agent run
+    timeout: float = bounded(600.0, 1, 86_400)  # seconds a foreground spawn waits before the run goes to the background
+    summary_model: str | None = None  # makes `context: summary`; defaults to the spawning run's model
+
+
+@dataclass
 class AgentDefaults:
     model: str = "anthropic/claude-sonnet-4-5"
     max_tokens: int = bounded(8192, 1, 1_000_000)  # per reply
@@ -31,6 +42,7 @@ class AgentDefaults:
     retry_base_delay: float = bounded(1.0, 0, 60)  # seconds; doubles with each retry
     max_retry_wait: float = bounded(60.0, 0, 3600)  # seconds; the most one wait may last
     request_deadline: float = bounded(180.0, 1, 86_400)  # seconds until a call's reply begins, over all its retries
+    subagents: SubagentsConfig = field(default_factory=SubagentsConfig)
 
 
 @dataclass

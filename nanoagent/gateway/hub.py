@@ -144,9 +144,10 @@ class Hub:
         for them to record their interrupted state."""
         self.closed = True
         turns = [s.turn for s in self._sessions.values() if s.turn is not None and not s.turn.done()]
-        if not turns:
-            return
-        _, late = await asyncio.wait(turns, timeout=grace)
-        for task in late:
-            task.cancel()
-        await asyncio.gather(*late, return_exceptions=True)
+        if turns:
+            _, late = await asyncio.wait(turns, timeout=grace)
+            for task in late:
+                task.cancel()
+            await asyncio.gather(*late, return_exceptions=True)
+        if self.loop.subagents is not None:  # background runs record themselves as cancelled
+            await self.loop.subagents.close()

@@ -33,7 +33,7 @@ FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first 
 
 _EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
     ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,
-    ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice)}
+    ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice, ev.SubagentStarted, ev.SubagentEnded)}
 
 
 def encode(message: dict[str, Any]) -> bytes:
@@ -72,7 +72,7 @@ def event_to_wire(event: ev.Event) -> dict[str, Any]:
         value = getattr(event, f.name)
         if isinstance(value, Usage):
             value = value.to_dict()
-        elif isinstance(value, ev.StopReason):
+        elif isinstance(value, ev.StopReason | ev.RunStatus):
             value = value.value
         data[f.name] = value
     return data
@@ -88,6 +88,8 @@ def event_from_wire(data: dict[str, Any]) -> ev.Event | None:
         values["usage"] = Usage(**{k: int(v) for k, v in (values.get("usage") or {}).items()})
     if cls is ev.TurnEnded:
         values["reason"] = ev.StopReason(values.get("reason", "completed"))
+    if cls is ev.SubagentEnded:
+        values["status"] = ev.RunStatus(values.get("status", "done"))
     try:
         return cls(**values)
     except TypeError:

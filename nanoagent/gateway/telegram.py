@@ -708,6 +708,9 @@ class _Chat:
         self.unwatch = link.hub.watch(key, self.event)
 
     def event(self, event: ev.Event) -> None:
+        if isinstance(event, ev.SubagentEnded) and event.background:
+            self.replay(event.as_message())  # a background run's answer is a message in the chat
+            return
         if event.agent:
             return  # a sub-agent's events are its own
         if isinstance(event, ev.TurnStarted):
@@ -716,7 +719,7 @@ class _Chat:
         elif isinstance(event, ev.MessageAdded) and is_user(event.message):
             self.link.channel.persisted(self.key, text_of(event.message), self.opening)
             self.opening = False
-        reply = self.replies[-1] if self.replies and not self.replies[-1].ended else None
+        reply = next((r for r in reversed(self.replies) if not r.ended), None)  # a background answer may follow it
         if reply is None:
             return  # not inside a turn (a command's own events)
         if isinstance(event, ev.TextDelta):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import json
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -27,6 +28,7 @@ class ScriptedReply:
     tool_calls: list[tuple[str, dict[str, Any] | str]] = field(default_factory=list)
     error: ProviderError | None = None
     usage: Usage | None = None
+    delay: float = 0.0  # seconds before the reply begins, like a model's latency
 
 
 class ScriptedProvider:
@@ -54,6 +56,8 @@ class ScriptedProvider:
             reply = ScriptedReply(self.default)
         else:
             reply = self.replies.pop(0)
+        if reply.delay:
+            await asyncio.sleep(reply.delay)
         if reply.error is not None:
             raise reply.error
         for word in _chunks(reply.text):

@@ -6,6 +6,7 @@ Format (version 1), one JSON object a line:
     {"type": "meta", "last_consolidated": 12}          # partial update; later lines win
     {"type": "usage", "model": "...", "input_tokens": 10, ...}
     {"type": "turn_failed", "start": 14, "end": 16, "error": "..."}   # messages[14:16] are not sent again
+    {"type": "notice", "ts": "...", "source": "subagent 3fa9c1", "text": "..."}   # not a message (see SessionNotice)
 
 Messages on disk are never rewritten (except by `reset`, for the heartbeat's session, which starts
 afresh each run and keeps only its usage records). Writers hold an exclusive lock on
@@ -31,7 +32,7 @@ from typing import Any
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import append_lines, async_file_lock, atomic_write, file_lock, fsync_dir
 from nanoagent.messages import Message, checked_message
-from nanoagent.paths import session_file
+from nanoagent.paths import safe_key, session_file
 from nanoagent.usage import UsageRecord
 
 FORMAT_VERSION = 1
@@ -48,6 +49,19 @@ class SessionMeta:
     created: str = ""
     model: str = ""  # the model /model chose for this session; "" means the default
     last_consolidated: int = 0  # messages before this index are archived to history.jsonl
+    notices_delivered: int = 0  # notices before this index went to the model in a turn's opening message
+
+
+@dataclass(frozen=True)
+class SessionNotice:
+    """A record that is neither a message nor the user's words: something that happened beside the conversation
+    (a background sub-agent's result). It is shown when it arrives; the next turn's opening message gives it to
+    the model, outside the user's own text."""
+
+    at: int  # messages the session held when it arrived
+    source: str  # who it is from, e.g. "subagent 3fa9c1"
+    text: str  # what the model is given
+    ts: str = ""
 
 
 @dataclass
@@ -58,12 +72,17 @@ class Session:
     meta: SessionMeta = field(default_factory=SessionMeta)
     usage: list[UsageRecord] = field(default_factory=list)
     failed_turns: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of turns that failed
+    notices: list[SessionNotice] = field(default_factory=list)
     size: int = 0  # bytes of the file this object reflects; lets a reload read only what is new
     lines: int = 0  # lines read so far, so a warning can name the line
 
     @property
     def last_consolidated(self) -> int:
         return min(self.meta.last_consolidated, len(self.messages))
+
+    def pending_notices(self) -> list[SessionNotice]:
+        """Notices the model has not been given yet."""
+        return self.notices[self.meta.notices_delivered:]
 
     def failed(self) -> frozenset[int]:
         """Indexes of messages in turns that failed: kept on disk, never sent to the model again."""
@@ -92,6 +111,7 @@ class SessionStore:
         if size < session.size:  # another writer cut a torn tail: read the whole file again
             fresh = Session(session.key, session.path)
             session.messages, session.meta, session.usage, session.failed_turns = [], fresh.meta, [], []
+            session.notices = []
             session.size = session.lines = 0
         if size == session.size:
             return
@@ -140,6 +160,12 @@ class SessionStore:
             start, end = record.get("start"), record.get("end")
             if isinstance(start, int) and isinstance(end, int) and _index(start) and start < end:
                 session.failed_turns.append((start, end))
+        elif kind == "notice":
+            source, text, ts = record.get("source"), record.get("text"), record.get("ts", "")
+            if isinstance(source, str) and isinstance(text, str) and isinstance(ts, str):
+                session.notices.append(SessionNotice(len(session.messages), source, text, ts))
+            else:
+                self.warn(f"{where}: skipped a notice (its source and text must be text)")
 
     def _apply_meta(self, session: Session, record: dict[str, Any], where: str) -> None:
         meta = session.meta
@@ -162,6 +188,12 @@ class SessionStore:
                 self.warn(f"{where}: ignored model {value!r} (it must be a model name)")
         if "created" in record and isinstance(record["created"], str):
             meta.created = record["created"]
+        if "notices_delivered" in record:
+            value = record["notices_delivered"]
+            if _index(value):
+                meta.notices_delivered = min(value, len(session.notices))
+            else:
+                self.warn(f"{where}: ignored notices_delivered {value!r} (it must be a whole number)")
 
     # --- writing -------------------------------------------------------------
 
@@ -184,8 +216,19 @@ class SessionStore:
                 session.lines += 1
                 self._apply_record(session, record, record["type"])
 
-    def add_messages(self, session: Session, messages: list[Message], sync: bool = False) -> None:
-        self.append(session, [{"type": "message", "message": m} for m in messages], sync=sync)
+    def add_messages(self, session: Session, messages: list[Message], sync: bool = False,
+                     notices_delivered: int | None = None) -> None:
+        """`notices_delivered`: the messages carry the session's notices up to that index to the model (written in
+        the same append, so both or neither are on disk)."""
+        records: list[dict[str, Any]] = [{"type": "message", "message": m} for m in messages]
+        if notices_delivered is not None:
+            records.append({"type": "meta", "notices_delivered": notices_delivered})
+        self.append(session, records, sync=sync)
+
+    def add_notice(self, session: Session, source: str, text: str) -> None:
+        record = {"type": "notice", "ts": datetime.now(UTC).isoformat(timespec="seconds"), "source": source,
+                  "text": text}
+        self.append(session, [record], sync=True)
 
     def add_usage(self, session: Session, record: UsageRecord, sync: bool = False) -> None:
         self.append(session, [record.to_json()], sync=sync)
@@ -240,15 +283,21 @@ class SessionStore:
             yield
 
     def keys(self) -> list[str]:
-        keys = []
-        for path in sorted(self.directory.glob("*.jsonl")):
-            try:
-                with open(path, "rb") as f:
-                    header = json.loads(f.readline())
-                keys.append(header["key"])
-            except (OSError, ValueError, KeyError, TypeError):
-                continue
-        return keys
+        return [key for path in sorted(self.directory.glob("*.jsonl")) if (key := _header_key(path)) is not None]
+
+    def keys_with_prefix(self, prefix: str) -> list[str]:
+        """Keys of saved sessions that start with `prefix`, found by file name (the mapping keeps prefixes)."""
+        paths = sorted(self.directory.glob(f"{safe_key(prefix)}*.jsonl"))
+        return [key for path in paths if (key := _header_key(path)) is not None and key.startswith(prefix)]
+
+
+def _header_key(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            key = json.loads(f.readline())["key"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return key if isinstance(key, str) else None
 
 
 def _index(value: Any) -> bool:
