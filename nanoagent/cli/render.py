@@ -224,6 +224,7 @@ class OneShotRenderer:
         self.markdown = MarkdownStream(self._write, min(self.out.width, 100), plain=False)
         self.block_ended = False  # a tool call came since the last text: the next text is a new block
         self.escapes = EscapeFilter()
+        self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
 
     def _write(self, text: str) -> None:
         if self.spinner is not None:
@@ -240,7 +241,6 @@ class OneShotRenderer:
                 self.err.print(markup)
         else:
             self.err.print(markup)
-        self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
 
     def __call__(self, event: ev.Event) -> None:
         if event.agent:
