@@ -102,7 +102,8 @@ def test_connection_refused_is_a_clear_error(isolated_home):
     env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "NANOAGENT_MODEL": "claude-x"}
     proc = invoke("agent", "-m", "hi", env=env)
     assert proc.returncode == 1
-    assert "connection failed" in proc.stderr.lower() and "Traceback" not in proc.stderr
+    assert "cannot connect to http://127.0.0.1:9 (connection refused)" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_debug_shows_tracebacks_only_when_asked(isolated_home):

@@ -1,7 +1,7 @@
 """Which provider serves a model name, and with which key.
 
 `anthropic/...` and `claude-...` use the native Anthropic provider. OpenAI-
-compatible providers (below) use plain httpx. Any other `provider/model` that
+compatible providers (`base.OPENAI_COMPATIBLE`) use plain httpx. Any other `provider/model` that
 litellm knows goes through litellm, as does anything prefixed `litellm/`.
 """
 
@@ -12,17 +12,9 @@ from functools import lru_cache
 from nanoagent.config.schema import Config
 from nanoagent.errors import ConfigError
 from nanoagent.pricing import model_table
-from nanoagent.providers.base import Provider
+from nanoagent.providers.base import OPENAI_COMPATIBLE, Provider, key_variable
 from nanoagent.providers.retry import RetryingProvider, RetryPolicy
 
-# name -> (default base URL, environment variable for the key or None when no key is needed)
-OPENAI_COMPATIBLE = {
-    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
-    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
-    "deepseek": ("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
-    "groq": ("https://api.groq.com/openai/v1", "GROQ_API_KEY"),
-    "ollama": ("http://localhost:11434/v1", None),
-}
 OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
 # a model that works for each provider onboard offers; also what `doctor` suggests when only that provider has a key
 DEFAULT_MODELS = {
@@ -45,12 +37,6 @@ def provider_name(model: str) -> str:
     if model.startswith(OPENAI_BARE_PREFIXES):
         return "openai"
     raise ConfigError(f"Unknown model '{model}': name it as provider/model, {EXAMPLES}.")
-
-
-def key_variable(provider: str) -> str:
-    if provider == "anthropic":
-        return "ANTHROPIC_API_KEY"
-    return (OPENAI_COMPATIBLE.get(provider, (None, None))[1]) or f"{provider.upper()}_API_KEY"
 
 
 def make_provider(model: str, config: Config) -> Provider:
@@ -76,7 +62,7 @@ def make_provider(model: str, config: Config) -> Provider:
                           "or add providers.<name>.apiBase for an OpenAI-compatible server.")
     from nanoagent.providers.litellm import LiteLLMProvider
 
-    return LiteLLMProvider(settings.api_key, settings.api_base, timeout)
+    return LiteLLMProvider(settings.api_key, settings.api_base, timeout, provider=name)
 
 
 def missing_key_message(provider: str, model: str | None = None, config: Config | None = None) -> str:
