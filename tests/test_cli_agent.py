@@ -293,3 +293,12 @@ def test_slash_status_shows_token_counts(llm):
     out = slash(llm, "/status").stdout
     assert re.search(r"^context:\s+[\d,]+ of 200,000 tokens \(\d+%\)$", out, re.MULTILINE), out
     assert re.search(r"^tokens:\s+[\d,]+ in, 56 out", out, re.MULTILINE), out
+
+
+def test_slash_model_switches_to_a_name_the_model_table_does_not_know_but_says_what_was_likely_meant(llm):
+    out = slash(llm, "/model anthropic/claude-sonet-4-5").stdout
+    assert "This session now uses anthropic/claude-sonet-4-5." in out
+    assert "not in the bundled model table" in out and "did you mean anthropic/claude-sonnet-4-5" in out
+    assert "bundled model table" not in slash(llm, "/model anthropic/claude-sonnet-4-5").stdout
+    local = slash(llm, "/model ollama/my-own-tag").stdout  # local tags are the user's own: nothing to compare
+    assert "now uses ollama/my-own-tag" in local and "bundled model table" not in local
