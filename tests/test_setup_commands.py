@@ -138,6 +138,20 @@ def test_skills_validate_explains_problems(tmp_path):
     assert invoke("skills", "validate", str(skill)).returncode == 0
 
 
+def test_skills_validate_says_each_problem_once_and_where_the_yaml_breaks(isolated_home):
+    skill = isolated_home / "workspace" / "skills" / "weekly"  # inside the workspace, where the agent also reads it
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: weekly\ndescription: Build: the report\n---\nDo it.\n")
+    proc = run_cli("skills", "validate", str(skill))
+    assert proc.returncode == 1
+    assert proc.stdout + proc.stderr == (f"Error: {skill / 'SKILL.md'}: invalid YAML in frontmatter at line 3, "
+                                         "column 19: mapping values are not allowed here\n")
+    (skill / "SKILL.md").write_text("---\nname: other\ndescription: short\n---\n")
+    proc = invoke("skills", "validate", str(skill))
+    assert len((proc.stdout + proc.stderr).splitlines()) == 1
+    assert (proc.stdout + proc.stderr).count("differs from the folder name") == 1
+
+
 def from_bash(*args: str, env: dict) -> subprocess.CompletedProcess:
     """`nanoagent ARGS` typed at a bash prompt: typer finds the shell to complete for in the parent process,
     so this does not depend on how the tests were started (from a shell or detached from any)."""
