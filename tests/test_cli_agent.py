@@ -302,3 +302,20 @@ def test_slash_model_switches_to_a_name_the_model_table_does_not_know_but_says_w
     assert "bundled model table" not in slash(llm, "/model anthropic/claude-sonnet-4-5").stdout
     local = slash(llm, "/model ollama/my-own-tag").stdout  # local tags are the user's own: nothing to compare
     assert "now uses ollama/my-own-tag" in local and "bundled model table" not in local
+
+
+def test_a_process_waiting_for_a_busy_session_says_who_holds_it_then_goes_on(llm, isolated_home):
+    store = SessionStore(isolated_home / "sessions")
+    session = store.load("cli:direct")
+    heard: list[str] = []
+    with store.lock(session, waiting=heard.append):  # this test process holds the session, as a running turn would
+        proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "hi"], cwd=ROOT,
+                                env={**os.environ, **anthropic_env(llm)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        first = proc.stderr.readline()  # blocks until the waiting process says something
+        assert first.startswith(f"Waiting for session cli:direct: another nanoagent process (pid {os.getpid()}) "
+                                "is using it"), first
+        assert llm.requests == [] and proc.poll() is None
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out == "ok\n", err
+    assert heard == []  # the holder never waited
