@@ -319,3 +319,39 @@ def test_a_process_waiting_for_a_busy_session_says_who_holds_it_then_goes_on(llm
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0 and out == "ok\n", err
     assert heard == []  # the holder never waited
+
+
+def test_a_project_folder_given_with_w_is_not_seeded_without_consent_off_a_terminal(llm, isolated_home, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.py").write_text("print('mine')\n")
+    proc = invoke("agent", "-m", "hi", "-w", str(project), env=anthropic_env(llm))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"Error: {project} holds other files and is not a nanoagent workspace yet: "
+                                   f"`nanoagent onboard -w {project}` makes it one (adds AGENTS.md, HEARTBEAT.md, "
+                                   "SOUL.md, TOOLS.md, USER.md, memory/ and skills/), or pass another folder with -w.")
+    assert sorted(p.name for p in project.iterdir()) == ["main.py"] and llm.requests == []
+    assert invoke("onboard", "-w", str(project)).returncode == 0  # the way to say yes from a script
+    assert (project / "SOUL.md").exists()
+    proc = invoke("agent", "-m", "hi", "-w", str(project), env=anthropic_env(llm))
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+def test_a_project_folder_given_with_w_is_seeded_only_when_the_person_at_the_terminal_agrees(llm, tmp_path):
+    import pexpect
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.py").write_text("print('mine')\n")
+    env = {**os.environ, **anthropic_env(llm), "TERM": "dumb"}
+    for answer, code in (("n", 1), ("y", 0)):
+        child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-m", "hi", "-w", str(project)],
+                              cwd=str(ROOT), env=env, encoding="utf-8", timeout=30)
+        child.expect_exact("is not a nanoagent workspace yet. Add AGENTS.md")
+        child.expect_exact("[y/N] ")
+        child.send(answer + "\r")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == code, child.before
+        assert (project / "SOUL.md").exists() == (answer == "y")
+        assert len(llm.requests) == (answer == "y")

@@ -50,7 +50,7 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Gateway
 
-    paths, config = setup(workspace)
+    paths, config = setup(workspace, seeds=True)
     loop = build_agent(config, paths, warn=warn)
     gateway_config = config.gateway
     hub = Hub(loop, gateway_config.max_concurrent_turns)
