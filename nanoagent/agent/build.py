@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 
 from nanoagent.agent import events as ev
@@ -23,7 +24,7 @@ from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.sandbox import SandboxPolicy
-from nanoagent.tools.shell import ExecSettings, exec_tool
+from nanoagent.tools.shell import ExecSettings, describe_confinement, exec_tool
 from nanoagent.tools.web import web_tools
 from nanoagent.usage import UsageRecord
 
@@ -55,14 +56,16 @@ def build_agent(
     store = SessionStore(paths.sessions_dir, warn=warn)
     providers = Providers(provider_for)
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
+    exec_config = exec_settings(config, paths)
     tools = ToolRegistry([
         *file_tools(agent_edits(memory_git, warn)),
-        exec_tool(exec_settings(config, paths)),
+        exec_tool(exec_config),
         *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
     ])
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
-                             config.defaults.timezone, history, config.memory.recent_history_tokens)
+                             config.defaults.timezone, history, config.memory.recent_history_tokens,
+                             confinement=functools.partial(describe_confinement, exec_config))
     models = ModelChoice(default_model, pinned=model is not None)
     consolidator = Consolidator(history, store, config.defaults, providers.complete)
     commands = Commands(
