@@ -12,7 +12,7 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
 
@@ -166,41 +166,74 @@ def write_all(fd: int, data: bytes) -> None:
 
 
 @contextmanager
-def file_lock(path: Path, timeout: float | None = None, busy: Exception | None = None) -> Iterator[None]:
+def file_lock(path: Path, timeout: float | None = None, busy: Exception | None = None,
+              waiting: Callable[[int | None], None] | None = None) -> Iterator[None]:
     """Hold an exclusive flock on `path` (created 0600). `timeout` None waits as long as it takes; 0 tries
     once. When the lock is not had in time, raises `busy` (say who holds it and what to do). Closing the
-    file releases the lock, so a killed process never leaves one behind."""
+    file releases the lock, so a killed process never leaves one behind. `waiting`: as in `async_file_lock`."""
     fd = _open_lock_file(path)
     try:
-        if timeout is None:
+        if timeout is None and waiting is None:
             fcntl.flock(fd, fcntl.LOCK_EX)
         else:
-            deadline = time.monotonic() + timeout
+            started = time.monotonic()
+            deadline, told = started + (timeout if timeout is not None else float("inf")), waiting is None
             while not _try_lock(fd):
-                if time.monotonic() >= deadline:
+                now = time.monotonic()
+                if now >= deadline:
                     raise busy or TimeoutError(f"{path} is locked by another process")
+                if not told and now - started >= WAIT_NOTICE and waiting is not None:
+                    told = True
+                    waiting(_holder(fd))
                 time.sleep(LOCK_POLL)
+        if waiting is not None:
+            _record_holder(fd)
         yield
     finally:
         os.close(fd)
 
 
 @asynccontextmanager
-async def async_file_lock(path: Path, timeout: float, busy: Exception | None = None) -> AsyncIterator[None]:
-    """`file_lock` for code on an event loop: the wait yields to other tasks instead of blocking them."""
+async def async_file_lock(path: Path, timeout: float, busy: Exception | None = None,
+                          waiting: Callable[[int | None], None] | None = None) -> AsyncIterator[None]:
+    """`file_lock` for code on an event loop: the wait yields to other tasks instead of blocking them.
+
+    With `waiting`, the holder's pid is kept in the lock file, and a wait longer than WAIT_NOTICE seconds calls
+    `waiting(pid of the holder, or None)` once, so the person waiting hears why nothing happens."""
     fd = _open_lock_file(path)
     try:
-        deadline = time.monotonic() + timeout
+        started = time.monotonic()
+        deadline, told = started + timeout, waiting is None
         while not _try_lock(fd):
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 raise busy or TimeoutError(f"{path} is locked by another process")
+            if not told and now - started >= WAIT_NOTICE and waiting is not None:
+                told = True
+                waiting(_holder(fd))
             await asyncio.sleep(LOCK_POLL)
+        if waiting is not None:
+            _record_holder(fd)
         yield
     finally:
         os.close(fd)
 
 
 LOCK_POLL = 0.05
+WAIT_NOTICE = 1.0  # seconds of waiting for a lock before `waiting` is told
+
+
+def _record_holder(fd: int) -> None:
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+
+
+def _holder(fd: int) -> int | None:
+    try:
+        text = os.pread(fd, 32, 0).decode("ascii").strip()
+        return int(text) if text.isdigit() else None
+    except (OSError, ValueError):
+        return None
 
 
 def _open_lock_file(path: Path) -> int:

@@ -153,3 +153,29 @@ def takes_images(model: str, also: tuple[str, ...] | list[str] = ()) -> bool:
         return vision
     name = model.removeprefix("litellm/").removeprefix("anthropic/")
     return name.startswith("claude-") and not name.startswith("claude-2") and not name.startswith("claude-instant")
+
+
+# providers whose model names are the user's own (local tags, routers): the table cannot tell a typo there
+OPEN_NAMESPACES = ("ollama", "openrouter")
+
+
+def unknown_model_hint(model: str) -> str | None:
+    """A note when the bundled table knows the model's provider but not the model, with the closest names it
+    knows: likely a typo. None when the table knows the model or cannot judge (a provider it does not list)."""
+    import difflib
+
+    if model_entry(model) is not None:
+        return None
+    provider, _, name = model.removeprefix("litellm/").rpartition("/")
+    provider = provider or ("anthropic" if name.startswith("claude-") else "openai")
+    if provider.split("/")[0] in OPEN_NAMESPACES:
+        return None
+    known = [key.split("/", 1)[1] if key.startswith(provider + "/") else key for key, entry in model_table().items()
+             if isinstance(entry, dict) and entry.get("litellm_provider") == provider
+             and entry.get("mode", "chat") == "chat"]
+    if not known:
+        return None
+    close = difflib.get_close_matches(name, known, n=3, cutoff=0.6)
+    guess = f"; did you mean {' or '.join(f'{provider}/{c}' for c in close)}?" if close else "."
+    return (f"Note: {model} is not in the bundled model table (a model newer than the table still works if "
+            f"{provider} knows it){guess}")

@@ -66,7 +66,7 @@ def parse_skill_text(text: str, path: Path, source: str, digest: str = "") -> Sk
     try:
         meta = yaml.safe_load(text[3:end]) or {}
     except yaml.YAMLError as e:
-        raise SkillError(f"invalid YAML in frontmatter: {str(e).splitlines()[0]}") from None
+        raise SkillError(f"invalid YAML in frontmatter{_where(e)}") from None
     if not isinstance(meta, dict):
         raise SkillError("frontmatter must be a mapping of keys to values")
     name, description = meta.get("name"), meta.get("description")
@@ -77,6 +77,15 @@ def parse_skill_text(text: str, path: Path, source: str, digest: str = "") -> Sk
     body = text[end + 4:].lstrip("\n")
     return Skill(name=name.strip(), description=" ".join(description.split()), path=path, source=source,
                  body=body, always=_truthy(meta.get("always", False)), missing=_missing(meta), digest=digest)
+
+
+def _where(e: Exception) -> str:
+    """The line and column of a YAML error in the file (the frontmatter starts on its line 1) and what is wrong."""
+    mark = getattr(e, "problem_mark", None)
+    problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+    context = getattr(e, "context", None)
+    where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+    return f"{where}: {problem}" + (f" ({context})" if context else "")
 
 
 def _truthy(value: Any) -> bool:

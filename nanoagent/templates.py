@@ -48,3 +48,17 @@ def seed_workspace(workspace: Path) -> list[Path]:
             created.append(target)
     private_dir(workspace / "skills")
     return created
+
+
+def seeded_names() -> list[str]:
+    """What seeding adds at the top of a workspace: its files, and folders with a trailing slash."""
+    names = {rel.parts[0] + ("/" if len(rel.parts) > 1 else "") for _, rel in workspace_templates()}
+    return sorted(names | {"skills/"})
+
+
+def needs_consent(folder: Path) -> bool:
+    """True for a folder seeding would add files to that holds other files and is not a workspace yet (no SOUL.md,
+    no memory/MEMORY.md): a project folder given with -w, whose owner has not asked for nanoagent's files."""
+    if not folder.is_dir() or (folder / "SOUL.md").exists() or (folder / "memory" / "MEMORY.md").exists():
+        return False
+    return any(folder.iterdir())

@@ -102,7 +102,8 @@ def test_connection_refused_is_a_clear_error(isolated_home):
     env = {"ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": "http://127.0.0.1:9", "NANOAGENT_MODEL": "claude-x"}
     proc = invoke("agent", "-m", "hi", env=env)
     assert proc.returncode == 1
-    assert "connection failed" in proc.stderr.lower() and "Traceback" not in proc.stderr
+    assert "cannot connect to http://127.0.0.1:9 (connection refused)" in proc.stderr
+    assert "Traceback" not in proc.stderr
 
 
 def test_debug_shows_tracebacks_only_when_asked(isolated_home):
@@ -303,3 +304,65 @@ def test_a_command_that_cannot_do_what_was_asked_exits_1_in_json_too(llm):
     ran = invoke("agent", "-m", "/dream-restore", "--json", env=anthropic_env(llm))
     assert ran.returncode == 1 and json.loads(ran.stdout)["refused"] is True
     assert slash(llm, "/status").stdout  # one that works still exits 0
+
+
+def test_slash_model_switches_to_a_name_the_model_table_does_not_know_but_says_what_was_likely_meant(llm):
+    out = slash(llm, "/model anthropic/claude-sonet-4-5").stdout
+    assert "This session now uses anthropic/claude-sonet-4-5." in out
+    assert "not in the bundled model table" in out and "did you mean anthropic/claude-sonnet-4-5" in out
+    assert "bundled model table" not in slash(llm, "/model anthropic/claude-sonnet-4-5").stdout
+    local = slash(llm, "/model ollama/my-own-tag").stdout  # local tags are the user's own: nothing to compare
+    assert "now uses ollama/my-own-tag" in local and "bundled model table" not in local
+
+
+def test_a_process_waiting_for_a_busy_session_says_who_holds_it_then_goes_on(llm, isolated_home):
+    store = SessionStore(isolated_home / "sessions")
+    session = store.load("cli:direct")
+    heard: list[str] = []
+    with store.lock(session, waiting=heard.append):  # this test process holds the session, as a running turn would
+        proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "hi"], cwd=ROOT,
+                                env={**os.environ, **anthropic_env(llm)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        first = proc.stderr.readline()  # blocks until the waiting process says something
+        assert first.startswith(f"Waiting for session cli:direct: another nanoagent process (pid {os.getpid()}) "
+                                "is using it"), first
+        assert llm.requests == [] and proc.poll() is None
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0 and out == "ok\n", err
+    assert heard == []  # the holder never waited
+
+
+def test_a_project_folder_given_with_w_is_not_seeded_without_consent_off_a_terminal(llm, isolated_home, tmp_path):
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.py").write_text("print('mine')\n")
+    proc = invoke("agent", "-m", "hi", "-w", str(project), env=anthropic_env(llm))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == (f"Error: {project} holds other files and is not a nanoagent workspace yet: "
+                                   f"`nanoagent onboard -w {project}` makes it one (adds AGENTS.md, HEARTBEAT.md, "
+                                   "SOUL.md, TOOLS.md, USER.md, memory/ and skills/), or pass another folder with -w.")
+    assert sorted(p.name for p in project.iterdir()) == ["main.py"] and llm.requests == []
+    assert invoke("onboard", "-w", str(project)).returncode == 0  # the way to say yes from a script
+    assert (project / "SOUL.md").exists()
+    proc = invoke("agent", "-m", "hi", "-w", str(project), env=anthropic_env(llm))
+    assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
+
+
+def test_a_project_folder_given_with_w_is_seeded_only_when_the_person_at_the_terminal_agrees(llm, tmp_path):
+    import pexpect
+
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "main.py").write_text("print('mine')\n")
+    env = {**os.environ, **anthropic_env(llm), "TERM": "dumb"}
+    for answer, code in (("n", 1), ("y", 0)):
+        child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-m", "hi", "-w", str(project)],
+                              cwd=str(ROOT), env=env, encoding="utf-8", timeout=30)
+        child.expect_exact("is not a nanoagent workspace yet. Add AGENTS.md")
+        child.expect_exact("[y/N] ")
+        child.send(answer + "\r")
+        child.expect(pexpect.EOF)
+        child.close()
+        assert child.exitstatus == code, child.before
+        assert (project / "SOUL.md").exists() == (answer == "y")
+        assert len(llm.requests) == (answer == "y")

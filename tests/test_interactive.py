@@ -363,3 +363,13 @@ def test_a_slash_command_answers_in_the_session(term, llm):
     child.send("/nonsense" + "\r")
     child.expect_exact("/help")
     assert llm.requests == []  # commands never reach the model
+
+
+def test_help_lists_the_commands_only_a_terminal_has(term):
+    child = term()
+    child.send("/help" + "\r")
+    child.expect_exact("/attach PATH")
+    child.expect_exact("/exit, /quit")
+    child.expect_exact(PROMPT)
+    child.send("/quit" + "\r")
+    child.expect(pexpect.EOF)

@@ -129,14 +129,22 @@ def free_port():
         return s.getsockname()[1]
 
 
-@pytest.mark.parametrize("model", MODELS[:2])
-def test_connection_refused_is_retried_then_reported(model):
+@pytest.mark.parametrize("model", MODELS)
+def test_connection_refused_is_final_and_names_the_url(model):
     class Dead:
         url = f"http://127.0.0.1:{free_port()}"
 
+    events = []
+
+    async def go():
+        async for event in build_provider(config_for(Dead, model)).stream(
+                ChatRequest(model=model, system="", messages=[{"role": "user", "content": "hi"}])):
+            events.append(event)
+
     with pytest.raises(ProviderError) as info:
-        stream(Dead, model, max_retries=1)
-    assert "connection" in info.value.message.lower()
+        asyncio.run(go())
+    assert f"cannot connect to {Dead.url}" in info.value.message and "(connection refused)" in info.value.message
+    assert not [e for e in events if isinstance(e, pb.RetryNotice)]
 
 
 def test_fallback_model_answers_when_the_primary_fails(llm):

@@ -352,3 +352,60 @@ def test_a_kill_9_of_nanoagent_leaves_no_sandboxed_command_running(home):
     while running(marker, wrappers=True):  # bwrap itself too (its arguments hold the marker)
         assert time.monotonic() < deadline, running(marker, wrappers=True)
         time.sleep(0.02)
+
+
+# --- what the system prompt says about it ---------------------------------------------------------------------
+
+
+@pytest.fixture
+def without_bwrap(monkeypatch, tmp_path):
+    """A PATH with no bwrap on it, and the once-per-process smoke test run again under it (and after)."""
+    empty = tmp_path / "empty-bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    check_bwrap.cache_clear()
+    yield
+    check_bwrap.cache_clear()
+
+
+def prompt_for(**exec_config) -> str:
+    config = Config()
+    for name, value in exec_config.items():
+        setattr(config.tools.exec, name, value)
+    prompt = build_agent(config, Paths.from_env(), provider=ScriptedProvider([])).context.system_prompt()
+    assert "confined to the workspace" not in prompt
+    return prompt
+
+
+@needs_bwrap
+def test_the_prompt_says_commands_run_in_the_sandbox_and_whether_they_have_network(isolated_home):
+    prompt = prompt_for()
+    assert ("Commands (`exec`) run in a bubblewrap sandbox: the workspace is writable, the system read-only, the "
+            "user's home and nanoagent's own files are hidden, /tmp is private, and there is no network.") in prompt
+    assert "approves each command" not in prompt
+    assert "and the network is reachable." in prompt_for(network=True)
+    assert "The user approves each command first" in prompt_for(approve="always")
+
+
+def test_the_prompt_says_commands_are_not_confined_when_the_sandbox_is_off(isolated_home):
+    prompt = prompt_for(sandbox="none")
+    assert ("Commands (`exec`) run WITHOUT a sandbox (tools.exec.sandbox is \"none\"): as the user, with all of "
+            "the user's files and the network within reach.") in prompt
+    assert "approves each command" not in prompt
+
+
+def test_the_prompt_says_what_happens_when_the_sandbox_cannot_start(isolated_home, without_bwrap):
+    prompt = prompt_for()
+    assert ("Commands (`exec`) run WITHOUT a sandbox (the sandbox cannot start: bubblewrap (bwrap) is not "
+            "installed)") in prompt
+    assert "The user approves each command first; where nobody can answer, commands are refused." in prompt
+    assert ("Commands (`exec`) cannot run here: they may run only in the sandbox, which cannot start (bubblewrap "
+            "(bwrap) is not installed).") in prompt_for(sandbox="bwrap")
+
+
+def test_the_prompt_says_file_tools_stay_in_the_workspace_only_when_they_do(isolated_home):
+    assert "File tools reach only the workspace" in prompt_for(sandbox="none")
+    config = Config()
+    config.tools.restrict_to_workspace = False
+    prompt = build_agent(config, Paths.from_env(), provider=ScriptedProvider([])).context.system_prompt()
+    assert "File tools may reach paths outside the workspace" in prompt

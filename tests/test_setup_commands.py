@@ -138,6 +138,20 @@ def test_skills_validate_explains_problems(tmp_path):
     assert invoke("skills", "validate", str(skill)).returncode == 0
 
 
+def test_skills_validate_says_each_problem_once_and_where_the_yaml_breaks(isolated_home):
+    skill = isolated_home / "workspace" / "skills" / "weekly"  # inside the workspace, where the agent also reads it
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text("---\nname: weekly\ndescription: Build: the report\n---\nDo it.\n")
+    proc = run_cli("skills", "validate", str(skill))
+    assert proc.returncode == 1
+    assert proc.stdout + proc.stderr == (f"Error: {skill / 'SKILL.md'}: invalid YAML in frontmatter at line 3, "
+                                         "column 19: mapping values are not allowed here\n")
+    (skill / "SKILL.md").write_text("---\nname: other\ndescription: short\n---\n")
+    proc = invoke("skills", "validate", str(skill))
+    assert len((proc.stdout + proc.stderr).splitlines()) == 1
+    assert (proc.stdout + proc.stderr).count("differs from the folder name") == 1
+
+
 def from_bash(*args: str, env: dict) -> subprocess.CompletedProcess:
     """`nanoagent ARGS` typed at a bash prompt: typer finds the shell to complete for in the parent process,
     so this does not depend on how the tests were started (from a shell or detached from any)."""
@@ -196,3 +210,71 @@ def test_doctor_says_to_install_git_and_notices_a_missing_tokenizer(isolated_hom
     git_line = next(line for line in proc.stdout.splitlines() if "git:" in line)
     assert "not found" in git_line and "install git" in proc.stdout
     assert "tokenizer missing; using estimates" in proc.stdout
+
+
+OPENAI_KEY = "sk-proj-abcdefghijklmnopqrstuvwxyz"
+
+
+def test_onboard_with_only_a_provider_and_key_gives_a_model_that_uses_that_key(llm, isolated_home):
+    proc = invoke("onboard", "--provider", "openai", "--api-key", OPENAI_KEY, "--api-base", llm.url + "/v1")
+    assert proc.returncode == 0, proc.stderr
+    assert "Model: openai/gpt-4.1" in proc.stdout
+    reply = invoke("agent", "-m", "hi")
+    assert reply.returncode == 0, reply.stderr
+    assert llm.requests[-1].body["model"] == "gpt-4.1"
+    assert llm.requests[-1].headers["authorization"] == f"Bearer {OPENAI_KEY}"
+
+
+def test_onboard_with_another_provider_switches_the_model_unless_one_is_given(isolated_home):
+    assert invoke("onboard", "--provider", "openai", "--api-key", OPENAI_KEY).returncode == 0
+    proc = invoke("onboard", "--provider", "anthropic", "--api-key", GOOD_KEY)
+    assert "Model: anthropic/claude-sonnet-4-5 (was openai/gpt-4.1)" in proc.stdout
+    assert invoke("onboard", "--provider", "openai", "--model", "openai/gpt-4o-mini").returncode == 0
+    assert invoke("onboard", "--provider", "openai", "--api-key", OPENAI_KEY).returncode == 0  # same provider: kept
+    data = json.loads((isolated_home / "config.json").read_text())
+    assert data["agents"]["defaults"]["model"] == "openai/gpt-4o-mini"
+    assert data["providers"]["anthropic"]["apiKey"] == GOOD_KEY
+
+
+def test_onboard_refuses_a_model_of_another_provider_and_a_provider_without_a_default(isolated_home):
+    proc = invoke("onboard", "--provider", "openai", "--api-key", OPENAI_KEY, "--model", "anthropic/claude-sonnet-4-5")
+    assert proc.returncode == 1 and "belongs to anthropic, not openai" in proc.stderr
+    proc = invoke("onboard", "--provider", "gemini", "--api-key", "AIzaabcdefghijklmnopqrstuvwxyz")
+    assert proc.returncode == 1 and "--model gemini/<model name>" in proc.stderr
+    assert not (isolated_home / "config.json").exists()
+    proc = invoke("onboard", "--model", "openai/gpt-4o-mini", "--api-key", OPENAI_KEY)  # the key goes with the model
+    assert json.loads((isolated_home / "config.json").read_text())["providers"]["openai"]["apiKey"] == OPENAI_KEY
+
+
+def test_doctor_and_the_missing_key_error_name_the_model_setting_when_another_key_is_set(isolated_home):
+    write_config(isolated_home, {"agents": {"defaults": {"model": "anthropic/claude-sonnet-4-5"}},
+                                 "providers": {"openai": {"apiKey": OPENAI_KEY}}})
+    doctor = invoke("doctor")
+    assert "FIX   agents.defaults.model is anthropic/claude-sonnet-4-5: API key for anthropic missing" in doctor.stdout
+    assert "set agents.defaults.model to openai/gpt-4.1" in doctor.stdout
+    proc = invoke("agent", "-m", "hi")
+    assert proc.returncode == 1
+    assert "agents.defaults.model is anthropic/claude-sonnet-4-5" in proc.stderr
+    assert "set agents.defaults.model to openai/gpt-4.1" in proc.stderr
+    assert "Model: openai/gpt-4.1" in invoke("onboard", "--provider", "openai").stdout  # the fix the message names
+    assert invoke("doctor").stdout.count("FIX") == 0
+
+
+def test_onboard_at_the_terminal_with_another_provider_asks_for_its_model_until_it_fits(isolated_home):
+    env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", timeout=20, dimensions=(30, 160))
+    for question, answer in [("Provider (", "other"), ("Provider name as litellm knows it", "mistral"),
+                             ("Model, as mistral/<model name>", ""), ("has no default model", None),
+                             ("Model, as mistral/<model name>", "openai/gpt-4.1"), ("belongs to openai", None),
+                             ("Model, as mistral/<model name>", "mistral/mistral-small-latest"),
+                             ("API base URL", ""), ("API key for mistral", "abcdefghijklmnopqrstuvwxyz012")]:
+        child.expect_exact(question)
+        if answer is not None:
+            child.send(answer + "\r")
+    child.expect(pexpect.EOF)
+    child.close()
+    assert child.exitstatus == 0
+    data = json.loads((isolated_home / "config.json").read_text())
+    assert data["agents"]["defaults"]["model"] == "mistral/mistral-small-latest"
+    assert data["providers"]["mistral"]["apiKey"] == "abcdefghijklmnopqrstuvwxyz012"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,7 @@ from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.sandbox import SandboxPolicy
-from nanoagent.tools.shell import ExecSettings, exec_tool
+from nanoagent.tools.shell import ExecSettings, describe_confinement, exec_tool
 from nanoagent.tools.web import web_tools
 from nanoagent.usage import UsageRecord
 
@@ -68,16 +69,18 @@ def build_agent(
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
     outbox = outbox or build_outbox(config, paths, warn)
     access = Access.from_config(config.channels.telegram.allow_from, paths.channels_dir / "telegram.json")
+    exec_config = exec_settings(config, paths)
     tools = ToolRegistry([
         *file_tools(agent_edits(memory_git, warn)),
-        exec_tool(exec_settings(config, paths)),
+        exec_tool(exec_config),
         *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
         *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),
     ])
     mcp = mcp_servers(config, paths, tools, warn)
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
-                             config.defaults.timezone, history, config.memory.recent_history_tokens)
+                             config.defaults.timezone, history, config.memory.recent_history_tokens,
+                             confinement=functools.partial(describe_confinement, exec_config))
     tool_context = ToolContext(paths.workspace, tools_config.restrict_to_workspace)
     subagents = None
     if config.defaults.subagents.max_depth > 0:

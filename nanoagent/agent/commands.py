@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
 from nanoagent.messages import ImageBlock, images_of, is_user, strip_runtime_context
-from nanoagent.pricing import context_window, effective_window
+from nanoagent.pricing import context_window, effective_window, unknown_model_hint
 from nanoagent.usage import UsageRecord, session_total
 
 if TYPE_CHECKING:
@@ -174,7 +174,8 @@ class Commands:
         async with self.store.lock_async(session):
             self.store.set_model(session, name)
         note = " (but --model on the command line takes precedence)" if self.models.pinned else ""
-        return f"This session now uses {name}{note}."
+        hint = unknown_model_hint(name)
+        return f"This session now uses {name}{note}." + (f"\n{hint}" if hint else "")
 
     @command("/retry", "send the message of a turn that failed once more")
     async def retry(self, call: Call) -> str | Resend | Refused:

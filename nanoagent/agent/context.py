@@ -31,7 +31,8 @@ class ContextBuilder:
 
     def __init__(self, workspace: Path, restrict_to_workspace: bool, tools: ToolRegistry,
                  skills: SkillsLoader | None = None, timezone: str | None = None, history: HistoryLog | None = None,
-                 recent_history_tokens: int = 4000, clock: Callable[[], datetime] | None = None):
+                 recent_history_tokens: int = 4000, clock: Callable[[], datetime] | None = None,
+                 confinement: Callable[[], str] = lambda: ""):
         self.workspace = workspace
         self.restrict_to_workspace = restrict_to_workspace
         self.tools = tools
@@ -40,14 +41,17 @@ class ContextBuilder:
         self.history = history
         self.recent_history_tokens = recent_history_tokens
         self.clock = clock  # None: the wall clock in the configured time zone
+        self.confinement = confinement  # what keeps exec's commands in (the sandbox, or nothing), asked when needed
         self._entry_tokens: dict[int, int] = {}
         self._fixed_cache: dict[tuple[str, Callable[[str], int]], int] = {}
 
     def system_prompt(self) -> str:
         restriction = (
-            "File tools and commands are confined to the workspace." if self.restrict_to_workspace
-            else "File tools may reach paths outside the workspace; take care."
+            "File tools reach only the workspace (and read the built-in skills); paths that lead outside are refused."
+            if self.restrict_to_workspace else "File tools may reach paths outside the workspace; take care."
         )
+        if "exec" in self.tools.names():
+            restriction += "\n" + self.confinement()
         parts = [render("prompts/identity.md", workspace=self.workspace, restriction=restriction).strip()]
         for name in BOOTSTRAP_FILES:
             text = _read_capped(self.workspace / name)

@@ -112,7 +112,10 @@ class AgentLoop:
             text, images = outcome.text, list(outcome.images)
         if images:
             self.check_images(key, images)
-        async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session):
+        def waiting(text: str) -> None:  # another process holds the session: say so while the turn waits
+            sink(ev.Notice(text, session=key))
+
+        async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session, waiting=waiting):
             return await self._turn(session, text, sink, injections, ask, images)
 
     def check_images(self, key: str, images: list[msg.ImageBlock]) -> None:

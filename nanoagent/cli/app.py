@@ -141,7 +141,7 @@ def agent(
         _check_message(message)
     elif attach and message is None:
         raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
-    paths, config = setup(workspace)
+    paths, config = setup(workspace, seeds=True)
     key = session if ":" in session else f"cli:{session}"
     if continue_last or resume:
         if session != "cli:direct":
@@ -489,7 +489,7 @@ def dream(
 
     if not sys.stdout.isatty():  # a log file from cron: say when each run's lines were written
         print(run_header("nanoagent dream"), flush=True)
-    paths, config = setup(workspace)
+    paths, config = setup(workspace, seeds=True)
     runner = build_dream(config, paths, sink=OneShotRenderer(quiet_reply=True), model=model, batch=batch, warn=warn)
     try:
         results = asyncio.run(runner.run(all_entries=all_entries, dry_run=dry_run))

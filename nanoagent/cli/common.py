@@ -72,8 +72,9 @@ class _LogFile(logging.FileHandler):
         """A log that cannot be written (a full disk) is skipped: the error that matters reaches the terminal."""
 
 
-def setup(workspace: Path | None):
-    """The paths and config every command starts from; the home is checked and made private first."""
+def setup(workspace: Path | None, seeds: bool = False):
+    """The paths and config every command starts from; the home is checked and made private first. `seeds`: the
+    command adds the workspace's starting files, so a -w folder that holds other files is asked about first."""
     from nanoagent.config import load_config
     from nanoagent.paths import Paths
 
@@ -83,10 +84,32 @@ def setup(workspace: Path | None):
     if paths.workspace.exists() and not paths.workspace.is_dir():
         fix = "pass a folder with -w (a missing one is created)" if workspace else "move that file away"
         raise NanoagentError(f"The workspace {paths.workspace} is a file, not a folder: {fix}.")
+    if seeds and workspace is not None:
+        confirm_workspace(paths.workspace)
     config, warnings = load_config(paths.config_file)
     for warning in warnings:
         warn(warning)
     return paths, config
+
+
+def confirm_workspace(folder: Path) -> None:
+    """A folder with other files in it becomes a workspace only when its owner says so: asked on a terminal,
+    refused otherwise (`nanoagent onboard -w FOLDER` makes it one)."""
+    from nanoagent.templates import needs_consent, seeded_names
+
+    if not needs_consent(folder):
+        return
+    names = seeded_names()
+    adds = ", ".join(names[:-1]) + " and " + names[-1]
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        raise NanoagentError(f"{folder} holds other files and is not a nanoagent workspace yet: "
+                             f"`nanoagent onboard -w {folder}` makes it one (adds {adds}), or pass another folder "
+                             "with -w.")
+    print(f"{folder} is not a nanoagent workspace yet. Add {adds} to it? [y/N] ", end="", file=sys.stderr,
+          flush=True)
+    if sys.stdin.readline().strip().lower() not in ("y", "yes"):
+        raise NanoagentError(f"Nothing was added to {folder}: pass another folder with -w, or leave -w out to "
+                             "use your own workspace.")
 
 
 def open_home(home: Path) -> None:

@@ -50,7 +50,7 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Gateway
 
-    paths, config = setup(workspace)
+    paths, config = setup(workspace, seeds=True)
     outbox = build_outbox(config, paths, warn)
     loop = build_agent(config, paths, warn=warn, outbox=outbox)
     gateway_config = config.gateway

@@ -31,7 +31,7 @@ def heartbeat(
     from nanoagent.cli.running import run_main
     from nanoagent.session.store import SessionStore
 
-    paths, config = setup(workspace)
+    paths, config = setup(workspace, seeds=True)
     terminal = session_delivery(SessionStore(paths.sessions_dir, warn=warn))
 
     async def deliver(target: str, text: str) -> None:

@@ -34,6 +34,8 @@ _SLASH_WORD = re.compile(r"^/\w*")
 EXIT_COMMANDS = {"/exit", "/quit"}
 ATTACH = "/attach"
 ATTACH_HELP = f"{ATTACH} PATH  attach a file to your next message (an image, or a text file); {ATTACH} lists them"
+# the commands only a terminal session has, added to /help's list
+TERMINAL_HELP = f"\nIn this terminal:\n{ATTACH_HELP}\n/exit, /quit   end the session (Ctrl-D does too)"
 Agent = LocalAgent | RemoteAgent
 
 
@@ -239,7 +241,7 @@ class Session:
             self.start(text)
             return
         reply = await self.agent.handle(text, self.key, self.ui, ask=self.ask)
-        self.ui.line(escape(reply.reply + (f"\n{ATTACH_HELP}" if text.split()[0] == "/help" else "")))
+        self.ui.line(escape(reply.reply + (TERMINAL_HELP if text.split()[0] == "/help" else "")))
         self.refresh_status()
 
 

@@ -12,14 +12,9 @@ from nanoagent.config import Config, load_config, save_config
 from nanoagent.errors import ConfigError
 from nanoagent.fsutil import atomic_write, private_dir
 from nanoagent.paths import Paths
+from nanoagent.providers.registry import DEFAULT_MODELS
 from nanoagent.templates import seed_workspace
 
-DEFAULT_MODELS = {
-    "anthropic": "anthropic/claude-sonnet-4-5",
-    "openai": "openai/gpt-4.1",
-    "openrouter": "openrouter/anthropic/claude-sonnet-4.5",
-    "ollama": "ollama/llama3.2",
-}
 KEY_PREFIXES = {"anthropic": "sk-ant-", "openai": "sk-", "openrouter": "sk-or-"}
 
 
@@ -45,15 +40,41 @@ def ask_onboarding() -> dict[str, str | None]:
     while provider not in names:
         provider = prompt(f"Provider ({', '.join(names)}) [anthropic]: ",
                           completer=WordCompleter(names)).strip() or "anthropic"
-    if provider == "other":
+    while provider == "other" or not provider:
         provider = prompt("Provider name as litellm knows it (e.g. gemini, mistral): ").strip()
-    model = prompt(f"Model [{DEFAULT_MODELS.get(provider, provider + '/...')}]: ").strip()
-    model = model or DEFAULT_MODELS.get(provider, "")
+    model = _ask_model(provider, prompt)
     api_base = None
     if provider in ("ollama", "other") or provider not in DEFAULT_MODELS:
         api_base = prompt("API base URL (empty for the default): ").strip() or None
     api_key = _ask_key(provider, prompt) if provider != "ollama" else None
     return {"provider": provider, "model": model, "api_key": api_key, "api_base": api_base}
+
+
+def _ask_model(provider: str, prompt: Callable[..., str]) -> str:
+    """A model of `provider`: the default on Enter where there is one; asked again until it names this provider,
+    since a model of another provider would look for that provider's key."""
+    default = DEFAULT_MODELS.get(provider)
+    while True:
+        model = prompt(f"Model [{default}]: " if default else f"Model, as {provider}/<model name>: ").strip()
+        model = model or default or ""
+        problem = model_problem(provider, model) if model else f"{provider} has no default model; name one"
+        if problem is None:
+            return model
+        print(f"{problem}. Try again (Ctrl-C to stop).")
+
+
+def model_problem(provider: str, model: str) -> str | None:
+    """Why `model` cannot be the model for `provider`, or None when it fits."""
+    from nanoagent.providers.registry import provider_name
+
+    try:
+        serves = provider_name(model)
+    except ConfigError as e:
+        return str(e).rstrip(".")
+    if serves != provider:
+        return (f"the model {model} belongs to {serves}, not {provider}; name it as {provider}/<model name>"
+                + (f", e.g. {DEFAULT_MODELS[provider]}" if provider in DEFAULT_MODELS else ""))
+    return None
 
 
 def _ask_key(provider: str, prompt: Callable[..., str]) -> str | None:
@@ -89,23 +110,23 @@ def onboard(workspace: Path | None, provider: str | None = None, model: str | No
         answers = ask_onboarding()
         provider, model, api_key, api_base = (answers["provider"], answers["model"], answers["api_key"],
                                               answers["api_base"])
+    paths = Paths.from_env(workspace)
+    data = _read_raw(paths.config_file) if paths.config_file.exists() else {}
+    provider, model = _provider_and_model(data, provider, model, api_key or api_base)
     if api_key and provider:
         problem = key_problem(provider, api_key)
         if problem:
             raise ConfigError(f"The API key for {provider} does not look right: {problem}.")
-    paths = Paths.from_env(workspace)
     open_home(paths.home)
     for folder in (paths.sessions_dir, paths.logs_dir):
         private_dir(folder)
     config_file = paths.config_file
     if config_file.exists():
-        data = _read_raw(config_file)
         print(f"Keeping existing config {config_file}")
-    else:
-        data = {}
     changed = not config_file.exists()
     defaults = data.setdefault("agents", {}).setdefault("defaults", {})
-    if model:
+    if model and model != defaults.get("model"):
+        print(f"Model: {model}" + (f" (was {defaults['model']})" if defaults.get("model") else ""))
         defaults["model"] = model
         changed = True
     if provider and (api_key or api_base):
@@ -123,6 +144,43 @@ def onboard(workspace: Path | None, provider: str | None = None, model: str | No
     print('Next: nanoagent agent -m "hello"')
 
 
+def current_model(data: dict) -> str:
+    """The model config.json names, or the built-in default."""
+    from nanoagent.config.schema import AgentDefaults
+
+    model = data.get("agents", {}).get("defaults", {}).get("model")
+    return model if isinstance(model, str) and model else AgentDefaults.model
+
+
+def _provider_and_model(data: dict, provider: str | None, model: str | None,
+                        setting_given: object) -> tuple[str | None, str | None]:
+    """The provider the key or base URL is for, and the model to write (None: keep the one there).
+
+    Without --provider, a key belongs to the provider of the model (given, or the one in config.json). Without
+    --model, a provider other than the current model's switches the model to that provider's default, so a new
+    key is never left next to a model that looks for another provider's key."""
+    from nanoagent.providers.registry import provider_name
+
+    if model:
+        if provider is None:
+            provider = provider_name(model)
+        elif (problem := model_problem(provider, model)) is not None:
+            raise ConfigError(f"--model and --provider disagree: {problem}.")
+        return provider, model
+    if provider is None:
+        return (provider_name(current_model(data)) if setting_given else None), None
+    try:
+        if provider_name(current_model(data)) == provider:
+            return provider, None
+    except ConfigError:
+        pass
+    default = DEFAULT_MODELS.get(provider)
+    if default is None:
+        raise ConfigError(f"No default model for {provider}: pass --model {provider}/<model name> "
+                          f"(the model's name as {provider} knows it).")
+    return provider, default
+
+
 def _read_raw(path: Path) -> dict:
     load_config(path)  # validates, with the same clear errors as every other command
     text = path.read_text(encoding="utf-8")
@@ -130,13 +188,13 @@ def _read_raw(path: Path) -> dict:
 
 
 def status_lines(paths: Paths, config: Config) -> list[str]:
-    from nanoagent.providers.registry import key_variable, provider_name
+    from nanoagent.providers.registry import key_fix, provider_name
 
     model = config.defaults.model
     try:
         provider = provider_name(model)
         settings = config.provider(provider)
-        key = "set" if settings.api_key else f"missing (set {key_variable(provider)} or run `nanoagent onboard`)"
+        key = "set" if settings.api_key else f"missing ({key_fix(provider, config)})"
         if provider == "ollama":
             key = "not needed"
     except ConfigError as e:
@@ -199,7 +257,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     import shutil
     import subprocess
 
-    from nanoagent.providers.registry import key_variable, provider_name
+    from nanoagent.providers.registry import key_fix, model_setting, provider_name
     from nanoagent.skills import SkillsLoader
     from nanoagent.templates import workspace_templates
     from nanoagent.tokens import tokenizer_available
@@ -249,8 +307,8 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
         try:
             provider = provider_name(model)
             has_key = bool(config.provider(provider).api_key) or provider == "ollama"
-            report(has_key, f"model {model}: API key for {provider} " + ("present" if has_key else "missing"),
-                   f"set {key_variable(provider)} or run `nanoagent onboard`")
+            report(has_key, f"{model_setting(model)} is {model}: API key for {provider} "
+                   + ("present" if has_key else "missing"), key_fix(provider, config))
         except ConfigError as e:
             report(False, str(e))
     missing = [str(rel) for _, rel in workspace_templates() if not (paths.workspace / rel).exists()]

@@ -24,9 +24,8 @@ from nanoagent.providers.base import (
     ToolCall,
     ToolCallReady,
     UsageReport,
-    classify_status,
-    is_overflow,
-    parse_retry_after,
+    cannot_connect,
+    refused,
 )
 from nanoagent.usage import Usage
 
@@ -76,18 +75,16 @@ class AnthropicProvider:
             finally:  # also when the retry layer gives up waiting: the connection is not left open
                 await raw.close()
         except anthropic.APIStatusError as e:
-            message = error_message(e)
-            raise ProviderError(
-                f"{e.status_code} {message}",
-                status=e.status_code,
-                retryable=classify_status(e.status_code, message),
-                retry_after=parse_retry_after(e.response.headers),
-                overflow=is_overflow(e.status_code, message),
-            ) from e
+            raise refused(e.status_code, error_message(e), provider="anthropic", url=self.url,
+                          headers=e.response.headers) from e
         except (anthropic.APITimeoutError, httpx.TimeoutException) as e:
             raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
         except (anthropic.APIConnectionError, httpx.HTTPError) as e:
-            raise ProviderError(f"connection failed: {root_cause(e)}", retryable=True) from e
+            raise cannot_connect(e, provider="anthropic", url=self.url) from e
+
+    @property
+    def url(self) -> str:
+        return (self.api_base or "https://api.anthropic.com").rstrip("/")
 
 
 def error_message(e: Any) -> str:
@@ -97,12 +94,6 @@ def error_message(e: Any) -> str:
         if isinstance(err, dict) and err.get("message"):
             return str(err["message"])
     return str(getattr(e, "message", e))
-
-
-def root_cause(e: BaseException) -> str:
-    while e.__cause__ is not None:
-        e = e.__cause__
-    return str(e) or type(e).__name__
 
 
 async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:

@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from nanoagent.config.schema import Config
 from nanoagent.errors import ConfigError
-from nanoagent.providers.anthropic import AnthropicProvider, build_params, error_message, root_cause
+from nanoagent.providers.anthropic import AnthropicProvider, build_params, error_message
 from nanoagent.providers.base import (
     ChatRequest,
     Provider,
@@ -29,8 +29,9 @@ from nanoagent.providers.base import (
     ToolCall,
     ToolCallReady,
     UsageReport,
+    cannot_connect,
     classify_status,
-    parse_retry_after,
+    refused,
 )
 from nanoagent.providers.registry import missing_key_message, provider_name, with_retries
 from nanoagent.usage import Usage
@@ -130,18 +131,13 @@ class AnthropicBatchProvider(AnthropicProvider):
         try:
             return await pending
         except anthropic.APIStatusError as e:
-            message = error_message(e)
-            raise ProviderError(
-                f"{e.status_code} {message}",
-                status=e.status_code,
-                retryable=classify_status(e.status_code, message),
-                retry_after=parse_retry_after(e.response.headers),
-            ) from e
+            raise refused(e.status_code, error_message(e), provider="anthropic", url=self.url,
+                          headers=e.response.headers) from e
         except (anthropic.APITimeoutError, httpx.TimeoutException) as e:
             raise ProviderError(f"no answer from the Batches API for {self.idle_timeout:.0f} s",
                                 retryable=True) from e
         except (anthropic.APIConnectionError, httpx.HTTPError) as e:
-            raise ProviderError(f"connection failed: {root_cause(e)}", retryable=True) from e
+            raise cannot_connect(e, provider="anthropic", url=self.url) from e
 
 
 def _events(batch_id: str, result: Any) -> list[ProviderEvent]:

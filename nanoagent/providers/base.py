@@ -145,6 +145,70 @@ def classify_status(status: int | None, message: str) -> bool:
     return status in RETRYABLE_STATUS
 
 
+# name -> (default base URL, environment variable for the key or None when no key is needed)
+OPENAI_COMPATIBLE = {
+    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
+    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
+    "deepseek": ("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
+    "groq": ("https://api.groq.com/openai/v1", "GROQ_API_KEY"),
+    "ollama": ("http://localhost:11434/v1", None),
+}
+
+
+def key_variable(provider: str) -> str:
+    if provider == "anthropic":
+        return "ANTHROPIC_API_KEY"
+    return (OPENAI_COMPATIBLE.get(provider, (None, None))[1]) or f"{provider.upper()}_API_KEY"
+
+
+def refused(status: int, message: str, *, provider: str, url: str, headers: Any = None,
+            code: str = "") -> ProviderError:
+    """A request the server answered with an error status, as one line; a 401, 403 or 404 names the server and
+    the setting to change. They and a 400 that is not an overflow are final (`classify_status`): the same request
+    gets the same answer."""
+    keys = f"{key_variable(provider)} or providers.{provider}.apiKey"
+    fix = {401: f"the key for {provider} ({keys}) was refused; check it",
+           403: f"the key for {provider} ({keys}) is not allowed this request; check its access to the model",
+           404: f"check the model name (agents.defaults.model or --model) and providers.{provider}.apiBase"}
+    text = f"{status} from {url}: {message}: {fix[status]}" if status in fix else f"{status} {message}"
+    overflow = is_overflow(status, f"{code} {message}")
+    return ProviderError(text, status=status, retryable=classify_status(status, message) and not overflow,
+                         retry_after=parse_retry_after(headers), overflow=overflow)
+
+
+def cannot_connect(e: BaseException, *, provider: str, url: str) -> ProviderError:
+    """A failed connection. Nothing listening at the address, or a host name with no address, is final: retrying
+    for seconds does not start a server or fix a name. A reset or dropped connection is retried."""
+    why = _unreachable(e)
+    if why == "connection refused":
+        return ProviderError(f"cannot connect to {url} (connection refused): is the server running? "
+                             f"check providers.{provider}.apiBase")
+    if why:
+        return ProviderError(f"cannot connect to {url} ({why}): check the network and providers.{provider}.apiBase")
+    return ProviderError(f"connection to {url} failed: {root_cause(e)}", retryable=True)
+
+
+def _unreachable(e: BaseException | None) -> str | None:
+    import socket
+
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, ConnectionRefusedError):
+            return "connection refused"
+        if isinstance(e, socket.gaierror):
+            return "host not found"
+        original = getattr(e, "original_exception", None)  # litellm keeps the cause here
+        e = e.__cause__ or e.__context__ or (original if isinstance(original, BaseException) else None)
+    return None
+
+
+def root_cause(e: BaseException) -> str:
+    while e.__cause__ is not None:
+        e = e.__cause__
+    return str(e) or type(e).__name__
+
+
 def parse_retry_after(headers: Any) -> float | None:
     if headers is None:
         return None

@@ -16,9 +16,8 @@ from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
     ProviderEvent,
-    classify_status,
-    is_overflow,
-    parse_retry_after,
+    cannot_connect,
+    refused,
 )
 from nanoagent.providers.openai_format import ChunkReader, stream_cut, to_openai_messages, to_openai_tools
 
@@ -59,16 +58,17 @@ class OpenAICompatProvider:
         try:
             async with self._get_client().stream("POST", f"{self.api_base}/chat/completions", json=body) as resp:
                 if resp.status_code >= 400:
-                    raise _status_error(resp.status_code, (await resp.aread()).decode("utf-8", "replace"), resp.headers)
-                async for event in _parse_stream(resp.aiter_lines()):
+                    raise _status_error(resp.status_code, (await resp.aread()).decode("utf-8", "replace"), resp.headers,
+                                        self.name, self.api_base)
+                async for event in _parse_stream(resp.aiter_lines(), self.name, self.api_base):
                     yield event
         except httpx.TimeoutException as e:
             raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
         except httpx.HTTPError as e:
-            raise ProviderError(f"connection to {self.api_base} failed: {e or type(e).__name__}", retryable=True) from e
+            raise cannot_connect(e, provider=self.name, url=self.api_base) from e
 
 
-def _status_error(status: int, text: str, headers: Any) -> ProviderError:
+def _status_error(status: int, text: str, headers: Any, provider: str, url: str) -> ProviderError:
     message, code = text[:300], ""
     try:
         err = json.loads(text).get("error")
@@ -78,11 +78,11 @@ def _status_error(status: int, text: str, headers: Any) -> ProviderError:
             message = err
     except (ValueError, AttributeError):
         pass
-    return ProviderError(f"{status} {message}", status=status, retryable=classify_status(status, message),
-                         retry_after=parse_retry_after(headers), overflow=is_overflow(status, f"{code} {message}"))
+    return refused(status, message, provider=provider, url=url, headers=headers, code=code)
 
 
-async def _parse_stream(lines: AsyncIterator[str]) -> AsyncIterator[ProviderEvent]:
+async def _parse_stream(lines: AsyncIterator[str], provider: str = "openai",
+                        url: str = "the server") -> AsyncIterator[ProviderEvent]:
     reader = ChunkReader()
     done = False
     broken = None  # a data line that is not JSON: a cut when it is the last one, garbage when more follow
@@ -101,7 +101,7 @@ async def _parse_stream(lines: AsyncIterator[str]) -> AsyncIterator[ProviderEven
             broken = data
             continue
         if isinstance(chunk, dict) and chunk.get("error"):
-            raise _status_error(500, json.dumps(chunk), None)
+            raise _status_error(500, json.dumps(chunk), None, provider, url)
         for event in reader.read(chunk):
             yield event
     if broken is not None or (not done and reader.finish is None):

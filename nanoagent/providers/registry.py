@@ -1,7 +1,7 @@
 """Which provider serves a model name, and with which key.
 
 `anthropic/...` and `claude-...` use the native Anthropic provider. OpenAI-
-compatible providers (below) use plain httpx. Any other `provider/model` that
+compatible providers (`base.OPENAI_COMPATIBLE`) use plain httpx. Any other `provider/model` that
 litellm knows goes through litellm, as does anything prefixed `litellm/`.
 """
 
@@ -12,19 +12,18 @@ from functools import lru_cache
 from nanoagent.config.schema import Config
 from nanoagent.errors import ConfigError
 from nanoagent.pricing import model_table
-from nanoagent.providers.base import Provider
+from nanoagent.providers.base import OPENAI_COMPATIBLE, Provider, key_variable
 from nanoagent.providers.retry import RetryingProvider, RetryPolicy
 
-# name -> (default base URL, environment variable for the key or None when no key is needed)
-OPENAI_COMPATIBLE = {
-    "openai": ("https://api.openai.com/v1", "OPENAI_API_KEY"),
-    "openrouter": ("https://openrouter.ai/api/v1", "OPENROUTER_API_KEY"),
-    "deepseek": ("https://api.deepseek.com/v1", "DEEPSEEK_API_KEY"),
-    "groq": ("https://api.groq.com/openai/v1", "GROQ_API_KEY"),
-    "ollama": ("http://localhost:11434/v1", None),
-}
 OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
-EXAMPLES = "e.g. anthropic/claude-sonnet-4-5, openai/gpt-4.1, openrouter/<vendor>/<model> or ollama/llama3.2"
+# a model that works for each provider onboard offers; also what `doctor` suggests when only that provider has a key
+DEFAULT_MODELS = {
+    "anthropic": "anthropic/claude-sonnet-4-5",
+    "openai": "openai/gpt-4.1",
+    "openrouter": "openrouter/anthropic/claude-sonnet-4.5",
+    "ollama": "ollama/llama3.1",
+}
+EXAMPLES = "e.g. anthropic/claude-sonnet-4-5, openai/gpt-4.1, openrouter/<vendor>/<model> or ollama/llama3.1"
 
 
 def provider_name(model: str) -> str:
@@ -40,12 +39,6 @@ def provider_name(model: str) -> str:
     raise ConfigError(f"Unknown model '{model}': name it as provider/model, {EXAMPLES}.")
 
 
-def key_variable(provider: str) -> str:
-    if provider == "anthropic":
-        return "ANTHROPIC_API_KEY"
-    return (OPENAI_COMPATIBLE.get(provider, (None, None))[1]) or f"{provider.upper()}_API_KEY"
-
-
 def make_provider(model: str, config: Config) -> Provider:
     name = provider_name(model)
     settings = config.provider(name)
@@ -53,14 +46,14 @@ def make_provider(model: str, config: Config) -> Provider:
     via_litellm = model.startswith("litellm/")
     if name == "anthropic" and not via_litellm:
         if not settings.api_key:
-            raise ConfigError(missing_key_message(name))
+            raise ConfigError(missing_key_message(name, model, config))
         from nanoagent.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(settings.api_key, settings.api_base, timeout)
     if (name in OPENAI_COMPATIBLE or (settings.api_base and name not in litellm_providers())) and not via_litellm:
         default_base, key_var = OPENAI_COMPATIBLE.get(name, (None, None))
         if key_var and not settings.api_key:
-            raise ConfigError(missing_key_message(name))
+            raise ConfigError(missing_key_message(name, model, config))
         from nanoagent.providers.openai_compat import OpenAICompatProvider
 
         return OpenAICompatProvider(name, settings.api_key, settings.api_base or default_base or "", timeout)
@@ -69,12 +62,48 @@ def make_provider(model: str, config: Config) -> Provider:
                           "or add providers.<name>.apiBase for an OpenAI-compatible server.")
     from nanoagent.providers.litellm import LiteLLMProvider
 
-    return LiteLLMProvider(settings.api_key, settings.api_base, timeout)
+    return LiteLLMProvider(settings.api_key, settings.api_base, timeout, provider=name)
 
 
-def missing_key_message(provider: str) -> str:
-    return (f"No API key for {provider}: set {key_variable(provider)} or run `nanoagent onboard` "
-            f"(or put it in config.json under providers.{provider}.apiKey).")
+def missing_key_message(provider: str, model: str | None = None, config: Config | None = None) -> str:
+    where = ""
+    if model and config is not None and model == config.defaults.model:
+        where = f" ({model_setting(model)} is {model})"
+    elif model:
+        where = f" (model {model})"
+    return f"No API key for {provider}{where}: {key_fix(provider, config)}."
+
+
+def key_fix(provider: str, config: Config | None = None) -> str:
+    """How to give `provider` a key. When another provider has one, the model is more likely the wrong setting
+    than the key: say so, and what to set the model to."""
+    text = (f"set {key_variable(provider)} or run `nanoagent onboard` "
+            f"(or put it in config.json under providers.{provider}.apiKey)")
+    other = next((name for name in keyed_providers(config) if name != provider), None)
+    if other and config is not None:
+        text += (f"; a key is set for {other}: to use it, set {model_setting(config.defaults.model)} to "
+                 f"{DEFAULT_MODELS.get(other, other + '/<model>')} (or run `nanoagent onboard --provider {other}`)")
+    return text
+
+
+def model_setting(model: str) -> str:
+    """Where the configured model came from: the environment overrides config.json."""
+    import os
+
+    return "NANOAGENT_MODEL" if os.environ.get("NANOAGENT_MODEL") == model else "agents.defaults.model"
+
+
+def keyed_providers(config: Config | None) -> list[str]:
+    """Providers with a key (from config.json or the environment), in the order DEFAULT_MODELS lists them."""
+    if config is None:
+        return []
+    names = [name for name, settings in config.providers.items() if settings.api_key]
+    return sorted(names, key=lambda n: list(DEFAULT_MODELS).index(n) if n in DEFAULT_MODELS else len(DEFAULT_MODELS))
+
+
+def default_model(provider: str) -> str | None:
+    """A model that works for `provider` when the user names none, or None when nanoagent cannot pick one."""
+    return DEFAULT_MODELS.get(provider)
 
 
 def build_provider(config: Config, model: str | None = None) -> RetryingProvider:

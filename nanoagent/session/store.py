@@ -269,18 +269,30 @@ class SessionStore:
                 os.close(fd)
 
     @contextmanager
-    def lock(self, session: Session, timeout: float = 600.0) -> Iterator[None]:
-        """Exclusive lock for one turn; refreshes the session from disk once held."""
-        with file_lock(Path(f"{session.path}.lock"), timeout, _busy(session)):
+    def lock(self, session: Session, timeout: float = 600.0,
+             waiting: Callable[[str], None] | None = None) -> Iterator[None]:
+        """Exclusive lock for one turn; refreshes the session from disk once held. After a second of waiting for
+        another process, `waiting` (default: the store's `warn`) is told who holds it."""
+        with file_lock(Path(f"{session.path}.lock"), timeout, _busy(session), self._waiting(session, waiting)):
             self.refresh(session)
             yield
 
     @asynccontextmanager
-    async def lock_async(self, session: Session, timeout: float = 600.0) -> AsyncIterator[None]:
+    async def lock_async(self, session: Session, timeout: float = 600.0,
+                         waiting: Callable[[str], None] | None = None) -> AsyncIterator[None]:
         """`lock` for a running event loop: waits without blocking other sessions' turns."""
-        async with async_file_lock(Path(f"{session.path}.lock"), timeout, _busy(session)):
+        async with async_file_lock(Path(f"{session.path}.lock"), timeout, _busy(session),
+                                   self._waiting(session, waiting)):
             self.refresh(session)
             yield
+
+    def _waiting(self, session: Session, say: Callable[[str], None] | None) -> Callable[[int | None], None]:
+        def waiting(pid: int | None) -> None:
+            who = f" (pid {pid})" if pid is not None and pid != os.getpid() else ""
+            (say or self.warn)(f"Waiting for session {session.key}: another nanoagent process{who} is using it; "
+                               "this goes on when it finishes (Ctrl-C to stop, or use another session with -s).")
+
+        return waiting
 
     def keys(self) -> list[str]:
         return [key for path in sorted(self.directory.glob("*.jsonl")) if (key := _header_key(path)) is not None]

@@ -140,6 +140,30 @@ class Gate:
         return sandboxed
 
 
+def describe_confinement(settings: ExecSettings) -> str:
+    """What keeps exec's commands in, as the model should be told it: the sandbox as configured and as it works
+    on this machine (the same smoke test the Gate runs), or that nothing does."""
+    policy = settings.policy
+    check = check_bwrap() if policy.mode != "none" else None
+    sandboxed = check is not None and check.ok
+    if check is not None and not check.ok and policy.mode == "bwrap":
+        return ("Commands (`exec`) cannot run here: they may run only in the sandbox, which cannot start "
+                f"({check.reason}). Say so when a task needs one.")
+    approve = settings.approve or ("never" if sandboxed or policy.mode == "none" else "unsandboxed")
+    if sandboxed:
+        network = "the network is reachable" if policy.network else "there is no network"
+        text = ("Commands (`exec`) run in a bubblewrap sandbox: the workspace is writable, the system read-only, "
+                f"the user's home and nanoagent's own files are hidden, /tmp is private, and {network}.")
+    else:
+        why = "tools.exec.sandbox is \"none\"" if check is None else f"the sandbox cannot start: {check.reason}"
+        text = (f"Commands (`exec`) run WITHOUT a sandbox ({why}): as the user, with all of the user's files and "
+                "the network within reach. Run only what the task needs.")
+    text += " Their environment holds no secrets unless the user named them."
+    if approve == "always" or (approve == "unsandboxed" and not sandboxed):
+        text += " The user approves each command first; where nobody can answer, commands are refused."
+    return text
+
+
 async def run_command(command: str, workspace: Path, cwd: Path, limit: float, settings: ExecSettings,
                       sandboxed: bool) -> str:
     policy = settings.policy

@@ -1,0 +1,82 @@
+"""Errors that say the fix: a refused key, an unknown model, a server that is not there and a missing key are one
+line naming the setting to change, sent once (retrying cannot fix them). Through the CLI, against the local server
+and a closed port, for each provider path: the anthropic SDK, the OpenAI-compatible httpx client and litellm."""
+
+import pytest
+
+from tests.conftest import anthropic_env, invoke, openai_env
+from tests.llm_server import Reply
+from tests.test_providers_http import free_port
+
+
+def litellm_env(server) -> dict:
+    return {**openai_env(server), "NANOAGENT_MODEL": "litellm/openai/gpt-test"}
+
+
+PATHS = {  # provider path -> (environment for the local server, the settings an error names, base URL suffix)
+    "anthropic": (anthropic_env, "ANTHROPIC_API_KEY or providers.anthropic.apiKey", "providers.anthropic.apiBase", ""),
+    "openai": (openai_env, "OPENAI_API_KEY or providers.openai.apiKey", "providers.openai.apiBase", "/v1"),
+    "litellm": (litellm_env, "OPENAI_API_KEY or providers.openai.apiKey", "providers.openai.apiBase", "/v1"),
+}
+
+
+def error_line(proc) -> str:
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert proc.returncode == 1
+    assert len(lines) == 1, proc.stderr  # one line: no retry notices, no traceback
+    return lines[0]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_refused_key_is_sent_once_and_names_the_key_settings(llm, path):
+    env, keys, _, suffix = PATHS[path]
+    llm.default_reply = Reply(status=401, error_message="invalid x-api-key")
+    line = error_line(invoke("agent", "-m", "hi", env=env(llm)))
+    assert f"401 from {llm.url}{suffix}: invalid x-api-key: the key for" in line
+    assert f"({keys}) was refused; check it" in line
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_an_unknown_model_is_sent_once_and_names_the_model_setting(llm, path):
+    env, _, base_setting, suffix = PATHS[path]
+    llm.default_reply = Reply(status=404, error_message="model: gpt-test")
+    line = error_line(invoke("agent", "-m", "hi", env=env(llm)))
+    assert f"404 from {llm.url}{suffix}: model: gpt-test: check the model name (agents.defaults.model" in line
+    assert base_setting in line
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("status", [400, 403])
+def test_a_forbidden_or_bad_request_is_sent_once(llm, path, status):
+    env = PATHS[path][0]
+    llm.default_reply = Reply(status=status, error_message="not for you")
+    line = error_line(invoke("agent", "-m", "hi", env=env(llm)))
+    assert f"{status}" in line and "not for you" in line
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_server_that_is_not_there_is_named_with_its_url_at_once(path):
+    class Closed:  # stands in for the server: the same settings, a port nothing listens on
+        url = f"http://127.0.0.1:{free_port()}"
+
+    env, _, base_setting, suffix = PATHS[path]
+    line = error_line(invoke("agent", "-m", "hi", env=env(Closed)))
+    assert f"cannot connect to {Closed.url}{suffix} (connection refused): is the server running? " in line
+    assert f"check {base_setting}" in line  # and no "retrying" line before it (error_line)
+
+
+def test_a_litellm_provider_without_a_key_says_which_variable_and_sends_nothing(isolated_home, monkeypatch):
+    monkeypatch.delenv("MISTRAL_API_KEY", raising=False)
+    line = error_line(invoke("agent", "-m", "hi", "--model", "mistral/mistral-small-latest"))
+    assert "No API key for mistral: set MISTRAL_API_KEY or providers.mistral.apiKey in config.json" in line
+    assert "http" not in line  # no long URL: nothing was sent
+
+
+def test_a_server_error_is_still_retried(llm):
+    llm.script(Reply(status=503, headers={"retry-after": "0"}), Reply(text="back again"))
+    proc = invoke("agent", "-m", "hi", env={**openai_env(llm)})
+    assert proc.returncode == 0 and "back again" in proc.stdout
+    assert len(llm.requests) == 2
