@@ -134,14 +134,17 @@ def openai_env(server) -> dict:
 
 
 def start_gateway_process(env: dict) -> subprocess.Popen:
-    """`nanoagent gateway` as a process of its own on env's home, once its socket answers."""
+    """`nanoagent gateway` as a process of its own on env's home, once its socket answers. Its log goes to a file
+    beside the home (`gateway.stderr`), never to a pipe nobody reads: a full pipe would stall the gateway."""
     from nanoagent.gateway.client import gateway_answers
 
-    proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    socket_path = Path(env["NANOAGENT_HOME"]) / "run" / "gateway.sock"
+    home = Path(env["NANOAGENT_HOME"])
+    home.parent.mkdir(parents=True, exist_ok=True)
+    with open(home.parent / "gateway.stderr", "ab") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env=env,
+                                stdout=subprocess.DEVNULL, stderr=log)
     deadline = time.monotonic() + 20
-    while not gateway_answers(socket_path):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+    while not gateway_answers(home / "run" / "gateway.sock"):
+        assert proc.poll() is None and time.monotonic() < deadline, (home.parent / "gateway.stderr").read_text()
         time.sleep(0.05)
     return proc

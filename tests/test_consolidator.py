@@ -273,7 +273,7 @@ def test_the_users_message_is_on_disk_before_any_summary_call(tmp_path):
 
     loop, _ = agent(tmp_path, ScriptedProvider(default="ok " * 50, respond=respond))
     talk(loop, 4)
-    assert seen_on_disk == []
+    seen_on_disk.clear()  # archiving during the earlier turns (the prompt's size decides whether any) is not the point
     asyncio.run(loop.handle("the newest message " + "words " * 4000, "cli:direct"))
     assert seen_on_disk and all(seen_on_disk)  # a process killed while summarising keeps the message
 
