@@ -372,3 +372,14 @@ def test_an_image_result_whose_bytes_are_no_image_or_no_base64_stays_a_note(tmp_
     note, block = image_result("%%% not base64", "image/png", keep, 5_000_000)
     assert block is None and note == "[image result: not valid base64, image/png]"
     assert not (tmp_path / "media").exists()
+
+
+def test_an_image_result_that_cannot_be_saved_under_media_stays_a_note(tmp_path):
+    from nanoagent.attachments import store_image
+    from nanoagent.mcp.servers import image_result
+
+    (tmp_path / "media").write_text("a file where the folder should be")
+    note, block = image_result(base64.b64encode(PNG).decode(), "image/png", functools.partial(store_image, tmp_path),
+                               5_000_000)
+    assert block is None and note.startswith(f"[image result: {len(PNG)} bytes, image/png; not sent: it could not be "
+                                             "saved under media/")

@@ -265,7 +265,11 @@ def image_result(data: str, mime_type: str, keep: KeepImage, max_image_bytes: in
         return note + "; not sent: not a PNG, JPEG, GIF or WebP image]", None
     if len(raw) > max_image_bytes:
         return note + f"; not sent: over the {max_image_bytes:,}-byte limit (tools.attachments.maxImageBytes)]", None
-    return note + "]", keep(raw, kind)
+    try:
+        return note + "]", keep(raw, kind)
+    except OSError as e:  # the workspace's media/ cannot take it: the result still goes, as text
+        log.warning("cannot keep an image result under media/: %s", e)
+        return note + f"; not sent: it could not be saved under media/ ({e.strerror or e})]", None
 
 
 def _decoded(b64: str) -> bytes | None:
