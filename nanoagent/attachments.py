@@ -1,4 +1,5 @@
 """Files a user attaches to a message: images by reference into the workspace's `media/`, text files as text.
+Images a tool returns are kept the same way (`store_image`).
 
 An image is copied to `media/image-<hash>.<ext>` (content-addressed, 0600) and the message carries only its
 path and SHA-256 (`messages.ImageBlock`); `resolve` reads it again whenever a request is built, so the session
@@ -141,28 +142,33 @@ def verify(workspace: Path, images: list[msg.ImageBlock]) -> None:
 
 
 def resolve(messages: list[msg.Message], workspace: Path, model: str, takes_images: bool) -> list[msg.Message]:
-    """The messages as a request sends them: each image reference replaced by its bytes, or by a short note when
-    the file is gone or changed, or when the model does not take images. Other messages are the same objects."""
+    """The messages as a request sends them: each image reference (a user's attached image, a tool's returned one)
+    replaced by its bytes, or by a short note when the file is gone or changed, or when the model does not take
+    images. Other messages are the same objects."""
     out: list[msg.Message] = []
     for message in messages:
-        blocks = message["content"] if msg.is_user(message) else ""
-        if isinstance(blocks, str) or not msg.images_of(message):
+        if not msg.images_of(message):
             out.append(message)
-            continue
-        content: list[msg.UserBlock] = []
-        for block in blocks:
-            if block["type"] != "image":
-                content.append(block)
-                continue
-            label = msg.image_label(block)
-            if not takes_images:
-                content.append({"type": "text", "text": f"[image {label} not sent: {model} does not take images]"})
-            elif (data := _load(workspace, block)) is None:
-                content.append({"type": "text", "text": f"[image {label} no longer available]"})
-            else:
-                content.append({"type": "image_data", "media_type": block["media_type"], "data": data})
-        out.append({"role": "user", "content": content})
+        elif msg.is_tool(message):
+            sent = message.copy()
+            sent["images"] = [_sent(b, workspace, model, takes_images) for b in message.get("images") or ()]
+            out.append(sent)
+        else:  # a user message whose content is blocks
+            blocks = message["content"] if isinstance(message["content"], list) else []
+            out.append({"role": "user", "content": [_sent(b, workspace, model, takes_images) for b in blocks]})
     return out
+
+
+def _sent(block: msg.UserBlock, workspace: Path, model: str, takes_images: bool) -> msg.UserBlock:
+    """One block as a request sends it: an image reference becomes its bytes, or a note saying why it is not sent."""
+    if block["type"] != "image":
+        return block
+    label = msg.image_label(block)
+    if not takes_images:
+        return {"type": "text", "text": f"[image {label} not sent: {model} does not take images]"}
+    if (data := _load(workspace, block)) is None:
+        return {"type": "text", "text": f"[image {label} no longer available]"}
+    return {"type": "image_data", "media_type": block["media_type"], "data": data}
 
 
 def _load(workspace: Path, image: msg.ImageBlock) -> str | None:

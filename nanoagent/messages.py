@@ -30,7 +30,7 @@ class TextBlock(TypedDict):
 
 
 class ImageBlock(TypedDict):
-    """An image the user attached, by reference: a file under the workspace's `media/` and its SHA-256. The session
+    """An image the user attached or a tool returned, by reference: a file under the workspace's `media/` and its SHA-256. The session
     stores this, never the bytes; `attachments.resolve` reads the file when a request is built."""
 
     type: Literal["image"]
@@ -70,6 +70,9 @@ class ToolMessage(TypedDict):
     name: str
     content: str
     is_error: NotRequired[bool]
+    # Images the tool returned, as stored: references (ImageBlock). In a request, what `attachments.resolve` made of
+    # each: its bytes (ImageData), or a note (TextBlock) when the file is gone or the model takes no images.
+    images: NotRequired[list[UserBlock]]
 
 
 Message = UserMessage | AssistantMessage | ToolMessage
@@ -103,11 +106,15 @@ def text_of(message: Message) -> str:
 
 
 def images_of(message: Message) -> list[ImageBlock]:
-    """The image references a user message carries (resolved images not included)."""
-    content = message["content"]
-    if isinstance(content, str):
+    """The image references a message carries: a user's attached images, a tool's returned ones (resolved images
+    not included)."""
+    if is_tool(message):
+        blocks = message.get("images") or []
+    elif isinstance(message["content"], str):
         return []
-    return [b for b in content if b["type"] == "image"]
+    else:
+        blocks = message["content"]
+    return [b for b in blocks if b["type"] == "image"]
 
 
 def image_label(block: ImageBlock) -> str:
@@ -146,10 +153,13 @@ def assistant(text: str, calls: list[ToolCallData] | None = None,
     return message
 
 
-def tool_result(call_id: str, name: str, content: str, error: bool = False) -> ToolMessage:
+def tool_result(call_id: str, name: str, content: str, error: bool = False,
+                images: list[ImageBlock] | tuple[ImageBlock, ...] = ()) -> ToolMessage:
     message: ToolMessage = {"role": "tool", "tool_call_id": call_id, "name": name, "content": content}
     if error:
         message["is_error"] = True
+    if images:
+        message["images"] = list(images)
     return message
 
 
@@ -202,7 +212,10 @@ def checked_message(raw: Any) -> tuple[Message | None, str]:
         call_id, name = raw.get("tool_call_id"), raw.get("name")
         if not isinstance(call_id, str) or not call_id:
             return None, "a tool result without a tool_call_id"
-        return tool_result(call_id, name if isinstance(name, str) else "", content, raw.get("is_error") is True), ""
+        raw_images = raw.get("images") or []
+        images, notes = _checked_images(raw_images if isinstance(raw_images, list) else [{}])
+        return tool_result(call_id, name if isinstance(name, str) else "", "\n".join([content, *notes]),
+                           raw.get("is_error") is True, images), ""
     return None, f"unknown role {role!r}"
 
 
@@ -210,15 +223,24 @@ def _checked_user_blocks(blocks: list[Any]) -> tuple[Message | None, str]:
     """A user message with images: its text blocks joined into one, and each image reference that is whole (one
     that is not becomes a note, so the rest of the message still goes)."""
     texts = [b["text"] for b in blocks if isinstance(b, dict) and b.get("type") == "text" and isinstance(b.get("text"), str)]
+    images, notes = _checked_images([b for b in blocks if isinstance(b, dict) and b.get("type") == "image"])
+    return user("\n\n".join(texts + notes), images), ""
+
+
+def _checked_images(raw: list[Any]) -> tuple[list[ImageBlock], list[str]]:
+    """The whole image references among `raw`, and a note for each one that is not. Resolved images (image_data)
+    are never stored, so they are dropped without a note."""
     images: list[ImageBlock] = []
-    for b in blocks:
-        if isinstance(b, dict) and b.get("type") == "image":
-            image, problem = checked_image(b)
-            if image is None:
-                texts.append(f"[an attached image could not be read back: {problem}]")
-            else:
-                images.append(image)
-    return user("\n\n".join(texts), images), ""
+    notes: list[str] = []
+    for b in raw:
+        if isinstance(b, dict) and b.get("type") == "image_data":
+            continue
+        image, problem = checked_image(b)
+        if image is None:
+            notes.append(f"[an image could not be read back: {problem}]")
+        else:
+            images.append(image)
+    return images, notes
 
 
 def _checked_calls(raw: Any) -> tuple[list[ToolCallData], str]:

@@ -4,7 +4,8 @@ Run as a script: `python tests/mcp_servers.py KIND [--http PORT] [--token T]`. O
 `--http` it serves streamable HTTP on 127.0.0.1:PORT/mcp (with `--token`, only requests bearing it).
 
 Kinds:
-  basic     echo, add, a tool with a schema providers reject, an image, a tool that fails, a slow one,
+  basic     echo, add, a tool with a schema providers reject, an image, text and an image of any size, a tool
+            that fails, a slow one,
             `grow` (adds a tool and announces the changed list), `crash` (the process exits mid-call)
   other     a second server with its own `echo`
   garbage   prints lines that are not JSON-RPC on stdout before and between its answers
@@ -22,6 +23,16 @@ from typing import Annotated, Any
 # a 1x1 PNG
 PNG = bytes.fromhex("89504e470d0a1a0a0000000d4948445200000001000000010806000000"
                     "1f15c4890000000d49444154789c6360000002000001e221bc330000000049454e44ae426082")
+
+
+def padded_png(pad: int) -> bytes:
+    """The same picture, `pad` bytes bigger (a tEXt chunk after the header)."""
+    import struct
+    import zlib
+
+    data = b"pad\x00" + b"x" * max(0, pad - 16)
+    chunk = struct.pack(">I", len(data)) + b"tEXt" + data + struct.pack(">I", zlib.crc32(b"tEXt" + data))
+    return PNG[:33] + chunk + PNG[33:] if pad else PNG
 
 WEIRD_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -56,6 +67,10 @@ def build(kind: str) -> Any:
         @server.tool(description="A picture.")
         def picture() -> Image:
             return Image(data=PNG, format="png")
+
+        @server.tool(description="A caption and a picture, padded to be `pad` bytes bigger.")
+        def poster(pad: int = 0):  # noqa: ANN202 - unannotated: the SDK sends the list as content, not structure
+            return [f"poster padded by {pad}", Image(data=padded_png(pad), format="png")]
 
         @server.tool(description="Always fails.")
         def broken() -> str:

@@ -2,6 +2,9 @@
 streamable HTTP, with the local LLM server and the real provider SDKs."""
 
 import asyncio
+import base64
+import functools
+import hashlib
 import json
 import socket
 import subprocess
@@ -272,3 +275,111 @@ def test_a_changed_tool_list_is_picked_up_without_a_restart_and_cached(llm, isol
     assert "fresh tool ran" in tool_results(llm.requests[2])[-1]
     cached = json.loads((isolated_home / "cache" / "mcp" / "demo.json").read_text())
     assert "fresh" in [t["name"] for t in cached["tools"]]
+
+
+# --- image results ------------------------------------------------------------------------------------------
+
+
+def sent_tool_results(request) -> list[dict]:
+    return [b for m in request.body["messages"] if isinstance(m["content"], list)
+            for b in m["content"] if b.get("type") == "tool_result"]
+
+
+def stored_tool_messages(home) -> list[dict]:
+    from nanoagent.session.store import SessionStore
+
+    return [m for m in SessionStore(home / "sessions").load("cli:direct").messages if m["role"] == "tool"]
+
+
+def test_an_image_result_reaches_claude_as_an_image_and_the_session_keeps_only_a_reference(llm, isolated_home):
+    data = base64.b64encode(PNG).decode()
+    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
+    ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__picture", {})]), Reply(text="a dot"))
+    assert ran.returncode == 0, ran.stderr
+    (result,) = sent_tool_results(llm.requests[1])
+    text, image = result["content"]
+    assert text["type"] == "text" and f"[image result: {len(PNG)} bytes, image/png]" in text["text"]
+    assert image == {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": data}}
+
+    (stored,) = stored_tool_messages(isolated_home)
+    digest = hashlib.sha256(PNG).hexdigest()
+    assert stored["images"] == [{"type": "image", "path": f"media/image-{digest[:16]}.png", "sha256": digest,
+                                 "media_type": "image/png"}]
+    kept = isolated_home / "workspace" / stored["images"][0]["path"]
+    assert kept.read_bytes() == PNG
+    session_text = next((isolated_home / "sessions").glob("*.jsonl")).read_text()
+    assert data not in session_text
+
+    # the next run reads the session again: the image goes again, from media/
+    assert run_turn(llm, Reply(text="still a dot"), message="and now?").returncode == 0
+    assert sent_tool_results(llm.requests[-1])[0]["content"][1]["source"]["data"] == data
+    kept.unlink()  # gone: the turn still goes, with a note in its place
+    assert run_turn(llm, Reply(text="ok"), message="once more").returncode == 0
+    content = sent_tool_results(llm.requests[-1])[0]["content"]
+    assert [b["type"] for b in content] == ["text", "text"]
+    assert content[1]["text"] == f"[image image-{digest[:16]}.png no longer available]"
+
+
+def test_an_openai_compatible_model_gets_the_tool_messages_then_the_images_in_a_labelled_user_message(
+        llm, isolated_home):
+    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
+    ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__picture", {}), ("mcp__demo__echo", {"text": "hi"})]),
+                   Reply(text="a dot"), env_for=openai_env)
+    assert ran.returncode == 0, ran.stderr
+    *_, call, picture, echo, images = llm.requests[1].body["messages"]
+    assert call["role"] == "assistant" and [picture["role"], echo["role"]] == ["tool", "tool"]
+    assert f"[image result: {len(PNG)} bytes, image/png]" in picture["content"] and "echo: hi" in echo["content"]
+    label, image = images["content"]
+    assert images["role"] == "user"
+    assert label["type"] == "text" and label["text"].startswith("[images returned by tool mcp__demo__picture")
+    assert picture["tool_call_id"] in label["text"]
+    assert image == {"type": "image_url",
+                     "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()}}
+
+
+def test_a_model_that_takes_no_images_gets_the_note_in_the_tool_message(llm, isolated_home):
+    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
+    ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__picture", {})]), Reply(text="ok"),
+                   env_for=lambda s: {**openai_env(s), "NANOAGENT_MODEL": "openai/gpt-3.5-turbo"})
+    assert ran.returncode == 0, ran.stderr
+    last = llm.requests[1].body["messages"][-1]
+    assert last["role"] == "tool"  # no user message of images follows
+    assert "not sent: openai/gpt-3.5-turbo does not take images]" in last["content"]
+    assert "base64" not in json.dumps(llm.requests[1].body)
+
+
+def test_an_image_result_over_the_size_limit_stays_a_note_and_its_caption_still_goes(llm, isolated_home):
+    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")},
+                                 "tools": {"attachments": {"maxImageBytes": 1000}}})
+    ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__poster", {"pad": 0}), ("mcp__demo__poster", {"pad": 2000})]),
+                   Reply(text="ok"))
+    assert ran.returncode == 0, ran.stderr
+    small, big = sent_tool_results(llm.requests[1])
+    assert [b["type"] for b in small["content"]] == ["text", "image"]
+    assert "poster padded by 0" in small["content"][0]["text"]
+    assert isinstance(big["content"], str) and "poster padded by 2000" in big["content"]
+    assert "not sent: over the 1,000-byte limit (tools.attachments.maxImageBytes)" in big["content"]
+    assert len(list((isolated_home / "workspace" / "media").iterdir())) == 1
+
+
+def test_an_image_result_whose_bytes_are_no_image_or_no_base64_stays_a_note(tmp_path):
+    from nanoagent.attachments import store_image
+    from nanoagent.mcp.servers import image_result
+
+    keep = functools.partial(store_image, tmp_path)
+    note, block = image_result(base64.b64encode(b"not a picture").decode(), "image/png", keep, 5_000_000)
+    assert block is None and note == "[image result: 13 bytes, image/png; not sent: not a PNG, JPEG, GIF or WebP image]"
+    note, block = image_result("%%% not base64", "image/png", keep, 5_000_000)
+    assert block is None and note == "[image result: not valid base64, image/png]"
+    assert not (tmp_path / "media").exists()
+
+
+def test_an_image_result_that_cannot_be_saved_under_media_stays_a_note(tmp_path):
+    from nanoagent.attachments import store_image
+    from nanoagent.mcp.servers import image_result
+
+    (tmp_path / "media").write_text("a file where the folder should be")
+    note, block = image_result(base64.b64encode(PNG).decode(), "image/png", functools.partial(store_image, tmp_path),
+                               5_000_000)
+    assert block is None and note.startswith(f"[image result: {len(PNG)} bytes, image/png; not sent: it could not be "
+                                             "saved under media/")

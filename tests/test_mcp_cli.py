@@ -35,7 +35,7 @@ def test_mcp_add_list_and_remove_edit_config_json_and_keep_its_other_keys(isolat
     write_config(isolated_home, {"agents": {"defaults": {"model": "anthropic/claude-keep"}}})
     added = invoke("mcp", "add", "demo", "--", sys.executable, SERVERS, "basic")
     assert added.returncode == 0, added.stderr
-    assert "Added MCP server 'demo'" in added.stdout and re.search(r"answered with 8 tool\(s\): echo, add", added.stdout)
+    assert "Added MCP server 'demo'" in added.stdout and re.search(r"answered with 9 tool\(s\): echo, add", added.stdout)
     remote = invoke("mcp", "add", "remote", "--url", "http://127.0.0.1:9/mcp", "--header", "Authorization: Bearer t")
     assert remote.returncode == 0 and "cannot reach http://127.0.0.1:9/mcp" in remote.stderr
     config = isolated_home / "config.json"
@@ -49,7 +49,7 @@ def test_mcp_add_list_and_remove_edit_config_json_and_keep_its_other_keys(isolat
     listed = invoke("mcp", "list", "--timeout", "10")
     assert listed.returncode == 0
     lines = listed.stdout.splitlines()
-    assert lines[0].startswith("demo (stdio: ") and lines[1].startswith("  connected, 8 tool(s): echo, add")
+    assert lines[0].startswith("demo (stdio: ") and lines[1].startswith("  connected, 9 tool(s): echo, add")
     assert lines[2] == "remote (http: http://127.0.0.1:9/mcp)" and "cannot reach" in lines[3]
 
     again = invoke("mcp", "add", "demo", "--", "true")

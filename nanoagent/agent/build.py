@@ -85,7 +85,8 @@ def build_agent(
     subagents = None
     if config.defaults.subagents.max_depth > 0:
         subagents = Subagents(store, providers, context, tool_context, config.defaults, tools_config.max_result_chars,
-                              busy=lambda key: loop.busy(key))  # `loop` is built below, before any turn asks
+                              busy=lambda key: loop.busy(key),  # `loop` is built below, before any turn asks
+                              image_models=tuple(tools_config.attachments.image_models))
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
     models = ModelChoice(default_model, pinned=model is not None)
@@ -124,7 +125,8 @@ def mcp_servers(config: Config, paths: Paths, tools: ToolRegistry, warn: Callabl
     from nanoagent.mcp.cache import ToolCache
     from nanoagent.mcp.servers import McpServers
 
-    return McpServers.from_config(config.mcp_servers, tools, ToolCache(paths.mcp_cache_dir), paths.logs_dir, warn)
+    return McpServers.from_config(config.mcp_servers, tools, ToolCache(paths.mcp_cache_dir), paths.logs_dir, warn,
+                                  max_image_bytes=config.tools.attachments.max_image_bytes)
 
 
 def exec_settings(config: Config, paths: Paths) -> ExecSettings:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -35,7 +36,7 @@ from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
 from nanoagent.usage import UsageRecord
 
 if TYPE_CHECKING:
-    from nanoagent.agent.runner import Shrink
+    from nanoagent.agent.runner import Resolve, Shrink
     from nanoagent.mcp.servers import McpServers
 
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
@@ -176,6 +177,7 @@ class AgentLoop:
             max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
             max_iterations=s.max_tool_iterations, max_result_chars=self.max_result_chars, injections=injections,
             shrink=self._shrinker(session, model, self.consolidator) if self.consolidator is not None else None,
+            resolve=self._resolver(model),
         )
 
     def _shrinker(self, session: Session, model: str, consolidator: Consolidator) -> Shrink:
@@ -194,7 +196,12 @@ class AgentLoop:
     def _request(self, session: Session, visible: int, model: str) -> list[msg.Message]:
         """The session's messages from `visible` as the model gets them, images read from media/."""
         history = msg.history_for_model(session.messages, visible, session.failed())
-        return resolve(history, self.tool_context.workspace, model, takes_images(model, self.image_models))
+        return self._resolver(model)(history)
+
+    def _resolver(self, model: str) -> Resolve:
+        """Image references to what `model` is sent: their bytes, or notes."""
+        return functools.partial(resolve, workspace=self.tool_context.workspace, model=model,
+                                 takes_images=takes_images(model, self.image_models))
 
     async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
         """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""

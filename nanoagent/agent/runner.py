@@ -24,7 +24,7 @@ from nanoagent.messages import (
 )
 from nanoagent.providers import base as pb
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, ToolCall
-from nanoagent.tools import ToolContext, ToolError, ToolRegistry
+from nanoagent.tools import ToolContext, ToolError, ToolRegistry, ToolResult
 
 MAX_ITERATIONS_REPLY = (
     "I stopped after {n} tool steps without reaching an answer (the limit is "
@@ -44,6 +44,8 @@ NOTHING_TO_ARCHIVE = "{error} (no older turns are left to archive: shorten the m
 
 # Makes room after the provider refused the prompt as too long: the new (system prompt, messages), None if it could not.
 Shrink = Callable[[], Awaitable[tuple[str, list[Message]] | None]]
+# Messages as the next request sends them: image references read from media/ (`attachments.resolve`).
+Resolve = Callable[[list[Message]], list[Message]]
 
 
 @dataclass
@@ -62,6 +64,7 @@ class RunSpec:
     injections: Callable[[], list[str]] | None = None  # messages typed while the turn runs
     shrink: Shrink | None = None  # once a run: on a context overflow, make room and send the call again
     shrunk: bool = False  # room was made once in this run already
+    resolve: Resolve | None = None  # for a tool result with images (None: they go as notes that they were not loaded)
 
 
 @dataclass
@@ -113,7 +116,8 @@ class AgentRunner:
         self.sink(dataclasses.replace(event, session=spec.session) if spec.session else event)
 
     def _add(self, spec: RunSpec, message: Message, messages: list[Message], result: ev.RunResult) -> None:
-        messages.append(message)
+        """`message` joins the run's next request (its images resolved) and, as it is, the result and the session."""
+        messages.extend(spec.resolve([message]) if spec.resolve is not None and msg.images_of(message) else [message])
         result.messages.append(message)
         self._emit(spec, ev.MessageAdded(message))
 
@@ -197,14 +201,17 @@ class AgentRunner:
         self._emit(spec, ev.ToolStarted(call.id, call.name, arguments))
         started = time.monotonic()
         error: str | None = None
+        images: tuple[msg.ImageBlock, ...] = ()
         try:
             tool = spec.tools.get(call.name)
             if tool is None:
                 raise ToolError(_unknown_tool(call.name, spec.tools))
             if parse_error:
                 raise ToolError(parse_error)
-            output = truncate(await tool.call(spec.tool_context, arguments), spec.max_result_chars)
-            content = wrap_untrusted(call.name, output)
+            output = await tool.call(spec.tool_context, arguments)
+            text = output.text if isinstance(output, ToolResult) else output
+            images = output.images if isinstance(output, ToolResult) else ()
+            content = wrap_untrusted(call.name, truncate(text, spec.max_result_chars))
         except ToolError as e:
             error = str(e)
         except asyncio.CancelledError:
@@ -216,7 +223,8 @@ class AgentRunner:
         elapsed = time.monotonic() - started
         self._emit(spec, ev.ToolFinished(call.id, call.name, content, elapsed, error))
         result.tool_calls.append(ev.ToolCallRecord(call.name, arguments, error is None, elapsed))
-        return msg.tool_result(call.id, call.name, content, error=error is not None)
+        return msg.tool_result(call.id, call.name, content, error=error is not None,
+                               images=images if error is None else ())
 
 
 def _unknown_tool(name: str, tools: ToolRegistry) -> str:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -29,9 +30,11 @@ from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.attachments import resolve
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.errors import NanoagentError
 from nanoagent.memory.consolidator import format_transcript
+from nanoagent.pricing import takes_images
 from nanoagent.providers.base import ProviderError, Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
@@ -124,6 +127,7 @@ class Subagents:
     settings: AgentDefaults
     max_result_chars: int
     busy: Callable[[str], bool]  # a turn of that session runs in this process, holding its lock
+    image_models: tuple[str, ...] = ()  # models sent images whatever the bundled table says
     _runs: dict[str, Run] = field(default_factory=dict)
     _slots: asyncio.Semaphore | None = None
 
@@ -356,6 +360,8 @@ class Subagents:
             tools=scope.tools, tool_context=self.tool_context, model=run.model, session=run.key,
             max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
             max_iterations=s.subagents.max_iterations, max_result_chars=self.max_result_chars,
+            resolve=functools.partial(resolve, workspace=self.tool_context.workspace, model=run.model,
+                                      takes_images=takes_images(run.model, self.image_models)),
         )
         try:
             result = await runner.run(spec)

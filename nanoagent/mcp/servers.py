@@ -10,19 +10,23 @@ which, what, how to fix) and its tools are left out until it works again.
 from __future__ import annotations
 
 import asyncio
-import contextlib
+import base64
+import binascii
+import functools
 import json
 import logging
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from nanoagent.attachments import Limits, sniff, store_image
 from nanoagent.config.schema import McpServerConfig
 from nanoagent.errors import ConfigError
 from nanoagent.mcp.cache import McpTool, ToolCache
 from nanoagent.mcp.client import BACKOFF, McpDropped, McpServer, McpUnavailable
 from nanoagent.mcp.names import clean_schema, tool_names
-from nanoagent.tools.base import SchemaTool, ToolContext, ToolError, current_turn
+from nanoagent.messages import ImageBlock
+from nanoagent.tools.base import SchemaTool, ToolContext, ToolError, ToolResult, current_turn
 from nanoagent.tools.registry import ToolRegistry
 
 if TYPE_CHECKING:
@@ -30,15 +34,19 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanoagent.mcp")
 STARTUP_WAIT = 10.0  # seconds a turn waits for servers whose tools are not cached yet
+# Keeps an image a tool returned (its bytes, media type) under media/ and gives its reference.
+KeepImage = Callable[[bytes, str], ImageBlock]
 
 
 class McpServers:
     def __init__(self, servers: list[McpServer], registry: ToolRegistry, cache: ToolCache,
-                 warn: Callable[[str], None] = lambda message: None):
+                 warn: Callable[[str], None] = lambda message: None,
+                 max_image_bytes: int = Limits.max_image_bytes):
         self.servers = servers
         self.registry = registry
         self.cache = cache
         self.warn = warn  # where a failure goes when no turn is running (the gateway's log, stderr)
+        self.max_image_bytes = max_image_bytes  # an image result over it reaches the model as a note
         self._names: set[str] = set()  # the registry names that are MCP tools now
         self._reported: set[str] = set()  # servers whose current failure was reported
         self._background: set[asyncio.Task[None]] = set()
@@ -46,10 +54,10 @@ class McpServers:
     @classmethod
     def from_config(cls, configs: dict[str, McpServerConfig], registry: ToolRegistry, cache: ToolCache,
                     log_dir: Path, warn: Callable[[str], None] = lambda message: None,
-                    backoff: tuple[float, ...] = BACKOFF) -> McpServers:
+                    backoff: tuple[float, ...] = BACKOFF, max_image_bytes: int = Limits.max_image_bytes) -> McpServers:
         """The enabled servers with their cached tools in `registry`. Reads small files only: no SDK, no process."""
         servers: list[McpServer] = []
-        manager = cls(servers, registry, cache, warn)
+        manager = cls(servers, registry, cache, warn, max_image_bytes)
         for name, config in configs.items():
             if not config.enabled:
                 continue
@@ -149,14 +157,17 @@ class McpServers:
             self._names.add(name)
 
     def _tool(self, name: str, server: McpServer, mcp_tool: McpTool) -> SchemaTool:
-        async def call(ctx: ToolContext, arguments: dict[str, Any]) -> str:
-            return await self._call(server, mcp_tool.name, arguments)
+        async def call(ctx: ToolContext, arguments: dict[str, Any]) -> str | ToolResult:
+            result = await self._call(server, mcp_tool.name, arguments)
+            keep = functools.partial(store_image, ctx.workspace)
+            return await asyncio.to_thread(result_content, server.name, mcp_tool.name, result, keep,
+                                           self.max_image_bytes)
 
         description = mcp_tool.description or f"The {mcp_tool.name} tool of MCP server {server.name}."
         return SchemaTool(name, f"[MCP server {server.name}] {description}", clean_schema(mcp_tool.input_schema),
                           call, read_only=mcp_tool.read_only)
 
-    async def _call(self, server: McpServer, tool: str, arguments: dict[str, Any]) -> str:
+    async def _call(self, server: McpServer, tool: str, arguments: dict[str, Any]) -> CallToolResult:
         c = server.config
         try:
             result = await server.call(tool, arguments)
@@ -176,7 +187,7 @@ class McpServers:
             if isinstance(e, MCPError):
                 raise ToolError(f"MCP server {server.name} refused the call to {tool}: {e.message}") from None
             raise
-        return result_text(server.name, tool, result)
+        return result
 
     # --- reporting -------------------------------------------------------------------------------
 
@@ -197,23 +208,34 @@ class McpServers:
         log.warning("%s", message)
 
 
-def result_text(server: str, tool: str, result: CallToolResult) -> str:
-    """The result as text for the model (the runner puts it in the untrusted envelope); an error result raises."""
-    parts = [_block_text(block) for block in result.content]
+def result_content(server: str, tool: str, result: CallToolResult, keep: KeepImage,
+                   max_image_bytes: int = Limits.max_image_bytes) -> ToolResult:
+    """The result for the model: its text (the runner puts it in the untrusted envelope), and its images kept under
+    media/ by `keep` (each also named in the text, so a model that cannot see it still knows it was there). An
+    error result raises. Blocking: it writes the images."""
+    images: list[ImageBlock] = []
+
+    def image(data: str, mime_type: str) -> str:
+        note, block = image_result(data, mime_type, keep, max_image_bytes)
+        if block is not None:
+            images.append(block)
+        return note
+
+    parts = [_block_text(block, image) for block in result.content]
     if not any(parts) and result.structured_content is not None:
         parts = [json.dumps(result.structured_content, ensure_ascii=False)]
     text = "\n".join(p for p in parts if p)
     if result.is_error:
         raise ToolError(f"{tool} on MCP server {server} reported an error: {text or '(no details)'}")
-    return text or "(no output)"
+    return ToolResult(text or "(no output)", tuple(images))
 
 
-def _block_text(block: Any) -> str:
+def _block_text(block: Any, image: Callable[[str, str], str]) -> str:
     kind = getattr(block, "type", "")
     if kind == "text":
         return str(block.text)
     if kind == "image":
-        return image_result(block.data, block.mime_type)
+        return image(block.data, block.mime_type)
     if kind == "audio":
         return f"[audio result: {_size(block.data)} bytes, {block.mime_type}]"
     if kind == "resource_link":
@@ -223,22 +245,43 @@ def _block_text(block: Any) -> str:
         text = getattr(resource, "text", None)
         if text is not None:
             return str(text)
-        return f"[resource {resource.uri}: {_size(getattr(resource, 'blob', ''))} bytes, {resource.mime_type}]"
+        blob, mime_type = getattr(resource, "blob", ""), resource.mime_type or ""
+        if mime_type.startswith("image/"):
+            return f"[resource {resource.uri}] " + image(blob, mime_type)
+        return f"[resource {resource.uri}: {_size(blob)} bytes, {mime_type}]"
     return f"[{kind or 'unknown'} result]"
 
 
-def image_result(data: str, mime_type: str) -> str:
-    """How an image result reaches the model. Tool results are text here, so: a note with its size and type.
-    Where messages carry image blocks, return the block from here instead."""
-    return f"[image result: {_size(data)} bytes, {mime_type}]"
+def image_result(data: str, mime_type: str, keep: KeepImage, max_image_bytes: int) -> tuple[str, ImageBlock | None]:
+    """How an image result reaches the model: a line naming it, and the image kept under media/ when it is one a
+    model can take (PNG, JPEG, GIF or WebP by its bytes, within tools.attachments.maxImageBytes). Otherwise the
+    line says why it stays a note."""
+    raw = _decoded(data)
+    if raw is None:
+        return f"[image result: not valid base64, {mime_type}]", None
+    note = f"[image result: {len(raw)} bytes, {mime_type}"
+    kind = sniff(raw)
+    if kind is None:
+        return note + "; not sent: not a PNG, JPEG, GIF or WebP image]", None
+    if len(raw) > max_image_bytes:
+        return note + f"; not sent: over the {max_image_bytes:,}-byte limit (tools.attachments.maxImageBytes)]", None
+    try:
+        return note + "]", keep(raw, kind)
+    except OSError as e:  # the workspace's media/ cannot take it: the result still goes, as text
+        log.warning("cannot keep an image result under media/: %s", e)
+        return note + f"; not sent: it could not be saved under media/ ({e.strerror or e})]", None
+
+
+def _decoded(b64: str) -> bytes | None:
+    try:
+        return base64.b64decode("".join(b64.split()), validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def _size(b64: str) -> int:
-    with contextlib.suppress(Exception):
-        import base64
-
-        return len(base64.b64decode(b64, validate=False))
-    return len(b64) * 3 // 4
+    raw = _decoded(b64)
+    return len(raw) if raw is not None else len(b64) * 3 // 4
 
 
 async def check(servers: McpServers, timeout: float) -> dict[str, str | list[str]]:

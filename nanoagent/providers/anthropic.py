@@ -190,7 +190,10 @@ def to_anthropic_messages(messages: list[Message]) -> list[dict[str, Any]]:
 
 def _blocks(msg: Message) -> list[dict[str, Any]]:
     if is_tool(msg):
-        return [{"type": "tool_result", "tool_use_id": msg["tool_call_id"], "content": msg["content"] or "(empty)",
+        text = msg["content"] or "(empty)"
+        images = [_user_block(b) for b in msg.get("images") or ()]  # a tool_result may hold image blocks itself
+        return [{"type": "tool_result", "tool_use_id": msg["tool_call_id"],
+                 "content": [{"type": "text", "text": text}, *images] if images else text,
                  **({"is_error": True} if msg.get("is_error") else {})}]
     blocks: list[dict[str, Any]] = []
     if is_assistant(msg):

@@ -6,6 +6,7 @@ from nanoagent.tools.base import (
     ToolArgumentError,
     ToolContext,
     ToolError,
+    ToolResult,
     TurnScope,
     current_turn,
     tool,
@@ -13,4 +14,4 @@ from nanoagent.tools.base import (
 from nanoagent.tools.registry import ToolRegistry, file_tools
 
 __all__ = ["Ask", "FunctionTool", "SchemaTool", "Tool", "ToolArgumentError", "ToolContext", "ToolError", "ToolRegistry",
-           "TurnScope", "current_turn", "file_tools", "tool"]
+           "ToolResult", "TurnScope", "current_turn", "file_tools", "tool"]

@@ -12,7 +12,8 @@
 The first parameter is the ToolContext; the rest become a pydantic model that
 gives the JSON schema and validates the model's arguments. A tool whose schema
 comes from data (an MCP server's tool) is a `SchemaTool`: name, description,
-JSON schema and a handler. Either way a tool's own dependencies (a searcher, a
+JSON schema and a handler. A tool answers with text, or with a `ToolResult` when it
+returns images too (stored under the workspace's media/ first, see `attachments.store_image`). Either way a tool's own dependencies (a searcher, a
 timeout) come in by closure, from the function that builds it; the ToolContext
 carries only the workspace policy, and what differs per turn is in `current_turn`.
 """
@@ -32,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pydantic
 
+from nanoagent.messages import ImageBlock
 from nanoagent.providers.base import ToolSpec
 
 
@@ -41,6 +43,15 @@ class ToolError(Exception):
 
 class ToolArgumentError(ToolError):
     pass
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """What a tool returns when it has images besides its text: references to files already under the workspace's
+    media/. The runner envelopes the text; the images go to the model as images where it takes them."""
+
+    text: str
+    images: tuple[ImageBlock, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -87,7 +98,7 @@ class Tool(Protocol):
 
     def spec(self) -> ToolSpec: ...
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str: ...
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str | ToolResult: ...
 
 
 @dataclass(frozen=True)
@@ -97,13 +108,13 @@ class SchemaTool:
     name: str
     description: str
     parameters: dict[str, Any]
-    handler: Callable[[ToolContext, dict[str, Any]], Awaitable[str]]
+    handler: Callable[[ToolContext, dict[str, Any]], Awaitable[str | ToolResult]]
     read_only: bool = False
 
     def spec(self) -> ToolSpec:
         return ToolSpec(self.name, self.description, self.parameters)
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str | ToolResult:
         return await self.handler(ctx, arguments)
 
 
@@ -138,7 +149,7 @@ class FunctionTool:
             parameters["required"] = schema["required"]
         return ToolSpec(self.name, self.description, parameters)
 
-    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str:
+    async def call(self, ctx: ToolContext, arguments: dict[str, Any]) -> str | ToolResult:
         import pydantic
 
         try:
@@ -150,7 +161,7 @@ class FunctionTool:
             result = await self.fn(ctx, **kwargs)
         else:
             result = await asyncio.to_thread(self.fn, ctx, **kwargs)
-        return str(result)
+        return result if isinstance(result, ToolResult) else str(result)
 
 
 def tool(*, read_only: bool = False, name: str | None = None) -> Callable[[Callable[..., Any]], FunctionTool]:
