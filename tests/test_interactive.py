@@ -373,3 +373,24 @@ def test_help_lists_the_commands_only_a_terminal_has(term):
     child.expect_exact(PROMPT)
     child.send("/quit" + "\r")
     child.expect(pexpect.EOF)
+
+
+def visible(text: str) -> str:
+    """What the screen shows of pty output, roughly: escape sequences and carriage returns dropped."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", text)
+
+
+def test_replies_wrap_at_the_width_the_terminal_has_after_a_resize(term, llm):
+    words = [f"word{i:02d}" for i in range(40)]
+    llm.script(Reply(text="First reply."), Reply(text=" ".join(words) + " end."))
+    child = term()
+    child.send("hello" + "\r")
+    child.expect_exact("First reply.")
+    child.expect_exact(PROMPT)
+    child.setwinsize(30, 40)  # narrower than when the session started
+    child.send("again" + "\r")
+    child.expect_exact("end.")
+    reply = visible(child.before)
+    lines = [line for line in reply.split("\n") if "word" in line]
+    assert len(lines) > 1 and all(len(line.rstrip()) <= 40 for line in lines), lines
+    assert " ".join(" ".join(lines).split()) == " ".join(words)  # no word broken in two, none lost

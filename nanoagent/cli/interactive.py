@@ -22,7 +22,7 @@ from rich.markup import escape
 
 from nanoagent.agent import events as ev
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
-from nanoagent.cli.render import SPINNER, MarkdownStream, short_args, subagent_line, terminal_safe
+from nanoagent.cli.render import SPINNER, MarkdownStream, Width, short_args, subagent_line, terminal_safe
 from nanoagent.usage import turn_line
 
 if TYPE_CHECKING:
@@ -40,12 +40,13 @@ Agent = LocalAgent | RemoteAgent
 
 
 class TerminalUI:
-    """The event sink for interactive sessions, plus the status line under the prompt."""
+    """The event sink for interactive sessions, plus the status line under the prompt. `width` may be a
+    function: then the terminal is measured again for each thing printed, so a resize takes effect at once."""
 
-    def __init__(self, width: int, plain: bool):
-        self.width = width
+    def __init__(self, width: Width, plain: bool):
+        self._width = width
         self.plain = plain
-        self.console = Console(width=width, force_terminal=not plain, highlight=False,
+        self.console = Console(width=self.width, force_terminal=not plain, highlight=False,
                                no_color=plain, soft_wrap=True)
         self.stream = MarkdownStream(self._write, width, plain)
         self.activity: str | None = None
@@ -57,7 +58,12 @@ class TerminalUI:
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    @property
+    def width(self) -> int:
+        return self._width() if callable(self._width) else self._width
+
     def line(self, markup: str) -> None:
+        self.console.width = self.width
         self.console.print(terminal_safe(markup))
 
     def __call__(self, event: ev.Event) -> None:
@@ -100,7 +106,7 @@ class TerminalUI:
             self.stream.flush()
             self.line(line)
         if isinstance(event, ev.SubagentEnded) and event.background:
-            answer = MarkdownStream(self._write, self.width, self.plain)
+            answer = MarkdownStream(self._write, self._width, self.plain)
             answer.feed(event.as_message())
             answer.flush()
 
@@ -126,7 +132,7 @@ class TerminalUI:
         self.since = time.monotonic()
 
     def start_turn(self) -> None:
-        self.stream = MarkdownStream(self._write, self.width, self.plain)
+        self.stream = MarkdownStream(self._write, self._width, self.plain)
         self._busy("thinking")
 
     def toolbar(self) -> str:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sys
 import threading
@@ -54,6 +55,22 @@ class EscapeFilter:
         return terminal_safe(held)
 
 
+REPLY_WIDTH = 100  # replies wrap at most this wide, however wide the terminal
+
+
+def terminal_width(fallback: int = 80) -> int:
+    """The terminal's width now (asked of stdout's terminal each time, so a resize counts), at most REPLY_WIDTH;
+    `fallback` when stdout is not a terminal."""
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return min(columns or fallback, REPLY_WIDTH)
+
+
+Width = int | Callable[[], int]  # a fixed width, or a function measuring it at each render
+
+
 def table_console() -> Console:
     """A console for tables: the terminal's width on a terminal; pipes and files get whole rows, never an
     ellipsis (a table is only as wide as its content)."""
@@ -98,14 +115,19 @@ LONG_PARAGRAPH_CHARS = 320
 
 
 class MarkdownStream:
-    """Prints a streamed reply block by block, each rendered as Markdown once complete."""
+    """Prints a streamed reply block by block, each rendered as Markdown once complete, at the width the
+    terminal has when the block is printed."""
 
-    def __init__(self, write: Callable[[str], None], width: int, plain: bool):
+    def __init__(self, write: Callable[[str], None], width: Width, plain: bool):
         self.write = write
-        self.width = width
+        self._width = width
         self.plain = plain
         self.buffer = ""
         self.printed = ""
+
+    @property
+    def width(self) -> int:
+        return self._width() if callable(self._width) else self._width
 
     def feed(self, text: str) -> None:
         self.buffer += text
@@ -221,7 +243,7 @@ class OneShotRenderer:
         self.terminal = self.out.is_terminal and not quiet_reply
         self.stream_plain = not self.out.is_terminal and not quiet_reply
         self.spinner = Spinner() if self.terminal and self.err.is_terminal else None
-        self.markdown = MarkdownStream(self._write, min(self.out.width, 100), plain=False)
+        self.markdown = MarkdownStream(self._write, lambda: terminal_width(self.out.width), plain=False)
         self.block_ended = False  # a tool call came since the last text: the next text is a new block
         self.escapes = EscapeFilter()
         self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
