@@ -103,6 +103,29 @@ def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
     child.expect_exact("You must remember the milk.")
 
 
+@both_ways
+def test_a_commands_output_and_each_edits_changes_show_folded_under_their_tool_lines(term, llm, isolated_home):
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "notes.md").write_text("milk\neggs\nbread\n")
+    llm.script(Reply(tool_calls=[("exec", {"command": "seq 1 12; printf '\\033]0;pwned\\007'; exit 3"})]),
+               Reply(tool_calls=[("edit_file", {"path": "notes.md", "old_text": "eggs\n",
+                                                "new_text": "butter\ncheese\n"})]),
+               Reply(tool_calls=[("write_file", {"path": "new.txt", "content": "line one\nline two\n"})]),
+               Reply(text="All done."))
+    child = term()
+    child.send("go" + "\r")
+    child.expect_exact("All done.")
+    shown = visible(child.before)
+    assert re.search(r"✓ exec .*\n    1\n    2\n    3\n    4\n    … 8 more lines\n    exit code 3\n", shown), shown
+    assert "\x1b]0;" not in child.before  # the output is shown terminal-safe: no escape sequence retitles the window
+    assert re.search(r"✓ edit_file .*\n    @@ -2 \+2,2 @@\n    -eggs\n    \+butter\n    \+cheese\n", shown), shown
+    assert re.search(r"✓ write_file .*\n    \+line one\n    \+line two\n", shown), shown
+    assert re.search(SGR + r"\x1b\[31m-eggs", child.before) and re.search(r"\x1b\[32m\+butter", child.before)
+    sent = json.dumps(llm.requests[2].body["messages"][-1])  # the model sees the edit's diff too
+    assert "+1 -0" not in sent and "-eggs" in sent and "+cheese" in sent
+
+
 def test_a_failed_tool_line_shows_its_arguments_and_error_within_80_columns(term, llm):
     path = "a/very/deep/folder/" * 6 + "missing.md"
     llm.script(Reply(tool_calls=[("read_file", {"path": path, "offset": 3})]), Reply(text="No such file."))

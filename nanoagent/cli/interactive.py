@@ -23,7 +23,15 @@ from rich.markup import escape
 
 from nanoagent.agent import events as ev
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
-from nanoagent.cli.render import SPINNER, MarkdownStream, Width, short_args, subagent_line, terminal_safe
+from nanoagent.cli.render import (
+    SPINNER,
+    MarkdownStream,
+    Width,
+    short_args,
+    subagent_line,
+    terminal_safe,
+    tool_detail,
+)
 from nanoagent.usage import turn_line
 
 if TYPE_CHECKING:
@@ -81,8 +89,10 @@ class TerminalUI:
                 self.stream.flush()
                 self.tool_args[call_id] = arguments
                 self._busy(f"{name} {short_args(arguments, max(20, self.width - 30))}")
-            case ev.ToolFinished(call_id=call_id, name=name, error=error, elapsed=elapsed):
-                self.line(self._tool_line(name, self.tool_args.pop(call_id, {}), error, elapsed))
+            case ev.ToolFinished(call_id=call_id, name=name, result=result, error=error, elapsed=elapsed):
+                arguments = self.tool_args.pop(call_id, {})
+                detail = tool_detail(name, arguments, result, self.width) if error is None else []
+                self.line("\n".join([self._tool_line(name, arguments, error, elapsed), *detail]))  # one write
                 self._busy("thinking")
             case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
                 action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"
