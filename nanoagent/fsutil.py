@@ -12,9 +12,12 @@ import os
 import stat
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 def private_dir(path: Path) -> Path:
@@ -31,6 +34,23 @@ def private_dir(path: Path) -> Path:
             continue
         os.chmod(folder, 0o700)
     return Path(path)
+
+
+async def uninterrupted(work: Awaitable[T]) -> T:
+    """Await a write that must not be left half done: when the caller is cancelled meanwhile (Ctrl-C during /new
+    or /dream), the write runs to its end before the cancellation goes on, so the caller's locks are not released
+    while a thread still writes, and what belongs together stays together (a history entry and the session's
+    archive cursor, a Dream's commits and its cursor)."""
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        while not task.done():
+            try:
+                await asyncio.wait({task})
+            except asyncio.CancelledError:
+                continue  # a second Ctrl-C: the write still has to end first
+        raise
 
 
 def private_file(path: Path) -> Path:

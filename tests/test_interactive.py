@@ -18,6 +18,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from nanoagent.cli.interactive import ESC_WAIT
 from nanoagent.session.store import SessionStore
 from tests.conftest import ROOT, anthropic_env, invoke, start_gateway_process
 from tests.llm_server import Reply
@@ -102,6 +103,29 @@ def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
     child.expect_exact("You must remember the milk.")
 
 
+@both_ways
+def test_a_commands_output_and_each_edits_changes_show_folded_under_their_tool_lines(term, llm, isolated_home):
+    workspace = isolated_home / "workspace"
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "notes.md").write_text("milk\neggs\nbread\n")
+    llm.script(Reply(tool_calls=[("exec", {"command": "seq 1 12; printf '\\033]0;pwned\\007'; exit 3"})]),
+               Reply(tool_calls=[("edit_file", {"path": "notes.md", "old_text": "eggs\n",
+                                                "new_text": "butter\ncheese\n"})]),
+               Reply(tool_calls=[("write_file", {"path": "new.txt", "content": "line one\nline two\n"})]),
+               Reply(text="All done."))
+    child = term()
+    child.send("go" + "\r")
+    child.expect_exact("All done.")
+    shown = visible(child.before)
+    assert re.search(r"✓ exec .*\n    1\n    2\n    3\n    4\n    … 8 more lines\n    exit code 3\n", shown), shown
+    assert "\x1b]0;" not in child.before  # the output is shown terminal-safe: no escape sequence retitles the window
+    assert re.search(r"✓ edit_file .*\n    @@ -2 \+2,2 @@\n    -eggs\n    \+butter\n    \+cheese\n", shown), shown
+    assert re.search(r"✓ write_file .*\n    \+line one\n    \+line two\n", shown), shown
+    assert re.search(SGR + r"\x1b\[31m-eggs", child.before) and re.search(r"\x1b\[32m\+butter", child.before)
+    sent = json.dumps(llm.requests[2].body["messages"][-1])  # the model sees the edit's diff too
+    assert "+1 -0" not in sent and "-eggs" in sent and "+cheese" in sent
+
+
 def test_a_failed_tool_line_shows_its_arguments_and_error_within_80_columns(term, llm):
     path = "a/very/deep/folder/" * 6 + "missing.md"
     llm.script(Reply(tool_calls=[("read_file", {"path": path, "offset": 3})]), Reply(text="No such file."))
@@ -127,6 +151,28 @@ def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolat
     roles = [m["role"] for m in messages(isolated_home)]
     assert roles == ["user", "assistant", "user", "assistant"]
     assert "cancelled" in messages(isolated_home)[1]["content"]
+
+
+@both_ways
+def test_esc_cancels_a_running_turn_and_alt_enter_meanwhile_still_adds_a_line(term, llm, isolated_home):
+    release = threading.Event()
+    llm.script(Reply(text="too late", release=release), Reply(text="Back in business."))
+    child = term()
+    try:
+        child.send("take your time" + "\r")
+        wait_for_requests(llm, 1)  # the model call is under way
+        child.send("first" + "\x1b\r" + "second")  # Alt-Enter (Esc Enter) while the turn runs
+        child.expect_exact("second")
+        time.sleep(ESC_WAIT + 0.2)  # long enough for an Esc to count alone, had it been taken for one
+        assert len(messages(isolated_home)) == 1  # the turn still runs: only its user message is in the session
+        child.send("\x1b")
+        child.expect_exact("Cancelled.")
+    finally:
+        release.set()
+    child.send("\r")  # what was typed meanwhile is still there, on two lines
+    child.expect_exact("Back in business.")
+    assert sent_text(llm.requests[-1]).endswith("first\nsecond")
+    assert [m["role"] for m in messages(isolated_home)] == ["user", "assistant", "user", "assistant"]
 
 
 @both_ways
@@ -282,45 +328,93 @@ def test_ctrl_c_while_a_tool_runs_kills_it_and_leaves_a_consistent_session(term,
     assert len(llm.requests) == 2
 
 
-@pytest.mark.skipif(shutil.which("tmux") is None, reason="needs tmux (.ci/run installs it)")
-def test_the_status_line_shows_a_spinner_and_what_runs_while_the_model_thinks(llm, isolated_home):
-    # tmux, a real terminal emulator, answers cursor-position requests, so the toolbar is drawn as on screen.
-    # The model answers only once the test has seen the spinner and the clock move.
-    release = threading.Event()
-    llm.script(Reply(text="done thinking", release=release))
-    tmux = ["tmux", "-L", f"nanoagent-test-{uuid.uuid4().hex}", "-f", "/dev/null"]  # a tmux server of its own
-    env = " ".join(f"{k}={v}" for k, v in {**anthropic_env(llm), "NANOAGENT_HOME": str(isolated_home)}.items())
-    subprocess.run([*tmux, "new-session", "-d", "-s", "test", "-x", "80", "-y", "24", "-c", str(ROOT),
-                    f"env {env} {sys.executable} -m nanoagent agent"], cwd=str(ROOT), check=True)
+class Tmux:
+    """The interactive session in tmux, a real terminal emulator: it answers cursor-position requests, so the
+    status line under the prompt is drawn as on screen."""
 
-    def screen() -> str:
-        return subprocess.run([*tmux, "capture-pane", "-p", "-t", "test"], capture_output=True, text=True).stdout
+    def __init__(self, llm, home):
+        self.tmux = ["tmux", "-L", f"nanoagent-test-{uuid.uuid4().hex}", "-f", "/dev/null"]  # a server of its own
+        env = " ".join(f"{k}={v}" for k, v in {**anthropic_env(llm), "NANOAGENT_HOME": str(home)}.items())
+        subprocess.run([*self.tmux, "new-session", "-d", "-s", "test", "-x", "80", "-y", "24", "-c", str(ROOT),
+                        f"env {env} {sys.executable} -m nanoagent agent"], cwd=str(ROOT), check=True)
 
-    def wait_for(pattern: str) -> re.Match:
+    def screen(self) -> str:
+        return subprocess.run([*self.tmux, "capture-pane", "-p", "-t", "test"], capture_output=True,
+                              text=True).stdout
+
+    def wait_for(self, pattern: str) -> re.Match:
         deadline = time.monotonic() + 15
-        while not (match := re.search(pattern, screen())):
-            assert time.monotonic() < deadline, screen()
+        while not (match := re.search(pattern, self.screen())):
+            assert time.monotonic() < deadline, self.screen()
             time.sleep(0.05)
         return match
 
-    spinner = r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏]) thinking (\d+\.\d)s"
+    def keys(self, *keys: str) -> None:
+        subprocess.run([*self.tmux, "send-keys", "-t", "test", *keys], check=True)
+
+    def close(self) -> None:
+        subprocess.run([*self.tmux, "kill-server"], capture_output=True)
+
+
+@pytest.fixture
+def tmux(llm, isolated_home):
+    if shutil.which("tmux") is None:
+        pytest.skip("needs tmux (.ci/run installs it)")
+    session = Tmux(llm, isolated_home)
+    yield session
+    session.close()
+
+
+SPINNER = r"([⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏])"
+
+
+def test_the_status_line_shows_a_spinner_and_what_runs_while_the_model_thinks(tmux, llm):
+    # The model answers only once the test has seen the spinner and the clock move.
+    release = threading.Event()
+    llm.script(Reply(text="done thinking", release=release))
+    spinner = SPINNER + r" thinking (\d+\.\d)s"
     try:
-        wait_for(PROMPT)
-        subprocess.run([*tmux, "send-keys", "-t", "test", "think slowly", "Enter"], check=True)
-        first = wait_for(spinner + r"\s+\(Ctrl-C cancels\)")
+        tmux.wait_for(PROMPT)
+        tmux.keys("think slowly", "Enter")
+        first = tmux.wait_for(spinner + r"\s+\(Esc or Ctrl-C cancels\)")
         later = first
         deadline = time.monotonic() + 10
         while later.group(1) == first.group(1) or later.group(2) == first.group(2):
-            assert time.monotonic() < deadline, screen()
+            assert time.monotonic() < deadline, tmux.screen()
             time.sleep(0.05)
-            later = wait_for(spinner)
+            later = tmux.wait_for(spinner)
         assert float(later.group(2)) > float(first.group(2))  # the clock and the spinner move while it works
         assert len(llm.requests) == 1
         release.set()
-        wait_for("done thinking")
+        tmux.wait_for("done thinking")
     finally:
         release.set()
-        subprocess.run([*tmux, "kill-server"], capture_output=True)
+
+
+def test_esc_cancels_a_dream_that_shows_its_progress_and_memory_stays_as_it_was(tmux, llm, isolated_home):
+    from nanoagent.memory.history import HistoryLog
+    from nanoagent.paths import Paths
+
+    release = threading.Event()
+    llm.script(Reply(text="## memory/MEMORY.md\n- ADD: the user's sister is called Ines", release=release),
+               Reply(text="NOTHING"))
+    tmux.wait_for(PROMPT)  # the workspace is seeded
+    paths = Paths.from_env()
+    history = HistoryLog(paths.memory_dir)
+    history.append("cli:direct", "- the user's sister is called Ines")
+    memory = (paths.memory_dir / "MEMORY.md").read_text()
+    try:
+        tmux.keys("/dream", "Enter")
+        tmux.wait_for(SPINNER + r" dream: analysing 1 history entry \d+\.\ds\s+\(Esc or Ctrl-C cancels\)")
+        wait_for_requests(llm, 1)
+        tmux.keys("Escape")
+        tmux.wait_for("Cancelled /dream.")
+    finally:
+        release.set()
+    assert history.dream_cursor == 0 and (paths.memory_dir / "MEMORY.md").read_text() == memory
+    tmux.keys("/dream", "Enter")  # the cancelled run let go of Dream's lock
+    tmux.wait_for("no changes to long-term memory")
+    assert history.dream_cursor == 1
 
 
 def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_home):
@@ -373,3 +467,48 @@ def test_help_lists_the_commands_only_a_terminal_has(term):
     child.expect_exact(PROMPT)
     child.send("/quit" + "\r")
     child.expect(pexpect.EOF)
+
+
+def visible(text: str) -> str:
+    """What the screen shows of pty output, roughly: escape sequences and carriage returns dropped."""
+    return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", text)
+
+
+def test_replies_wrap_at_the_width_the_terminal_has_after_a_resize(term, llm):
+    words = [f"word{i:02d}" for i in range(40)]
+    llm.script(Reply(text="First reply."), Reply(text=" ".join(words) + " end."))
+    child = term()
+    child.send("hello" + "\r")
+    child.expect_exact("First reply.")
+    child.expect_exact(PROMPT)
+    child.setwinsize(30, 40)  # narrower than when the session started
+    child.send("again" + "\r")
+    child.expect_exact("end.")
+    runs = re.findall(r"word\d\d(?: word\d\d)*", visible(child.before))  # the reply's words, line by line
+    assert len(runs) > 1 and all(len(run) <= 40 for run in runs), runs
+    assert " ".join(runs).split() == words  # no word broken in two, none lost
+
+
+@both_ways
+def test_ctrl_c_cancels_new_while_it_archives_and_the_conversation_goes_on(term, llm, isolated_home):
+    release = threading.Event()
+    llm.script(Reply(text="First answer."), Reply(text="- the user said hello", release=release),
+               Reply(text="Still the same conversation."))
+    child = term()
+    child.send("remember this" + "\r")
+    child.expect_exact("First answer.")
+    child.expect_exact(PROMPT)
+    try:
+        child.send("/new" + "\r")
+        wait_for_requests(llm, 2)  # the summary call is under way
+        child.sendcontrol("c")
+        child.expect_exact("Cancelled /new.")
+    finally:
+        release.set()
+    child.send("are you there?" + "\r")
+    child.expect_exact("Still the same conversation.")
+    assert "remember this" in json.dumps(llm.requests[-1].body["messages"])  # nothing was reset
+    session = SessionStore(isolated_home / "sessions").load("cli:direct")
+    assert session.last_consolidated == 0 and len(session.messages) == 4
+    assert not (isolated_home / "workspace" / "memory" / "history.jsonl").exists() or \
+        "hello" not in (isolated_home / "workspace" / "memory" / "history.jsonl").read_text()

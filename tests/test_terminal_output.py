@@ -114,3 +114,15 @@ def test_an_interactive_reply_is_followed_by_its_tokens_and_cost(llm, isolated_h
     child.expect_exact("Here you are.")
     child.expect(r"[\d,]+ in(?: \([\d,]+ cached\))? · [\d,]+ out · \$0\.\d{4}")
     child.terminate(force=True)
+
+
+def test_a_tool_detail_is_folded_cut_to_the_width_and_terminal_safe():
+    from nanoagent.cli.render import tool_detail
+    from nanoagent.messages import wrap_untrusted
+
+    output = "\x1b]0;retitled\x07first " + "x" * 100 + "\nsecond\n\x1b[2Jthird\nfourth\nfifth\n[exit code: 0]"
+    lines = tool_detail("exec", {"command": "make"}, wrap_untrusted("exec", output), 40)
+    assert lines[0] == "    [dim]first " + "x" * 29 + "…[/dim]"  # 4 columns of indent + 35 + the ellipsis
+    assert [line.strip() for line in lines[1:]] == ["[dim]second[/dim]", "[dim]third[/dim]", "[dim]fourth[/dim]",
+                                                    "[dim]… 1 more line[/dim]"]  # exit code 0 is not shown
+    assert tool_detail("read_file", {"path": "a"}, wrap_untrusted("read_file", "text"), 40) == []

@@ -88,6 +88,26 @@ def test_write_file_creates_folders_and_replaces_atomically(ctx, ws):
     assert [p.name for p in (ws / "a/b").iterdir()] == ["c.txt"]  # no temp files left behind
 
 
+def test_an_edit_answers_with_its_changed_lines_and_a_new_file_says_it_is_new(ctx, ws):
+    (ws / "list.md").write_text("milk\neggs\nbread\n")
+    edited = call(ctx, "edit_file", path="list.md", old_text="eggs\n", new_text="butter\ncheese\n")
+    assert edited == "Edited list.md (+2 -1 lines)\n@@ -2 +2,2 @@\n-eggs\n+butter\n+cheese"
+    assert call(ctx, "write_file", path="new.md", content="one\n") == "Wrote 4 bytes to new.md (a new file)"
+    replaced = call(ctx, "write_file", path="list.md", content="milk\n")
+    assert replaced == "Wrote 5 bytes to list.md (+0 -3 lines)\n@@ -2,3 +1,0 @@\n-butter\n-cheese\n-bread"
+    assert call(ctx, "write_file", path="list.md", content="milk\n").endswith("(no change)")
+
+
+def test_a_large_edit_answers_with_its_first_changed_lines_and_how_many_more(ctx, ws):
+    from nanoagent.tools.fs import DIFF_LINES
+
+    (ws / "big.txt").write_text("".join(f"line {i}\n" for i in range(100)))
+    replaced = call(ctx, "write_file", path="big.txt", content="short\n")
+    assert replaced.startswith("Wrote 6 bytes to big.txt (+1 -100 lines)\n")
+    assert sum(line[:1] in "+-" for line in replaced.splitlines()[1:-1]) == DIFF_LINES
+    assert replaced.endswith(f"[... {101 - DIFF_LINES} more changed lines]")
+
+
 def test_edit_file_needs_exactly_one_match(ctx, ws):
     (ws / "f.txt").write_text("one two two\n")
     call(ctx, "edit_file", path="f.txt", old_text="one", new_text="ONE")

@@ -121,6 +121,7 @@ class Commands:
             if pending <= 0:
                 return "Already a fresh conversation."
             if self.consolidator is not None:  # history is written before anything is hidden from the model
+                call.sink(ev.Progress(f"archiving {pending} messages to memory", session=session.key))
                 await self.consolidator.archive_all(session, self.models.for_session(session))
             if session.last_consolidated < len(session.messages):
                 self.store.set_consolidated(session, len(session.messages))

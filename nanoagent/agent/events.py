@@ -105,6 +105,13 @@ class Notice(_Scoped):
     text: str
 
 
+@dataclass(frozen=True)
+class Progress(_Scoped):
+    """What a long slash command (/new, /dream) is doing now, for a status line; kept nowhere."""
+
+    text: str
+
+
 class RunStatus(Enum):
     """Where a sub-agent run is."""
 
@@ -144,7 +151,7 @@ class SubagentEnded(_Scoped):
 
 
 Event = (TurnStarted | TextDelta | ThinkingDelta | ToolStarted | ToolFinished | MessageAdded | UsageRecorded
-         | Retrying | Injected | TurnEnded | Notice | SubagentStarted | SubagentEnded)
+         | Retrying | Injected | TurnEnded | Notice | Progress | SubagentStarted | SubagentEnded)
 EventSink = Callable[[Event], None]
 
 

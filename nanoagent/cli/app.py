@@ -329,13 +329,12 @@ async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, m
 
 
 def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool) -> None:
-    from rich.console import Console
-
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
+    from nanoagent.cli.render import REPLY_WIDTH, terminal_width
     from nanoagent.cli.running import run_main
 
     terminal = sys.stdin.isatty() and sys.stdout.isatty()
-    ui = TerminalUI(min(Console().width, 100) if terminal else 100, plain=not terminal)
+    ui = TerminalUI(terminal_width if terminal else REPLY_WIDTH, plain=not terminal)
 
     async def session() -> None:
         from nanoagent.cli.attach import RemoteAgent, connect

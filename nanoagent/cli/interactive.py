@@ -1,8 +1,9 @@
 """The interactive terminal session: `nanoagent agent` with no -m.
 
-Input stays live while a turn runs: a message typed meanwhile joins the running
-turn before its next model call. Ctrl-C cancels the turn (model call and tools);
-at an empty prompt it warns, and a second Ctrl-C, Ctrl-D or /exit quits.
+Input stays live while a turn or a slash command runs: a message typed meanwhile joins the
+running turn before its next model call (or waits for the command). Ctrl-C cancels the turn
+(model call and tools) or the command (/new, /dream), and so does Esc while one runs; at an
+empty prompt Ctrl-C warns, and a second Ctrl-C, Ctrl-D or /exit quits.
 Replies stream paragraph by paragraph, rendered as Markdown. Nothing on the
 per-keystroke path touches the disk or the network.
 """
@@ -22,7 +23,15 @@ from rich.markup import escape
 
 from nanoagent.agent import events as ev
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
-from nanoagent.cli.render import SPINNER, MarkdownStream, short_args, subagent_line, terminal_safe
+from nanoagent.cli.render import (
+    SPINNER,
+    MarkdownStream,
+    Width,
+    short_args,
+    subagent_line,
+    terminal_safe,
+    tool_detail,
+)
 from nanoagent.usage import turn_line
 
 if TYPE_CHECKING:
@@ -37,15 +46,17 @@ ATTACH_HELP = f"{ATTACH} PATH  attach a file to your next message (an image, or 
 # the commands only a terminal session has, added to /help's list
 TERMINAL_HELP = f"\nIn this terminal:\n{ATTACH_HELP}\n/exit, /quit   end the session (Ctrl-D does too)"
 Agent = LocalAgent | RemoteAgent
+ESC_WAIT = 0.4  # seconds an Esc waits for a key that makes it Esc Enter (a new line) before it cancels alone
 
 
 class TerminalUI:
-    """The event sink for interactive sessions, plus the status line under the prompt."""
+    """The event sink for interactive sessions, plus the status line under the prompt. `width` may be a
+    function: then the terminal is measured again for each thing printed, so a resize takes effect at once."""
 
-    def __init__(self, width: int, plain: bool):
-        self.width = width
+    def __init__(self, width: Width, plain: bool):
+        self._width = width
         self.plain = plain
-        self.console = Console(width=width, force_terminal=not plain, highlight=False,
+        self.console = Console(width=self.width, force_terminal=not plain, highlight=False,
                                no_color=plain, soft_wrap=True)
         self.stream = MarkdownStream(self._write, width, plain)
         self.activity: str | None = None
@@ -57,7 +68,12 @@ class TerminalUI:
         sys.stdout.write(text)
         sys.stdout.flush()
 
+    @property
+    def width(self) -> int:
+        return self._width() if callable(self._width) else self._width
+
     def line(self, markup: str) -> None:
+        self.console.width = self.width
         self.console.print(terminal_safe(markup))
 
     def __call__(self, event: ev.Event) -> None:
@@ -73,8 +89,10 @@ class TerminalUI:
                 self.stream.flush()
                 self.tool_args[call_id] = arguments
                 self._busy(f"{name} {short_args(arguments, max(20, self.width - 30))}")
-            case ev.ToolFinished(call_id=call_id, name=name, error=error, elapsed=elapsed):
-                self.line(self._tool_line(name, self.tool_args.pop(call_id, {}), error, elapsed))
+            case ev.ToolFinished(call_id=call_id, name=name, result=result, error=error, elapsed=elapsed):
+                arguments = self.tool_args.pop(call_id, {})
+                detail = tool_detail(name, arguments, result, self.width) if error is None else []
+                self.line("\n".join([self._tool_line(name, arguments, error, elapsed), *detail]))  # one write
                 self._busy("thinking")
             case ev.Retrying(model=model, reason=reason, wait=wait, next_model=next_model):
                 action = f"retrying in {wait:.1f}s" if next_model == model else f"trying {next_model}"
@@ -84,6 +102,8 @@ class TerminalUI:
                 self.line(f"[cyan]  ↳ your message joined the turn here: {escape(text[:60])}[/cyan]")
             case ev.Notice(text=text):
                 self.line(f"[yellow]{escape(text)}[/yellow]")
+            case ev.Progress(text=text) if self.activity is not None:
+                self._busy(text)
             case ev.TurnStarted():
                 if self.activity is None:  # a turn this terminal did not start (the gateway's follow-up)
                     self.start_turn()
@@ -100,7 +120,7 @@ class TerminalUI:
             self.stream.flush()
             self.line(line)
         if isinstance(event, ev.SubagentEnded) and event.background:
-            answer = MarkdownStream(self._write, self.width, self.plain)
+            answer = MarkdownStream(self._write, self._width, self.plain)
             answer.feed(event.as_message())
             answer.flush()
 
@@ -126,14 +146,19 @@ class TerminalUI:
         self.since = time.monotonic()
 
     def start_turn(self) -> None:
-        self.stream = MarkdownStream(self._write, self.width, self.plain)
+        self.stream = MarkdownStream(self._write, self._width, self.plain)
         self._busy("thinking")
+
+    def start_command(self, name: str) -> None:
+        """A slash command runs: its name in the status line until it says what it does (a Progress event)."""
+        self.stream = MarkdownStream(self._write, self._width, self.plain)
+        self._busy(name)
 
     def toolbar(self) -> str:
         if self.activity is None:
             return self.idle_status
         frame = SPINNER[int(time.monotonic() * 10) % len(SPINNER)]
-        return f" {frame} {self.activity} {time.monotonic() - self.since:.1f}s   (Ctrl-C cancels)"
+        return f" {frame} {self.activity} {time.monotonic() - self.since:.1f}s   (Esc or Ctrl-C cancels)"
 
 
 class Session:
@@ -145,7 +170,9 @@ class Session:
         self.ui = ui
         self.attacher = attacher
         self.attached: list[Attached] = []  # files for the next message that starts a turn
-        self.turn: asyncio.Task | None = None
+        self.turn: asyncio.Task | None = None  # the running turn, or the slash command running in its place
+        self.command_name = ""  # the command `turn` runs; "" when it is a turn
+        self.beside: set[asyncio.Task] = set()  # commands typed while something else runs (/status)
         self.pending: list[str] = []
         self.question: asyncio.Future[str] | None = None  # an approval waiting for the next line typed
 
@@ -153,8 +180,12 @@ class Session:
     def busy(self) -> bool:
         return self.turn is not None and not self.turn.done()
 
+    @property
+    def running_command(self) -> bool:
+        return self.busy and bool(self.command_name)
+
     def cancel(self) -> bool:
-        """Cancel the running turn; False when none runs."""
+        """Cancel the running turn or command; False when none runs."""
         if self.turn is None or self.turn.done():
             return False
         self.turn.cancel()
@@ -196,6 +227,7 @@ class Session:
 
     def start(self, text: str) -> None:
         attached, self.attached = self.attached, []
+        self.command_name = ""
         self.turn = asyncio.create_task(self._run(text, attached))
 
     async def _run(self, text: str, attached: list[Attached] | None = None) -> None:
@@ -234,29 +266,66 @@ class Session:
         tokens = f" · context {context[0]:,} tokens ({context[0] / context[1]:.0%})" if context else ""
         self.ui.idle_status = f" {self.agent.model(self.key)} · {self.key}{tokens} · /help"
 
-    async def command(self, text: str) -> None:
-        """A slash command; one that runs a turn (/retry) runs like a message. The loop refuses a command
-        that changes the session while a turn runs."""
-        if text.split()[0] == "/retry" and not self.busy:
+    def command(self, text: str) -> None:
+        """Start a slash command; one that runs a turn (/retry) runs like a message. A command runs as a task, as
+        a turn does, so the prompt stays live: Esc or Ctrl-C cancels it and the status line shows its progress.
+        Typed while something runs, it runs beside it (the loop refuses one that changes the session during a
+        turn)."""
+        name = text.split()[0]
+        if name == "/retry" and not self.busy:
             self.start(text)
             return
-        reply = await self.agent.handle(text, self.key, self.ui, ask=self.ask)
-        self.ui.line(escape(reply.reply + (TERMINAL_HELP if text.split()[0] == "/help" else "")))
+        if self.busy:
+            task = asyncio.create_task(self._command(text, beside=True))
+            self.beside.add(task)
+            task.add_done_callback(self.beside.discard)
+            return
+        self.command_name = name
+        self.turn = asyncio.create_task(self._command(text, beside=False))
+
+    async def _command(self, text: str, beside: bool) -> None:
+        name = text.split()[0]
+        if not beside:
+            self.ui.start_command(name)
+        try:
+            reply = await self.agent.handle(text, self.key, self.ui, ask=self.ask)
+        except asyncio.CancelledError:
+            self.ui.line(f"[yellow]Cancelled {escape(name)}.[/yellow]")
+            return
+        except Exception as e:  # noqa: BLE001 - one failed command must not end the session
+            self.ui.line(f"[red]Error: {escape(str(e))}[/red]")
+            return
+        finally:
+            if not beside:
+                self.ui.activity = None
+        self.ui.line(escape(reply.reply + (TERMINAL_HELP if name == "/help" else "")))
         self.refresh_status()
+        if not beside and self.pending:  # typed while the command ran: it starts a turn now
+            self.start("\n\n".join(self.take_pending()))
 
 
-def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: Path, **io):
-    """The prompt-toolkit session: history on disk, slash-command completion, multi-line keys.
+def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: Path,
+                 busy: Callable[[], bool] = lambda: False, cancel: Callable[[], object] = lambda: None, **io):
+    """The prompt-toolkit session: history on disk, slash-command completion, multi-line keys, and Esc to
+    cancel what runs (`busy`, `cancel`).
 
     Keystrokes touch only memory: completion is a fixed word list, the toolbar reads cached state,
     and history is written only when a line is accepted.
     """
     from prompt_toolkit import PromptSession
     from prompt_toolkit.completion import WordCompleter
+    from prompt_toolkit.filters import Condition
     from prompt_toolkit.history import FileHistory
     from prompt_toolkit.key_binding import KeyBindings
 
     bindings = KeyBindings()
+
+    # Esc alone cancels only while a turn or command runs; at an idle prompt it keeps its usual meaning. Esc Enter
+    # (what Alt-Enter sends) still adds a line either way: an Esc waits ESC_WAIT seconds for a key that completes
+    # a longer binding before it counts alone.
+    @bindings.add("escape", filter=Condition(busy))
+    def _cancel(event) -> None:
+        cancel()
 
     @bindings.add("escape", "enter")
     @bindings.add("c-j")
@@ -273,7 +342,7 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
     from nanoagent.fsutil import private_dir, private_file
 
     private_file(private_dir(history_file.parent) / history_file.name)  # 0600: prompt_toolkit keeps the mode
-    return PromptSession(
+    session: PromptSession = PromptSession(
         history=FileHistory(str(history_file)),
         completer=WordCompleter([*commands, *sorted(EXIT_COMMANDS)], pattern=_SLASH_WORD, sentence=True),
         complete_while_typing=True,
@@ -282,6 +351,8 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
         refresh_interval=0.1,
         **io,
     )
+    session.app.timeoutlen = ESC_WAIT
+    return session
 
 
 async def run_interactive(agent: Agent, key: str, history_file: Path, ui: TerminalUI,
@@ -290,7 +361,8 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
 
     session = Session(agent, key, ui, attacher)
     session.refresh_status()
-    prompt = build_prompt([*agent.command_names(), ATTACH], ui.toolbar, history_file)
+    prompt = build_prompt([*agent.command_names(), ATTACH], ui.toolbar, history_file,
+                          busy=lambda: session.busy, cancel=session.cancel)
     agent.warm_up(key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
@@ -334,7 +406,9 @@ async def _dispatch(session: Session, text: str) -> bool:
     if text.split()[0] == ATTACH:
         session.attach(text[len(ATTACH):].strip())
     elif text.startswith("/"):
-        await session.command(text)
+        session.command(text)
+    elif session.running_command:  # /new or /dream decides what the message goes to: it waits for the end
+        session.pending.append(text)
     elif session.busy:
         if session.attached:
             session.ui.line("[dim]This joins the running turn as text; your attachments wait for the next "

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import re
 import sys
 import threading
@@ -54,6 +55,22 @@ class EscapeFilter:
         return terminal_safe(held)
 
 
+REPLY_WIDTH = 100  # replies wrap at most this wide, however wide the terminal
+
+
+def terminal_width(fallback: int = 80) -> int:
+    """The terminal's width now (asked of stdout's terminal each time, so a resize counts), at most REPLY_WIDTH;
+    `fallback` when stdout is not a terminal."""
+    try:
+        columns = os.get_terminal_size(sys.__stdout__.fileno()).columns  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        columns = 0
+    return min(columns or fallback, REPLY_WIDTH)
+
+
+Width = int | Callable[[], int]  # a fixed width, or a function measuring it at each render
+
+
 def table_console() -> Console:
     """A console for tables: the terminal's width on a terminal; pipes and files get whole rows, never an
     ellipsis (a table is only as wide as its content)."""
@@ -88,6 +105,56 @@ def subagent_line(event: ev.Event) -> str | None:
     return None
 
 
+FOLD_LINES = 4  # lines of a command's output shown under its tool line
+DIFF_SHOWN = 6  # changed lines of an edit shown under its tool line
+_EXIT_CODE = re.compile(r"\n?\[exit code: (-?\d+)\]$")
+
+
+def tool_detail(name: str, arguments: dict[str, Any], result: str, width: int) -> list[str]:
+    """What a finished call did, folded into a few lines (markup) to show under its tool line: a command's
+    output (its first lines, then how many more) and an edit's changed lines coloured as a diff. Empty for
+    other tools and failed calls. Everything shown passes `terminal_safe`."""
+    from nanoagent.messages import unwrap_untrusted
+    from nanoagent.tools.fs import NEW_FILE
+
+    text = unwrap_untrusted(result)
+    if name == "exec":
+        found = _EXIT_CODE.search(text)
+        output = text[:found.start()] if found else text
+        lines = _fold(terminal_safe(output).rstrip("\n").splitlines(), FOLD_LINES, width, "[dim]{}[/dim]")
+        if found and found.group(1) != "0":
+            lines.append(f"    [red]exit code {found.group(1)}[/red]")
+        return lines
+    if name not in ("write_file", "edit_file"):
+        return []
+    head, _, diff = text.partition("\n")
+    changed = diff.splitlines()
+    if name == "write_file" and head.endswith(NEW_FILE):
+        changed = ["+" + line for line in str(arguments.get("content", "")).splitlines()]
+    return _fold([terminal_safe(line) for line in changed], DIFF_SHOWN, width, _diff_style)
+
+
+def _diff_style(line: str) -> str:
+    colour = {"+": "green", "-": "red", "@": "cyan", "[": "dim"}.get(line[:1], "dim")
+    return f"[{colour}]{{}}[/{colour}]"
+
+
+def _fold(lines: list[str], keep: int, width: int, style: str | Callable[[str], str]) -> list[str]:
+    """The first `keep` lines, indented, each cut to the width, then how many more there are (markup)."""
+    from rich.markup import escape
+
+    shown = []
+    for line in lines[:keep]:
+        line = line.expandtabs(4)
+        cut = line if len(line) <= width - 4 else line[: max(1, width - 5)] + "…"
+        template = style(line) if callable(style) else style
+        shown.append("    " + template.format(escape(cut)))
+    if len(lines) > keep:
+        more = len(lines) - keep
+        shown.append(f"    [dim]… {more} more line{'' if more == 1 else 's'}[/dim]")
+    return shown
+
+
 def _one_line(text: str, width: int) -> str:
     text = " ".join(text.split())
     return text if len(text) <= width else text[: width - 1] + "…"
@@ -98,14 +165,19 @@ LONG_PARAGRAPH_CHARS = 320
 
 
 class MarkdownStream:
-    """Prints a streamed reply block by block, each rendered as Markdown once complete."""
+    """Prints a streamed reply block by block, each rendered as Markdown once complete, at the width the
+    terminal has when the block is printed."""
 
-    def __init__(self, write: Callable[[str], None], width: int, plain: bool):
+    def __init__(self, write: Callable[[str], None], width: Width, plain: bool):
         self.write = write
-        self.width = width
+        self._width = width
         self.plain = plain
         self.buffer = ""
         self.printed = ""
+
+    @property
+    def width(self) -> int:
+        return self._width() if callable(self._width) else self._width
 
     def feed(self, text: str) -> None:
         self.buffer += text
@@ -221,7 +293,7 @@ class OneShotRenderer:
         self.terminal = self.out.is_terminal and not quiet_reply
         self.stream_plain = not self.out.is_terminal and not quiet_reply
         self.spinner = Spinner() if self.terminal and self.err.is_terminal else None
-        self.markdown = MarkdownStream(self._write, min(self.out.width, 100), plain=False)
+        self.markdown = MarkdownStream(self._write, lambda: terminal_width(self.out.width), plain=False)
         self.block_ended = False  # a tool call came since the last text: the next text is a new block
         self.escapes = EscapeFilter()
         self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply

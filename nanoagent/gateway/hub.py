@@ -31,6 +31,7 @@ class _Session:
     turn: asyncio.Task[TurnResult] | None = None
     pending: list[str] = field(default_factory=list)  # messages that joined the running turn
     ask: Ask | None = None  # who can approve commands in the running turn
+    commands: set[asyncio.Task[TurnResult]] = field(default_factory=set)  # slash commands running (/new, /dream)
 
 
 class Hub:
@@ -78,7 +79,7 @@ class Hub:
         if stripped.split(maxsplit=1)[:1] in ([c] for c in STOP_COMMANDS):
             return TurnResult("Stopped the running turn." if self.cancel(key) else "Nothing is running.", key)
         if stripped.startswith("/") and stripped.split()[0] != "/retry":
-            return await self.loop.handle(stripped, key, sink=self._fanout(state, sink), ask=ask, images=images)
+            return await self._command(key, state, stripped, sink, ask, images)
         if images:
             self.loop.check_images(key, images)  # refused now, not after waiting for the running turn
             while state.turn is not None and not state.turn.done():
@@ -103,6 +104,23 @@ class Hub:
                 raise  # the sender itself was cancelled
             # the turn was (/stop, shutdown): its sender still gets an answer
             return TurnResult("Cancelled.", key, ev.RunResult(reply="", stop=ev.StopReason.CANCELLED))
+
+    async def _command(self, key: str, state: _Session, text: str, sink: ev.EventSink | None, ask: Ask | None,
+                       images: list[ImageBlock] | None) -> TurnResult:
+        """A slash command, cancelled like a turn (/stop, a client's Ctrl-C). Unlike a turn it belongs to its
+        sender: a sender that goes away cancels it."""
+        command = asyncio.create_task(self.loop.handle(text, key, sink=self._fanout(state, sink), ask=ask,
+                                                       images=images), name=f"command {key}")
+        state.commands.add(command)
+        try:
+            return await command
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # the sender itself was cancelled (and the command with it)
+            return TurnResult(f"Cancelled {text.split()[0]}.", key, refused=True)
+        finally:
+            state.commands.discard(command)
 
     async def _turn(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
                     ask: Ask | None, images: list[ImageBlock] | None = None) -> TurnResult:
@@ -131,11 +149,15 @@ class Hub:
         return send
 
     def cancel(self, key: str) -> bool:
-        """Cancel the session's running turn (the loop records it as interrupted). False when none runs."""
+        """Cancel the session's running turn (the loop records it as interrupted) and slash commands. False when
+        nothing runs."""
         state = self._state(key)
         state.pending.clear()
+        commands = [c for c in state.commands if not c.done()]
+        for command in commands:
+            command.cancel()
         if state.turn is None or state.turn.done():
-            return False
+            return bool(commands)
         state.turn.cancel()
         return True
 

@@ -6,7 +6,7 @@ Client to gateway:
     {"type": "send", "id": "r1", "session": KEY, "text": "..."}  a message or a slash command
         optional "attachments": [{"type": "image", "path": "media/...", "sha256": HEX, "media_type": "image/png",
         "name": "cat.png"}]: images the client stored under the workspace's media/ (by reference, never bytes)
-    {"type": "cancel", "session": KEY}                           Ctrl-C: cancel the running turn
+    {"type": "cancel", "session": KEY}                           Ctrl-C or Esc: cancel the running turn and commands
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
 Gateway to client:
     {"type": "event", "event": {"kind": "TextDelta", "session": KEY, "text": "..."}}   the runner's typed events
@@ -33,7 +33,8 @@ FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first 
 
 _EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
     ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,
-    ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice, ev.SubagentStarted, ev.SubagentEnded)}
+    ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice, ev.Progress, ev.SubagentStarted,
+    ev.SubagentEnded)}
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from nanoagent.config.schema import AgentDefaults
+from nanoagent.fsutil import uninterrupted
 from nanoagent.memory.history import HistoryLog
 from nanoagent.messages import (
     Message,
@@ -225,6 +226,11 @@ class Consolidator:
             summary, failure = "", e.message
         if summary.upper() == "NOTHING":
             summary, failure = "", ""
+        await uninterrupted(self._keep(session, chunk, summary, failure, end))
+
+    async def _keep(self, session: Session, chunk: list[Message], summary: str, failure: str, end: int) -> None:
+        """Write the summary (or a raw excerpt) to history and advance the session's cursor past it: both or,
+        if the append fails, neither."""
         if summary:  # history's lock may be held by another process: wait in a thread, not on the event loop
             await asyncio.to_thread(self.history.append, session.key, summary)
         elif failure:

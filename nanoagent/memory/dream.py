@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import atomic_write, file_lock
+from nanoagent.fsutil import atomic_write, file_lock, uninterrupted
 from nanoagent.memory.dream_tools import (
     Edit,
     EditKind,
@@ -106,8 +106,8 @@ class Dream:
                          "Try again when it has finished.")
         with file_lock(self.lock_path, 0, busy):
             if not dry_run:  # git runs in a worker thread: other sessions' turns go on meanwhile
-                await asyncio.to_thread(self.git.ensure)
-                await asyncio.to_thread(self._resume)  # a Dream killed while writing left a journal: finish it
+                await uninterrupted(asyncio.to_thread(self.git.ensure))
+                await uninterrupted(asyncio.to_thread(self._resume))  # a Dream killed while writing left a journal: finish it
             # read once: the cost follows the new entries, not the history, and --all stays linear
             backlog = list(self.history.newest_first(after=self.history.dream_cursor))[::-1]
             while backlog:
@@ -119,20 +119,22 @@ class Dream:
 
     async def _batch(self, entries: list[HistoryEntry], dry_run: bool) -> DreamResult:
         if not dry_run:  # hand edits become the user's own commits before Dream touches files
-            await asyncio.to_thread(self.git.snapshot_user_edits)
+            await uninterrupted(asyncio.to_thread(self.git.snapshot_user_edits))
         result = DreamResult(entries, "", dry_run=dry_run)
+        self.sink(ev.Progress(f"dream: analysing {len(entries)} history entr{'y' if len(entries) == 1 else 'ies'}"))
         result.analysis = await self._analyze(entries, result)
         if result.analysis.strip().upper() != "NOTHING":
             await self._edit(result)
             if not result.edits and not dry_run and self.stall_path is not None:
-                result.stalls = await asyncio.to_thread(Stalls.count, self.stall_path, entries[0].cursor)
+                result.stalls = await uninterrupted(asyncio.to_thread(Stalls.count, self.stall_path, entries[0].cursor))
                 if result.stalls < MAX_STALLS:  # the findings were not saved: keep the entries for next time
                     return result
                 result.moved_on = True
                 log.warning("Dream moved past history entries %d-%d: the editing phase made no edit in %d runs "
                             "although the analysis listed changes", *result.cursor_range, result.stalls)
         if not dry_run:
-            result.commits = await asyncio.to_thread(self._write, result.edits, entries[-1].cursor)
+            self.sink(ev.Progress(f"dream: saving {len(result.edits)} edit{'' if len(result.edits) == 1 else 's'}"))
+            result.commits = await uninterrupted(asyncio.to_thread(self._write, result.edits, entries[-1].cursor))
             if self.stall_path is not None:
                 self.stall_path.unlink(missing_ok=True)
         return result
@@ -152,6 +154,12 @@ class Dream:
         if not text.strip():
             raise DreamFailed("Dream's analysis came back empty. Nothing changed; the same entries are tried next time.")
         return text.strip()
+
+    def _shown(self, event: ev.Event) -> None:
+        """The editing phase's events that concern whoever watches: its tool calls, usage, retries and notices.
+        Its own text and end are not a reply of the session Dream runs from."""
+        if not isinstance(event, ev.TextDelta | ev.ThinkingDelta | ev.MessageAdded | ev.TurnEnded):
+            self.sink(event)
 
     def _analysis_input(self, entries: list[HistoryEntry]) -> str:
         first, last = entries[0].cursor, entries[-1].cursor
@@ -186,7 +194,8 @@ class Dream:
             tools=dream_tools(overlay), tool_context=ToolContext(workspace=self.workspace),
             model=self.model, max_tokens=self.max_tokens, max_iterations=self.max_iterations,
         )
-        run = await AgentRunner(self.provider, self.sink).run(spec)
+        self.sink(ev.Progress("dream: editing memory"))
+        run = await AgentRunner(self.provider, self._shown).run(spec)
         result.usage = result.usage + run.usage
         if run.error is not None:
             raise DreamFailed(f"Dream's editing failed: {run.error}. Nothing changed; "

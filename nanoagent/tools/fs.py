@@ -19,6 +19,8 @@ MAX_LINE_CHARS = 2000
 MAX_LIST = 1000
 MAX_GLOB = 500
 MAX_GREP_FILE_BYTES = 5_000_000
+DIFF_LINES = 20  # changed lines an edit's result shows (model and terminal), then how many more there are
+NEW_FILE = "(a new file)"  # how write_file's result marks a file it created (the terminal shows its first lines)
 SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv"}
 
 # How the writing tools put a file on disk: called with the file's path relative to the workspace, the tool's
@@ -184,9 +186,11 @@ def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
         if target.is_dir():
             raise ToolError(f"'{path}' is a directory; give a file path.")
         _check_file(ctx, path, target, writing=True)
+        before = _old_text(target)
         data = content.encode("utf-8")
         put(ctx, target, data, "write_file")
-        return f"Wrote {len(data)} bytes to {_display(ctx, target)}"
+        done = f"Wrote {len(data)} bytes to {_display(ctx, target)}"
+        return f"{done} {NEW_FILE}" if before is None else f"{done}{_diff(before, content)}"
 
     @tool()
     def edit_file(ctx: ToolContext, path: str, old_text: str, new_text: str) -> str:
@@ -211,10 +215,45 @@ def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
         if count > 1:
             raise ToolError(f"old_text occurs {count} times in '{path}'; include more surrounding lines so it is "
                             "unique.")
-        put(ctx, target, text.replace(old_text, new_text, 1).encode("utf-8"), "edit_file")
-        return f"Edited {_display(ctx, target)}"
+        after = text.replace(old_text, new_text, 1)
+        put(ctx, target, after.encode("utf-8"), "edit_file")
+        return f"Edited {_display(ctx, target)}{_diff(text, after)}"
 
     return [write_file, edit_file]
+
+
+def _old_text(target: Path) -> str | None:
+    """What a file held before a write (None: there was none; a binary file counts as empty text)."""
+    try:
+        return target.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        return None
+    except (UnicodeDecodeError, OSError):
+        return ""
+
+
+def _diff(before: str, after: str) -> str:
+    """An edit's changed lines, after a count of them: unified-diff hunks without context (their `@@` lines give
+    the line numbers), at most DIFF_LINES changed lines and then how many more. "" when nothing changed."""
+    import difflib
+
+    hunks = list(difflib.unified_diff(before.splitlines(), after.splitlines(), lineterm="", n=0))[2:]
+    changed = [line for line in hunks if not line.startswith("@@")]
+    if not changed:
+        return " (no change)"
+    added = sum(1 for line in changed if line.startswith("+"))
+    shown, count = [], 0
+    for line in hunks:
+        if not line.startswith("@@"):
+            count += 1
+            if count > DIFF_LINES:
+                break
+            line = line if len(line) <= MAX_LINE_CHARS else line[:MAX_LINE_CHARS] + " [... line cut]"
+        shown.append(line)
+    if shown and shown[-1].startswith("@@"):
+        shown.pop()
+    more = f"\n[... {len(changed) - DIFF_LINES} more changed lines]" if len(changed) > DIFF_LINES else ""
+    return f" (+{added} -{len(changed) - added} lines)\n" + "\n".join(shown) + more
 
 
 @tool(read_only=True)
