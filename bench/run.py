@@ -53,7 +53,8 @@ def bench_gateway(home: Path, server) -> None:
 
     env = {**os.environ, "NANOAGENT_HOME": str(home / "gw"), "ANTHROPIC_API_KEY": "k",
            "ANTHROPIC_BASE_URL": server.url, "NANOAGENT_MODEL": "anthropic/claude-bench"}
-    cli = [sys.executable, "-m", "nanoagent"]
+    script = Path(sys.executable).with_name("nanoagent")  # the installed command, as a person types it
+    cli = [str(script)] if script.exists() else [sys.executable, "-m", "nanoagent"]
     local = statistics.median(run_process([*cli, "agent", "-m", "hello", "--local"], env)[0] for _ in range(5))
     gateway = subprocess.Popen([*cli, "gateway"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:

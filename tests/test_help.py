@@ -18,15 +18,31 @@ def test_every_command_shows_a_one_line_example_in_its_help(isolated_home):
     from nanoagent.cli.app import app
 
     def leaves(group, path):
-        for name, command in group.commands.items():
-            if getattr(command, "commands", None) and not getattr(command, "invoke_without_command", False):
+        ctx = group.make_context("nanoagent", [], resilient_parsing=True)
+        for name in group.list_commands(ctx):
+            command = group.get_command(ctx, name)
+            if hasattr(command, "list_commands"):
+                if getattr(command, "invoke_without_command", False):
+                    yield [*path, name]
                 yield from leaves(command, [*path, name])
             else:
                 yield [*path, name]
-            if getattr(command, "commands", None) and getattr(command, "invoke_without_command", False):
-                yield from leaves(command, [*path, name])
 
     commands = list(leaves(typer.main.get_command(app), []))
-    assert ["sessions", "export"] in commands and ["agent"] in commands
+    assert ["sessions", "export"] in commands and ["agent"] in commands and ["memory", "search"] in commands
     missing = [" ".join(path) for path in commands if "Example: nanoagent " not in invoke(*path, "--help").stdout]
     assert missing == []
+
+
+def test_a_one_shot_builds_no_command_group_it_does_not_use(llm, isolated_home):
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, anthropic_env
+
+    ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "agent", "-m", "hi"], cwd=ROOT,
+                         env={**__import__("os").environ, **anthropic_env(llm)}, capture_output=True, text=True)
+    assert ran.returncode == 0, ran.stderr
+    imported = {line.split("|")[-1].strip() for line in ran.stderr.splitlines() if "import time:" in line}
+    assert not {"nanoagent.cli.cron_cmd", "nanoagent.cli.mcp_cmd", "nanoagent.cli.sessions_cmd",
+                "nanoagent.cli.gateway_cmd"} & imported

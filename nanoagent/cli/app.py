@@ -37,13 +37,39 @@ SECTIONS = (
 )
 
 
+# Command groups, loaded only when named (or for --help): `nanoagent agent -m` does not pay for building the
+# other groups' commands, which typer does for every registered command on each start.
+LAZY_GROUPS = {
+    "sessions": "nanoagent.cli.sessions_cmd:sessions_app",
+    "memory": "nanoagent.cli.memory_cmd:memory_app",
+    "gateway": "nanoagent.cli.gateway_cmd:gateway_app",
+    "pairing": "nanoagent.cli.pairing_cmd:pairing_app",
+    "cron": "nanoagent.cli.cron_cmd:cron_app",
+    "mcp": "nanoagent.cli.mcp_cmd:mcp_app",
+    "skills": "nanoagent.cli.skills_cmd:skills_app",
+}
+
+
 class GroupedHelp(typer.core.TyperGroup):
-    """Help that reads in order: commands grouped by what a person wants to do, not by when they were added."""
+    """Help that reads in order: commands grouped by what a person wants to do, not by when they were added.
+    The groups in LAZY_GROUPS are imported and built when asked for."""
 
     def list_commands(self, ctx: Context) -> list[str]:
         order = [name for _, names in SECTIONS for name in names]
-        known = super().list_commands(ctx)
+        known = [*super().list_commands(ctx), *LAZY_GROUPS]
         return sorted(known, key=lambda name: order.index(name) if name in order else len(order))
+
+    def get_command(self, ctx: Context, name: str) -> Any:
+        if name not in LAZY_GROUPS:
+            return super().get_command(ctx, name)
+        import importlib
+
+        module, attr = LAZY_GROUPS[name].split(":")
+        group = typer.main.get_group(getattr(importlib.import_module(module), attr))  # a group even with one command
+        group.name = name
+        for command in (group, *group.commands.values()):  # plain help, as the commands registered here have
+            command.rich_markup_mode = None  # type: ignore[attr-defined]
+        return group
 
     def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
         commands = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
@@ -52,7 +78,7 @@ class GroupedHelp(typer.core.TyperGroup):
         for title, names in (*SECTIONS, ("Other", tuple(commands))):
             shown = [name for name in names if name not in placed and (command := commands.get(name)) is not None
                      and not command.hidden]
-            rows = [(name, commands[name].get_short_help_str(width)) for name in shown]  # type: ignore[union-attr]
+            rows = [(name, commands[name].get_short_help_str(width)) for name in shown]
             placed.update(name for name, _ in rows)
             if rows:
                 with formatter.section(title):
@@ -70,21 +96,7 @@ app = typer.Typer(
 
 def _register_subcommands() -> None:
     from nanoagent.cli import dream_cmd, heartbeat_cmd
-    from nanoagent.cli.cron_cmd import cron_app
-    from nanoagent.cli.gateway_cmd import gateway_app
-    from nanoagent.cli.mcp_cmd import mcp_app
-    from nanoagent.cli.memory_cmd import memory_app
-    from nanoagent.cli.pairing_cmd import pairing_app
-    from nanoagent.cli.sessions_cmd import sessions_app
-    from nanoagent.cli.skills_cmd import skills_app
 
-    app.add_typer(sessions_app, name="sessions")
-    app.add_typer(gateway_app, name="gateway")
-    app.add_typer(pairing_app, name="pairing")
-    app.add_typer(skills_app, name="skills")
-    app.add_typer(memory_app, name="memory")
-    app.add_typer(cron_app, name="cron")
-    app.add_typer(mcp_app, name="mcp")
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
 

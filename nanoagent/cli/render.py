@@ -6,6 +6,7 @@ sequences first, so a reply cannot retitle the window, move the cursor or hide w
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import os
@@ -14,11 +15,12 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
-
-from rich.console import Console
+from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent import events as ev
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # Whole ESC-introduced sequences (CSI, OSC up to BEL or ST, DCS/SOS/PM/APC strings up to ST, two-character
@@ -74,6 +76,8 @@ Width = int | Callable[[], int]  # a fixed width, or a function measuring it at 
 def table_console() -> Console:
     """A console for tables: the terminal's width on a terminal; pipes and files get whole rows, never an
     ellipsis (a table is only as wide as its content)."""
+    from rich.console import Console
+
     console = Console()
     return console if console.is_terminal else Console(width=1000)
 
@@ -230,6 +234,8 @@ class MarkdownStream:
         from rich.markdown import Markdown  # markdown-it loads on the first reply, not at start
 
         out = io.StringIO()
+        from rich.console import Console
+
         Console(file=out, width=self.width, force_terminal=True, color_system="standard").print(Markdown(text))
         self.write(out.getvalue())
 
@@ -285,18 +291,29 @@ class OneShotRenderer:
     is kept: text before a tool call stays, and blocks are separated by a blank line."""
 
     def __init__(self, quiet_reply: bool = False):
-        self.out = Console(soft_wrap=False)
-        # soft_wrap: each activity line and the final error stay one line when piped (rich wraps at 80 otherwise)
-        self.err = Console(stderr=True, highlight=False, soft_wrap=True)
         self.quiet_reply = quiet_reply  # --json prints everything at the end
         self.streamed = ""
-        self.terminal = self.out.is_terminal and not quiet_reply
-        self.stream_plain = not self.out.is_terminal and not quiet_reply
-        self.spinner = Spinner() if self.terminal and self.err.is_terminal else None
+        on_terminal = sys.stdout.isatty()  # rich loads only when something is drawn with it (not for a piped reply)
+        self.terminal = on_terminal and not quiet_reply
+        self.stream_plain = not on_terminal and not quiet_reply
+        self.spinner = Spinner() if self.terminal and sys.stderr.isatty() else None
         self.markdown = MarkdownStream(self._write, lambda: terminal_width(self.out.width), plain=False)
         self.block_ended = False  # a tool call came since the last text: the next text is a new block
         self.escapes = EscapeFilter()
         self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
+
+    @functools.cached_property
+    def out(self) -> Console:
+        from rich.console import Console
+
+        return Console(soft_wrap=False)
+
+    @functools.cached_property
+    def err(self) -> Console:
+        from rich.console import Console
+
+        # soft_wrap: each activity line and the final error stay one line when piped (rich wraps at 80 otherwise)
+        return Console(stderr=True, highlight=False, soft_wrap=True)
 
     def _write(self, text: str) -> None:
         if self.spinner is not None:
@@ -388,7 +405,7 @@ class OneShotRenderer:
             elif self.stream_plain:
                 sys.stdout.write("\n")
             return
-        if self.out.is_terminal:
+        if sys.stdout.isatty():
             from rich.markdown import Markdown
 
             self.out.print(Markdown(reply))
