@@ -250,8 +250,6 @@ def _check_message(message: str) -> None:
 
 def _with_stdin(message: str, limit: int) -> str:
     """`-m -`: the message is all of stdin. `-m TEXT` with text piped in: the piped text, marked, then TEXT."""
-    from nanoagent.attachments import piped
-
     if message == "-" and sys.stdin.isatty():
         raise NanoagentError("-m - reads the message from stdin, but stdin is a terminal; pipe the message in "
                              "(echo hi | nanoagent agent -m -) or give it after -m.")
@@ -270,6 +268,8 @@ def _with_stdin(message: str, limit: int) -> str:
     if "\x00" in text:
         raise NanoagentError("The input piped to nanoagent is not text (UTF-8); pipe text, or attach an image "
                              "with -a.")
+    from nanoagent.attachments import piped
+
     if message == "-":
         _check_message(text)
         return text
