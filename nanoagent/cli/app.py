@@ -5,6 +5,7 @@ Keep module-level imports light: `nanoagent --help` must not load a provider SDK
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 from collections.abc import Callable
@@ -14,7 +15,7 @@ import typer
 import typer.core
 
 from nanoagent import __version__
-from nanoagent.cli.common import DebugOpt, WorkspaceOpt, log, setup, state, warn
+from nanoagent.cli.common import DebugOpt, WorkspaceOpt, log, open_paths, read_config, setup, state, warn
 from nanoagent.errors import NanoagentError, describe_os_error
 
 if TYPE_CHECKING:
@@ -153,22 +154,23 @@ def agent(
         _check_message(message)
     elif attach and message is None:
         raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
-    paths, config = setup(workspace, seeds=True)
+    paths = open_paths(workspace, seeds=True)
     key = session if ":" in session else f"cli:{session}"
     if continue_last or resume:
         if session != "cli:direct":
             raise NanoagentError("-s names a session and -c/--resume pick one; give one of them.")
         key = _pick_session(paths, resume)
     remote = not local and workspace is None and model is None and _gateway_running(paths)
+    config = functools.cache(lambda: read_config(paths))  # attached to a gateway, its config is what counts
     if message is None:
-        _interactive(paths, config, model, key, remote)
+        _interactive(paths, config(), model, key, remote)
         return
-    message = _with_stdin(message, config.tools.attachments.max_stdin_bytes)
+    message = _with_stdin(message, lambda: config().tools.attachments.max_stdin_bytes)
     images: list[ImageBlock] = []
     if attach:
         from nanoagent.attachments import compose
 
-        message, images = compose(message, [_attacher(paths, config)(name) for name in attach])
+        message, images = compose(message, [_attacher(paths, config())(name) for name in attach])
 
     from nanoagent.cli.render import OneShotRenderer
     from nanoagent.cli.running import ask_terminal, run_main
@@ -248,12 +250,13 @@ def _check_message(message: str) -> None:
                              "(e.g. LANG=C.UTF-8) and send it again.") from None
 
 
-def _with_stdin(message: str, limit: int) -> str:
+def _with_stdin(message: str, limit_of: Callable[[], int]) -> str:
     """`-m -`: the message is all of stdin. `-m TEXT` with text piped in: the piped text, marked, then TEXT."""
     if message == "-" and sys.stdin.isatty():
         raise NanoagentError("-m - reads the message from stdin, but stdin is a terminal; pipe the message in "
                              "(echo hi | nanoagent agent -m -) or give it after -m.")
-    data = _read_stdin(limit)
+    limit = limit_of() if _stdin_has_data() else 0  # config.json is read only when something was piped in
+    data = _read_stdin(limit) if limit else None
     if not data:
         if message == "-":
             raise NanoagentError("Nothing to send: -m - reads the message from stdin, and nothing was piped in.")
@@ -320,10 +323,10 @@ def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
     return LocalAgent(build_agent(config, paths, model=model, warn=warn))
 
 
-async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
-                    ask: Ask | None, remote: bool, images: list[ImageBlock]) -> TurnResult:
+async def _one_shot(paths: Paths, config: Callable[[], Config], model: str | None, key: str, message: str,
+                    renderer: EventSink, ask: Ask | None, remote: bool, images: list[ImageBlock]) -> TurnResult:
     if not remote:
-        local = _local(config, paths, model)
+        local = _local(config(), paths, model)
         try:
             turn = await local.handle(message, key, renderer, ask=ask, images=images)
             if local.loop.subagents is not None:  # background runs finish before the process ends (Ctrl-C stops them)

@@ -75,7 +75,12 @@ class _LogFile(logging.FileHandler):
 def setup(workspace: Path | None, seeds: bool = False):
     """The paths and config every command starts from; the home is checked and made private first. `seeds`: the
     command adds the workspace's starting files, so a -w folder that holds other files is asked about first."""
-    from nanoagent.config import load_config
+    paths = open_paths(workspace, seeds)
+    return paths, read_config(paths)
+
+
+def open_paths(workspace: Path | None, seeds: bool = False):
+    """`setup` without reading config.json: for a terminal that attaches to a running gateway, whose config counts."""
     from nanoagent.paths import Paths
 
     paths = Paths.from_env(workspace)
@@ -86,10 +91,16 @@ def setup(workspace: Path | None, seeds: bool = False):
         raise NanoagentError(f"The workspace {paths.workspace} is a file, not a folder: {fix}.")
     if seeds and workspace is not None:
         confirm_workspace(paths.workspace)
+    return paths
+
+
+def read_config(paths):  # noqa: ANN001, ANN201 - Paths in, Config out (typed where they are defined)
+    from nanoagent.config import load_config
+
     config, warnings = load_config(paths.config_file)
     for warning in warnings:
         warn(warning)
-    return paths, config
+    return config
 
 
 def confirm_workspace(folder: Path) -> None:
