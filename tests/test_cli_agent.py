@@ -366,3 +366,12 @@ def test_a_project_folder_given_with_w_is_seeded_only_when_the_person_at_the_ter
         assert child.exitstatus == code, child.before
         assert (project / "SOUL.md").exists() == (answer == "y")
         assert len(llm.requests) == (answer == "y")
+
+
+def test_slash_commands_that_call_no_model_need_no_api_key(isolated_home):
+    shown = invoke("agent", "-m", "/help")
+    assert shown.returncode == 0 and "/sessions" in shown.stdout, shown.stderr
+    assert invoke("agent", "-m", "/sessions").returncode == 0
+    message = invoke("agent", "-m", "hello")  # a message does: the key is asked for before anything is stored
+    assert message.returncode == 1 and "No API key" in message.stderr
+    assert not list((isolated_home / "sessions").glob("*.jsonl"))

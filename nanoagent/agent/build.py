@@ -45,15 +45,18 @@ def build_agent(
     provider: Provider | None = None,
     warn: Callable[[str], None] = lambda message: None,
     outbox: Outbox | None = None,
+    check_model: bool = True,
 ) -> AgentLoop:
     """Wire one AgentLoop. `provider` replaces the configured one (the ScriptedProvider in tests and demos).
     Events go to the sink each call to `handle` brings. `outbox` delivers messages and scheduled replies (the
-    gateway passes the one whose deliveries its terminals watch)."""
+    gateway passes the one whose deliveries its terminals watch). `check_model=False` leaves the model's provider
+    (its name, its key) to be checked at the first model call, for a slash command that may make none."""
     from nanoagent.providers.registry import build_provider
 
     default_model = model or config.defaults.model
     if provider is None:
-        build_provider(config, default_model)  # a bad model name or missing key fails before the first turn
+        if check_model:
+            build_provider(config, default_model)  # a bad model name or missing key fails before the first turn
 
         def provider_for(name: str) -> Provider:
             return build_provider(config, name)

@@ -316,17 +316,17 @@ def _gateway_running(paths: Paths) -> bool:
     return gateway_answers(paths.gateway_socket)
 
 
-def _local(config: Config, paths: Paths, model: str | None) -> LocalAgent:
+def _local(config: Config, paths: Paths, model: str | None, check_model: bool = True) -> LocalAgent:
     from nanoagent.agent.build import build_agent
     from nanoagent.cli.attach import LocalAgent
 
-    return LocalAgent(build_agent(config, paths, model=model, warn=warn))
+    return LocalAgent(build_agent(config, paths, model=model, warn=warn, check_model=check_model))
 
 
 async def _one_shot(paths: Paths, config: Callable[[], Config], model: str | None, key: str, message: str,
                     renderer: EventSink, ask: Ask | None, remote: bool, images: list[ImageBlock]) -> TurnResult:
     if not remote:
-        local = _local(config(), paths, model)
+        local = _local(config(), paths, model, check_model=not message.lstrip().startswith("/"))  # /help needs no key
         try:
             turn = await local.handle(message, key, renderer, ask=ask, images=images)
             if local.loop.subagents is not None:  # background runs finish before the process ends (Ctrl-C stops them)
