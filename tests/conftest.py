@@ -50,6 +50,16 @@ def llm(llm_server):
     llm_server.reset()
 
 
+@pytest.fixture
+def api():
+    """The local Telegram Bot API stand-in, over real HTTP."""
+    from tests.telegram_server import BotAPI
+
+    server = BotAPI()
+    yield server
+    server.close()
+
+
 def write_config(home: Path, data: dict) -> Path:
     home.mkdir(parents=True, exist_ok=True)
     path = home / "config.json"

@@ -9,8 +9,6 @@ import contextlib
 import time
 from datetime import UTC, datetime, timedelta
 
-import pytest
-
 from nanoagent.agent import events as ev
 from nanoagent.agent.build import build_agent, build_outbox
 from nanoagent.config.schema import Config, TelegramConfig
@@ -27,13 +25,6 @@ from nanoagent.session.store import SessionStore
 from tests.telegram_server import BotAPI
 
 ANN = 42
-
-
-@pytest.fixture
-def api():
-    server = BotAPI()
-    yield server
-    server.close()
 
 
 def config_for(api: BotAPI) -> Config:

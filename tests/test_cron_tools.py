@@ -6,24 +6,14 @@ from __future__ import annotations
 import asyncio
 import json
 
-import pytest
-
 from nanoagent.agent.build import build_agent
 from nanoagent.config.schema import Config, TelegramConfig
 from nanoagent.cron.store import JobStore
 from nanoagent.messages import is_tool
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
-from tests.telegram_server import BotAPI
 
 ANN = 42
-
-
-@pytest.fixture
-def api():
-    server = BotAPI()
-    yield server
-    server.close()
 
 
 def turn(key: str, *calls: tuple[str, dict], config: Config | None = None) -> list[str]:

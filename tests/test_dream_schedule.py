@@ -6,27 +6,20 @@ import asyncio
 
 from nanoagent.agent.build import build_dream
 from nanoagent.agent.scheduled_dream import scheduled_dream
-from nanoagent.config.schema import Config
 from nanoagent.fsutil import file_lock
 from nanoagent.memory.dream import MAX_STALLS, describe
-from nanoagent.memory.history import HistoryLog
-from nanoagent.paths import Paths
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from tests.conftest import anthropic_env, invoke
 from tests.llm_server import Reply
+from tests.test_dream import setup as dream_setup
 
 ANALYSIS = "## memory/MEMORY.md\n- ADD: the user's sister is called Ines"
 NO_EDIT = "I looked at the files and will leave them as they are."
 
 
 def setup(*facts: str, batch_size: int = 20):
-    paths, config = Paths.from_env(), Config()
-    config.memory.dream_batch_size = batch_size
-    log = HistoryLog(paths.memory_dir)
-    for fact in facts:
-        log.append("cli:direct", f"- {fact}")
-    return paths, config, log
+    return dream_setup(facts, batch_size)
 
 
 def dream_once(paths, config, provider, **run):

@@ -42,13 +42,6 @@ ANN = 42
 
 
 @pytest.fixture
-def api():
-    server = BotAPI()
-    yield server
-    server.close()
-
-
-@pytest.fixture
 def channel_log():
     """What the channel logs (the nanoagent logger does not propagate to pytest's handlers)."""
     records: list[str] = []

@@ -218,7 +218,7 @@ def _pick_session(paths: Paths, choose: bool) -> str:
     from nanoagent.cli.sessions_cmd import conversations
     from nanoagent.session.store import SessionStore
 
-    rows = conversations(SessionStore(paths.sessions_dir, warn=warn))
+    rows = conversations(SessionStore(paths.sessions_dir, warn=warn), limit=15 if choose else 1)
     if not rows:
         raise NanoagentError("No earlier conversation to continue; start one with `nanoagent agent`.")
     if not choose:
@@ -228,13 +228,12 @@ def _pick_session(paths: Paths, choose: bool) -> str:
                              "or -s KEY (see `nanoagent sessions list`).")
     from nanoagent.cli.render import terminal_safe
 
-    shown = rows[:15]
-    for number, row in enumerate(shown, 1):
+    for number, row in enumerate(rows, 1):
         print(f"{number:>3}  {terminal_safe(row.key):<32} {row.messages:>6,} messages  {terminal_safe(row.preview)}")
-    answer = input(f"Continue which (1-{len(shown)}, Enter for 1)? ").strip() or "1"
-    if not answer.isdigit() or not 1 <= int(answer) <= len(shown):
-        raise NanoagentError(f"{answer!r} is not one of 1-{len(shown)}; run it again and type a number.")
-    return shown[int(answer) - 1].key
+    answer = input(f"Continue which (1-{len(rows)}, Enter for 1)? ").strip() or "1"
+    if not answer.isdigit() or not 1 <= int(answer) <= len(rows):
+        raise NanoagentError(f"{answer!r} is not one of 1-{len(rows)}; run it again and type a number.")
+    return rows[int(answer) - 1].key
 
 
 def _check_message(message: str) -> None:

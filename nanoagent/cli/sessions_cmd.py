@@ -56,27 +56,33 @@ def _existing(store: SessionStore, key: str) -> Session:
     return store.load(key)
 
 
-def summarize(store: SessionStore) -> list[Summary]:
-    """Every saved session, the most recently active first."""
+def summarize(store: SessionStore, keys: list[str] | None = None, limit: int | None = None) -> list[Summary]:
+    """Saved sessions (`keys`, else all), the most recently active first; with `limit`, only that many with
+    messages are read (the newest files first), so picking a recent one does not load every session."""
     from nanoagent.usage import session_total
 
-    rows = []
-    for key in store.keys():
+    stamps = {key: os.stat(store.path_for(key)).st_mtime for key in (store.keys() if keys is None else keys)}
+    rows: list[Summary] = []
+    for key in sorted(stamps, key=stamps.__getitem__, reverse=True):
         session = store.load(key)
+        if limit is not None and not session.messages:
+            continue
         total = session_total(session.usage)
-        stamp = datetime.fromtimestamp(os.stat(session.path).st_mtime, UTC).isoformat(timespec="seconds")
+        stamp = datetime.fromtimestamp(stamps[key], UTC).isoformat(timespec="seconds")
         rows.append(Summary(key, len(session.messages), stamp, total.usage.input_tokens + total.usage.output_tokens,
                             total.cost_text(), _preview(session)))
-    return sorted(rows, key=lambda row: row.last_active, reverse=True)
+        if limit is not None and len(rows) >= limit:
+            break
+    return rows
 
 
 # Sessions a program runs on its own, not conversations a person would continue.
 MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
 
 
-def conversations(store: SessionStore) -> list[Summary]:
-    """Sessions with messages a person had, the most recently active first (for -c and --resume)."""
-    return [row for row in summarize(store) if row.messages and not row.key.startswith(MACHINE_PREFIXES)]
+def conversations(store: SessionStore, limit: int) -> list[Summary]:
+    """Up to `limit` sessions with messages a person had, the most recently active first (for -c and --resume)."""
+    return summarize(store, [key for key in store.keys() if not key.startswith(MACHINE_PREFIXES)], limit)
 
 
 def _preview(session: Session) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.fsutil import private_dir
+from nanoagent.procguard import release, start_guard, watch
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -74,18 +75,18 @@ async def stdio_transport(command: str, args: list[str], env: dict[str, str], cw
     from mcp.shared.message import SessionMessage
 
     stderr = _open_log(log)
-    guard = await _guard()
+    guard = await start_guard()
     try:
         proc = await asyncio.create_subprocess_exec(
             command, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
             env={**os.environ, **env}, cwd=cwd, start_new_session=True, limit=MAX_LINE,
             preexec_fn=_die_with_parent())
     except BaseException:
-        await _release(guard)
+        await release(guard)
         raise
     finally:
         os.close(stderr)
-    _watch(guard, proc.pid)
+    watch(guard, proc.pid)
     read_send: MemoryObjectSendStream[Any]
     read_recv: MemoryObjectReceiveStream[Any]
     read_send, read_recv = anyio.create_memory_object_stream(0)
@@ -150,7 +151,7 @@ async def _stop(proc: asyncio.subprocess.Process, tasks: list[asyncio.Task[None]
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-    await _release(guard)
+    await release(guard)
 
 
 def _open_log(log: Path) -> int:
@@ -199,26 +200,3 @@ async def _exited(proc: asyncio.subprocess.Process) -> int:
     return proc.returncode
 
 
-async def _guard() -> asyncio.subprocess.Process | None:
-    """A watcher holding the read end of a pipe only nanoagent writes: when nanoagent dies its `read` ends and it
-    kills the server's process group (grandchildren included, which the parent-death signal does not reach)."""
-    try:
-        return await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", 'read pid; read _; [ -n "$pid" ] && kill -9 "-$pid" 2>/dev/null',
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True)
-    except OSError:
-        return None
-
-
-def _watch(guard: asyncio.subprocess.Process | None, pid: int) -> None:
-    if guard is not None and guard.stdin is not None:
-        guard.stdin.write(f"{pid}\n".encode())
-
-
-async def _release(guard: asyncio.subprocess.Process | None) -> None:
-    if guard is None or guard.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        guard.kill()  # before its pipe closes, so it never fires
-    await guard.wait()

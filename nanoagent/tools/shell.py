@@ -8,7 +8,6 @@ refused. `approve` decides which commands wait for a person's yes first.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ctypes
 import dataclasses
 import functools
@@ -21,6 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from nanoagent.procguard import release, start_guard, watch
 from nanoagent.tools.base import Tool, ToolContext, ToolError, TurnScope, current_turn, tool
 from nanoagent.tools.fs import resolve_path
 from nanoagent.tools.sandbox import SandboxPolicy, bwrap_argv, check_bwrap, command_env, read_or_empty
@@ -177,7 +177,8 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
     run_id = f"nanoagent-run-{uuid.uuid4().hex}"
     if sandboxed:  # bwrap's own command line carries the run's name, so the watcher finds it even before its pid
         argv[1:1] = ["--setenv", "NANOAGENT_RUN", run_id]
-    guard = await _guard(run_id)  # ready before the command exists, so no moment of it goes unwatched
+    # ready before the command exists, so no moment of it goes unwatched; a sandboxed run is also found by its name
+    guard = await start_guard('pkill -9 -f -- "--setenv NANOAGENT_RUN $0" 2>/dev/null', run_id)
     spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
         *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=command_env(policy, sandboxed),
@@ -185,16 +186,16 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
     ))
     try:
         proc = await asyncio.shield(spawn)
-        _watch(guard, proc.pid)
+        watch(guard, proc.pid)
     except asyncio.CancelledError:  # cancelled while starting: the process may exist already; end it too
         proc = await spawn
         await _end(proc)
-        await _release(guard)
+        await release(guard)
         if pids is not None:
             await asyncio.to_thread(pids.close)
         raise
     except BaseException:
-        await _release(guard)
+        await release(guard)
         raise
     output = BoundedOutput(settings.max_output_chars)
     try:
@@ -206,7 +207,7 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
                         f"were killed]{_limit_note(pids, policy)}") from None
     finally:
         await _end(proc)  # background children: nohup, setsid and `&` ones end with the command
-        await _release(guard)
+        await release(guard)
         note = _limit_note(pids, policy)
         if pids is not None:
             await asyncio.to_thread(pids.close)
@@ -214,34 +215,6 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
     if not policy.network and sandboxed and code != 0 and any(w in text.lower() for w in RESOLVE_FAILURES):
         text += "\n" + NO_NETWORK_HINT
     return f"{text}{note}\n[exit code: {code}]"
-
-
-async def _guard(run_id: str) -> asyncio.subprocess.Process | None:
-    """A watcher that ends the command's process group if nanoagent dies (kill -9): it waits for the end of a
-    pipe only nanoagent holds. A parent-death signal is not enough, since bwrap clears its own when it drops
-    privileges. Stopped with the command."""
-    try:
-        return await asyncio.create_subprocess_exec(
-            "/bin/sh", "-c", 'read pid; read _; [ -n "$pid" ] && { kill -9 "-$pid"; kill -9 "$pid"; } 2>/dev/null; '
-            'pkill -9 -f -- "--setenv NANOAGENT_RUN $0" 2>/dev/null', run_id,
-            stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
-            start_new_session=True)
-    except OSError:
-        return None
-
-
-def _watch(guard: asyncio.subprocess.Process | None, pid: int) -> None:
-    """Tell the watcher which process group to end (written at once: the pipe is empty and ready)."""
-    if guard is not None and guard.stdin is not None:
-        guard.stdin.write(f"{pid}\n".encode())
-
-
-async def _release(guard: asyncio.subprocess.Process | None) -> None:
-    if guard is None or guard.returncode is not None:
-        return
-    with contextlib.suppress(ProcessLookupError):
-        guard.kill()  # before its pipe closes, so it never fires
-    await guard.wait()
 
 
 def _limit_note(pids: PidsCgroup | None, policy: SandboxPolicy) -> str:
