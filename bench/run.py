@@ -39,7 +39,7 @@ def record(name: str, value: str, budget: str, ok: bool) -> None:
 def run_process(args: list[str], env: dict) -> tuple[float, float]:
     """(seconds, peak RSS in MiB) of one whole process."""
     started = time.perf_counter()
-    proc = subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(args, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     elapsed = time.perf_counter() - started
     if os.waitstatus_to_exitcode(status) != 0:
@@ -49,7 +49,7 @@ def run_process(args: list[str], env: dict) -> tuple[float, float]:
 
 def bench_gateway(home: Path, server) -> None:
     """`agent -m` through a running gateway against the in-process one-shot, in the same run."""
-    from nanoagent.gateway.client import gateway_answers
+    from nanoagent.gateway.oneshot import gateway_answers
 
     env = {**os.environ, "NANOAGENT_HOME": str(home / "gw"), "ANTHROPIC_API_KEY": "k",
            "ANTHROPIC_BASE_URL": server.url, "NANOAGENT_MODEL": "anthropic/claude-bench"}
@@ -76,7 +76,7 @@ def bench_gateway(home: Path, server) -> None:
 @contextlib.contextmanager
 def running_gateway(home: Path, env: dict, config: dict | None = None):
     """A `nanoagent gateway` process on `home` (its config.json written first); yields its pid once it answers."""
-    from nanoagent.gateway.client import gateway_answers
+    from nanoagent.gateway.oneshot import gateway_answers
 
     home.mkdir(parents=True, exist_ok=True)
     if config is not None:
@@ -668,6 +668,9 @@ def bench_cron(home: Path) -> None:
 
 
 def main() -> int:
+    # Time what an installed nanoagent costs: pip writes bytecode when it installs, so the processes measured here
+    # may write theirs. Where PYTHONDONTWRITEBYTECODE is set, each run would compile every module from source.
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
     with tempfile.TemporaryDirectory() as tmp:
         home = Path(tmp)
         server = start_server()

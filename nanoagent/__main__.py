@@ -1,3 +1,3 @@
-from nanoagent.cli.app import main
+from nanoagent.cli.entry import main
 
 main()

@@ -16,6 +16,12 @@ class ConfigError(NanoagentError):
     pass
 
 
+class Stopped(NanoagentError):
+    """SIGTERM or SIGHUP ended the command; the running turn was cancelled and recorded as interrupted."""
+
+    exit_code = 143
+
+
 _FIXES = {
     errno.ENOSPC: "free some space on that disk and run it again",
     errno.EDQUOT: "free some space (or raise your quota) and run it again",

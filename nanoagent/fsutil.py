@@ -5,7 +5,6 @@ Everything nanoagent creates is private whatever the umask: folders 0700, files 
 
 from __future__ import annotations
 
-import asyncio
 import fcntl
 import json
 import os
@@ -41,6 +40,8 @@ async def uninterrupted(work: Awaitable[T]) -> T:
     or /dream), the write runs to its end before the cancellation goes on, so the caller's locks are not released
     while a thread still writes, and what belongs together stays together (a history entry and the session's
     archive cursor, a Dream's commits and its cursor)."""
+    import asyncio  # here, not at the top: a one-shot through the gateway runs no event loop
+
     task = asyncio.ensure_future(work)
     try:
         return await asyncio.shield(task)
@@ -220,6 +221,8 @@ async def async_file_lock(path: Path, timeout: float, busy: Exception | None = N
 
     With `waiting`, the holder's pid is kept in the lock file, and a wait longer than WAIT_NOTICE seconds calls
     `waiting(pid of the holder, or None)` once, so the person waiting hears why nothing happens."""
+    import asyncio
+
     fd = _open_lock_file(path)
     try:
         started = time.monotonic()

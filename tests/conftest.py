@@ -102,7 +102,7 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
     a traceback would end a real process."""
     from typer.testing import CliRunner
 
-    from nanoagent.cli.app import main
+    from nanoagent.cli.entry import main
 
     logger, root = logging.getLogger("nanoagent"), logging.getLogger()
     saved_env, saved_argv, saved_root = dict(os.environ), sys.argv, list(root.handlers)
@@ -146,7 +146,7 @@ def openai_env(server) -> dict:
 def start_gateway_process(env: dict) -> subprocess.Popen:
     """`nanoagent gateway` as a process of its own on env's home, once its socket answers. Its log goes to a file
     beside the home (`gateway.stderr`), never to a pipe nobody reads: a full pipe would stall the gateway."""
-    from nanoagent.gateway.client import gateway_answers
+    from nanoagent.gateway.oneshot import gateway_answers
 
     home = Path(env["NANOAGENT_HOME"])
     home.parent.mkdir(parents=True, exist_ok=True)

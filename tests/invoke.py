@@ -1,4 +1,4 @@
-"""Run the `nanoagent` command in this process, through its real error boundary (`cli.app.main`), with typer's
+"""Run the `nanoagent` command in this process, through its real error boundary (`cli.entry.main`), with typer's
 CliRunner isolating stdin, stdout, stderr and the environment."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class Ran:
 
 def nanoagent(*args: str, input: str | None = None, env: dict[str, str] | None = None) -> Ran:
     """Exit code and output of `nanoagent ARGS`. With `--debug` the command's exception propagates."""
-    from nanoagent.cli.app import main
+    from nanoagent.cli.entry import main
 
     with CliRunner().isolation(input=input, env=env) as (out, err, _):
         try:

@@ -18,8 +18,8 @@ def imported_modules(path: Path) -> set[str]:
     return names
 
 
-def test_only_main_imports_the_cli_app_module():
+def test_only_the_entry_point_imports_the_cli_app_module():
     importers = sorted(str(p.relative_to(PACKAGE)) for p in PACKAGE.rglob("*.py")
                        if "nanoagent.cli.app" in imported_modules(p))
-    assert importers == ["__main__.py"]
+    assert importers == ["cli/entry.py"]
 

@@ -22,8 +22,9 @@ from nanoagent.agent.build import build_agent
 from nanoagent.config.schema import Config
 from nanoagent.errors import NanoagentError
 from nanoagent.gateway import protocol
-from nanoagent.gateway.client import GatewayClient, gateway_answers
+from nanoagent.gateway.client import GatewayClient
 from nanoagent.gateway.hub import Hub
+from nanoagent.gateway.oneshot import gateway_answers
 from nanoagent.gateway.server import Gateway, GatewayBusy
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
@@ -52,9 +53,10 @@ def _last_text(request) -> str:
 class Running:
     """A gateway served in a background thread, as `nanoagent gateway` serves it in its main thread."""
 
-    def __init__(self, provider: ScriptedProvider, grace: float = 10.0, max_turns: int = 4):
+    def __init__(self, provider: ScriptedProvider, grace: float = 10.0, max_turns: int = 4,
+                 config: Config | None = None):
         self.paths = Paths.from_env()
-        self.loop = build_agent(Config(), self.paths, provider=provider)
+        self.loop = build_agent(config or Config(), self.paths, provider=provider)
         self.gateway = Gateway(Hub(self.loop, max_turns), self.paths, grace=grace)
         self.ready = threading.Event()
         self.error: BaseException | None = None
@@ -316,10 +318,12 @@ def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isola
     try:
         llm.script(Reply(text="via the gateway"))
         through = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "agent", "-m", "hi"],
-                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                                 stdin=subprocess.DEVNULL)
         assert through.returncode == 0 and through.stdout.strip() == "via the gateway", through.stderr
         imported = {line.split("|")[-1].strip() for line in through.stderr.splitlines() if "import time:" in line}
         assert not {"anthropic", "litellm", "pydantic", "tiktoken", "httpx"} & imported
+        assert not {"typer", "asyncio", "rich"} & imported  # a plain one-shot is answered before typer loads
         llm.script(Reply(text="in this process"))
         local = subprocess.run([sys.executable, "-m", "nanoagent", "agent", "-m", "hi", "--local", "--json"],
                                cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
@@ -338,6 +342,59 @@ def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isola
     stopped = subprocess.run([sys.executable, "-m", "nanoagent", "gateway", "status"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=30)
     assert stopped.returncode == 3 and "No gateway is running" in stopped.stdout
+
+
+@pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGINT, 130, "Interrupted."),
+                                                   (signal.SIGTERM, 143, "Error: Stopped by SIGTERM")],
+                         ids=["ctrl-c", "sigterm"])
+def test_ctrl_c_or_sigterm_on_a_one_shot_through_the_gateway_cancels_its_turn_there(llm, isolated_home, sig, code,
+                                                                                   said):
+    from tests.llm_server import Reply
+
+    env = {**os.environ, **anthropic_env(llm)}
+    proc = start_gateway_process(env)
+    try:
+        llm.script(Reply(text="never seen", delay=30))
+        client = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "take your time"], cwd=ROOT,
+                                  env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        deadline = time.monotonic() + 20
+        while not any(r.api == "anthropic" for r in llm.requests):
+            assert time.monotonic() < deadline and client.poll() is None
+            time.sleep(0.02)
+        client.send_signal(sig)
+        _, err = client.communicate(timeout=30)
+        assert client.returncode == code and err.strip().splitlines()[-1].startswith(said), err
+        deadline = time.monotonic() + 20
+        while "cancelled" not in str(session_messages("cli:direct")[-1:]):
+            assert time.monotonic() < deadline, session_messages("cli:direct")
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert proc.returncode == 0  # the gateway stopped at once: no turn was left running
+
+
+def test_a_one_shot_through_the_gateway_asks_its_own_terminal_to_approve_a_command(isolated_home):
+    from nanoagent.gateway.oneshot import send_one
+    from nanoagent.providers.scripted import ScriptedReply
+
+    config = Config()
+    config.tools.exec.sandbox, config.tools.exec.approve = "none", "always"
+    provider = ScriptedProvider([ScriptedReply("", tool_calls=[("exec", {"command": "echo RAN-IT"})]), "Done.",
+                                 ScriptedReply("", tool_calls=[("exec", {"command": "echo NOT-THIS"})]), "Declined."])
+    running = Running(provider, config=config)
+    try:
+        questions: list[str] = []
+        yes = send_one(running.paths.gateway_socket, "cli:direct", "run it", lambda e: None,
+                       ask=lambda q: questions.append(q) or "y")
+        no = send_one(running.paths.gateway_socket, "cli:direct", "and that", lambda e: None)  # nobody to ask
+    finally:
+        running.stop()
+    assert len(questions) == 1 and "echo RAN-IT" in questions[0]
+    assert (yes.reply, no.reply) == ("Done.", "Declined.")
+    tool_results = [str(m["content"]) for m in session_messages("cli:direct") if m["role"] == "tool"]
+    assert "RAN-IT" in tool_results[0] and "NOT-THIS" not in tool_results[1]
 
 
 def test_a_kill_9_of_the_gateway_mid_turn_then_a_restart_leaves_a_whole_session_answered_once(llm,

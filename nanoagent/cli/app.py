@@ -1,4 +1,4 @@
-"""The `nanoagent` command. Exceptions become exit codes here and nowhere else.
+"""The `nanoagent` command line (entry.py runs it, and turns its exceptions into exit codes).
 
 Keep module-level imports light: `nanoagent --help` must not load a provider SDK.
 """
@@ -6,17 +6,18 @@ Keep module-level imports light: `nanoagent --help` must not load a provider SDK
 from __future__ import annotations
 
 import functools
-import json
 import sys
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 import typer.core
 
 from nanoagent import __version__
-from nanoagent.cli.common import DebugOpt, WorkspaceOpt, log, open_paths, read_config, setup, state, warn
-from nanoagent.errors import NanoagentError, describe_os_error
+from nanoagent.cli.common import DebugOpt, WorkspaceOpt, open_paths, read_config, setup, warn
+from nanoagent.cli.logs import state
+from nanoagent.cli.oneshot import check_message, finish, session_key, stdin_has_data, through_gateway
+from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from typer._click import Context, HelpFormatter  # typer 0.28 carries its own click
@@ -148,14 +149,14 @@ def agent(
         if message is not None:
             raise NanoagentError("Give the message once: either as an argument or after -m, not both.")
         message = prompt
-    elif message is None and not sys.stdin.isatty() and _stdin_has_data():
+    elif message is None and not sys.stdin.isatty() and stdin_has_data():
         message = "-"  # `cat notes.txt | nanoagent agent`: what was piped in is one message
     if message is not None and message != "-":
-        _check_message(message)
+        check_message(message)
     elif attach and message is None:
         raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
     paths = open_paths(workspace, seeds=True)
-    key = session if ":" in session else f"cli:{session}"
+    key = session_key(session)
     if continue_last or resume:
         if session != "cli:direct":
             raise NanoagentError("-s names a session and -c/--resume pick one; give one of them.")
@@ -173,44 +174,16 @@ def agent(
         message, images = compose(message, [_attacher(paths, config())(name) for name in attach])
 
     from nanoagent.cli.render import OneShotRenderer
-    from nanoagent.cli.running import ask_terminal, run_main
 
     renderer = OneShotRenderer(quiet_reply=json_output)
-    ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
-    turn = run_main(_one_shot(paths, config, model, key, message, renderer, ask, remote, images))
-    failed = turn.failed  # a turn that ended in an error, or a slash command that could not do what was asked
-    if turn.result is not None and turn.result.error is not None:
-        log.error("turn failed in session %s: %s", turn.session, turn.result.error)
-    if json_output:
-        print(json.dumps(_turn_json(turn), ensure_ascii=False))
+    if remote:
+        turn = through_gateway(paths, key, message, renderer, images)
     else:
-        renderer.finish(turn.reply, failed)
-    if failed:
-        raise typer.Exit(1)
+        from nanoagent.cli.running import ask_terminal, run_main
 
-
-def _stdin_has_data() -> bool:
-    """Whether stdin is a pipe or a file (something was piped in), not a terminal, /dev/null or a socket."""
-    import io
-    import os
-    import stat
-
-    try:
-        mode = os.fstat(sys.stdin.fileno()).st_mode
-    except (OSError, ValueError, AttributeError, io.UnsupportedOperation):
-        return _unread(sys.stdin)  # no descriptor: an in-process runner's stream
-    return stat.S_ISFIFO(mode) or stat.S_ISREG(mode)
-
-
-def _unread(stream: Any) -> bool:
-    """Whether a stream with no descriptor still holds something to read (one that cannot tell: assume so)."""
-    buffer = getattr(stream, "buffer", stream)
-    if stream is None or stream.isatty() or not buffer.seekable():
-        return stream is not None and not stream.isatty()
-    here = buffer.tell()
-    end = buffer.seek(0, 2)
-    buffer.seek(here)
-    return end > here
+        ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
+        turn = run_main(_one_shot(paths, config(), model, key, message, renderer, ask, images))
+    finish(paths, turn, renderer, json_output)
 
 
 def _pick_session(paths: Paths, choose: bool) -> str:
@@ -236,25 +209,12 @@ def _pick_session(paths: Paths, choose: bool) -> str:
     return rows[int(answer) - 1].key
 
 
-def _check_message(message: str) -> None:
-    """A message the model can be sent: not blank, and text (argv that is not UTF-8 arrives as surrogates)."""
-    if not message.strip():
-        raise NanoagentError("Nothing to send: the message after -m is empty; give it some text.")
-    try:
-        message.encode("utf-8")
-    except UnicodeEncodeError as e:
-        code = ord(message[e.start])
-        byte = f" (byte 0x{code - 0xdc00:02x})" if 0xdc80 <= code <= 0xdcff else ""
-        raise NanoagentError(f"The message is not valid UTF-8{byte}; set your terminal and locale to UTF-8 "
-                             "(e.g. LANG=C.UTF-8) and send it again.") from None
-
-
 def _with_stdin(message: str, limit_of: Callable[[], int]) -> str:
     """`-m -`: the message is all of stdin. `-m TEXT` with text piped in: the piped text, marked, then TEXT."""
     if message == "-" and sys.stdin.isatty():
         raise NanoagentError("-m - reads the message from stdin, but stdin is a terminal; pipe the message in "
                              "(echo hi | nanoagent agent -m -) or give it after -m.")
-    limit = limit_of() if _stdin_has_data() else 0  # config.json is read only when something was piped in
+    limit = limit_of() if stdin_has_data() else 0  # config.json is read only when something was piped in
     data = _read_stdin(limit) if limit else None
     if not data:
         if message == "-":
@@ -273,7 +233,7 @@ def _with_stdin(message: str, limit_of: Callable[[], int]) -> str:
     from nanoagent.attachments import piped
 
     if message == "-":
-        _check_message(text)
+        check_message(text)
         return text
     return piped(text, message) if text.strip() else message
 
@@ -310,7 +270,7 @@ def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
 
 
 def _gateway_running(paths: Paths) -> bool:
-    from nanoagent.gateway.client import gateway_answers
+    from nanoagent.gateway.oneshot import gateway_answers
 
     return gateway_answers(paths.gateway_socket)
 
@@ -322,24 +282,17 @@ def _local(config: Config, paths: Paths, model: str | None, check_model: bool = 
     return LocalAgent(build_agent(config, paths, model=model, warn=warn, check_model=check_model))
 
 
-async def _one_shot(paths: Paths, config: Callable[[], Config], model: str | None, key: str, message: str,
-                    renderer: EventSink, ask: Ask | None, remote: bool, images: list[ImageBlock]) -> TurnResult:
-    if not remote:
-        local = _local(config(), paths, model, check_model=not message.lstrip().startswith("/"))  # /help needs no key
-        try:
-            turn = await local.handle(message, key, renderer, ask=ask, images=images)
-            if local.loop.subagents is not None:  # background runs finish before the process ends (Ctrl-C stops them)
-                await local.loop.subagents.wait(key)
-            return turn
-        finally:
-            await local.aclose()  # MCP servers it started stop with it
-    from nanoagent.cli.attach import connect
-
-    agent = await connect(paths.gateway_socket, key, renderer, ask)
+async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
+                    ask: Ask | None, images: list[ImageBlock]) -> TurnResult:
+    """The agent in this process answers; MCP servers it started stop with it."""
+    local = _local(config, paths, model, check_model=not message.lstrip().startswith("/"))  # /help needs no key
     try:
-        return await agent.handle(message, key, renderer, ask=ask, images=images)
+        turn = await local.handle(message, key, renderer, ask=ask, images=images)
+        if local.loop.subagents is not None:  # background runs finish before the process ends (Ctrl-C stops them)
+            await local.loop.subagents.wait(key)
+        return turn
     finally:
-        await agent.client.close()
+        await local.aclose()
 
 
 def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool) -> None:
@@ -380,25 +333,6 @@ def _show_notes(paths: Paths, key: str, ui: Any) -> None:
 
     for note in recent_notes(paths.session_file(key)):
         ui.line(f"[cyan]{escape(note)}[/cyan]")
-
-
-def _turn_json(turn: TurnResult) -> dict[str, Any]:
-    from nanoagent.usage import turn_cost
-
-    result = turn.result
-    data: dict[str, Any] = {"reply": turn.reply, "session": turn.session, "model": turn.model}
-    if turn.refused:
-        data["refused"] = True
-    if result is not None:
-        data.update(
-            stop=result.stop.value,
-            error=result.error,
-            usage=result.usage.to_dict(),
-            cost=turn_cost(turn.model, result.usage),  # USD at the listed price; null for a model without one
-            tool_calls=[{"name": c.name, "arguments": c.arguments, "ok": c.ok, "elapsed": round(c.elapsed, 3)}
-                        for c in result.tool_calls],
-        )
-    return data
 
 
 @app.command()
@@ -527,36 +461,7 @@ def doctor(
         raise typer.Exit(1)
 
 
-def main(args: list[str] | None = None) -> None:
-    """Run the command in `args` (default: the command line). `--debug` lets tracebacks through."""
-    state.debug = False
-    try:
-        app(args=args, prog_name="nanoagent")  # not `python -m nanoagent`: completion scripts name the command
-    except NanoagentError as e:
-        log.error("%s", e)
-        if state.debug:
-            raise
-        print(f"Error: {e}", file=sys.stderr)
-        sys.exit(e.exit_code)
-    except OSError as e:
-        message = describe_os_error(e)
-        if message is None:
-            _unexpected(e)
-        log.error("%s", message)
-        if state.debug:
-            raise
-        print(f"Error: {message}", file=sys.stderr)
-        sys.exit(1)
-    except KeyboardInterrupt:
-        print("Interrupted.", file=sys.stderr)
-        sys.exit(130)
-    except Exception as e:  # noqa: BLE001 - the one boundary where surprises become exit codes
-        _unexpected(e)
-
-
-def _unexpected(e: Exception) -> NoReturn:
-    log.error("unexpected error", exc_info=True)
-    if state.debug:
-        raise e
-    print(f"Error: {type(e).__name__}: {e} (run again with --debug for the traceback)", file=sys.stderr)
-    sys.exit(1)
+def run(args: list[str]) -> None:
+    """The full command line (entry.main is the error boundary around it)."""
+    state.debug = False  # until --debug says otherwise (tests run many command lines in one process)
+    app(args=args, prog_name="nanoagent")  # not `python -m nanoagent`: completion scripts name the command

@@ -5,31 +5,17 @@ Commands import from here, never from `app.py`, which imports them.
 
 from __future__ import annotations
 
-import logging
 import os
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from nanoagent.cli.logs import start_log, state, warn
 from nanoagent.errors import NanoagentError
 
-log = logging.getLogger("nanoagent")
-log.addHandler(logging.NullHandler())  # until start_log: never logging's last-resort print to stderr
-log.propagate = False
-log.setLevel(logging.WARNING)
-
 WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
-
-
-@dataclass
-class _State:
-    debug: bool = False  # tracebacks instead of one-line errors; read by app.main
-
-
-state = _State()
 
 
 def _want_debug(value: bool) -> None:
@@ -40,36 +26,6 @@ def _want_debug(value: bool) -> None:
 # `nanoagent --debug CMD` and `nanoagent agent --debug` both land here (and NANOAGENT_DEBUG=1).
 DebugOpt = Annotated[bool, typer.Option("--debug", envvar="NANOAGENT_DEBUG", callback=_want_debug,
                                         expose_value=False, help="Show tracebacks for errors.")]
-
-
-def warn(message: str) -> None:
-    print(f"warning: {message}", file=sys.stderr)
-    log.warning(message)
-
-
-def start_log(logs_dir: Path) -> None:
-    """Warnings and errors go to logs/nanoagent.log (0600): never keys, never message contents.
-    When the log cannot be opened, nothing is logged (and nothing reaches the terminal through logging)."""
-    from nanoagent.fsutil import private_dir, private_file
-
-    path = logs_dir / "nanoagent.log"
-    for old in [h for h in log.handlers if isinstance(h, _LogFile)]:
-        if old.baseFilename == str(path.absolute()):
-            return
-        log.removeHandler(old)  # another home in this process (tests run many)
-        old.close()
-    try:
-        private_dir(logs_dir)
-        handler = _LogFile(private_file(path), encoding="utf-8")
-    except OSError:
-        return
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
-    log.addHandler(handler)
-
-
-class _LogFile(logging.FileHandler):
-    def handleError(self, record: logging.LogRecord) -> None:
-        """A log that cannot be written (a full disk) is skipped: the error that matters reaches the terminal."""
 
 
 def setup(workspace: Path | None, seeds: bool = False):

@@ -102,7 +102,7 @@ def status(workspace: WorkspaceOpt = None) -> None:
     import asyncio
 
     paths, _ = setup(workspace)
-    from nanoagent.gateway.client import gateway_answers
+    from nanoagent.gateway.oneshot import gateway_answers
 
     if not gateway_answers(paths.gateway_socket):
         print(f"No gateway is running for {paths.home}. Start one with `nanoagent gateway`.")

@@ -9,15 +9,9 @@ import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from nanoagent.errors import NanoagentError
+from nanoagent.errors import Stopped
 
 T = TypeVar("T")
-
-
-class Stopped(NanoagentError):
-    """SIGTERM or SIGHUP ended the command; the running turn was cancelled and recorded as interrupted."""
-
-    exit_code = 143
 
 
 def run_main(coro: Coroutine[Any, Any, T]) -> T:

@@ -1,4 +1,4 @@
-"""A local client of the gateway: what `nanoagent agent` uses when a gateway is running.
+"""A local client of the gateway: what the interactive `nanoagent agent` uses when a gateway is running.
 
 Light on purpose (no provider SDK, pydantic or tokenizer): it speaks the socket protocol and turns the
 gateway's lines back into the typed events the terminal renderers already draw.
@@ -10,7 +10,6 @@ import asyncio
 import contextlib
 import itertools
 import os
-import socket
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -18,26 +17,8 @@ from typing import Any
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
 from nanoagent.gateway import protocol
+from nanoagent.gateway.oneshot import GONE_MID_TURN, GatewayGone, check_features, unreachable
 from nanoagent.messages import ImageBlock
-
-
-class GatewayGone(NanoagentError):
-    pass
-
-
-def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
-    """True when a gateway listens on the socket (a stale socket file from a killed gateway does not count)."""
-    if not path.exists():
-        return False
-    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    probe.settimeout(timeout)
-    try:
-        probe.connect(str(path))
-        return True
-    except OSError:
-        return False
-    finally:
-        probe.close()
 
 
 class GatewayClient:
@@ -61,8 +42,7 @@ class GatewayClient:
         try:
             reader, writer = await asyncio.open_unix_connection(str(path), limit=protocol.MAX_LINE)
         except OSError as e:
-            raise GatewayGone(f"Cannot reach the gateway at {path}: {e.strerror or e}; start it with "
-                              "`nanoagent gateway`, or use --local.") from None
+            raise unreachable(path, e) from None
         client = cls(reader, writer, on_event, ask)
         client.write({"type": "hello", "v": protocol.VERSION, "session": session, "pid": os.getpid()})
         line = await reader.readline()
@@ -79,9 +59,7 @@ class GatewayClient:
                    images: list[ImageBlock] | None = None) -> ev.TurnResult | None:
         """Send a message or slash command, with references to images already under the workspace's media/; the
         turn's result (None: it joined the running turn)."""
-        if images and "attachments" not in (self.welcome.get("features") or []):
-            raise NanoagentError("The running gateway is older than this client and would drop the attachment; "
-                                 "restart it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
+        check_features(self.welcome, images)
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
@@ -115,8 +93,7 @@ class GatewayClient:
         finally:
             for future in self._results.values():
                 if not future.done():
-                    future.set_exception(GatewayGone("The gateway went away mid-turn; the turn goes on there "
-                                                     "if it is still running. See `nanoagent gateway status`."))
+                    future.set_exception(GatewayGone(GONE_MID_TURN))
 
     async def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message["type"]

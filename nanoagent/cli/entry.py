@@ -1,0 +1,59 @@
+"""The `nanoagent` command's entry. Exceptions become exit codes here and nowhere else.
+
+A plain `nanoagent agent -m TEXT` to a running gateway is answered before typer loads (oneshot.py); every
+other command line goes to the typer app in app.py. Nothing here loads logging unless there is an error.
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import NoReturn
+
+from nanoagent.errors import NanoagentError, describe_os_error
+
+
+def main(args: list[str] | None = None) -> None:
+    """Run `nanoagent ARGS` (default: the command line). `--debug` lets tracebacks through."""
+    args = sys.argv[1:] if args is None else list(args)
+    full = False  # the typer command line ran: only it reads --debug (the fast path leaves --debug to it)
+    try:
+        from nanoagent.cli.oneshot import attached
+
+        if not attached(args):
+            full = True
+            from nanoagent.cli.app import run
+
+            run(args)
+    except NanoagentError as e:
+        _fail(str(e), e.exit_code, full)
+    except OSError as e:
+        message = describe_os_error(e)
+        if message is None:
+            _unexpected(e, full)
+        _fail(message, 1, full)
+    except KeyboardInterrupt:
+        print("Interrupted.", file=sys.stderr)
+        sys.exit(130)
+    except Exception as e:  # noqa: BLE001 - the one boundary where surprises become exit codes
+        _unexpected(e, full)
+
+
+def _fail(message: str, code: int, full: bool) -> NoReturn:
+    """One line on stderr (and in the log) and the exit code; the traceback instead with --debug."""
+    from nanoagent.cli.logs import log, state
+
+    log.error("%s", message)
+    if full and state.debug:
+        raise  # noqa: PLE0704 - re-raises the exception being handled
+    print(f"Error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def _unexpected(e: Exception, full: bool) -> NoReturn:
+    from nanoagent.cli.logs import log, state
+
+    log.error("unexpected error", exc_info=True)
+    if full and state.debug:
+        raise e
+    print(f"Error: {type(e).__name__}: {e} (run again with --debug for the traceback)", file=sys.stderr)
+    sys.exit(1)

@@ -1,0 +1,118 @@
+"""One message to a running gateway over a blocking socket: what `nanoagent agent -m` uses when a gateway runs.
+
+No event loop and no SDK: a one-shot through the gateway should cost little more than starting Python. The
+interactive terminal, which listens and types at once, uses the asyncio client in `client.py`.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable
+from pathlib import Path
+
+from nanoagent.agent import events as ev
+from nanoagent.errors import NanoagentError
+from nanoagent.gateway import protocol
+from nanoagent.messages import ImageBlock
+
+
+class GatewayGone(NanoagentError):
+    pass
+
+
+GONE_MID_TURN = ("The gateway went away mid-turn; the turn goes on there if it is still running. See "
+                 "`nanoagent gateway status`.")
+
+
+def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
+    """True when a gateway listens on the socket (a stale socket file from a killed gateway does not count)."""
+    if not path.exists():
+        return False
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(timeout)
+    try:
+        probe.connect(str(path))
+        return True
+    except OSError:
+        return False
+    finally:
+        probe.close()
+
+
+def unreachable(path: Path, e: OSError) -> GatewayGone:
+    return GatewayGone(f"Cannot reach the gateway at {path}: {e.strerror or e}; start it with `nanoagent gateway`, "
+                       "or use --local.")
+
+
+def check_features(welcome: dict, images: list[ImageBlock] | None) -> None:
+    if images and "attachments" not in (welcome.get("features") or []):
+        raise NanoagentError("The running gateway is older than this client and would drop the attachment; "
+                             "restart it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
+
+
+def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event], None],
+             ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None) -> ev.TurnResult:
+    """Send one message or slash command to `session` and wait for its turn to end. Every event of the session
+    goes to `on_event`; `ask` answers approval questions (None: each is declined). Anything that ends the wait
+    early (Ctrl-C, a signal) cancels the turn in the gateway before it goes on."""
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        try:
+            conn.connect(str(path))
+        except OSError as e:
+            raise unreachable(path, e) from None
+        stream = conn.makefile("rwb")
+        _write(stream, {"type": "hello", "v": protocol.VERSION, "session": session, "pid": os.getpid()})
+        welcome = _read(stream)
+        if welcome is None:
+            raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
+        check_features(welcome, images)
+        _write(stream, {"type": "send", "id": "r1", "session": session, "text": text,
+                        **({"attachments": images} if images else {})})
+        try:
+            reply = _wait_for_result(stream, on_event, ask)
+        except BaseException:
+            _write(stream, {"type": "cancel", "session": session}, quiet=True)
+            raise
+    finally:
+        conn.close()
+    if reply["type"] == "error":
+        raise NanoagentError(f"The gateway refused the message: {reply.get('message')}")
+    return protocol.result_from_wire(reply) or ev.TurnResult("", session)  # None: it joined a running turn
+
+
+def _wait_for_result(stream, on_event: Callable[[ev.Event], None], ask: Callable[[str], str] | None) -> dict:  # noqa: ANN001 - a socket file
+    while (message := _read(stream)) is not None:
+        kind = message.get("type")
+        if kind == "event":
+            event = protocol.event_from_wire(message.get("event") or {})
+            if event is not None:
+                on_event(event)
+        elif kind in ("result", "error") and message.get("id") == "r1":
+            return message
+        elif kind == "ask":
+            answer = ask(str(message.get("question", ""))) if ask else "n"
+            _write(stream, {"type": "answer", "id": message.get("id"), "text": answer})
+    raise GatewayGone(GONE_MID_TURN)
+
+
+def _read(stream) -> dict | None:  # noqa: ANN001 - a socket file
+    """The next message; None at the end. A line that does not decode is skipped; one over the limit ends it."""
+    while line := stream.readline(protocol.MAX_LINE + 1):
+        if len(line) > protocol.MAX_LINE:
+            return None
+        try:
+            return protocol.decode(line)
+        except ValueError:
+            continue
+    return None
+
+
+def _write(stream, message: dict, quiet: bool = False) -> None:  # noqa: ANN001 - a socket file
+    try:
+        stream.write(protocol.encode(message))
+        stream.flush()
+    except OSError:
+        if not quiet:
+            raise GatewayGone(GONE_MID_TURN) from None
