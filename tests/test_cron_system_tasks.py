@@ -88,3 +88,25 @@ def test_scheduled_dream_with_nothing_new_makes_no_model_call(llm, isolated_home
     assert llm.requests == []
     runs = JobStore(paths.cron_jobs_file).read().system["dream"].runs
     assert [r.status for r in runs] == ["ok"]
+
+
+def test_the_heartbeat_turn_waits_for_a_free_slot_among_the_gateways_turns(llm, isolated_home):
+    config, paths = setting_up(llm, dream_schedule="")
+    (paths.workspace / "HEARTBEAT.md").write_text("- tell me if the build is red\n")
+    llm.script(Reply(text="HEARTBEAT_OK"))
+
+    async def scenario() -> tuple[int, int]:
+        slots = asyncio.Semaphore(1)  # gateway.maxConcurrentTurns: 1, and a user's turn holds it
+        await slots.acquire()
+        heartbeat = system_tasks(config, paths, lambda k, t: asyncio.sleep(0), build_outbox(config, paths),
+                                 slot=lambda: slots)[0]
+        run = asyncio.create_task(heartbeat.run())
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+        calls_while_busy = len(llm.requests)
+        slots.release()  # the user's turn ends
+        outcome = await asyncio.wait_for(run, 30)
+        assert outcome is not None and outcome.status == "ok"
+        return calls_while_busy, len(llm.requests)
+
+    assert asyncio.run(scenario()) == (0, 1)

@@ -8,10 +8,13 @@ message instead, since it will not run again.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
+from typing import Any
 
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import EMPTY_REPLY
@@ -26,6 +29,7 @@ from nanoagent.paths import Paths
 log = logging.getLogger("nanoagent.cron")
 NO_REPLY = "NO_REPLY"
 Turn = Callable[[str, str], Awaitable[TurnResult | None]]  # (session key, message) -> the turn's result
+Slot = Callable[[], AbstractAsyncContextManager[Any]]  # a place among the turns allowed at once
 
 
 def job_prompt(job: Job, claim: Claim, tz: tzinfo) -> str:
@@ -78,10 +82,11 @@ def settings(config: Config) -> Settings:
 
 
 def system_tasks(config: Config, paths: Paths, turn: Turn, outbox: Outbox, now: datetime | None = None,
-                 ) -> list[SystemTask]:
+                 slot: Slot = contextlib.nullcontext) -> list[SystemTask]:
     """The built-in periodic tasks the scheduler runs besides jobs, in the gateway and in `cron tick` alike: the
     heartbeat every heartbeat.intervalMinutes, and Dream on memory.dreamSchedule ("" turns it off). Each is
-    claimed and recorded like a job, so two schedulers never run one twice."""
+    claimed and recorded like a job, so two schedulers never run one twice. The heartbeat's turn takes a `slot`
+    (in the gateway, one of gateway.maxConcurrentTurns) while it runs."""
     from nanoagent.agent.heartbeat import HeartbeatStatus, latest_chat, run_heartbeat
     from nanoagent.agent.scheduled_dream import scheduled_dream
 
@@ -89,7 +94,9 @@ def system_tasks(config: Config, paths: Paths, turn: Turn, outbox: Outbox, now: 
         await outbox.send(parse_target(target), text, source)
 
     async def heartbeat() -> RunOutcome:
-        result = await run_heartbeat(config, paths, deliver, warn=lambda message: log.warning("heartbeat: %s", message))
+        async with slot():
+            result = await run_heartbeat(config, paths, deliver,
+                                         warn=lambda message: log.warning("heartbeat: %s", message))
         tokens = result.usage.prompt_tokens + result.usage.output_tokens
         if result.status is HeartbeatStatus.FAILED:
             return RunOutcome("error", tokens, error=result.error)
@@ -122,6 +129,7 @@ def system_tasks(config: Config, paths: Paths, turn: Turn, outbox: Outbox, now: 
     return tasks
 
 
-def build_scheduler(config: Config, paths: Paths, turn: Turn, outbox: Outbox, tz: tzinfo) -> Scheduler:
+def build_scheduler(config: Config, paths: Paths, turn: Turn, outbox: Outbox, tz: tzinfo,
+                    slot: Slot = contextlib.nullcontext) -> Scheduler:
     return Scheduler(JobStore(paths.cron_jobs_file), TurnRunner(turn, outbox, tz), settings(config),
-                     system_tasks(config, paths, turn, outbox))
+                     system_tasks(config, paths, turn, outbox, slot=slot))

@@ -1,5 +1,6 @@
 """Scheduled jobs as a gateway component: the scheduler runs for the gateway's whole life, each run a turn given
 to the Hub (so it counts against gateway.maxConcurrentTurns and its events reach whoever watches `cron:<id>`).
+The heartbeat's turn takes one of the Hub's slots too.
 A reply delivered to a terminal session is shown at once to the terminals attached to it."""
 
 from __future__ import annotations
@@ -26,6 +27,6 @@ def cron_component(config: Config, paths: Paths, hub: Hub, outbox: Outbox) -> Co
             raise
 
     outbox.listeners.append(lambda key, note: hub.publish(key, ev.Notice(note, session=key)))
-    scheduler = build_scheduler(config, paths, turn, outbox, zone(config.defaults.timezone))
+    scheduler = build_scheduler(config, paths, turn, outbox, zone(config.defaults.timezone), slot=lambda: hub.slots)
     scheduler.accepting = lambda: not hub.closed
     return Component("cron", scheduler.serve)
