@@ -28,7 +28,7 @@ from nanoagent.gateway.oneshot import gateway_answers
 from nanoagent.gateway.server import Gateway, GatewayBusy
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
-from tests.conftest import ROOT, anthropic_env, start_gateway_process
+from tests.conftest import ROOT, anthropic_env, run_cli, start_gateway_process
 
 
 class SlowProvider(ScriptedProvider):
@@ -426,6 +426,24 @@ def test_a_kill_9_of_the_gateway_mid_turn_then_a_restart_leaves_a_whole_session_
         again.communicate(timeout=30)
     contents = [m["content"] for m in session_messages("cli:direct")]
     assert sum("are you there?" in c for c in contents) == 1 and contents[-1] == "I am here"
+
+
+def test_a_cron_change_from_another_process_reaches_the_gateways_scheduler_at_once(isolated_home):
+    from nanoagent.cron.store import JobStore
+
+    running = Running(SlowProvider())
+    woken = threading.Event()
+    stop_listening = JobStore(running.paths.cron_jobs_file).listen(woken.set)  # what the scheduler listens with
+    try:
+        added = run_cli("cron", "add", "--every", "1h", "-m", "check the build", "--to", "none")
+        assert added.returncode == 0, added.stderr
+        assert woken.wait(10)  # told over the socket, not found at the scheduler's next minute
+        woken.clear()
+        removed = run_cli("cron", "remove", added.stdout.strip())
+        assert removed.returncode == 0 and woken.wait(10)
+    finally:
+        stop_listening()
+        running.stop()
 
 
 def test_gateway_install_prints_a_systemd_unit(isolated_home):

@@ -17,9 +17,11 @@ from nanoagent.cli.common import WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from nanoagent.agent.loop import AgentLoop
     from nanoagent.config.schema import Config
-    from nanoagent.cron.store import JobStore, RunRecord
+    from nanoagent.cron.store import Job, JobsFile, JobStore, RunRecord
     from nanoagent.paths import Paths
 
 cron_app = typer.Typer(help="Scheduled jobs: reminders and recurring work the agent does by itself.",
@@ -31,6 +33,16 @@ def _store() -> tuple[Paths, Config, JobStore]:
 
     paths, config = setup(None)
     return paths, config, JobStore(paths.cron_jobs_file)
+
+
+def _update(paths: Paths, store: JobStore, change: Callable[[JobsFile], Job]) -> Job:
+    """Change the jobs, and tell a running gateway, whose scheduler then looks at them at once (not at its next
+    minute)."""
+    from nanoagent.gateway.oneshot import tell
+
+    job = store.update(change)
+    tell(paths.gateway_socket, {"type": "jobs_changed"})
+    return job
 
 
 def _tz(config: Config):  # noqa: ANN202 - a tzinfo
@@ -108,7 +120,7 @@ def add(
     """
     from nanoagent.cron.schedule import format_time, make_schedule, relative
     from nanoagent.cron.scheduler import scheduler_seen, utc_now
-    from nanoagent.cron.store import Job, JobsFile, new_job_id
+    from nanoagent.cron.store import Job, new_job_id
     from nanoagent.cron.targets import Access
 
     paths, config, store = _store()
@@ -131,7 +143,7 @@ def add(
         jobs.jobs.append(job)
         return job
 
-    job = store.update(change)
+    job = _update(paths, store, change)
     print(job.id)
     assert job.next_run is not None
     tz_info = _tz(config) if not tz else schedule_zone(schedule)
@@ -156,14 +168,14 @@ def remove(job_id: Annotated[str, typer.Argument(help="The job's id (or its star
 
     Example: nanoagent cron remove 3f9a1c2e
     """
-    _, _, store = _store()
+    paths, _, store = _store()
 
-    def change(jobs):  # noqa: ANN001, ANN202
+    def change(jobs: JobsFile) -> Job:
         job = jobs.find(job_id)
         jobs.jobs.remove(job)
         return job
 
-    job = store.update(change)
+    job = _update(paths, store, change)
     print(f"Removed job {job.id} ({job.title}).")
 
 
@@ -171,10 +183,10 @@ def _toggle(job_id: str, enabled: bool) -> None:
     from nanoagent.cron.schedule import format_time
     from nanoagent.cron.scheduler import utc_now
 
-    _, config, store = _store()
+    paths, config, store = _store()
     now = utc_now()
 
-    def change(jobs):  # noqa: ANN001, ANN202
+    def change(jobs: JobsFile) -> Job:
         job = jobs.find(job_id)
         if enabled and not job.enabled:
             job.next_run = job.schedule.next_after(now)
@@ -184,7 +196,7 @@ def _toggle(job_id: str, enabled: bool) -> None:
         job.enabled = enabled
         return job
 
-    job = store.update(change)
+    job = _update(paths, store, change)
     if enabled and job.next_run:
         print(f"Enabled job {job.id}; next run {format_time(job.next_run, _tz(config))}.")
     else:

@@ -337,8 +337,7 @@ class JobStore:
         if new != text:
             atomic_write(self.path, new)
             self._keep_good(new)
-            for listener in list(_listeners.get(self.path, ())):
-                listener()
+            self.changed()
         else:
             self._keep_good(text)
         return result
@@ -371,6 +370,12 @@ class JobStore:
     def _busy(self) -> NanoagentError:
         return NanoagentError(f"{self.lock_path} stayed locked for {LOCK_TIMEOUT:g} s; another nanoagent process "
                               "is stuck changing the jobs. Try again, or stop that process.")
+
+    def changed(self) -> None:
+        """Tell this process's listeners that the jobs changed: written here, or by another process that said so
+        (`nanoagent cron add` tells a running gateway over its socket)."""
+        for listener in list(_listeners.get(self.path, ())):
+            listener()
 
     def listen(self, listener: Callable[[], None]) -> Callable[[], None]:
         """Call `listener` after each change this process writes; returns the function that stops it."""

@@ -40,6 +40,20 @@ def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
         probe.close()
 
 
+def tell(path: Path, message: dict, timeout: float = 0.5) -> bool:
+    """Send the gateway a message that needs no answer (such as jobs_changed); False when none listens."""
+    if not path.exists():
+        return False
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(str(path))
+            conn.sendall(protocol.encode(message))
+        except OSError:
+            return False
+    return True
+
+
 def unreachable(path: Path, e: OSError) -> GatewayGone:
     return GatewayGone(f"Cannot reach the gateway at {path}: {e.strerror or e}; start it with `nanoagent gateway`, "
                        "or use --local.")

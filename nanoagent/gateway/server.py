@@ -185,6 +185,10 @@ class Connection:
                 question.set_result(str(message.get("text", "")))
         elif kind == "status":
             self.write(self.gateway.status())
+        elif kind == "jobs_changed":  # another process wrote cron/jobs.json: the scheduler looks again now
+            from nanoagent.cron.store import JobStore
+
+            JobStore(self.gateway.paths.cron_jobs_file).changed()
         else:
             self.write({"type": "error", "message": f"unknown type {kind!r}"})
 
