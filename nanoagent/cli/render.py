@@ -301,6 +301,8 @@ class OneShotRenderer:
         self.block_ended = False  # a tool call came since the last text: the next text is a new block
         self.escapes = EscapeFilter()
         self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
+        if self.terminal:  # load the Markdown renderer while the model thinks, not after its first words
+            threading.Thread(target=_load_markdown, name="load-rich", daemon=True).start()
 
     @functools.cached_property
     def out(self) -> Console:
@@ -411,6 +413,11 @@ class OneShotRenderer:
             self.out.print(Markdown(reply))
         else:
             sys.stdout.write(reply + "\n")
+
+
+def _load_markdown() -> None:
+    import rich.console  # noqa: F401
+    import rich.markdown  # noqa: F401
 
 
 def _escape(text: str) -> str:
