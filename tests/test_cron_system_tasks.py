@@ -90,21 +90,25 @@ def test_scheduled_dream_with_nothing_new_makes_no_model_call(llm, isolated_home
     assert [r.status for r in runs] == ["ok"]
 
 
-def test_the_heartbeat_turn_waits_for_a_free_slot_among_the_gateways_turns(llm, isolated_home):
+def test_in_the_gateway_the_heartbeat_turn_waits_for_a_free_slot_among_its_turns(llm, isolated_home):
+    from nanoagent.agent.build import build_agent
+    from nanoagent.gateway.cron import cron_component
+    from nanoagent.gateway.hub import Hub
+
     config, paths = setting_up(llm, dream_schedule="")
     (paths.workspace / "HEARTBEAT.md").write_text("- tell me if the build is red\n")
     llm.script(Reply(text="HEARTBEAT_OK"))
 
     async def scenario() -> tuple[int, int]:
-        slots = asyncio.Semaphore(1)  # gateway.maxConcurrentTurns: 1, and a user's turn holds it
-        await slots.acquire()
-        heartbeat = system_tasks(config, paths, lambda k, t: asyncio.sleep(0), build_outbox(config, paths),
-                                 slot=lambda: slots)[0]
+        hub = Hub(build_agent(config, paths), max_turns=1)  # gateway.maxConcurrentTurns: 1
+        scheduler = cron_component(config, paths, hub, build_outbox(config, paths)).run.__self__
+        heartbeat = next(task for task in scheduler.tasks if task.name == "heartbeat")
+        await hub.slots.acquire()  # a user's turn holds the only slot
         run = asyncio.create_task(heartbeat.run())
         for _ in range(50):
             await asyncio.sleep(0.01)
         calls_while_busy = len(llm.requests)
-        slots.release()  # the user's turn ends
+        hub.slots.release()  # the user's turn ends
         outcome = await asyncio.wait_for(run, 30)
         assert outcome is not None and outcome.status == "ok"
         return calls_while_busy, len(llm.requests)

@@ -16,7 +16,14 @@ import typer.core
 from nanoagent import __version__
 from nanoagent.cli.common import DebugOpt, WorkspaceOpt, open_paths, read_config, setup, warn
 from nanoagent.cli.logs import state
-from nanoagent.cli.oneshot import check_message, finish, session_key, stdin_has_data, through_gateway
+from nanoagent.cli.oneshot import (
+    check_message,
+    finish,
+    session_key,
+    stdin_has_data,
+    stdin_is_terminal,
+    through_gateway,
+)
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
@@ -149,7 +156,7 @@ def agent(
         if message is not None:
             raise NanoagentError("Give the message once: either as an argument or after -m, not both.")
         message = prompt
-    elif message is None and not sys.stdin.isatty() and stdin_has_data():
+    elif message is None and not stdin_is_terminal() and stdin_has_data():
         message = "-"  # `cat notes.txt | nanoagent agent`: what was piped in is one message
     if message is not None and message != "-":
         check_message(message)
@@ -181,7 +188,7 @@ def agent(
     else:
         from nanoagent.cli.running import ask_terminal, run_main
 
-        ask = ask_terminal if sys.stdin.isatty() else None  # a person at the terminal can approve a command
+        ask = ask_terminal if stdin_is_terminal() else None  # a person at the terminal can approve a command
         turn = run_main(_one_shot(paths, config(), model, key, message, renderer, ask, images))
     finish(paths, turn, renderer, json_output)
 
@@ -196,7 +203,7 @@ def _pick_session(paths: Paths, choose: bool) -> str:
         raise NanoagentError("No earlier conversation to continue; start one with `nanoagent agent`.")
     if not choose:
         return rows[0].key
-    if not (sys.stdin.isatty() and sys.stdout.isatty()):
+    if not (stdin_is_terminal() and sys.stdout.isatty()):
         raise NanoagentError("--resume asks which conversation on a terminal; here use -c (the most recent) "
                              "or -s KEY (see `nanoagent sessions list`).")
     from nanoagent.cli.render import terminal_safe
@@ -211,7 +218,7 @@ def _pick_session(paths: Paths, choose: bool) -> str:
 
 def _with_stdin(message: str, limit_of: Callable[[], int]) -> str:
     """`-m -`: the message is all of stdin. `-m TEXT` with text piped in: the piped text, marked, then TEXT."""
-    if message == "-" and sys.stdin.isatty():
+    if message == "-" and stdin_is_terminal():
         raise NanoagentError("-m - reads the message from stdin, but stdin is a terminal; pipe the message in "
                              "(echo hi | nanoagent agent -m -) or give it after -m.")
     limit = limit_of() if stdin_has_data() else 0  # config.json is read only when something was piped in
@@ -300,7 +307,7 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
     from nanoagent.cli.render import REPLY_WIDTH, terminal_width
     from nanoagent.cli.running import run_main
 
-    terminal = sys.stdin.isatty() and sys.stdout.isatty()
+    terminal = stdin_is_terminal() and sys.stdout.isatty()
     ui = TerminalUI(terminal_width if terminal else REPLY_WIDTH, plain=not terminal)
 
     async def session() -> None:

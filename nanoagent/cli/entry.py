@@ -7,9 +7,12 @@ other command line goes to the typer app in app.py. Nothing here loads logging u
 from __future__ import annotations
 
 import sys
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from nanoagent.errors import NanoagentError, describe_os_error
+
+if TYPE_CHECKING:
+    import logging
 
 
 def main(args: list[str] | None = None) -> None:
@@ -31,8 +34,7 @@ def main(args: list[str] | None = None) -> None:
         if message is None:
             _unexpected(e, full)
         _fail(message, 1, full)
-    except KeyboardInterrupt:
-        print("Interrupted.", file=sys.stderr)
+    except KeyboardInterrupt:  # the fast path's Ctrl-C; typer's own ends the same way
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the one boundary where surprises become exit codes
         _unexpected(e, full)
@@ -40,9 +42,9 @@ def main(args: list[str] | None = None) -> None:
 
 def _fail(message: str, code: int, full: bool) -> NoReturn:
     """One line on stderr (and in the log) and the exit code; the traceback instead with --debug."""
-    from nanoagent.cli.logs import log, state
+    from nanoagent.cli.logs import state
 
-    log.error("%s", message)
+    _log(full).error("%s", message)
     if full and state.debug:
         raise  # noqa: PLE0704 - re-raises the exception being handled
     print(f"Error: {message}", file=sys.stderr)
@@ -50,10 +52,21 @@ def _fail(message: str, code: int, full: bool) -> NoReturn:
 
 
 def _unexpected(e: Exception, full: bool) -> NoReturn:
-    from nanoagent.cli.logs import log, state
+    from nanoagent.cli.logs import state
 
-    log.error("unexpected error", exc_info=True)
+    _log(full).error("unexpected error", exc_info=True)
     if full and state.debug:
         raise e
     print(f"Error: {type(e).__name__}: {e} (run again with --debug for the traceback)", file=sys.stderr)
     sys.exit(1)
+
+
+def _log(full: bool) -> logging.Logger:
+    """The nanoagent logger; the fast path opens the log file only now, when it has something to say."""
+    from nanoagent.cli.logs import log, start_log
+
+    if not full:
+        from nanoagent.paths import Paths
+
+        start_log(Paths.from_env().logs_dir)
+    return log

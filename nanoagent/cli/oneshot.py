@@ -96,13 +96,15 @@ def through_gateway(paths: Paths, key: str, message: str, renderer: OneShotRende
     from nanoagent.gateway.oneshot import send_one
 
     with _signals_stop():
-        return send_one(paths.gateway_socket, key, message, renderer, ask_terminal if sys.stdin.isatty() else None,
+        return send_one(paths.gateway_socket, key, message, renderer, ask_terminal if stdin_is_terminal() else None,
                         images)
 
 
 def ask_terminal(question: str) -> str:
     """The question on stderr, the answer from stdin; no answer declines."""
-    print(question, end="", file=sys.stderr, flush=True)
+    from nanoagent.cli.render import terminal_safe  # the question quotes the model's command
+
+    print(terminal_safe(question), end="", file=sys.stderr, flush=True)
     try:
         line = sys.stdin.readline()
     except (OSError, ValueError):
@@ -117,8 +119,9 @@ def _signals_stop() -> Iterator[None]:
     def stop(number: int, frame: object) -> None:
         raise Stopped(f"Stopped by {signal.Signals(number).name}; the running turn was recorded as interrupted.")
 
-    try:
-        saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:  # a signal ignored on purpose (SIGHUP under nohup) stays ignored
+        saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)
+                 if signal.getsignal(sig) is not signal.SIG_IGN}
     except ValueError:  # not the main thread: signals stay as they are
         saved = {}
     try:
@@ -173,6 +176,10 @@ def check_message(message: str) -> None:
         byte = f" (byte 0x{code - 0xdc00:02x})" if 0xdc80 <= code <= 0xdcff else ""
         raise NanoagentError(f"The message is not valid UTF-8{byte}; set your terminal and locale to UTF-8 "
                              "(e.g. LANG=C.UTF-8) and send it again.") from None
+
+
+def stdin_is_terminal() -> bool:
+    return sys.stdin is not None and sys.stdin.isatty()  # None: started with stdin closed (`<&-`)
 
 
 def stdin_has_data() -> bool:

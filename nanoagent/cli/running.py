@@ -53,7 +53,9 @@ async def ask_terminal(question: str) -> str:
             line = ""
         loop.call_soon_threadsafe(_answer, answer, line or "n")
 
-    print(question, end="", file=sys.stderr, flush=True)
+    from nanoagent.cli.render import terminal_safe  # the question quotes the model's command
+
+    print(terminal_safe(question), end="", file=sys.stderr, flush=True)
     threading.Thread(target=read, daemon=True).start()
     return await answer
 

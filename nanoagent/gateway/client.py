@@ -40,7 +40,7 @@ class GatewayClient:
     async def connect(cls, path: Path, session: str, on_event: Callable[[ev.Event], None],
                       ask: Callable[[str], Awaitable[str]] | None = None) -> GatewayClient:
         try:
-            reader, writer = await asyncio.open_unix_connection(str(path), limit=protocol.MAX_LINE)
+            reader, writer = await asyncio.open_unix_connection(str(path), limit=protocol.MAX_EVENT_LINE)
         except OSError as e:
             raise unreachable(path, e) from None
         client = cls(reader, writer, on_event, ask)

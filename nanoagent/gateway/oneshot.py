@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from nanoagent.agent import events as ev
-from nanoagent.errors import NanoagentError
+from nanoagent.errors import NanoagentError, Stopped
 from nanoagent.gateway import protocol
 from nanoagent.messages import ImageBlock
 
@@ -68,35 +68,38 @@ def check_features(welcome: dict, images: list[ImageBlock] | None) -> None:
 def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event], None],
              ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None) -> ev.TurnResult:
     """Send one message or slash command to `session` and wait for its turn to end. Every event of the session
-    goes to `on_event`; `ask` answers approval questions (None: each is declined). Anything that ends the wait
-    early (Ctrl-C, a signal) cancels the turn in the gateway before it goes on."""
-    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
+    goes to `on_event`; `ask` answers approval questions (None: each is declined). Ctrl-C or a signal (Stopped)
+    cancels the turn in the gateway; any other end of the wait leaves the turn to finish there."""
+    send = protocol.encode({"type": "send", "id": "r1", "session": session, "text": text,
+                            **({"attachments": images} if images else {})})
+    if len(send) > protocol.MAX_LINE:
+        raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
+                             f"{protocol.MAX_LINE:,}); send less, or use --local.")
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         try:
             conn.connect(str(path))
         except OSError as e:
             raise unreachable(path, e) from None
-        stream = conn.makefile("rwb")
-        _write(stream, {"type": "hello", "v": protocol.VERSION, "session": session, "pid": os.getpid()})
-        welcome = _read(stream)
-        if welcome is None:
-            raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
-        check_features(welcome, images)
-        _write(stream, {"type": "send", "id": "r1", "session": session, "text": text,
-                        **({"attachments": images} if images else {})})
-        try:
-            reply = _wait_for_result(stream, on_event, ask)
-        except BaseException:
-            _write(stream, {"type": "cancel", "session": session}, quiet=True)
-            raise
-    finally:
-        conn.close()
+        with conn.makefile("rwb") as stream:
+            _write(stream, protocol.encode({"type": "hello", "v": protocol.VERSION, "session": session,
+                                            "pid": os.getpid()}))
+            welcome = _read(stream)
+            if welcome is None or welcome.get("type") != "welcome":
+                raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
+            check_features(welcome, images)
+            try:
+                _write(stream, send)
+                reply = _wait_for_result(stream, on_event, ask)
+            except (KeyboardInterrupt, Stopped):
+                _write(stream, protocol.encode({"type": "cancel", "session": session}), quiet=True)
+                raise
     if reply["type"] == "error":
         raise NanoagentError(f"The gateway refused the message: {reply.get('message')}")
     return protocol.result_from_wire(reply) or ev.TurnResult("", session)  # None: it joined a running turn
 
 
 def _wait_for_result(stream, on_event: Callable[[ev.Event], None], ask: Callable[[str], str] | None) -> dict:  # noqa: ANN001 - a socket file
+    said = ""  # an error the gateway sent about the connection itself (it closes the connection after some)
     while (message := _read(stream)) is not None:
         kind = message.get("type")
         if kind == "event":
@@ -105,27 +108,33 @@ def _wait_for_result(stream, on_event: Callable[[ev.Event], None], ask: Callable
                 on_event(event)
         elif kind in ("result", "error") and message.get("id") == "r1":
             return message
+        elif kind == "error":
+            said = str(message.get("message", ""))
         elif kind == "ask":
             answer = ask(str(message.get("question", ""))) if ask else "n"
-            _write(stream, {"type": "answer", "id": message.get("id"), "text": answer})
-    raise GatewayGone(GONE_MID_TURN)
+            _write(stream, protocol.encode({"type": "answer", "id": message.get("id"), "text": answer}))
+    raise GatewayGone(f"The gateway closed the connection: {said}" if said else GONE_MID_TURN)
 
 
 def _read(stream) -> dict | None:  # noqa: ANN001 - a socket file
-    """The next message; None at the end. A line that does not decode is skipped; one over the limit ends it."""
-    while line := stream.readline(protocol.MAX_LINE + 1):
-        if len(line) > protocol.MAX_LINE:
-            return None
-        try:
-            return protocol.decode(line)
-        except ValueError:
-            continue
+    """The next message; None at the end (or a broken connection). A line that does not decode is skipped;
+    one over the limit ends the stream."""
+    try:
+        while line := stream.readline(protocol.MAX_EVENT_LINE + 1):
+            if len(line) > protocol.MAX_EVENT_LINE:
+                return None
+            try:
+                return protocol.decode(line)
+            except ValueError:
+                continue
+    except OSError:
+        pass
     return None
 
 
-def _write(stream, message: dict, quiet: bool = False) -> None:  # noqa: ANN001 - a socket file
+def _write(stream, line: bytes, quiet: bool = False) -> None:  # noqa: ANN001 - a socket file
     try:
-        stream.write(protocol.encode(message))
+        stream.write(line)
         stream.flush()
     except OSError:
         if not quiet:

@@ -28,7 +28,8 @@ from nanoagent.messages import ImageBlock, checked_image
 from nanoagent.usage import Usage
 
 VERSION = 1
-MAX_LINE = 1 << 20  # a line longer than this is refused (the connection is closed)
+MAX_LINE = 8 << 20  # a client's line longer than this is refused (the connection is closed): 1 MB of piped text fits
+MAX_EVENT_LINE = 4 * MAX_LINE  # clients read the gateway's lines up to this (an event echoes a message with context)
 FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first form, named in its welcome
 
 _EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
