@@ -285,7 +285,9 @@ def test_an_unknown_slash_command_gets_a_hint_exits_1_and_makes_no_model_call(ll
 
 def test_slash_new_starts_fresh_but_keeps_the_old_conversation(llm, isolated_home):
     slash(llm, "remember: the code word is heron")
-    assert slash(llm, "/new").stdout.startswith("Started a fresh conversation. The previous 2 messages stay in ")
+    said = slash(llm, "/new").stdout.strip()
+    assert said.startswith("Started a fresh conversation. The previous 2 messages stay in ")
+    assert said.endswith(" and were archived to memory.")
     slash(llm, "what is the code word?")
     assert "heron" not in json.dumps(llm.requests[-1].body["messages"])
     assert "heron" in json.dumps(session_messages(isolated_home))

@@ -94,9 +94,9 @@ def test_run_runs_a_job_now_and_records_it_without_moving_its_schedule(isolated_
     job_id = invoke("cron", "add", "--every", "1d", "-m", "Say hi.").stdout.strip()
     before = store().read().jobs[0].next_run
     llm.script(Reply(text="Hi there!"))
-    ran = invoke("cron", "run", job_id, env=anthropic_env(llm))
+    ran = invoke("cron", "run", job_id[:3], env=anthropic_env(llm))  # the start of the id is enough
     assert ran.returncode == 0, ran.stderr
-    assert ran.stdout.startswith(f"{job_id}: ok in ")
+    assert ran.stdout.startswith(f"{job_id} (Say hi.): ok in ")
     job = store().read().jobs[0]
     assert job.next_run == before and [r.status for r in job.runs] == ["ok"] and job.runs[0].scheduled is None
     assert "Say hi." in json.dumps(llm.requests[0].body)
@@ -109,3 +109,10 @@ def test_a_failing_run_by_hand_exits_1_with_the_error(isolated_home, llm):
     llm.script(Reply(status=400, error_message="bad request: nope"))
     ran = invoke("cron", "run", job_id, env=anthropic_env(llm))
     assert ran.returncode == 1 and ": error" in ran.stdout and "nope" in ran.stdout
+
+
+def test_list_says_the_heartbeats_interval_as_a_jobs_is_said(isolated_home):
+    assert invoke("cron", "tick").returncode == 0  # the scheduler's first pass records the system tasks
+    listing = invoke("cron", "list").stdout
+    heartbeat = next(line for line in listing.splitlines() if "(heartbeat)" in line)
+    assert "every 30 min" in heartbeat and "1800" not in heartbeat

@@ -42,9 +42,11 @@ def test_an_editing_phase_that_makes_no_edit_keeps_the_cursor_and_says_so(tmp_pa
     assert log.dream_cursor == 0
     assert results[0].stalls == 1 and not results[0].moved_on
     assert f"tried again next run (try 1 of {MAX_STALLS}" in text
+    assert "dream-restore" not in text  # no edit, so nothing to undo
     # the next run sees the same entries again, and saves them this time
     provider = ScriptedProvider([ANALYSIS, append("- Sister: Ines"), "done"])
-    dream_once(paths, config, provider)
+    _, text = dream_once(paths, config, provider)
+    assert "Undo any edit with `nanoagent dream-restore SHA`" in text
     assert "the user's sister is called Ines" in provider.requests[0].messages[0]["content"]
     assert log.dream_cursor == 1 and "- Sister: Ines" in (paths.memory_dir / "MEMORY.md").read_text()
 

@@ -335,6 +335,10 @@ def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isola
         status = subprocess.run([sys.executable, "-m", "nanoagent", "gateway", "status"], cwd=ROOT, env=env,
                                 capture_output=True, text=True, timeout=30)
         assert status.returncode == 0 and f"pid {proc.pid}" in status.stdout
+        assert "clients: 0" in status.stdout  # nobody attached: the asking command does not count itself
+        second = subprocess.run([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env=env,
+                                capture_output=True, text=True, timeout=60)
+        assert second.returncode != 0 and second.stderr.count(f"(pid {proc.pid})") == 1, second.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=30)

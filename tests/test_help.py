@@ -12,7 +12,7 @@ def test_help_lists_commands_in_groups_a_person_would_guess(isolated_home):
     assert help_text.index("Setup:") < help_text.index("  onboard ")
 
 
-def test_every_command_shows_a_one_line_example_in_its_help(isolated_home):
+def test_every_command_and_group_shows_a_one_line_example_in_its_help(isolated_home):
     import typer.main
 
     from nanoagent.cli.app import app
@@ -22,8 +22,7 @@ def test_every_command_shows_a_one_line_example_in_its_help(isolated_home):
         for name in group.list_commands(ctx):
             command = group.get_command(ctx, name)
             if hasattr(command, "list_commands"):
-                if getattr(command, "invoke_without_command", False):
-                    yield [*path, name]
+                yield [*path, name]  # a group's own help has an example too
                 yield from leaves(command, [*path, name])
             else:
                 yield [*path, name]

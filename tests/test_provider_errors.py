@@ -80,3 +80,19 @@ def test_a_server_error_is_still_retried(llm):
     proc = invoke("agent", "-m", "hi", env={**openai_env(llm)})
     assert proc.returncode == 0 and "back again" in proc.stdout
     assert len(llm.requests) == 2
+
+
+def test_a_missing_key_for_a_model_given_with_model_suggests_the_keyed_providers_model(isolated_home, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    env = {"ANTHROPIC_API_KEY": "sk-ant-x", "NANOAGENT_MODEL": "anthropic/claude-test"}
+    line = error_line(invoke("agent", "-m", "hi", "--model", "openai/gpt-4.1", env=env))
+    assert "No API key for openai (model openai/gpt-4.1): set OPENAI_API_KEY" in line
+    assert line.endswith("a key is set for anthropic: use one of its models instead, such as anthropic/claude-test.")
+
+
+def test_a_missing_key_for_the_configured_model_names_the_setting_to_change(isolated_home, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    env = {"ANTHROPIC_API_KEY": "sk-ant-x", "NANOAGENT_MODEL": "openai/gpt-4.1"}
+    line = error_line(invoke("agent", "-m", "hi", env=env))
+    assert "No API key for openai (NANOAGENT_MODEL is openai/gpt-4.1)" in line
+    assert "a key is set for anthropic: to use it, set NANOAGENT_MODEL to anthropic/claude-sonnet-4-5" in line

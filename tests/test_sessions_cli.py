@@ -60,6 +60,7 @@ def test_export_as_markdown_and_json_holds_the_whole_conversation(llm, isolated_
     assert data["key"] == "cli:shop" and [m["role"] for m in data["messages"]] == ["user", "assistant", "tool",
                                                                                  "assistant"]
     assert data["usage"] and data["usage"][0]["type"] == "usage"
+    assert data["model"] == data["usage"][-1]["model"] != ""  # the model the conversation used
 
 
 def test_export_never_overwrites_a_file_without_force(llm, isolated_home, tmp_path):

@@ -73,6 +73,16 @@ def test_onboard_with_flags_refuses_a_key_of_the_wrong_shape(isolated_home):
     proc = invoke("onboard", "--provider", "openai", "--api-key", "hello world")
     assert proc.returncode == 1 and "does not look right" in proc.stderr
     assert not (isolated_home / "config.json").exists()
+    short = invoke("onboard", "--provider", "anthropic", "--api-key", "sk-ant-x")
+    assert short.returncode == 1 and "too short" in short.stderr and "--api-base" in short.stderr
+
+
+def test_onboard_takes_any_key_for_a_server_of_ones_own(isolated_home):
+    proc = invoke("onboard", "--provider", "anthropic", "--api-key", "local-proxy-key", "--api-base",
+                  "http://127.0.0.1:4000")
+    assert proc.returncode == 0, proc.stderr
+    anthropic = json.loads((isolated_home / "config.json").read_text())["providers"]["anthropic"]
+    assert (anthropic["apiKey"], anthropic["apiBase"]) == ("local-proxy-key", "http://127.0.0.1:4000")
 
 
 def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home):

@@ -125,7 +125,7 @@ class Commands:
                 await self.consolidator.archive_all(session, self.models.for_session(session))
             if session.last_consolidated < len(session.messages):
                 self.store.set_consolidated(session, len(session.messages))
-        kept = " and archived to memory" if self.consolidator else ""
+        kept = " and were archived to memory" if self.consolidator else ""
         return f"Started a fresh conversation. The previous {pending} messages stay in {session.path.name}{kept}."
 
     @command("/status", "model, session, context used, tokens and cost so far", read_only=True)
@@ -144,7 +144,7 @@ class Commands:
             f"context:  {used:,} of {window.tokens:,} tokens ({used / window.tokens:.0%}{which})",
             f"tokens:   {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_tokens:,} cache read, "
             f"{u.cache_write_tokens:,} cache write",
-            f"cost:     {total.cost_text()} over {total.calls} model calls"
+            f"cost:     {total.cost_text()} over {total.calls} model call{'' if total.calls == 1 else 's'}"
             + (f" ({len(delegated)} by sub-agents)" if delegated else ""),
         ])
 

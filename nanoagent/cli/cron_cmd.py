@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nanoagent.cron.store import Job, JobsFile, JobStore, RunRecord
     from nanoagent.paths import Paths
 
-cron_app = typer.Typer(help="Scheduled jobs: reminders and recurring work the agent does by itself.",
+cron_app = typer.Typer(help="Scheduled jobs: reminders and recurring work the agent does by itself.\n\nExample: nanoagent cron list",
                        no_args_is_help=True)
 
 
@@ -76,7 +76,8 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     table = Table("id", "name", "schedule", "to", "next run", "last run")
     rows = [(j.id, j.title, j.schedule.explain(), j.target, j.next_run if j.enabled else None, j.enabled, j.last)
             for j in jobs.jobs]
-    rows += [(name, f"({name})", s.schedule, "-", s.next_run, True, s.last) for name, s in jobs.system.items()]
+    rows += [(name, f"({name})", _system_schedule(s.schedule), "-", s.next_run, True, s.last)
+             for name, s in jobs.system.items()]
     for ident, title, schedule, target, next_run, enabled, last in rows:
         when = f"{format_time(next_run, tz)} ({relative(next_run, now)})" if next_run else (
             "paused" if not enabled else "-")
@@ -85,6 +86,14 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     if not scheduler_seen(store):
         warn("no scheduler has run lately: start `nanoagent gateway`, or run `nanoagent cron tick` from crontab "
              "(README, Schedules).")
+
+
+def _system_schedule(fingerprint: str) -> str:
+    """A system task's schedule as jobs.json keeps it ("every 1800"), said as a job's is ("every 30 min")."""
+    from nanoagent.cron.schedule import format_duration
+
+    kind, _, seconds = fingerprint.partition(" ")
+    return f"every {format_duration(int(seconds))}" if kind == "every" and seconds.isdigit() else fingerprint
 
 
 def _last(run: RunRecord | None, now: datetime) -> str:
@@ -244,10 +253,12 @@ def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace:
     Example: nanoagent cron run 3f9a1c2e
     """
     from nanoagent.cli.running import run_main
+    from nanoagent.cron.store import JobStore
 
     paths, config = setup(workspace)
-    record = run_main(_scheduler(paths, config).run_now(job_id))
-    print(_outcome_line(job_id, record))
+    job = JobStore(paths.cron_jobs_file).read().find(job_id)  # the id may be its start; a one-off goes once run
+    record = run_main(_scheduler(paths, config).run_now(job.id))
+    print(_outcome_line(f"{job.id} ({job.title})", record))
     if record.status != "ok" or record.delivery:
         raise typer.Exit(1)
 

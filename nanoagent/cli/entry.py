@@ -44,7 +44,7 @@ def _fail(message: str, code: int, full: bool) -> NoReturn:
     """One line on stderr (and in the log) and the exit code; the traceback instead with --debug."""
     from nanoagent.cli.logs import state
 
-    _log(full).error("%s", message)
+    _log(full).error("%s", message, extra={"shown": True})  # said on stderr below: a log to stderr skips it
     if full and state.debug:
         raise  # noqa: PLE0704 - re-raises the exception being handled
     print(f"Error: {message}", file=sys.stderr)

@@ -87,6 +87,7 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
 
 def _log_to_stderr() -> None:
     handler = logging.StreamHandler(sys.stderr)
+    handler.addFilter(lambda record: not getattr(record, "shown", False))  # the error line says it already
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
     root = logging.getLogger("nanoagent")
     root.addHandler(handler)

@@ -11,7 +11,7 @@ import typer
 from nanoagent.cli.common import WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
-mcp_app = typer.Typer(help="Add, list and remove MCP servers (their tools become the agent's tools).",
+mcp_app = typer.Typer(help="Add, list and remove MCP servers (their tools become the agent's tools).\n\nExample: nanoagent mcp list",
                       no_args_is_help=True)
 CHECK_TIMEOUT = 15.0
 

@@ -10,7 +10,7 @@ import typer
 from nanoagent.cli.common import WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
-memory_app = typer.Typer(help="Search what the agent remembers.", no_args_is_help=True)
+memory_app = typer.Typer(help="Search what the agent remembers.\n\nExample: nanoagent memory search \"sister's birthday\"", no_args_is_help=True)
 
 
 @memory_app.command("search")

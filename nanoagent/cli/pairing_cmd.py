@@ -16,7 +16,7 @@ from nanoagent.cli.common import setup
 if TYPE_CHECKING:
     from nanoagent.gateway.telegram_state import StateFile
 
-pairing_app = typer.Typer(help="Let people talk to the agent through Telegram: approve their pairing codes.",
+pairing_app = typer.Typer(help="Let people talk to the agent through Telegram: approve their pairing codes.\n\nExample: nanoagent pairing list",
                           no_args_is_help=True)
 
 

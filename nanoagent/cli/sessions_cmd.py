@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from nanoagent.messages import Message, ToolCallData
     from nanoagent.session.store import Session, SessionStore
 
-sessions_app = typer.Typer(help="List, read, export and remove saved conversations.", no_args_is_help=True)
+sessions_app = typer.Typer(help="List, read, export and remove saved conversations.\n\nExample: nanoagent sessions list", no_args_is_help=True)
 
 KeyArg = Annotated[str, typer.Argument(help="Session key, e.g. cli:direct or telegram:123 (a bare name means cli:NAME).")]
 
@@ -252,7 +252,9 @@ def _markdown(session: Session) -> str:
 
 
 def _json(session: Session) -> str:
-    data = {"key": session.key, "model": session.meta.model, "created": session.meta.created,
+    # the session's own model (set with /model), else the one its last call used; null before any call
+    model = session.meta.model or (session.usage[-1].model if session.usage else None)
+    data = {"key": session.key, "model": model, "created": session.meta.created,
             "messages": session.messages, "usage": [record.to_json() for record in session.usage]}
     return json.dumps(data, ensure_ascii=False, indent=2) + "\n"
 

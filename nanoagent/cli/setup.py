@@ -18,10 +18,13 @@ from nanoagent.templates import seed_workspace
 KEY_PREFIXES = {"anthropic": "sk-ant-", "openai": "sk-", "openrouter": "sk-or-"}
 
 
-def key_problem(provider: str, key: str) -> str | None:
-    """Why a key cannot be right for this provider, or None when it looks plausible."""
+def key_problem(provider: str, key: str, own_server: bool = False) -> str | None:
+    """Why a key cannot be right for this provider, or None when it looks plausible. For a server of one's own
+    (`--api-base`: a proxy, a local model) any key without spaces will do: it makes its own rules."""
     if not key or key != key.strip() or any(c.isspace() for c in key):
         return "the key is empty or contains spaces"
+    if own_server:
+        return None
     prefix = KEY_PREFIXES.get(provider)
     if prefix and not key.startswith(prefix):
         return f"{provider} keys start with `{prefix}`"
@@ -114,9 +117,10 @@ def onboard(workspace: Path | None, provider: str | None = None, model: str | No
     data = _read_raw(paths.config_file) if paths.config_file.exists() else {}
     provider, model = _provider_and_model(data, provider, model, api_key or api_base)
     if api_key and provider:
-        problem = key_problem(provider, api_key)
+        problem = key_problem(provider, api_key, own_server=bool(api_base))
         if problem:
-            raise ConfigError(f"The API key for {provider} does not look right: {problem}.")
+            fix = "" if api_base else " (for a proxy or a server of your own, give its --api-base too)"
+            raise ConfigError(f"The API key for {provider} does not look right: {problem}{fix}.")
     open_home(paths.home)
     for folder in (paths.sessions_dir, paths.logs_dir):
         private_dir(folder)

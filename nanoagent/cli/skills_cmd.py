@@ -15,7 +15,7 @@ from nanoagent.errors import NanoagentError
 if TYPE_CHECKING:
     from nanoagent.skills import Skill, SkillsLoader, SkillTrust
 
-skills_app = typer.Typer(help="List, validate and trust skills.", no_args_is_help=True)
+skills_app = typer.Typer(help="List, validate and trust skills.\n\nExample: nanoagent skills list", no_args_is_help=True)
 
 
 def _loader(workspace: Path | None, warn: Callable[[str], None]) -> tuple[SkillsLoader, SkillTrust]:

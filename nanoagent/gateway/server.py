@@ -133,8 +133,9 @@ class Gateway:
             connection.close()
 
     def status(self) -> dict[str, Any]:
+        """What `{"type": "status"}` answers; `clients` leaves out the connection that asks."""
         return {"type": "status", "pid": os.getpid(), "started": self._started, "running": self.hub.running(),
-                "clients": len(self._clients), "components": [c.name for c in self.components]}
+                "clients": len(self._clients) - 1, "components": [c.name for c in self.components]}
 
 
 class Connection:

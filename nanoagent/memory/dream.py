@@ -385,6 +385,6 @@ def describe(results: list[DreamResult], cursor: int) -> str:
             lines += [f"  {c.short} {c.summary}" for c in result.commits]
         else:
             lines.append("  no changes to long-term memory")
-    if not results[-1].dry_run:
+    if not results[-1].dry_run and any(result.commits for result in results):
         lines.append("Undo any edit with `nanoagent dream-restore SHA`; see them all with `nanoagent dream-log`.")
     return "\n".join(lines)

@@ -71,19 +71,27 @@ def missing_key_message(provider: str, model: str | None = None, config: Config 
         where = f" ({model_setting(model)} is {model})"
     elif model:
         where = f" (model {model})"
-    return f"No API key for {provider}{where}: {key_fix(provider, config)}."
+    return f"No API key for {provider}{where}: {key_fix(provider, config, model)}."
 
 
-def key_fix(provider: str, config: Config | None = None) -> str:
+def key_fix(provider: str, config: Config | None = None, model: str | None = None) -> str:
     """How to give `provider` a key. When another provider has one, the model is more likely the wrong setting
-    than the key: say so, and what to set the model to."""
+    than the key: say so, and which model to use instead (the configured one when it is that provider's)."""
     text = (f"set {key_variable(provider)} or run `nanoagent onboard` "
             f"(or put it in config.json under providers.{provider}.apiKey)")
     other = next((name for name in keyed_providers(config) if name != provider), None)
-    if other and config is not None:
-        text += (f"; a key is set for {other}: to use it, set {model_setting(config.defaults.model)} to "
-                 f"{DEFAULT_MODELS.get(other, other + '/<model>')} (or run `nanoagent onboard --provider {other}`)")
-    return text
+    if not other or config is None:
+        return text
+    configured = config.defaults.model
+    try:
+        own = provider_name(configured) == other
+    except ConfigError:  # a configured model that names no provider has its own error
+        own = False
+    suggest = configured if own else DEFAULT_MODELS.get(other, other + "/<model>")
+    if model is not None and model != configured:  # the model came from --model or /model, not the settings
+        return text + f"; a key is set for {other}: use one of its models instead, such as {suggest}"
+    return text + (f"; a key is set for {other}: to use it, set {model_setting(configured)} to {suggest} "
+                   f"(or run `nanoagent onboard --provider {other}`)")
 
 
 def model_setting(model: str) -> str:
