@@ -227,8 +227,14 @@ def slash(llm, command: str, session: str = "cli:direct", refused: bool = False)
 
 def test_slash_help_lists_every_command_without_calling_the_model(llm):
     out = slash(llm, "/help").stdout
-    for command in ("/help", "/new", "/status", "/model", "/usage", "/skills", "/sessions"):
+    for command in ("/help", "/new", "/status", "/model", "/usage", "/skills", "/sessions", "/stop"):
         assert any(line.startswith(command + " ") for line in out.splitlines()), command
+    assert llm.requests == []
+
+
+def test_slash_stop_with_nothing_running_says_so(llm):
+    stopped = slash(llm, "/stop")
+    assert stopped.returncode == 0 and stopped.stdout.strip() == "Nothing is running."
     assert llm.requests == []
 
 

@@ -176,6 +176,26 @@ def test_esc_cancels_a_running_turn_and_alt_enter_meanwhile_still_adds_a_line(te
 
 
 @both_ways
+def test_slash_stop_typed_during_a_turn_cancels_it_as_esc_does(term, llm, isolated_home):
+    release = threading.Event()
+    llm.script(Reply(text="too late", release=release), Reply(text="Back in business."))
+    child = term()
+    try:
+        child.send("take your time" + "\r")
+        wait_for_requests(llm, 1)  # the model call is under way
+        child.send("/stop" + "\r")
+        child.expect_exact("Cancelled.")
+    finally:
+        release.set()
+    child.send("/stop" + "\r")
+    child.expect_exact("Nothing is running.")
+    child.send("hello again" + "\r")
+    child.expect_exact("Back in business.")
+    assert [m["role"] for m in messages(isolated_home)][-2:] == ["user", "assistant"]
+    assert "too late" not in str(messages(isolated_home))
+
+
+@both_ways
 def test_a_message_typed_during_a_turn_joins_it(term, llm, isolated_home):
     # The tool runs until the test lets it finish, after the prompt has taken the second message.
     workspace = isolated_home / "workspace"

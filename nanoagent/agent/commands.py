@@ -113,6 +113,10 @@ class Commands:
         lines = [f"{c.name:<{width}}  {c.help}" for c in sorted(COMMANDS.values(), key=lambda c: c.name)]
         return "\n".join(lines + ["", "Type a message to talk to the agent. Alt-Enter (or Esc Enter) adds a new line."])
 
+    @command("/stop", "cancel the running turn (at the terminal Esc or Ctrl-C does it too)", read_only=True)
+    async def stop(self, call: Call) -> str:
+        return "Nothing is running."  # a running turn is stopped before it gets here: by the terminal or the gateway
+
     @command("/new", "start a fresh conversation (the old one is archived to memory first)")
     async def new(self, call: Call) -> str:
         session = call.session

@@ -272,6 +272,10 @@ class Session:
         Typed while something runs, it runs beside it (the loop refuses one that changes the session during a
         turn)."""
         name = text.split()[0]
+        if name in ev.STOP_COMMANDS:  # as Esc: the running turn or command stops here, attached or not
+            if not self.cancel():
+                self.ui.line("[dim]Nothing is running.[/dim]")
+            return
         if name == "/retry" and not self.busy:
             self.start(text)
             return

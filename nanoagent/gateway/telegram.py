@@ -39,13 +39,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nanoagent.agent import events as ev
+from nanoagent.agent.events import STOP_COMMANDS
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.agent.runner import EMPTY_REPLY
 from nanoagent.attachments import sniff
 from nanoagent.config.schema import TelegramConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import private_dir
-from nanoagent.gateway.hub import STOP_COMMANDS, Hub, HubClosed
+from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
 from nanoagent.gateway.telegram_format import Chunk, split_markdown
 from nanoagent.gateway.telegram_state import StateFile, TelegramState, show_code
