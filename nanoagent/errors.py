@@ -21,6 +21,10 @@ class Stopped(NanoagentError):
 
     exit_code = 143
 
+    @classmethod
+    def by(cls, name: str) -> Stopped:
+        return cls(f"Stopped by {name}; the running turn was recorded as interrupted.")
+
 
 _FIXES = {
     errno.ENOSPC: "free some space on that disk and run it again",

@@ -232,9 +232,10 @@ def test_slash_help_lists_every_command_without_calling_the_model(llm):
     assert llm.requests == []
 
 
-def test_slash_stop_with_nothing_running_says_so(llm):
-    stopped = slash(llm, "/stop")
-    assert stopped.returncode == 0 and stopped.stdout.strip() == "Nothing is running."
+def test_slash_stop_or_cancel_with_nothing_running_says_so(llm):
+    for command in ("/stop", "/cancel"):
+        stopped = slash(llm, command)
+        assert stopped.returncode == 0 and stopped.stdout.strip() == "Nothing is running.", command
     assert llm.requests == []
 
 

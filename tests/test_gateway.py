@@ -402,7 +402,7 @@ def test_a_one_shot_through_the_gateway_asks_its_own_terminal_to_approve_a_comma
     assert "RAN-IT" in tool_results[0] and "NOT-THIS" not in tool_results[1]
 
 
-def test_a_message_near_the_line_limit_goes_through_and_one_past_it_is_refused_before_sending(isolated_home):
+def test_a_message_over_a_megabyte_goes_through_and_one_past_the_limit_is_refused_before_sending(isolated_home):
     from nanoagent.gateway.oneshot import send_one
 
     running = Running(SlowProvider())

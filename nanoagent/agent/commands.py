@@ -68,6 +68,7 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {}
+STOP_COMMANDS = ("/stop", "/cancel")  # what a person types to stop the running turn; each channel acts on it first
 
 
 def command(name: str, help: str, read_only: bool = False) -> Callable[[Handler], Handler]:
@@ -114,6 +115,7 @@ class Commands:
         return "\n".join(lines + ["", "Type a message to talk to the agent. Alt-Enter (or Esc Enter) adds a new line."])
 
     @command("/stop", "cancel the running turn (at the terminal Esc or Ctrl-C does it too)", read_only=True)
+    @command("/cancel", "the same as /stop", read_only=True)
     async def stop(self, call: Call) -> str:
         return "Nothing is running."  # a running turn is stopped before it gets here: by the terminal or the gateway
 

@@ -84,9 +84,6 @@ class Injected(_Scoped):
     text: str
 
 
-STOP_COMMANDS = ("/stop", "/cancel")  # what a person types to stop the running turn, in every channel
-
-
 class StopReason(Enum):
     COMPLETED = "completed"
     MAX_TOKENS = "max_tokens"  # the reply was cut off by the output limit

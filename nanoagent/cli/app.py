@@ -183,6 +183,7 @@ def agent(
     from nanoagent.cli.render import OneShotRenderer
 
     renderer = OneShotRenderer(quiet_reply=json_output)
+    renderer.warm_up()
     if remote:
         turn = through_gateway(paths, key, message, renderer, images)
     else:

@@ -61,7 +61,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
 
     from nanoagent.cli.render import table_console
     from nanoagent.cron.schedule import format_time, relative
-    from nanoagent.cron.scheduler import scheduler_seen, utc_now
+    from nanoagent.cron.scheduler import described, scheduler_seen, utc_now
 
     _, config, store = _store()
     jobs = store.read()
@@ -76,7 +76,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     table = Table("id", "name", "schedule", "to", "next run", "last run")
     rows = [(j.id, j.title, j.schedule.explain(), j.target, j.next_run if j.enabled else None, j.enabled, j.last)
             for j in jobs.jobs]
-    rows += [(name, f"({name})", _system_schedule(s.schedule), "-", s.next_run, True, s.last)
+    rows += [(name, f"({name})", described(s.schedule), "-", s.next_run, True, s.last)
              for name, s in jobs.system.items()]
     for ident, title, schedule, target, next_run, enabled, last in rows:
         when = f"{format_time(next_run, tz)} ({relative(next_run, now)})" if next_run else (
@@ -86,14 +86,6 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     if not scheduler_seen(store):
         warn("no scheduler has run lately: start `nanoagent gateway`, or run `nanoagent cron tick` from crontab "
              "(README, Schedules).")
-
-
-def _system_schedule(fingerprint: str) -> str:
-    """A system task's schedule as jobs.json keeps it ("every 1800"), said as a job's is ("every 30 min")."""
-    from nanoagent.cron.schedule import format_duration
-
-    kind, _, seconds = fingerprint.partition(" ")
-    return f"every {format_duration(int(seconds))}" if kind == "every" and seconds.isdigit() else fingerprint
 
 
 def _last(run: RunRecord | None, now: datetime) -> str:

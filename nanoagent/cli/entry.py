@@ -28,25 +28,25 @@ def main(args: list[str] | None = None) -> None:
 
             run(args)
     except NanoagentError as e:
-        _fail(str(e), e.exit_code, full)
+        _fail(e, str(e), e.exit_code, full)
     except OSError as e:
         message = describe_os_error(e)
         if message is None:
             _unexpected(e, full)
-        _fail(message, 1, full)
+        _fail(e, message, 1, full)
     except KeyboardInterrupt:  # the fast path's Ctrl-C; typer's own ends the same way
         sys.exit(130)
     except Exception as e:  # noqa: BLE001 - the one boundary where surprises become exit codes
         _unexpected(e, full)
 
 
-def _fail(message: str, code: int, full: bool) -> NoReturn:
+def _fail(e: Exception, message: str, code: int, full: bool) -> NoReturn:
     """One line on stderr (and in the log) and the exit code; the traceback instead with --debug."""
     from nanoagent.cli.logs import state
 
     _log(full).error("%s", message, extra={"shown": True})  # said on stderr below: a log to stderr skips it
     if full and state.debug:
-        raise  # noqa: PLE0704 - re-raises the exception being handled
+        raise e
     print(f"Error: {message}", file=sys.stderr)
     sys.exit(code)
 

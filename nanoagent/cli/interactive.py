@@ -22,6 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from nanoagent.agent import events as ev
+from nanoagent.agent.commands import STOP_COMMANDS
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
 from nanoagent.cli.render import (
     SPINNER,
@@ -272,7 +273,7 @@ class Session:
         Typed while something runs, it runs beside it (the loop refuses one that changes the session during a
         turn)."""
         name = text.split()[0]
-        if name in ev.STOP_COMMANDS:  # as Esc: the running turn or command stops here, attached or not
+        if name in STOP_COMMANDS:  # as Esc: the running turn or command stops here, attached or not
             if not self.cancel():
                 self.ui.line("[dim]Nothing is running.[/dim]")
             return

@@ -80,6 +80,7 @@ def attached(argv: list[str]) -> bool:
     from nanoagent.cli.render import OneShotRenderer
 
     renderer = OneShotRenderer(quiet_reply=plain.json_output)
+    renderer.warm_up()
     turn = through_gateway(paths, session_key(plain.session), plain.message, renderer)
     finish(paths, turn, renderer, plain.json_output)
     return True
@@ -101,7 +102,7 @@ def through_gateway(paths: Paths, key: str, message: str, renderer: OneShotRende
 
 
 def ask_terminal(question: str) -> str:
-    """The question on stderr, the answer from stdin; no answer declines."""
+    """The question on stderr, the answer from stdin; no answer (or no stdin) declines."""
     from nanoagent.cli.render import terminal_safe  # the question quotes the model's command
 
     print(terminal_safe(question), end="", file=sys.stderr, flush=True)
@@ -112,16 +113,21 @@ def ask_terminal(question: str) -> str:
     return line or "n"
 
 
+def stop_signals() -> list[signal.Signals]:
+    """The signals that end a command as Ctrl-C does: SIGTERM, and SIGHUP unless it is ignored on purpose
+    (under nohup)."""
+    return [sig for sig in (signal.SIGTERM, signal.SIGHUP) if signal.getsignal(sig) is not signal.SIG_IGN]
+
+
 @contextlib.contextmanager
 def _signals_stop() -> Iterator[None]:
     """SIGTERM and SIGHUP end the wait as Ctrl-C does (the turn is cancelled, not left running unwatched)."""
 
     def stop(number: int, frame: object) -> None:
-        raise Stopped(f"Stopped by {signal.Signals(number).name}; the running turn was recorded as interrupted.")
+        raise Stopped.by(signal.Signals(number).name)
 
-    try:  # a signal ignored on purpose (SIGHUP under nohup) stays ignored
-        saved = {sig: signal.signal(sig, stop) for sig in (signal.SIGTERM, signal.SIGHUP)
-                 if signal.getsignal(sig) is not signal.SIG_IGN}
+    try:
+        saved = {sig: signal.signal(sig, stop) for sig in stop_signals()}
     except ValueError:  # not the main thread: signals stay as they are
         saved = {}
     try:

@@ -301,7 +301,11 @@ class OneShotRenderer:
         self.block_ended = False  # a tool call came since the last text: the next text is a new block
         self.escapes = EscapeFilter()
         self.background: list[ev.SubagentEnded] = []  # answers of background runs, shown after the reply
-        if self.terminal:  # load the Markdown renderer while the model thinks, not after its first words
+
+    def warm_up(self) -> None:
+        """On a terminal, load the Markdown renderer in a thread while the model thinks, not after its first
+        words (about 0.1 s)."""
+        if self.terminal:
             threading.Thread(target=_load_markdown, name="load-rich", daemon=True).start()
 
     @functools.cached_property

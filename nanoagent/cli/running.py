@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import sys
 import threading
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
+from nanoagent.cli.oneshot import ask_terminal as asking
+from nanoagent.cli.oneshot import stop_signals
 from nanoagent.errors import Stopped
 
 T = TypeVar("T")
@@ -28,7 +29,7 @@ def run_main(coro: Coroutine[Any, Any, T]) -> T:
             stopped.append(sig)
             task.cancel()
 
-        for sig in (signal.SIGTERM, signal.SIGHUP):
+        for sig in stop_signals():
             loop.add_signal_handler(sig, stop, sig)
         return await coro
 
@@ -36,27 +37,20 @@ def run_main(coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run(main())
     except asyncio.CancelledError:
         if stopped:
-            raise Stopped(f"Stopped by {stopped[0].name}; the running turn was recorded as interrupted.") from None
+            raise Stopped.by(stopped[0].name) from None
         raise
 
 
 async def ask_terminal(question: str) -> str:
-    """Ask on the terminal a one-shot runs in (stderr for the question, stdin for the answer)."""
-
+    """`oneshot.ask_terminal` for code on an event loop: it asks in a daemon thread, so a cancelled question
+    does not keep the process waiting for input."""
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[str] = loop.create_future()
 
-    def read() -> None:  # a daemon thread: a cancelled question must not keep the process waiting for input
-        try:
-            line = sys.stdin.readline()
-        except (OSError, ValueError):
-            line = ""
-        loop.call_soon_threadsafe(_answer, answer, line or "n")
+    def ask() -> None:
+        loop.call_soon_threadsafe(_answer, answer, asking(question))
 
-    from nanoagent.cli.render import terminal_safe  # the question quotes the model's command
-
-    print(terminal_safe(question), end="", file=sys.stderr, flush=True)
-    threading.Thread(target=read, daemon=True).start()
+    threading.Thread(target=ask, daemon=True).start()
     return await answer
 
 

@@ -67,8 +67,15 @@ class SystemTask:
 
     @property
     def fingerprint(self) -> str:
+        """The schedule as jobs.json keeps it, to tell when it changed: "every 1800", or a job's description."""
         s = self.schedule
         return f"every {s.seconds}" if s.kind == "every" else s.describe()
+
+
+def described(fingerprint: str) -> str:
+    """A system task's kept schedule (`SystemTask.fingerprint`) said as a job's is: "every 30 min"."""
+    kind, _, seconds = fingerprint.partition(" ")
+    return f"every {format_duration(int(seconds))}" if kind == "every" and seconds.isdigit() else fingerprint
 
 
 @dataclass(frozen=True)

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
-import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -44,7 +43,7 @@ class GatewayClient:
         except OSError as e:
             raise unreachable(path, e) from None
         client = cls(reader, writer, on_event, ask)
-        client.write({"type": "hello", "v": protocol.VERSION, "session": session, "pid": os.getpid()})
+        client.write(protocol.hello(session))
         line = await reader.readline()
         if not line:
             raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")

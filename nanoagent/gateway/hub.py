@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.events import STOP_COMMANDS, TurnResult
+from nanoagent.agent.commands import STOP_COMMANDS
+from nanoagent.agent.events import TurnResult
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.messages import ImageBlock
 from nanoagent.tools import Ask

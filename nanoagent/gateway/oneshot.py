@@ -6,9 +6,9 @@ interactive terminal, which listens and types at once, uses the asyncio client i
 
 from __future__ import annotations
 
-import os
 import socket
 from collections.abc import Callable
+from io import BufferedIOBase
 from pathlib import Path
 
 from nanoagent.agent import events as ev
@@ -21,6 +21,7 @@ class GatewayGone(NanoagentError):
     pass
 
 
+REQUEST = "r1"  # the id of the one message a connection sends
 GONE_MID_TURN = ("The gateway went away mid-turn; the turn goes on there if it is still running. See "
                  "`nanoagent gateway status`.")
 
@@ -70,7 +71,7 @@ def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event],
     """Send one message or slash command to `session` and wait for its turn to end. Every event of the session
     goes to `on_event`; `ask` answers approval questions (None: each is declined). Ctrl-C or a signal (Stopped)
     cancels the turn in the gateway; any other end of the wait leaves the turn to finish there."""
-    send = protocol.encode({"type": "send", "id": "r1", "session": session, "text": text,
+    send = protocol.encode({"type": "send", "id": REQUEST, "session": session, "text": text,
                             **({"attachments": images} if images else {})})
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
@@ -81,8 +82,7 @@ def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event],
         except OSError as e:
             raise unreachable(path, e) from None
         with conn.makefile("rwb") as stream:
-            _write(stream, protocol.encode({"type": "hello", "v": protocol.VERSION, "session": session,
-                                            "pid": os.getpid()}))
+            _write(stream, protocol.encode(protocol.hello(session)))
             welcome = _read(stream)
             if welcome is None or welcome.get("type") != "welcome":
                 raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
@@ -98,7 +98,8 @@ def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event],
     return protocol.result_from_wire(reply) or ev.TurnResult("", session)  # None: it joined a running turn
 
 
-def _wait_for_result(stream, on_event: Callable[[ev.Event], None], ask: Callable[[str], str] | None) -> dict:  # noqa: ANN001 - a socket file
+def _wait_for_result(stream: BufferedIOBase, on_event: Callable[[ev.Event], None],
+                     ask: Callable[[str], str] | None) -> dict:
     said = ""  # an error the gateway sent about the connection itself (it closes the connection after some)
     while (message := _read(stream)) is not None:
         kind = message.get("type")
@@ -106,7 +107,7 @@ def _wait_for_result(stream, on_event: Callable[[ev.Event], None], ask: Callable
             event = protocol.event_from_wire(message.get("event") or {})
             if event is not None:
                 on_event(event)
-        elif kind in ("result", "error") and message.get("id") == "r1":
+        elif kind in ("result", "error") and message.get("id") == REQUEST:
             return message
         elif kind == "error":
             said = str(message.get("message", ""))
@@ -116,13 +117,14 @@ def _wait_for_result(stream, on_event: Callable[[ev.Event], None], ask: Callable
     raise GatewayGone(f"The gateway closed the connection: {said}" if said else GONE_MID_TURN)
 
 
-def _read(stream) -> dict | None:  # noqa: ANN001 - a socket file
+def _read(stream: BufferedIOBase) -> dict | None:
     """The next message; None at the end (or a broken connection). A line that does not decode is skipped;
-    one over the limit ends the stream."""
+    one over the limit is GatewayGone (the rest of it cannot be read as messages)."""
     try:
         while line := stream.readline(protocol.MAX_EVENT_LINE + 1):
             if len(line) > protocol.MAX_EVENT_LINE:
-                return None
+                raise GatewayGone(f"The gateway sent a line over {protocol.MAX_EVENT_LINE:,} bytes, more than this "
+                                  "client reads; the turn goes on there. Use --local for this one.")
             try:
                 return protocol.decode(line)
             except ValueError:
@@ -132,7 +134,7 @@ def _read(stream) -> dict | None:  # noqa: ANN001 - a socket file
     return None
 
 
-def _write(stream, line: bytes, quiet: bool = False) -> None:  # noqa: ANN001 - a socket file
+def _write(stream: BufferedIOBase, line: bytes, quiet: bool = False) -> None:
     try:
         stream.write(line)
         stream.flush()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from typing import Any
 
 from nanoagent.agent import events as ev
@@ -36,6 +37,11 @@ _EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
     ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,
     ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice, ev.Progress, ev.SubagentStarted,
     ev.SubagentEnded)}
+
+
+def hello(session: str) -> dict[str, Any]:
+    """A client's first line: which session it watches."""
+    return {"type": "hello", "v": VERSION, "session": session, "pid": os.getpid()}
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.events import STOP_COMMANDS
+from nanoagent.agent.commands import STOP_COMMANDS
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.agent.runner import EMPTY_REPLY
 from nanoagent.attachments import sniff
