@@ -314,3 +314,22 @@ def test_a_system_task_switched_off_while_its_run_died_is_recorded_interrupted_a
     asyncio.run(Scheduler(jobs_store(), Recorder(), Settings(), [], clock=clock).tick())  # dream now switched off
     state = jobs_store().read().system["dream"]
     assert state.running is None and [r.status for r in state.runs] == ["interrupted"]
+
+
+def test_cancelling_the_scheduler_as_a_wake_arrives_stops_it():
+    # asyncio.wait_for on 3.11 returns the inner result instead of raising when both land in one step: a gateway
+    # stopping just as a job's result woke its scheduler would wait on it for ever.
+    scheduler = Scheduler(jobs_store(), Recorder(), Settings(), clock=Clock())
+
+    async def scenario() -> None:
+        serving = asyncio.create_task(scheduler.serve())
+        while scheduler.wakeups == 0:  # its first pass is done; it waits for the next wake
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01)
+        scheduler._wake.set()
+        await asyncio.sleep(0)  # the wake is seen by the waiting side...
+        serving.cancel()  # ...in the same step as the cancellation
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(serving, 5)
+
+    asyncio.run(scenario())

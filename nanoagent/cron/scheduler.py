@@ -149,15 +149,21 @@ class Scheduler:
         try:
             while True:
                 delay = await self.pass_()
-                try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
-                except TimeoutError:
-                    pass
+                await self._sleep(delay)
                 self._wake.clear()
         finally:
             stop()
             await self._stop_runs()
             self._release()
+
+    async def _sleep(self, seconds: float) -> None:
+        """Until a wake or `seconds` pass. Not asyncio.wait_for: on Python 3.11 it swallows a cancellation that
+        lands in the same step as the wake, and the scheduler would then outlive the gateway stopping it."""
+        waking = asyncio.ensure_future(self._wake.wait())
+        try:
+            await asyncio.wait({waking}, timeout=seconds)
+        finally:
+            waking.cancel()
 
     async def tick(self) -> list[tuple[str, RunRecord]]:
         """Run everything due now, wait for it, and return what ran. SchedulerBusy when another scheduler holds
