@@ -141,3 +141,20 @@ def test_doctor_names_a_home_that_is_a_file_and_the_fix(tmp_path):
     assert f"FIX   home {home} is a file, not a folder\n      -> move it away, or set NANOAGENT_HOME to a folder" \
         in ran.stdout
     assert home.read_text() == "not a folder\n"
+
+
+def test_a_command_started_with_stdin_closed_reads_it_as_empty(isolated_home, llm):
+    import sys
+
+    from tests.conftest import ROOT
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "nanoagent", *args], cwd=ROOT, capture_output=True, text=True,
+                              env={**os.environ, **anthropic_env(llm)}, timeout=60,
+                              preexec_fn=lambda: os.close(0))  # as `nanoagent ... <&-`
+
+    onboarded = run("onboard")  # no terminal to ask on: the defaults
+    assert onboarded.returncode == 0 and "Traceback" not in onboarded.stderr, onboarded.stderr
+    llm.script(Reply(text="hello"))
+    answered = run("agent", "-m", "hi")
+    assert answered.returncode == 0 and answered.stdout.strip() == "hello", answered.stderr

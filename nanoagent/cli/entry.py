@@ -6,6 +6,7 @@ other command line goes to the typer app in app.py. Nothing here loads logging u
 
 from __future__ import annotations
 
+import os
 import sys
 from typing import TYPE_CHECKING, NoReturn
 
@@ -18,6 +19,8 @@ if TYPE_CHECKING:
 def main(args: list[str] | None = None) -> None:
     """Run `nanoagent ARGS` (default: the command line). `--debug` lets tracebacks through."""
     args = sys.argv[1:] if args is None else list(args)
+    if sys.stdin is None:  # started with stdin closed (`<&-`): it reads as empty, and commands run get /dev/null
+        sys.stdin = open(os.devnull, encoding="utf-8")  # noqa: SIM115 - stdin for the rest of the process
     full = False  # the typer command line ran: only it reads --debug (the fast path leaves --debug to it)
     try:
         from nanoagent.cli.oneshot import attached
