@@ -65,6 +65,15 @@ def sniff(data: bytes) -> str | None:
     return None
 
 
+def as_text(data: bytes) -> str | None:
+    """The bytes as text (UTF-8, a byte-order mark dropped), or None when they are not text."""
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        return None
+    return None if "\x00" in text else text
+
+
 def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = None) -> Attached:
     """Read a file the user attaches: an image is stored under the workspace's media/, a text file is kept as
     text. AttachmentError, one line saying why, for anything else."""
@@ -90,11 +99,8 @@ def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = Non
     if path.suffix.lower() in IMAGE_SUFFIXES:
         raise AttachmentError(f"Cannot attach {name}: its name says image but its bytes are not a PNG, JPEG, GIF "
                               "or WebP image.")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = None
-    if text is None or "\x00" in text:
+    text = as_text(data)
+    if text is None:
         raise AttachmentError(f"Cannot attach {name}: it is neither text (UTF-8) nor a PNG, JPEG, GIF or WebP "
                               "image; only those can go to the model.")
     return Attached(name, len(data), text=text)

@@ -246,6 +246,18 @@ LOCK_POLL = 0.05
 WAIT_NOTICE = 1.0  # seconds of waiting for a lock before `waiting` is told
 
 
+def try_lock(path: Path, record_pid: bool = False) -> int | None:
+    """The descriptor of `path` (created 0600) holding its exclusive flock, or None when another holds it; the
+    lock lasts until the descriptor is closed. `record_pid`: the file says who holds it (`read_holder`)."""
+    fd = _open_lock_file(path)
+    if not _try_lock(fd):
+        os.close(fd)
+        return None
+    if record_pid:
+        _record_holder(fd)
+    return fd
+
+
 def _record_holder(fd: int) -> None:
     os.ftruncate(fd, 0)
     os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)

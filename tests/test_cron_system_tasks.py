@@ -39,23 +39,23 @@ def setting_up(llm, **memory) -> tuple[Config, Paths]:
 
 
 def scheduler(config: Config, paths: Paths, clock: Clock) -> Scheduler:
-    tasks = system_tasks(config, paths, lambda key, text: asyncio.sleep(0), build_outbox(config, paths), clock.start)
+    tasks = system_tasks(config, paths, build_outbox(config, paths), clock.start)
     return Scheduler(JobStore(paths.cron_jobs_file), no_jobs, Settings(), tasks, clock=clock)
 
 
 def test_the_heartbeat_and_dream_are_scheduled_and_an_empty_dream_schedule_turns_dream_off(llm, isolated_home):
     config, paths = setting_up(llm)
-    names = [task.name for task in system_tasks(config, paths, lambda k, t: asyncio.sleep(0), build_outbox(config, paths))]
+    names = [task.name for task in system_tasks(config, paths, build_outbox(config, paths))]
     assert names == ["heartbeat", "dream"]
     config.memory.dream_schedule = ""
-    assert [t.name for t in system_tasks(config, paths, lambda k, t: asyncio.sleep(0), build_outbox(config, paths))] == [
+    assert [t.name for t in system_tasks(config, paths, build_outbox(config, paths))] == [
         "heartbeat"]
 
 
 def test_a_dream_schedule_that_cannot_be_read_is_logged_and_leaves_the_heartbeat_running(llm, isolated_home, caplog):
     config, paths = setting_up(llm, dream_schedule="every tuesday-ish")
     with caplog.at_level(logging.ERROR, logger="nanoagent.cron"):
-        tasks = system_tasks(config, paths, lambda k, t: asyncio.sleep(0), build_outbox(config, paths))
+        tasks = system_tasks(config, paths, build_outbox(config, paths))
     assert [t.name for t in tasks] == ["heartbeat"]
     assert "memory.dreamSchedule" in caplog.text
 

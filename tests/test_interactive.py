@@ -4,6 +4,7 @@ Only what needs a terminal runs here: rendering, keys, Ctrl-C. The slash command
 for `agent -m` and are checked in-process in test_cli_agent.py.
 """
 
+import contextlib
 import json
 import os
 import re
@@ -153,22 +154,30 @@ def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolat
     assert "cancelled" in messages(isolated_home)[1]["content"]
 
 
-@both_ways
-def test_esc_cancels_a_running_turn_and_alt_enter_meanwhile_still_adds_a_line(term, llm, isolated_home):
+@contextlib.contextmanager
+def a_turn_under_way(term, llm):
+    """A terminal whose turn waits on the model until the block ends (its reply then comes too late); the next
+    reply is "Back in business."."""
     release = threading.Event()
     llm.script(Reply(text="too late", release=release), Reply(text="Back in business."))
     child = term()
     try:
         child.send("take your time" + "\r")
         wait_for_requests(llm, 1)  # the model call is under way
+        yield child
+    finally:
+        release.set()
+
+
+@both_ways
+def test_esc_cancels_a_running_turn_and_alt_enter_meanwhile_still_adds_a_line(term, llm, isolated_home):
+    with a_turn_under_way(term, llm) as child:
         child.send("first" + "\x1b\r" + "second")  # Alt-Enter (Esc Enter) while the turn runs
         child.expect_exact("second")
         time.sleep(ESC_WAIT + 0.2)  # long enough for an Esc to count alone, had it been taken for one
         assert len(messages(isolated_home)) == 1  # the turn still runs: only its user message is in the session
         child.send("\x1b")
         child.expect_exact("Cancelled.")
-    finally:
-        release.set()
     child.send("\r")  # what was typed meanwhile is still there, on two lines
     child.expect_exact("Back in business.")
     assert sent_text(llm.requests[-1]).endswith("first\nsecond")
@@ -177,16 +186,9 @@ def test_esc_cancels_a_running_turn_and_alt_enter_meanwhile_still_adds_a_line(te
 
 @both_ways
 def test_slash_stop_typed_during_a_turn_cancels_it_as_esc_does(term, llm, isolated_home):
-    release = threading.Event()
-    llm.script(Reply(text="too late", release=release), Reply(text="Back in business."))
-    child = term()
-    try:
-        child.send("take your time" + "\r")
-        wait_for_requests(llm, 1)  # the model call is under way
+    with a_turn_under_way(term, llm) as child:
         child.send("/stop" + "\r")
         child.expect_exact("Cancelled.")
-    finally:
-        release.set()
     child.send("/stop" + "\r")
     child.expect_exact("Nothing is running.")
     child.send("hello again" + "\r")

@@ -43,7 +43,7 @@ class ContextBuilder:
         self.clock = clock  # None: the wall clock in the configured time zone
         self.confinement = confinement  # what keeps exec's commands in (the sandbox, or nothing), asked when needed
         self._entry_tokens: dict[int, int] = {}
-        self._fixed_cache: dict[tuple[str, Callable[[str], int]], int] = {}
+        self._fixed_cache: dict[tuple[str, int, Callable[[str], int]], int] = {}
 
     def system_prompt(self) -> str:
         restriction = (
@@ -93,11 +93,11 @@ class ContextBuilder:
 
     def fixed_tokens(self, system: str, count: Callable[[str], int] = count_tokens) -> int:
         """Tokens of the system prompt and tool list by `count` (exact, estimated or a bound), recounted only
-        when the prompt changes."""
-        key = (system, count)
+        when the prompt or the tool list changes."""
+        key = (system, self.tools.version, count)
         if key not in self._fixed_cache:
             tools = json.dumps([t.__dict__ for t in self.tools.specs()])
-            self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[0] == system}
+            self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[:2] == key[:2]}
             self._fixed_cache[key] = count(system) + count(tools)
         return self._fixed_cache[key]
 

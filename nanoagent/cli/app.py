@@ -231,14 +231,12 @@ def _with_stdin(message: str, limit_of: Callable[[], int]) -> str:
     if len(data) > limit:
         raise NanoagentError(f"The input piped to nanoagent is over the {limit:,}-byte limit "
                              "(tools.attachments.maxStdinBytes in config.json); send less, or a file with -a.")
-    try:
-        text = data.decode("utf-8-sig")
-    except UnicodeDecodeError:
-        text = "\x00"
-    if "\x00" in text:
+    from nanoagent.attachments import as_text, piped
+
+    text = as_text(data)
+    if text is None:
         raise NanoagentError("The input piped to nanoagent is not text (UTF-8); pipe text, or attach an image "
                              "with -a.")
-    from nanoagent.attachments import piped
 
     if message == "-":
         check_message(text)
@@ -246,24 +244,11 @@ def _with_stdin(message: str, limit_of: Callable[[], int]) -> str:
     return piped(text, message) if text.strip() else message
 
 
-def _read_stdin(limit: int) -> bytes | None:
-    """Up to `limit` + 1 bytes piped in (a pipe or a file); None for a terminal, /dev/null or a socket, whose
-    reading could wait for ever or means nothing."""
-    import io
-    import os
-    import stat
-
-    stream = sys.stdin
-    if stream is None or stream.isatty():
-        return None
-    buffer = getattr(stream, "buffer", None)
-    try:
-        mode = os.fstat(stream.fileno()).st_mode
-    except (OSError, ValueError, io.UnsupportedOperation):
-        mode = None  # no descriptor: an in-process runner's stream, read as it is
-    if mode is not None and not (stat.S_ISFIFO(mode) or stat.S_ISREG(mode)):
-        return None
-    return buffer.read(limit + 1) if buffer is not None else stream.read(limit + 1).encode("utf-8")
+def _read_stdin(limit: int) -> bytes:
+    """Up to `limit` + 1 bytes of what was piped in; only called when `stdin_has_data` says something was (a
+    terminal, /dev/null or a socket is never read: that could wait for ever or means nothing)."""
+    buffer = getattr(sys.stdin, "buffer", None)
+    return buffer.read(limit + 1) if buffer is not None else sys.stdin.read(limit + 1).encode("utf-8")
 
 
 def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
@@ -314,7 +299,7 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
     async def session() -> None:
         from nanoagent.cli.attach import RemoteAgent, connect
 
-        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui, None) if remote
+        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui) if remote
                                            else _local(config, paths, model))
         try:
             attacher = _attacher(paths, config)

@@ -1,7 +1,7 @@
-"""What a terminal talks to: the agent in this process, or a running gateway over its socket.
+"""What an interactive terminal talks to: the agent in this process, or a running gateway over its socket.
 
-Both offer the same few operations, so the interactive session and the one-shot render, cancel,
-inject and approve the same way either way.
+Both offer the same few operations, so the session renders, cancels, injects and approves the same way either
+way. A one-shot `agent -m` uses LocalAgent too; through a gateway it sends with `gateway/oneshot.py`.
 """
 
 from __future__ import annotations
@@ -57,6 +57,7 @@ class LocalAgent:
         loop = asyncio.get_running_loop()
         # after the prompt is on screen, so the import does not hold up the first frame
         loop.call_later(0.3, lambda: loop.run_in_executor(None, provider.prepare))
+        loop.call_later(0.3, lambda: loop.run_in_executor(None, self.loop.context.confinement))  # bwrap's check
         if self.loop.mcp is not None:
             loop.call_later(0.3, self.loop.mcp.warm_up)
 
@@ -104,7 +105,7 @@ class RemoteAgent:
         pass  # the gateway has its SDK loaded
 
 
-async def connect(socket: Path, key: str, draw: ev.EventSink, ask: Ask | None) -> RemoteAgent:
+async def connect(socket: Path, key: str, draw: ev.EventSink) -> RemoteAgent:
     """Attach to the gateway: its events for the session are drawn with `draw`."""
     from nanoagent.gateway.client import GatewayClient
 
@@ -115,5 +116,5 @@ async def connect(socket: Path, key: str, draw: ev.EventSink, ask: Ask | None) -
             seen[:] = [event]
         draw(event)
 
-    client = await GatewayClient.connect(socket, key, on_event, ask)
+    client = await GatewayClient.connect(socket, key, on_event)
     return RemoteAgent(client, seen)

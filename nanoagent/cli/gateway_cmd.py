@@ -80,6 +80,8 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
               file=sys.stderr, flush=True)
         provider = loop.providers.get(loop.models.default)  # the SDK loads now, not in the first turn
         asyncio.get_running_loop().run_in_executor(None, provider.prepare)
+        # the sandbox's smoke test, which the prompt reports on, runs now off the event loop (its result is kept)
+        asyncio.get_running_loop().run_in_executor(None, loop.context.confinement)
 
     _log_to_stderr()  # from here on: a refusal before this is one line, not also a log line
     asyncio.run(server.serve(ready))

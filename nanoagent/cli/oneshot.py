@@ -71,17 +71,17 @@ def attached(argv: list[str]) -> bool:
     if plain is None or stdin_has_data():
         return False
     check_message(plain.message)
-    from nanoagent.gateway.oneshot import gateway_answers
+    from nanoagent.cli.render import OneShotRenderer
+    from nanoagent.gateway.protocol import NoGateway
     from nanoagent.paths import Paths
 
     paths = Paths.from_env()
-    if not gateway_answers(paths.gateway_socket):
-        return False
-    from nanoagent.cli.render import OneShotRenderer
-
     renderer = OneShotRenderer(quiet_reply=plain.json_output)
-    renderer.warm_up()
-    turn = through_gateway(paths, session_key(plain.session), plain.message, renderer)
+    renderer.warm_up()  # the full command line draws with it too when no gateway answers
+    try:
+        turn = through_gateway(paths, session_key(plain.session), plain.message, renderer)
+    except NoGateway:
+        return False
     finish(paths, turn, renderer, plain.json_output)
     return True
 

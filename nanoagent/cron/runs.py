@@ -81,7 +81,7 @@ def settings(config: Config) -> Settings:
     return Settings(catch_up=c.catch_up_hours * 3600, max_concurrent=c.max_concurrent_runs, timeout=c.run_timeout)
 
 
-def system_tasks(config: Config, paths: Paths, turn: Turn, outbox: Outbox, now: datetime | None = None,
+def system_tasks(config: Config, paths: Paths, outbox: Outbox, now: datetime | None = None,
                  slot: Slot = contextlib.nullcontext) -> list[SystemTask]:
     """The built-in periodic tasks the scheduler runs besides jobs, in the gateway and in `cron tick` alike: the
     heartbeat every heartbeat.intervalMinutes, and Dream on memory.dreamSchedule ("" turns it off). Each is
@@ -132,4 +132,4 @@ def system_tasks(config: Config, paths: Paths, turn: Turn, outbox: Outbox, now: 
 def build_scheduler(config: Config, paths: Paths, turn: Turn, outbox: Outbox, tz: tzinfo,
                     slot: Slot = contextlib.nullcontext) -> Scheduler:
     return Scheduler(JobStore(paths.cron_jobs_file), TurnRunner(turn, outbox, tz), settings(config),
-                     system_tasks(config, paths, turn, outbox, slot=slot))
+                     system_tasks(config, paths, outbox, slot=slot))

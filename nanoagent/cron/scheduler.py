@@ -20,7 +20,6 @@ Time comes from `clock`, so tests decide what "now" is.
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import time
@@ -32,6 +31,7 @@ from pathlib import Path
 from nanoagent.cron.schedule import Schedule, format_duration, iso
 from nanoagent.cron.store import Entry, Job, JobsFile, JobStore, Running, RunRecord, StoreCorrupt, TaskState
 from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import try_lock
 
 log = logging.getLogger("nanoagent.cron")
 MAX_SLEEP = 60.0  # seconds: the longest an idle scheduler sleeps (it also notices jobs other processes added)
@@ -125,7 +125,7 @@ class Scheduler:
 
     @property
     def lock_path(self) -> Path:
-        return self.store.path.with_name("scheduler.lock")
+        return self.store.scheduler_lock
 
     def wake(self) -> None:
         """Look at the jobs again now; safe from any thread (the agent's cron tool runs in one)."""
@@ -149,6 +149,7 @@ class Scheduler:
         try:
             while True:
                 delay = await self.pass_()
+                self.finished.clear()  # what ran is in jobs.json: only tick and run_now hand it back
                 await self._sleep(delay)
                 self._wake.clear()
         finally:
@@ -395,14 +396,8 @@ class Scheduler:
 
     def _lock(self, key: str) -> bool:
         """Take running/<key>.lock for a run about to start (under the store's lock)."""
-        from nanoagent.fsutil import private_dir
-
-        private_dir(self.store.running_dir)
-        fd = os.open(self.store.running_dir / f"{key}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_lock(self.store.running_dir / f"{key}.lock")
+        if fd is None:
             return False
         self._locks[key] = fd
         return True
@@ -418,33 +413,18 @@ class Scheduler:
         if key in self._locks:
             return False
         path = self.store.running_dir / f"{key}.lock"
-        try:
-            fd = os.open(path, os.O_RDWR)
-        except FileNotFoundError:
+        if not path.exists():
             return True
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+        fd = try_lock(path)
+        if fd is None:
             return False
-        finally:
-            os.close(fd)
+        os.close(fd)
         path.unlink(missing_ok=True)
         return True
 
     def _acquire(self) -> bool:
-        from nanoagent.fsutil import private_dir
-
-        private_dir(self.lock_path.parent)
-        fd = os.open(self.lock_path, os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return False
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
-        self._lock_fd = fd
-        return True
+        self._lock_fd = try_lock(self.lock_path, record_pid=True)
+        return self._lock_fd is not None
 
     def _release(self) -> None:
         if self._lock_fd is not None:
@@ -466,7 +446,7 @@ class Scheduler:
 def scheduler_seen(store: JobStore, now: float | None = None) -> bool:
     """True when a scheduler (the gateway's, or a crontab `tick`) looked at the jobs in the last few minutes."""
     try:
-        mtime = store.path.with_name("scheduler.lock").stat().st_mtime
+        mtime = store.scheduler_lock.stat().st_mtime
     except OSError:
         return False
     return (now or time.time()) - mtime < SEEN_RECENTLY

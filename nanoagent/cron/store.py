@@ -16,10 +16,9 @@ parse (written after each good read or write that changed it). Keys this version
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -303,6 +302,7 @@ class JobStore:
         self.lock_path = path.with_name("jobs.lock")
         self.good_path = path.with_name(path.name + ".good")
         self.running_dir = path.parent / "running"
+        self.scheduler_lock = path.parent / "scheduler.lock"  # held by the one scheduler of this home
 
     def read(self) -> JobsFile:
         text = self._read_text()
@@ -317,16 +317,6 @@ class JobStore:
     async def update_async(self, change: Callable[[JobsFile], T]) -> T:
         async with async_file_lock(self.lock_path, LOCK_TIMEOUT, self._busy()):
             return self._apply(change)
-
-    @contextlib.contextmanager
-    def locked(self) -> Iterator[None]:
-        with file_lock(self.lock_path, LOCK_TIMEOUT, self._busy()):
-            yield
-
-    @contextlib.asynccontextmanager
-    async def locked_async(self) -> AsyncIterator[None]:
-        async with async_file_lock(self.lock_path, LOCK_TIMEOUT, self._busy()):
-            yield
 
     def _apply(self, change: Callable[[JobsFile], T]) -> T:
         """Call while holding the lock: read, change, write when anything changed."""

@@ -16,33 +16,32 @@ from typing import Any
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
 from nanoagent.gateway import protocol
-from nanoagent.gateway.oneshot import GONE_MID_TURN, GatewayGone, check_features, unreachable
+from nanoagent.gateway.protocol import GONE_MID_TURN, GatewayGone, check_features, unreachable
 from nanoagent.messages import ImageBlock
 
 
 class GatewayClient:
     """One connection, watching one session. `on_event` gets every event of the session, this client's turns
-    and other clients' alike; `ask` answers approval questions (None: every question is declined)."""
+    and other clients' alike; `ask`, set by whoever sends, answers approval questions (None: each is declined)."""
 
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                 on_event: Callable[[ev.Event], None], ask: Callable[[str], Awaitable[str]] | None):
+                 on_event: Callable[[ev.Event], None]):
         self.reader = reader
         self.writer = writer
         self.on_event = on_event
-        self.ask = ask
+        self.ask: Callable[[str], Awaitable[str]] | None = None
         self.welcome: dict[str, Any] = {}
         self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
         self._reading: asyncio.Task[None] | None = None
 
     @classmethod
-    async def connect(cls, path: Path, session: str, on_event: Callable[[ev.Event], None],
-                      ask: Callable[[str], Awaitable[str]] | None = None) -> GatewayClient:
+    async def connect(cls, path: Path, session: str, on_event: Callable[[ev.Event], None]) -> GatewayClient:
         try:
             reader, writer = await asyncio.open_unix_connection(str(path), limit=protocol.MAX_EVENT_LINE)
         except OSError as e:
             raise unreachable(path, e) from None
-        client = cls(reader, writer, on_event, ask)
+        client = cls(reader, writer, on_event)
         client.write(protocol.hello(session))
         line = await reader.readline()
         if not line:
@@ -62,8 +61,7 @@ class GatewayClient:
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
-        self.write({"type": "send", "id": request_id, "session": session or self.welcome.get("session"),
-                    "text": text, **({"attachments": images} if images else {})})
+        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images))
         try:
             reply = await future
         except asyncio.CancelledError:

@@ -14,16 +14,10 @@ from pathlib import Path
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError, Stopped
 from nanoagent.gateway import protocol
+from nanoagent.gateway.protocol import GONE_MID_TURN, GatewayGone, check_features, unreachable
 from nanoagent.messages import ImageBlock
 
-
-class GatewayGone(NanoagentError):
-    pass
-
-
 REQUEST = "r1"  # the id of the one message a connection sends
-GONE_MID_TURN = ("The gateway went away mid-turn; the turn goes on there if it is still running. See "
-                 "`nanoagent gateway status`.")
 
 
 def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
@@ -55,24 +49,13 @@ def tell(path: Path, message: dict, timeout: float = 0.5) -> bool:
     return True
 
 
-def unreachable(path: Path, e: OSError) -> GatewayGone:
-    return GatewayGone(f"Cannot reach the gateway at {path}: {e.strerror or e}; start it with `nanoagent gateway`, "
-                       "or use --local.")
-
-
-def check_features(welcome: dict, images: list[ImageBlock] | None) -> None:
-    if images and "attachments" not in (welcome.get("features") or []):
-        raise NanoagentError("The running gateway is older than this client and would drop the attachment; "
-                             "restart it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
-
-
 def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event], None],
              ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None) -> ev.TurnResult:
     """Send one message or slash command to `session` and wait for its turn to end. Every event of the session
     goes to `on_event`; `ask` answers approval questions (None: each is declined). Ctrl-C or a signal (Stopped)
-    cancels the turn in the gateway; any other end of the wait leaves the turn to finish there."""
-    send = protocol.encode({"type": "send", "id": REQUEST, "session": session, "text": text,
-                            **({"attachments": images} if images else {})})
+    cancels the turn in the gateway; any other end of the wait leaves the turn to finish there. NoGateway when
+    nothing listens on the socket."""
+    send = protocol.encode(protocol.send(REQUEST, session, text, images))
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
                              f"{protocol.MAX_LINE:,}); send less, or use --local.")

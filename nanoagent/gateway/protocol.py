@@ -22,9 +22,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+from pathlib import Path
 from typing import Any
 
 from nanoagent.agent import events as ev
+from nanoagent.errors import NanoagentError
 from nanoagent.messages import ImageBlock, checked_image
 from nanoagent.usage import Usage
 
@@ -39,9 +41,39 @@ _EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
     ev.SubagentEnded)}
 
 
+class GatewayGone(NanoagentError):
+    pass
+
+
+class NoGateway(GatewayGone):
+    """The socket cannot be connected to: no gateway was started, a killed one left its socket file, or the
+    home is not one (a file, a folder this user cannot enter)."""
+
+
+GONE_MID_TURN = ("The gateway went away mid-turn; the turn goes on there if it is still running. See "
+                 "`nanoagent gateway status`.")
+
+
+def unreachable(path: Path, e: OSError) -> NoGateway:
+    return NoGateway(f"Cannot reach the gateway at {path}: {e.strerror or e}; start it with `nanoagent gateway`, "
+                "or use --local.")
+
+
+def check_features(welcome: dict[str, Any], images: list[ImageBlock] | None) -> None:
+    if images and "attachments" not in (welcome.get("features") or []):
+        raise NanoagentError("The running gateway is older than this client and would drop the attachment; "
+                             "restart it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
+
+
 def hello(session: str) -> dict[str, Any]:
     """A client's first line: which session it watches."""
     return {"type": "hello", "v": VERSION, "session": session, "pid": os.getpid()}
+
+
+def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None) -> dict[str, Any]:
+    """A message or slash command for `session`, with references to images already under the workspace's media/."""
+    return {"type": "send", "id": request_id, "session": session, "text": text,
+            **({"attachments": images} if images else {})}
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -55,7 +55,7 @@ class Gateway:
     grace: float = 10.0
     clock: Callable[[], float] = time.time
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
-    _clients: set[asyncio.Task[None]] = field(default_factory=set)
+    _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
 
     def stop(self) -> None:
@@ -122,20 +122,21 @@ class Gateway:
     async def _client(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         task = asyncio.current_task()
         assert task is not None
-        self._clients.add(task)
-        connection = Connection(self, reader, writer)
+        connection = self._clients[task] = Connection(self, reader, writer)
         try:
             await connection.serve()
         except Exception as e:  # noqa: BLE001 - one client's failure is that client's alone
             log.error(_record("client_failed", error=type(e).__name__))
         finally:
-            self._clients.discard(task)
+            self._clients.pop(task, None)
             connection.close()
 
     def status(self) -> dict[str, Any]:
-        """What `{"type": "status"}` answers; `clients` leaves out the connection that asks."""
+        """What `{"type": "status"}` answers. `clients` counts the connections watching a session (that said
+        hello), not probes or the one asking."""
+        watching = sum(1 for connection in self._clients.values() if connection.watching)
         return {"type": "status", "pid": os.getpid(), "started": self._started, "running": self.hub.running(),
-                "clients": len(self._clients) - 1, "components": [c.name for c in self.components]}
+                "clients": watching, "components": [c.name for c in self.components]}
 
 
 class Connection:
@@ -148,6 +149,7 @@ class Connection:
         self.writer = writer
         self.session = "cli:direct"
         self.unwatch: Callable[[], None] = lambda: None
+        self.watching = False  # said hello: a terminal or program following a session
         self.requests: set[asyncio.Task[None]] = set()
         self.questions: dict[str, asyncio.Future[str]] = {}
         self.ids = itertools.count(1)
@@ -194,6 +196,7 @@ class Connection:
             self.write({"type": "error", "message": f"unknown type {kind!r}"})
 
     def attach(self, key: str) -> None:
+        self.watching = True
         self.unwatch()
         self.session = key
         self.unwatch = self.hub.watch(key, self.event)

@@ -15,16 +15,19 @@ class ToolRegistry:
     def __init__(self, tools: list[Tool] | None = None):
         self._tools: dict[str, Tool] = {}
         self._specs: list[ToolSpec] | None = None
+        self.version = 0  # changes with the tool list (MCP servers add and drop tools while a process runs)
         for t in tools or ():
             self.register(t)
 
     def register(self, tool: Tool) -> None:
         self._tools[tool.name] = tool
         self._specs = None
+        self.version += 1
 
     def unregister(self, name: str) -> None:
         if self._tools.pop(name, None) is not None:
             self._specs = None
+            self.version += 1
 
     def get(self, name: str) -> Tool | None:
         return self._tools.get(name)

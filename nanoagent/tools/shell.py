@@ -125,7 +125,7 @@ class Gate:
                 if turn.session_key not in self.warned:
                     self.warned.add(turn.session_key)
                     turn.notify(f"warning: commands run WITHOUT a sandbox: {check.explain()}")
-        approve = self.settings.approve or ("never" if sandboxed or policy.mode == "none" else "unsandboxed")
+        approve = approval(self.settings, sandboxed)
         if approve == "never" or (approve == "unsandboxed" and sandboxed) or turn.session_key in self.always:
             return sandboxed
         if turn.ask is None:
@@ -140,6 +140,11 @@ class Gate:
         return sandboxed
 
 
+def approval(settings: ExecSettings, sandboxed: bool) -> str:
+    """tools.exec.approve, or its default: ask first only for a command that runs unsandboxed by fallback."""
+    return settings.approve or ("never" if sandboxed or settings.policy.mode == "none" else "unsandboxed")
+
+
 def describe_confinement(settings: ExecSettings) -> str:
     """What keeps exec's commands in, as the model should be told it: the sandbox as configured and as it works
     on this machine (the same smoke test the Gate runs), or that nothing does."""
@@ -149,7 +154,7 @@ def describe_confinement(settings: ExecSettings) -> str:
     if check is not None and not check.ok and policy.mode == "bwrap":
         return ("Commands (`exec`) cannot run here: they may run only in the sandbox, which cannot start "
                 f"({check.reason}). Say so when a task needs one.")
-    approve = settings.approve or ("never" if sandboxed or policy.mode == "none" else "unsandboxed")
+    approve = approval(settings, sandboxed)
     if sandboxed:
         network = "the network is reachable" if policy.network else "there is no network"
         text = ("Commands (`exec`) run in a bubblewrap sandbox: the workspace is writable, the system read-only, "
