@@ -352,3 +352,9 @@ def unanswered_tool_calls(messages: list[Message]) -> list[ToolCallData]:
         if is_user(message):
             return []
     return []
+
+
+def closing_results(messages: list[Message], text: str) -> list[Message]:
+    """An error result saying `text` for each tool call of the last turn that never got one (the turn was cut
+    off mid-tool), so the conversation is whole again."""
+    return [tool_result(call["id"], call["name"], text, error=True) for call in unanswered_tool_calls(messages)]

@@ -240,10 +240,9 @@ class AgentLoop:
 
     def repair(self, session: Session, sink: ev.EventSink = ev.discard, notify: bool = True) -> None:
         """Give tool calls that never got a result (process killed mid-turn) an 'interrupted' result."""
-        missing = msg.unanswered_tool_calls(session.messages)
+        missing = msg.closing_results(session.messages, INTERRUPTED)
         if missing:
-            self.store.add_messages(session, [msg.tool_result(call["id"], call["name"], INTERRUPTED, error=True)
-                                              for call in missing], sync=True)
+            self.store.add_messages(session, missing, sync=True)
             if notify:
                 sink(ev.Notice(f"Repaired session {session.key}: {len(missing)} tool call(s) were interrupted.",
                                session=session.key))

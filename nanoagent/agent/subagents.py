@@ -366,8 +366,7 @@ class Subagents:
         try:
             result = await runner.run(spec)
         except asyncio.CancelledError:  # leave its session as a finished turn, as the loop does for a user's
-            closing: list[msg.Message] = [msg.tool_result(c["id"], c["name"], INTERRUPTED, error=True)
-                                          for c in msg.unanswered_tool_calls(session.messages)]
+            closing = msg.closing_results(session.messages, INTERRUPTED)
             self.store.add_messages(session, [*closing, msg.assistant("(cancelled)")], sync=True)
             raise
         finally:

@@ -66,8 +66,7 @@ class Outbox:
     async def _note(self, key: str, note: str) -> None:
         session = self.sessions.load(key)
         async with self.sessions.lock_async(session, timeout=self.lock_timeout):
-            missing = msg.unanswered_tool_calls(session.messages)  # a turn killed mid-tool: close it first
-            repairs: list[msg.Message] = [msg.tool_result(c["id"], c["name"], REPAIRED, error=True) for c in missing]
+            repairs = msg.closing_results(session.messages, REPAIRED)  # a turn killed mid-tool: close it first
             self.sessions.add_messages(session, [*repairs, msg.assistant(note)], sync=True)
 
     # --- Telegram ---------------------------------------------------------------------------------------------
