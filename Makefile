@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: install test lint bench size clean
+.PHONY: install test test-fast lint bench size clean
 
 install:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -11,6 +11,9 @@ install:
 
 test:
 	$(BIN)/python -m pytest -n auto --dist worksteal
+
+test-fast:  # the edit loop: in this process only (no tests marked `process`)
+	$(BIN)/python -m pytest -n auto --dist worksteal -m "not process"
 
 lint:
 	$(BIN)/ruff check nanoagent tests bench

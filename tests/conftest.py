@@ -1,7 +1,16 @@
-"""Shared fixtures: an isolated home for every test, the local LLM server, and two CLI runners.
+"""Shared fixtures: an isolated home for every test, the local LLM server, the CLI runners, and the process split.
 
 `invoke` runs the `nanoagent` command in this process (fast: the SDKs are imported once); `run_cli` runs it
 as a real process, for what needs one (kill -9, two writers, import time, a terminal).
+
+A test that starts a real process (a Python interpreter: nanoagent, a gateway, an MCP server, a helper script;
+tmux; a pseudo-terminal; a fork) carries `@pytest.mark.process`; `make test-fast` leaves those out. A test
+without the mark that starts one fails, naming what it started. Commands the code under test runs as its work
+(git for the memory's history, the shell and bwrap for exec) are not processes in this sense: they cost
+milliseconds.
+
+Waits: a test waits on the event itself (a file appears, a process ends, a reply arrives) for up to PATIENCE
+seconds. That deadline only ends a test that is broken; a slow, loaded machine never reaches it.
 """
 
 from __future__ import annotations
@@ -10,9 +19,11 @@ import gc
 import json
 import logging
 import os
+import pty
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +32,95 @@ import pytest
 ROOT = Path(__file__).resolve().parent.parent
 PROVIDER_ENV = ("ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", "OPENAI_API_KEY", "OPENAI_BASE_URL",
                 "OPENROUTER_API_KEY", "NANOAGENT_MODEL", "NANOAGENT_DEBUG", "OLLAMA_API_BASE")
+
+
+PATIENCE = 120.0  # seconds any wait for an event may take; only a broken test reaches it (pytest-timeout: 240 s)
+
+
+def wait_until(check: Callable[[], object], what: str, timeout: float = PATIENCE, every: float = 0.02) -> object:
+    """Poll `check` until it returns something true, and return that; fail naming `what` after `timeout` s."""
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout:g} s"
+        time.sleep(every)
+    return result
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Let Python keep bytecode for this run, whatever PYTHONDONTWRITEBYTECODE says: otherwise every worker
+    rewrites every test module and every nanoagent subprocess compiles the package from source. The package
+    is compiled once here, in the process that starts the workers, before any of them runs."""
+    os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+    sys.dont_write_bytecode = False
+    if not hasattr(config, "workerinput"):
+        import compileall
+
+        compileall.compile_dir(ROOT / "nanoagent", quiet=1)
+
+
+# Fixtures that start a real process: a test using one is marked `process` without saying so itself.
+PROCESS_FIXTURES = frozenset({"term", "tmux"})  # tests/test_interactive.py: a pseudo-terminal, tmux
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if PROCESS_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.process)
+
+
+class UnmarkedProcess(Exception):  # noqa: N818 - named for what the test did
+    """A test without `@pytest.mark.process` started one (not an OSError: nothing on the way may swallow it)."""
+
+
+def _program(args: object, executable: object) -> str:
+    if executable:
+        return os.fsdecode(executable)
+    if isinstance(args, (str, bytes)):
+        return os.fsdecode(args).split()[0] if args.strip() else ""
+    first = next(iter(args), "")
+    return os.fsdecode(first)
+
+
+def _is_real_process(program: str) -> bool:
+    """A Python interpreter (nanoagent, a gateway, an MCP server, a script), a console script of the venv, tmux."""
+    name = Path(program).name
+    in_venv = Path(program).parent == Path(sys.executable).parent
+    return in_venv or name.startswith("python") or name in ("nanoagent", "tmux")
+
+
+@pytest.fixture(autouse=True)
+def processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
+    """A test without `@pytest.mark.process` may not start a real process (see the module's docstring)."""
+    if request.node.get_closest_marker("process") is not None:
+        yield
+        return
+    started: list[str] = []
+
+    def refuse(what: str) -> UnmarkedProcess:
+        started.append(what)
+        return UnmarkedProcess(f"{request.node.nodeid} starts {what}: mark it @pytest.mark.process "
+                               "(or run it in this process with `invoke`)")
+
+    execute_child = subprocess.Popen._execute_child
+
+    def guarded(self, args, executable, *rest, **kw):
+        program = _program(args, executable)
+        if _is_real_process(program):
+            raise refuse(program)
+        return execute_child(self, args, executable, *rest, **kw)
+
+    def no_fork(name: str) -> Callable[..., object]:
+        def refused(*args: object, **kwargs: object) -> object:
+            raise refuse(f"a {name}")
+        return refused
+
+    monkeypatch.setattr(subprocess.Popen, "_execute_child", guarded)
+    monkeypatch.setattr(os, "fork", no_fork("fork"))
+    monkeypatch.setattr(os, "forkpty", no_fork("pseudo-terminal"))
+    monkeypatch.setattr(pty, "fork", no_fork("pseudo-terminal"))
+    yield
+    if started:
+        pytest.fail(f"started {', '.join(started)} without @pytest.mark.process", pytrace=False)
 
 
 @pytest.fixture(autouse=True)
@@ -72,7 +172,7 @@ def fast_retries(**extra) -> dict:
     return {"agents": {"defaults": {"retryBaseDelay": 0.01, "maxRetries": 2, "streamIdleTimeout": 2, **extra}}}
 
 
-def run_cli(*args: str, env: dict | None = None, timeout: float = 60, cwd: Path | None = None,
+def run_cli(*args: str, env: dict | None = None, timeout: float = PATIENCE, cwd: Path | None = None,
             input: str | None = None) -> subprocess.CompletedProcess:
     full_env = {**os.environ, **(env or {})}
     return subprocess.run([sys.executable, "-m", "nanoagent", *args], capture_output=True, text=True,
@@ -87,6 +187,11 @@ class Ran:
     stdout: str
     stderr: str
 
+    @property
+    def error_lines(self) -> list[str]:
+        """stderr's lines that hold something."""
+        return [line for line in self.stderr.splitlines() if line.strip()]
+
 
 def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran:
     """Run `nanoagent ARGS` in this process through its console-script entry point (`main`, the one error
@@ -98,10 +203,13 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
     one: the environment (the CLI sets variables such as TIKTOKEN_CACHE_DIR) and the "nanoagent" logger (it
     opens its log file once per process, in the home of that run) are put back as they were, and its garbage
     is collected while no event loop runs, as at a process exit (an SDK client left open would otherwise be
-    closed from the next run's event loop, and fail there). An exception that escapes `main` propagates, as
+    closed from the next run's event loop, and fail there). What survives that collection is frozen
+    (`gc.freeze`): the next run's collection, and Python's own, walk only what was made since, not the SDKs'
+    and the tests' modules again (most of the cost of a run otherwise). An exception that escapes `main` propagates, as
     a traceback would end a real process."""
     from typer.testing import CliRunner
 
+    import nanoagent.cli.logs  # noqa: F401 - its import sets the logger up as a process has it; saved as such below
     from nanoagent.cli.entry import main
 
     logger, root = logging.getLogger("nanoagent"), logging.getLogger()
@@ -122,6 +230,7 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
             return Ran(code, out.getvalue().decode(), err.getvalue().decode("utf-8", "backslashreplace"))
     finally:
         gc.collect()
+        gc.freeze()
         sys.argv = saved_argv
         root.handlers[:] = saved_root
         os.environ.clear()
@@ -153,7 +262,7 @@ def start_gateway_process(env: dict) -> subprocess.Popen:
     with open(home.parent / "gateway.stderr", "ab") as log:
         proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env=env,
                                 stdout=subprocess.DEVNULL, stderr=log)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE
     while not gateway_answers(home / "run" / "gateway.sock"):
         assert proc.poll() is None and time.monotonic() < deadline, (home.parent / "gateway.stderr").read_text()
         time.sleep(0.05)

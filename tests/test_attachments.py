@@ -254,6 +254,7 @@ def test_images_of_a_session_switched_to_a_model_without_vision_become_a_note(ll
 # --- interactive: /attach ------------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_slash_attach_in_a_terminal_lists_and_sends_files_with_the_next_message_only(llm, isolated_home, picture,
                                                                                    tmp_path):
     import os

@@ -106,6 +106,7 @@ def test_connection_refused_is_a_clear_error(isolated_home):
     assert "Traceback" not in proc.stderr
 
 
+@pytest.mark.process
 def test_debug_shows_tracebacks_only_when_asked(isolated_home):
     # a real process: the traceback is what Python prints when an exception ends it
     (isolated_home).mkdir(parents=True, exist_ok=True)
@@ -114,6 +115,7 @@ def test_debug_shows_tracebacks_only_when_asked(isolated_home):
     assert "Traceback" in run_cli("--debug", "status").stderr
 
 
+@pytest.mark.process
 def test_killed_between_tool_call_and_result_the_next_run_repairs_and_continues(llm, isolated_home):
     env = anthropic_env(llm)
     llm.script(Reply(tool_calls=[("exec", {"command": "sleep 30"})]), Reply(text="Recovered."))
@@ -153,6 +155,7 @@ def open_files(pid: int) -> set[str]:
     return found
 
 
+@pytest.mark.process
 def test_two_processes_on_one_session_take_turns(llm, isolated_home):
     # The first reply is held until both processes have the session's lock file open: one holds the lock
     # through its turn, the other waits for it. Without the lock the second would call the model meanwhile.
@@ -181,6 +184,7 @@ def test_two_processes_on_one_session_take_turns(llm, isolated_home):
     assert len(llm.requests[-1].body["messages"]) == 3  # the second turn saw the first
 
 
+@pytest.mark.process
 def test_help_and_version_do_not_import_provider_sdks():
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "--help"], capture_output=True,
                           text=True, cwd=ROOT)
@@ -324,6 +328,7 @@ def test_slash_model_switches_to_a_name_the_model_table_does_not_know_but_says_w
     assert "now uses ollama/my-own-tag" in local and "bundled model table" not in local
 
 
+@pytest.mark.process
 def test_a_process_waiting_for_a_busy_session_says_who_holds_it_then_goes_on(llm, isolated_home):
     store = SessionStore(isolated_home / "sessions")
     session = store.load("cli:direct")
@@ -357,6 +362,7 @@ def test_a_project_folder_given_with_w_is_not_seeded_without_consent_off_a_termi
     assert proc.returncode == 0 and proc.stdout == "ok\n", proc.stderr
 
 
+@pytest.mark.process
 def test_a_project_folder_given_with_w_is_seeded_only_when_the_person_at_the_terminal_agrees(llm, tmp_path):
     import pexpect
 

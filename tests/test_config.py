@@ -5,7 +5,7 @@ import pytest
 
 from nanoagent.config import load_config
 from nanoagent.errors import ConfigError
-from tests.conftest import run_cli, write_config
+from tests.conftest import invoke, write_config
 
 
 def test_defaults_apply_when_there_is_no_config_file(tmp_path):
@@ -78,7 +78,7 @@ def test_cli_reports_corrupt_config_in_one_line_and_leaves_the_file_alone(isolat
     path = write_config(isolated_home, {})
     path.write_text("{not json")
     before = path.read_bytes()
-    proc = run_cli("agent", "-m", "hi")
+    proc = invoke("agent", "-m", "hi")
     assert proc.returncode == 1
     assert "not valid JSON" in proc.stderr and "Traceback" not in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1
@@ -87,7 +87,7 @@ def test_cli_reports_corrupt_config_in_one_line_and_leaves_the_file_alone(isolat
 
 def test_cli_reports_wrong_type_with_exit_code_1(isolated_home):
     write_config(isolated_home, {"tools": {"exec": {"timeout": "soon"}}})
-    proc = run_cli("status")
+    proc = invoke("status")
     assert proc.returncode == 1
     assert "tools.exec.timeout" in proc.stderr and "Traceback" not in proc.stderr
 
@@ -97,7 +97,7 @@ def test_wrong_type_is_one_stderr_line_and_leaves_the_file_byte_identical(isolat
     path.write_bytes(b'{\n  "agents": {"defaults": {"maxTokens": "lots"}},\n  "tools": {}\n}\n')
     before = path.read_bytes()
     for args in (("status",), ("agent", "-m", "hi")):
-        proc = run_cli(*args)
+        proc = invoke(*args)
         assert proc.returncode == 1
         lines = [line for line in proc.stderr.splitlines() if line.strip()]
         assert len(lines) == 1, proc.stderr
@@ -113,33 +113,33 @@ def test_unreadable_config_is_a_clear_error(isolated_home):
     else:
         path = write_config(isolated_home, {})
         path.chmod(0)
-    proc = run_cli("status")
+    proc = invoke("status")
     assert proc.returncode == 1
     assert "Cannot read" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_missing_key_names_the_variable_and_onboard(isolated_home):
-    proc = run_cli("agent", "-m", "hi")
+    proc = invoke("agent", "-m", "hi")
     assert proc.returncode == 1
     assert "ANTHROPIC_API_KEY" in proc.stderr and "nanoagent onboard" in proc.stderr
 
 
 def test_unknown_model_and_unknown_provider_are_clear_errors(isolated_home):
-    proc = run_cli("agent", "-m", "hi", "--model", "mystery-model")
+    proc = invoke("agent", "-m", "hi", "--model", "mystery-model")
     assert proc.returncode == 1 and "Unknown model 'mystery-model'" in proc.stderr
-    proc = run_cli("agent", "-m", "hi", "--model", "nosuchvendor/model-1")
+    proc = invoke("agent", "-m", "hi", "--model", "nosuchvendor/model-1")
     assert proc.returncode == 1 and "Unknown provider 'nosuchvendor'" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_onboard_creates_private_config_and_workspace_without_overwriting(isolated_home):
-    proc = run_cli("onboard", "--provider", "anthropic", "--api-key", "sk-ant-secret-0123456789abcdef")
+    proc = invoke("onboard", "--provider", "anthropic", "--api-key", "sk-ant-secret-0123456789abcdef")
     assert proc.returncode == 0, proc.stderr
     config = isolated_home / "config.json"
     assert config.stat().st_mode & 0o777 == 0o600
     soul = isolated_home / "workspace" / "SOUL.md"
     soul.write_text("my own soul")
-    proc = run_cli("onboard")
+    proc = invoke("onboard")
     assert proc.returncode == 0
     assert soul.read_text() == "my own soul"
     assert json.loads(config.read_text())["providers"]["anthropic"]["apiKey"] == "sk-ant-secret-0123456789abcdef"
@@ -147,7 +147,7 @@ def test_onboard_creates_private_config_and_workspace_without_overwriting(isolat
 
 
 def test_status_shows_key_presence_but_never_the_key(isolated_home):
-    proc = run_cli("status", env={"ANTHROPIC_API_KEY": "sk-ant-very-secret"})
+    proc = invoke("status", env={"ANTHROPIC_API_KEY": "sk-ant-very-secret"})
     assert proc.returncode == 0
     assert "api key:   set" in proc.stdout
     assert "sk-ant-very-secret" not in proc.stdout
@@ -194,7 +194,6 @@ def test_every_numeric_setting_has_a_range_holding_its_default():
 ])
 def test_a_value_out_of_range_is_one_line_naming_the_key_and_range_and_the_file_stays_byte_identical(
         isolated_home, key, value, range_text):
-    from tests.invoke import nanoagent
 
     data: dict = {}
     node = data
@@ -205,8 +204,8 @@ def test_a_value_out_of_range_is_one_line_naming_the_key_and_range_and_the_file_
     path = write_config(isolated_home, data)
     before = path.read_bytes()
     for args in (("status",), ("agent", "-m", "hi"), ("doctor", "--fix")):
-        ran = nanoagent(*args, env={"ANTHROPIC_API_KEY": "sk-ant-test"})
-        assert ran.code == 1, args
+        ran = invoke(*args, env={"ANTHROPIC_API_KEY": "sk-ant-test"})
+        assert ran.returncode == 1, args
         problem = f"{path}: `{key}` must be {range_text}; fix the value or delete the key."
         if args[0] == "doctor":
             assert f"FIX   {problem}" in ran.stdout

@@ -5,6 +5,8 @@ import json
 import multiprocessing
 from pathlib import Path
 
+import pytest
+
 from nanoagent.agent import events as ev
 from nanoagent.agent.build import build_agent
 from nanoagent.config.schema import Config
@@ -188,6 +190,7 @@ def _append_many(memory_dir: str, worker: int, count: int) -> None:
         log.append(f"cli:{worker}", f"entry {worker}-{i}")
 
 
+@pytest.mark.process
 def test_two_processes_never_allocate_the_same_cursor(tmp_path):
     memory_dir = tmp_path / "memory"
     ctx = multiprocessing.get_context("fork")

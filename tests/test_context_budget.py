@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from nanoagent.agent.build import build_agent
 from nanoagent.config.schema import Config, ProviderConfig
 from nanoagent.paths import Paths
@@ -144,6 +146,7 @@ def long_session(home: Path, count: int, unarchived: int, figure: int | None) ->
                                 "input_tokens": figure, "output_tokens": 10, "window": [count - unarchived, count - 1]}])
 
 
+@pytest.mark.process
 def test_a_session_near_its_budget_is_measured_from_the_providers_figure_without_the_tokenizer(isolated_home):
     long_session(isolated_home, 3000, 160, figure=14_000)
     out = subprocess.run([sys.executable, "-c", ONE_TURN], capture_output=True, text=True, timeout=60)
@@ -151,6 +154,7 @@ def test_a_session_near_its_budget_is_measured_from_the_providers_figure_without
     assert out.stdout.split() == ["False", "2840"]  # the tokenizer takes 0.6 s to load; nothing needed archiving
 
 
+@pytest.mark.process
 def test_without_a_figure_the_same_session_is_counted_with_the_tokenizer(isolated_home):
     long_session(isolated_home, 3000, 160, figure=None)
     out = subprocess.run([sys.executable, "-c", ONE_TURN], capture_output=True, text=True, timeout=60)

@@ -15,6 +15,8 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
+
 from nanoagent.cron.schedule import Schedule
 from nanoagent.cron.store import Job, JobStore
 from nanoagent.paths import Paths
@@ -47,6 +49,7 @@ def wait_for(check: Callable[[], object], what: str, timeout: float = 30.0) -> N
         time.sleep(0.05)
 
 
+@pytest.mark.process
 def test_two_ticks_started_together_run_a_due_job_once(llm):
     store = due_job()
     release = threading.Event()
@@ -70,6 +73,7 @@ def test_two_ticks_started_together_run_a_due_job_once(llm):
     assert job is not None and [r.status for r in job.runs] == ["ok"] and job.running is None
 
 
+@pytest.mark.process
 def test_a_tick_killed_mid_run_is_recorded_interrupted_by_the_next_and_not_repeated(llm):
     store = due_job()
     release = threading.Event()
@@ -96,6 +100,7 @@ def test_a_tick_killed_mid_run_is_recorded_interrupted_by_the_next_and_not_repea
     assert not list((store.path.parent / "running").glob("*.lock"))
 
 
+@pytest.mark.process
 def test_the_gateway_runs_a_due_job_and_a_crontab_tick_stands_aside(llm, isolated_home, tmp_path: Path):
     store = due_job()
     llm.script(Reply(text="Hello from the gateway."))

@@ -8,8 +8,7 @@ import json
 import pytest
 
 from nanoagent.memory.history import HistoryLog
-from tests.conftest import anthropic_env
-from tests.invoke import nanoagent
+from tests.conftest import anthropic_env, invoke
 from tests.llm_server import Reply
 
 HUGE = "1" + "0" * 26  # far past SQLite's largest integer
@@ -35,18 +34,18 @@ def test_a_huge_cursor_file_is_recovered_from_history_and_search_keeps_working(i
     memory_file(isolated_home, ".cursor").write_text(HUGE + "\n")
     env = anthropic_env(llm)
     llm.script(Reply(text="Gull is a fine name."))
-    assert nanoagent("agent", "-m", "my boat is called Gull", env=env).code == 0
+    assert invoke("agent", "-m", "my boat is called Gull", env=env).returncode == 0
     llm.script(Reply(text="The user named their boat Gull."))  # the summary /new archives
-    ran = nanoagent("agent", "-m", "/new", env=env)
-    assert ran.code == 0, ran.stderr
+    ran = invoke("agent", "-m", "/new", env=env)
+    assert ran.returncode == 0, ran.stderr
     path = memory_file(isolated_home, ".cursor")
     assert [line for line in ran.error_lines if str(path) in line] == [
         f"warning: {path} holds '{HUGE}', not a cursor from 0 to 2 (the last in history.jsonl); using 2; "
         "the next entry rewrites it"]
     assert cursors_in_history(isolated_home) == [1, 2, 3]
     assert path.read_text().strip() == "3"
-    found = nanoagent("memory", "search", "boat Gull", "--json")
-    assert found.code == 0, found.stderr
+    found = invoke("memory", "search", "boat Gull", "--json")
+    assert found.returncode == 0, found.stderr
     assert "history#3" in [hit["source"].split()[0] for hit in json.loads(found.stdout)]
 
 
@@ -54,8 +53,8 @@ def test_a_history_line_with_a_cursor_too_big_for_sqlite_is_skipped_by_search(is
     remember(isolated_home, "- the user likes tea")
     with memory_file(isolated_home, "history.jsonl").open("a") as f:
         f.write(json.dumps({"cursor": int(HUGE), "timestamp": "", "session": "x", "content": "tea again"}) + "\n")
-    found = nanoagent("memory", "search", "tea", "--json")
-    assert found.code == 0, found.stderr
+    found = invoke("memory", "search", "tea", "--json")
+    assert found.returncode == 0, found.stderr
     assert [hit["source"].split()[0] for hit in json.loads(found.stdout)] == ["history#1"]
     assert remember(isolated_home, "- and biscuits").cursor == 2
 
@@ -66,8 +65,8 @@ def test_a_dream_cursor_that_is_not_a_number_warns_and_dream_reads_all_history(i
     path = memory_file(isolated_home, ".dream_cursor")
     path.write_text(content)
     llm.script(Reply(text="Nothing to keep."))
-    ran = nanoagent("dream", "--dry-run", env=anthropic_env(llm))
-    assert ran.code == 0, ran.stderr
+    ran = invoke("dream", "--dry-run", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
     assert ran.error_lines == [
         f"warning: {path} holds {content!r}, not a cursor from 0 to 2 (the last in history.jsonl); using 0, so Dream "
         "reads all of history again; write the last cursor Dream processed into the file to skip that"]
@@ -80,14 +79,14 @@ def test_a_dream_cursor_past_the_end_warns_and_new_history_is_still_dreamed(isol
     path = memory_file(isolated_home, ".dream_cursor")
     path.write_text(HUGE)
     env = anthropic_env(llm)
-    ran = nanoagent("dream", env=env)
-    assert ran.code == 0, ran.stderr
+    ran = invoke("dream", env=env)
+    assert ran.returncode == 0, ran.stderr
     assert ran.error_lines == [f"warning: {path} holds '{HUGE}', not a cursor from 0 to 2 (the last in "
                                "history.jsonl); using 2 and wrote that there, so Dream takes the entries after it"]
     assert path.read_text().strip() == "2"
     assert "Nothing new" in ran.stdout and llm.requests == []
     log.append("cli:direct", "- the user bought a boat")
     llm.script(Reply(text="Nothing to keep."))
-    ran = nanoagent("dream", "--dry-run", env=env)
-    assert ran.code == 0, ran.stderr
+    ran = invoke("dream", "--dry-run", env=env)
+    assert ran.returncode == 0, ran.stderr
     assert "Entries 3-3 (1)" in ran.stdout

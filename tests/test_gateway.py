@@ -28,7 +28,7 @@ from nanoagent.gateway.oneshot import gateway_answers
 from nanoagent.gateway.server import Gateway, GatewayBusy
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
-from tests.conftest import ROOT, anthropic_env, run_cli, start_gateway_process
+from tests.conftest import ROOT, anthropic_env, invoke, run_cli, start_gateway_process
 
 
 class SlowProvider(ScriptedProvider):
@@ -310,6 +310,7 @@ def test_shutdown_lets_a_short_turn_finish_and_cancels_a_long_one_after_the_grac
 # --- terminals attach ---------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isolated_home):
     from tests.llm_server import Reply
 
@@ -351,6 +352,7 @@ def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isola
 @pytest.mark.parametrize(("sig", "code", "said"), [(signal.SIGINT, 130, ""),  # as typer ends on Ctrl-C
                                                    (signal.SIGTERM, 143, "Error: Stopped by SIGTERM")],
                          ids=["ctrl-c", "sigterm"])
+@pytest.mark.process
 def test_ctrl_c_or_sigterm_on_a_one_shot_through_the_gateway_cancels_its_turn_there(llm, isolated_home, sig, code,
                                                                                    said):
     from tests.llm_server import Reply
@@ -455,6 +457,7 @@ def test_signal_handlers_are_put_back_after_a_one_shot_and_an_ignored_hangup_sta
         running.stop()
 
 
+@pytest.mark.process
 def test_a_kill_9_of_the_gateway_mid_turn_then_a_restart_leaves_a_whole_session_answered_once(llm,
                                                                                               isolated_home):
     from tests.llm_server import Reply
@@ -486,6 +489,7 @@ def test_a_kill_9_of_the_gateway_mid_turn_then_a_restart_leaves_a_whole_session_
     assert sum("are you there?" in c for c in contents) == 1 and contents[-1] == "I am here"
 
 
+@pytest.mark.process
 def test_a_cron_change_from_another_process_reaches_the_gateways_scheduler_at_once(isolated_home):
     from nanoagent.cron.store import JobStore
 
@@ -505,8 +509,7 @@ def test_a_cron_change_from_another_process_reaches_the_gateways_scheduler_at_on
 
 
 def test_gateway_install_prints_a_systemd_unit(isolated_home):
-    out = subprocess.run([sys.executable, "-m", "nanoagent", "gateway", "install", "--print"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=30)
+    out = invoke("gateway", "install", "--print")
     assert out.returncode == 0
     assert "ExecStart=" in out.stdout and "gateway" in out.stdout and "Restart=on-failure" in out.stdout
     assert f"NANOAGENT_HOME={isolated_home}" in out.stdout

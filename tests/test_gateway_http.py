@@ -27,7 +27,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
-from tests.conftest import anthropic_env, run_cli, write_config
+from tests.conftest import anthropic_env, invoke, write_config
 
 
 @dataclass
@@ -386,7 +386,7 @@ def test_binding_beyond_loopback_without_a_token_is_refused_at_start_with_one_li
 def test_the_gateway_command_stops_at_start_with_that_one_line(isolated_home, llm):
     write_config(isolated_home, {"gateway": {"http": {"enabled": True, "host": "0.0.0.0"}}})
     (isolated_home / "run" / "http-token").mkdir(parents=True)
-    ran = run_cli("gateway", env=anthropic_env(llm), timeout=30)
+    ran = invoke("gateway", env=anthropic_env(llm))
     assert ran.returncode == 1
     assert ran.stderr.strip().count("\n") == 0 and "not loopback" in ran.stderr, ran.stderr
 

@@ -1,5 +1,7 @@
 """`--help` that reads in order, with an example for every command."""
 
+import pytest
+
 from tests.conftest import invoke
 
 
@@ -33,6 +35,7 @@ def test_every_command_and_group_shows_a_one_line_example_in_its_help(isolated_h
     assert missing == []
 
 
+@pytest.mark.process
 def test_a_one_shot_builds_no_command_group_it_does_not_use(llm, isolated_home):
     import subprocess
     import sys

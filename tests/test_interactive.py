@@ -439,6 +439,7 @@ def test_esc_cancels_a_dream_that_shows_its_progress_and_memory_stays_as_it_was(
     assert history.dream_cursor == 1
 
 
+@pytest.mark.process
 def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_home):
     llm.script(Reply(text="Some **bold** words.\n\n- first point\n- second point"))
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80"}

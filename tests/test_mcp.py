@@ -82,6 +82,7 @@ def run_turn(llm, *replies: Reply, message: str = "go", env_for=anthropic_env):
     return invoke("agent", "-m", message, env=env_for(llm))
 
 
+@pytest.mark.process
 def test_a_stdio_servers_tool_is_called_in_a_turn_and_its_result_is_enveloped(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__echo", {"text": "hi there"})]), Reply(text="done"))
@@ -92,6 +93,7 @@ def test_a_stdio_servers_tool_is_called_in_a_turn_and_its_result_is_enveloped(ll
     assert "echo: hi there" in result and 'untrusted_data source=\\"mcp__demo__echo\\"' in result
 
 
+@pytest.mark.process
 def test_the_tool_list_is_cached_so_the_next_run_starts_no_server_until_a_tool_is_called(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     assert run_turn(llm, Reply(text="first")).returncode == 0  # no cache yet: the server starts to list its tools
@@ -106,6 +108,7 @@ def test_the_tool_list_is_cached_so_the_next_run_starts_no_server_until_a_tool_i
     assert ran.returncode == 0 and '\\n5\\n' in tool_results(llm.requests[-1])[0]
 
 
+@pytest.mark.process
 def test_a_changed_server_config_does_not_use_the_old_cached_list(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     assert run_turn(llm, Reply(text="first")).returncode == 0
@@ -114,6 +117,7 @@ def test_a_changed_server_config_does_not_use_the_old_cached_list(llm, isolated_
     assert [n for n in tool_names(llm.requests[-1]) if n.startswith("mcp__")] == ["mcp__demo__echo"]
 
 
+@pytest.mark.process
 def test_a_streamable_http_servers_tool_is_called_with_the_configured_headers(llm, isolated_home, http_server):
     _, url = http_server(token="s3cret")
     write_config(isolated_home, {"mcpServers": {"remote": {"url": url, "headers": {"Authorization": "Bearer s3cret"}}}})
@@ -122,6 +126,7 @@ def test_a_streamable_http_servers_tool_is_called_with_the_configured_headers(ll
     assert "echo: over http" in tool_results(llm.requests[1])[0]
 
 
+@pytest.mark.process
 def test_an_http_server_answering_401_is_one_clear_line_and_the_turn_goes_on(llm, isolated_home, http_server):
     _, url = http_server(token="s3cret")
     write_config(isolated_home, {"mcpServers": {"remote": {"url": url, "headers": {"Authorization": "Bearer wrong"}}}})
@@ -132,6 +137,7 @@ def test_an_http_server_answering_401_is_one_clear_line_and_the_turn_goes_on(llm
     assert not [n for n in tool_names(llm.requests[0]) if n.startswith("mcp__")]
 
 
+@pytest.mark.process
 def test_an_http_server_that_goes_away_and_comes_back_is_reconnected(llm, isolated_home, http_server):
     proc, url = http_server()
     port = int(url.rsplit(":", 1)[1].split("/")[0])
@@ -161,6 +167,7 @@ def test_an_http_server_that_goes_away_and_comes_back_is_reconnected(llm, isolat
     assert "echo: again" in back
 
 
+@pytest.mark.process
 def test_a_command_that_does_not_exist_is_reported_once_and_its_tools_left_out(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"ghost": {"command": "no-such-mcp-server-xyz"},
                                                 "demo": stdio("other")}})
@@ -171,6 +178,7 @@ def test_a_command_that_does_not_exist_is_reported_once_and_its_tools_left_out(l
     assert [n for n in tool_names(llm.requests[0]) if n.startswith("mcp__")] == ["mcp__demo__echo"]
 
 
+@pytest.mark.process
 def test_a_server_that_crashes_on_start_is_explained_by_its_last_error_line(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"broken": stdio("dies")}})
     ran = run_turn(llm, Reply(text="fine"))
@@ -179,6 +187,7 @@ def test_a_server_that_crashes_on_start_is_explained_by_its_last_error_line(llm,
     assert "exited with code 2" in line and "/nope/server.toml not found" in line and "mcp-broken.log" in line
 
 
+@pytest.mark.process
 def test_a_cached_server_that_fails_at_its_first_call_gives_an_error_result_and_is_left_out(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     assert run_turn(llm, Reply(text="cache it")).returncode == 0
@@ -199,6 +208,7 @@ def test_a_cached_server_that_fails_at_its_first_call_gives_an_error_result_and_
     assert len([line for line in ran.stderr.splitlines() if line.startswith("MCP server 'demo'")]) == 1
 
 
+@pytest.mark.process
 def test_a_server_that_crashes_mid_call_gives_an_error_result_and_starts_again_at_the_next_call(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__crash", {})]),
@@ -209,6 +219,7 @@ def test_a_server_that_crashes_mid_call_gives_an_error_result_and_starts_again_a
     assert "echo: still here" in echoed
 
 
+@pytest.mark.process
 def test_a_server_that_prints_garbage_on_stdout_still_works(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"chatty": stdio("garbage")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__chatty__echo", {"text": "through the noise"})]), Reply(text="ok"))
@@ -216,6 +227,7 @@ def test_a_server_that_prints_garbage_on_stdout_still_works(llm, isolated_home):
     assert "echo: through the noise" in tool_results(llm.requests[1])[0]
 
 
+@pytest.mark.process
 def test_a_tool_call_that_hangs_times_out_as_an_error_result_and_the_turn_goes_on(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic", timeout=1)}})
     started = time.monotonic()
@@ -226,6 +238,7 @@ def test_a_tool_call_that_hangs_times_out_as_an_error_result_and_the_turn_goes_o
     assert time.monotonic() - started < 30
 
 
+@pytest.mark.process
 def test_an_error_result_becomes_a_tool_error_and_an_image_a_note(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__broken", {}), ("mcp__demo__picture", {})]), Reply(text="ok"))
@@ -237,6 +250,7 @@ def test_an_error_result_becomes_a_tool_error_and_an_image_a_note(llm, isolated_
 
 
 @pytest.mark.parametrize("env_for", [anthropic_env, openai_env], ids=["anthropic", "openai"])
+@pytest.mark.process
 def test_a_schema_providers_reject_is_cleaned_in_the_request(llm, isolated_home, env_for):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__weird", {"where": {"x": 1, "y": 2}})]), Reply(text="ok"),
@@ -256,6 +270,7 @@ def test_a_schema_providers_reject_is_cleaned_in_the_request(llm, isolated_home,
     assert "weird ok: x=1.0" in json.dumps(llm.requests[1].body)
 
 
+@pytest.mark.process
 def test_two_servers_with_the_same_tool_name_stay_distinct(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"one": stdio("basic"), "two": stdio("other")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__one__echo", {"text": "a"}), ("mcp__two__echo", {"text": "b"})]),
@@ -265,6 +280,7 @@ def test_two_servers_with_the_same_tool_name_stay_distinct(llm, isolated_home):
     assert "echo: a" in first and "other echo: b" in second
 
 
+@pytest.mark.process
 def test_a_changed_tool_list_is_picked_up_without_a_restart_and_cached(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__grow", {})]),
@@ -291,6 +307,7 @@ def stored_tool_messages(home) -> list[dict]:
     return [m for m in SessionStore(home / "sessions").load("cli:direct").messages if m["role"] == "tool"]
 
 
+@pytest.mark.process
 def test_an_image_result_reaches_claude_as_an_image_and_the_session_keeps_only_a_reference(llm, isolated_home):
     data = base64.b64encode(PNG).decode()
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
@@ -320,6 +337,7 @@ def test_an_image_result_reaches_claude_as_an_image_and_the_session_keeps_only_a
     assert content[1]["text"] == f"[image image-{digest[:16]}.png no longer available]"
 
 
+@pytest.mark.process
 def test_an_openai_compatible_model_gets_the_tool_messages_then_the_images_in_a_labelled_user_message(
         llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
@@ -337,6 +355,7 @@ def test_an_openai_compatible_model_gets_the_tool_messages_then_the_images_in_a_
                      "image_url": {"url": "data:image/png;base64," + base64.b64encode(PNG).decode()}}
 
 
+@pytest.mark.process
 def test_a_model_that_takes_no_images_gets_the_note_in_the_tool_message(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__picture", {})]), Reply(text="ok"),
@@ -348,6 +367,7 @@ def test_a_model_that_takes_no_images_gets_the_note_in_the_tool_message(llm, iso
     assert "base64" not in json.dumps(llm.requests[1].body)
 
 
+@pytest.mark.process
 def test_an_image_result_over_the_size_limit_stays_a_note_and_its_caption_still_goes(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")},
                                  "tools": {"attachments": {"maxImageBytes": 1000}}})

@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT, anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 from tests.test_mcp import SERVERS, stdio
@@ -31,6 +33,7 @@ def wait_for(condition, timeout: float = 30.0) -> bool:
     return condition()
 
 
+@pytest.mark.process
 def test_mcp_add_list_and_remove_edit_config_json_and_keep_its_other_keys(isolated_home):
     write_config(isolated_home, {"agents": {"defaults": {"model": "anthropic/claude-keep"}}})
     added = invoke("mcp", "add", "demo", "--", sys.executable, SERVERS, "basic")
@@ -74,6 +77,7 @@ def test_a_server_entry_without_command_or_url_is_reported_and_the_agent_still_a
     assert "`mcpServers.half` has neither `command` nor `url`" in ran.stderr
 
 
+@pytest.mark.process
 def test_help_and_a_one_shot_without_mcp_servers_do_not_import_the_mcp_sdk(llm, isolated_home):
     def imported(*args: str) -> set[str]:
         proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", *args], capture_output=True,
@@ -90,6 +94,7 @@ def test_help_and_a_one_shot_without_mcp_servers_do_not_import_the_mcp_sdk(llm, 
     assert not {"mcp", "mcp_types", "httpx2"} & imported("agent", "-m", "hi")  # cached tools, none called
 
 
+@pytest.mark.process
 def test_no_mcp_server_or_its_children_outlive_a_kill_9_of_nanoagent(llm, isolated_home):
     write_config(isolated_home, {"mcpServers": {"kids": stdio("children", timeout=120)}})
     llm.script(Reply(tool_calls=[("mcp__kids__slow", {"seconds": 300})]), Reply(text="never"))
@@ -107,6 +112,7 @@ def test_no_mcp_server_or_its_children_outlive_a_kill_9_of_nanoagent(llm, isolat
     assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=10)
 
 
+@pytest.mark.process
 def test_the_gateway_keeps_one_connection_for_every_session_and_stops_its_servers(llm, isolated_home):
     from tests.conftest import start_gateway_process
 

@@ -3,6 +3,8 @@
 
 import json
 
+import pytest
+
 from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
 from nanoagent.templates import seed_workspace
@@ -50,6 +52,7 @@ def test_a_long_conversation_consolidates_into_history_with_correct_cursors(llm,
     assert summaries and "turn 0" in json.dumps(summaries[0].body["messages"])
 
 
+@pytest.mark.process
 def test_dream_edits_memory_commits_and_advances_the_cursor(llm, isolated_home):
     # real processes: the one end-to-end run of `dream` and `dream-log`
     log = remember(isolated_home, "- the user bought a boat and named it Gull")
@@ -84,6 +87,7 @@ def test_a_failing_dream_exits_non_zero_and_leaves_cursor_and_files(llm, isolate
     assert log.dream_cursor == 0
 
 
+@pytest.mark.process
 def test_two_dreams_then_restoring_the_first_keeps_the_second(llm, isolated_home):
     log = remember(isolated_home, "- boat named Gull")
     dream_once(llm, ANALYSIS, append_call("- Boat: Gull", "add: boat Gull"))

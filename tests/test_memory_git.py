@@ -17,7 +17,7 @@ from nanoagent.errors import NanoagentError
 from nanoagent.memory.gitlog import MemoryGit, RestoreConflict
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
-from tests.conftest import ROOT, run_cli
+from tests.conftest import ROOT, invoke
 
 MEMORY_LINES = [f"- fact {i}" for i in range(12)]
 
@@ -521,7 +521,7 @@ def test_concurrent_writers_each_get_their_own_commit(tmp_path):
 
 def test_dream_log_says_so_when_there_is_no_history(tmp_path):
     _, ws = workspace(tmp_path)
-    proc = run_cli("dream-log", "-w", str(ws))
+    proc = invoke("dream-log", "-w", str(ws))
     assert proc.returncode == 0
     assert "No memory edits recorded yet" in proc.stdout
 
@@ -533,18 +533,18 @@ def test_dream_log_lists_commits_and_shows_one_diff(tmp_path):
     edit = mg.commit(["USER.md"], "Learned the user likes coffee")
     assert edit is not None
 
-    table = run_cli("dream-log", "-n", "5", "-w", str(ws), env={"COLUMNS": "200"})
+    table = invoke("dream-log", "-n", "5", "-w", str(ws), env={"COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
     row = next(line for line in table.stdout.splitlines() if line.startswith(edit.short))
     assert "USER.md" in row and "Learned the user likes coffee" in row
     assert mg.log()[-1].short in table.stdout
 
-    diff = run_cli("dream-log", edit.short, "-w", str(ws))
+    diff = invoke("dream-log", edit.short, "-w", str(ws))
     assert diff.returncode == 0, diff.stderr
     assert "+Likes: coffee" in diff.stdout and "-Likes: tea" in diff.stdout
     assert "\x1b[" not in diff.stdout  # plain when not a terminal
 
-    missing = run_cli("dream-log", "abc1234", "-w", str(ws))
+    missing = invoke("dream-log", "abc1234", "-w", str(ws))
     assert missing.returncode == 1 and "No memory commit 'abc1234'" in missing.stderr
 
 
@@ -558,12 +558,12 @@ def test_dream_restore_undoes_a_commit_and_a_conflict_exits_1_changing_nothing(t
     assert coffee is not None and cocoa is not None
     before = state(mg)
 
-    conflict = run_cli("dream-restore", coffee.short, "-w", str(ws))
+    conflict = invoke("dream-restore", coffee.short, "-w", str(ws))
     assert conflict.returncode == 1
     assert conflict.stderr.count("\n") == 1 and conflict.stderr.startswith("Error: Cannot undo")
     assert state(mg) == before
 
-    done = run_cli("dream-restore", cocoa.short, "-w", str(ws))
+    done = invoke("dream-restore", cocoa.short, "-w", str(ws))
     assert done.returncode == 0, done.stderr
     assert f"Restore: undo {cocoa.short} cocoa" in done.stdout
     assert (ws / "USER.md").read_text() == "Name: Ada\nLikes: coffee\n"
@@ -607,6 +607,7 @@ def test_slash_commands_say_when_there_is_no_memory_history(tmp_path):
     assert "not kept here" in asyncio.run(loop.handle("/dream-restore abc1234")).reply
 
 
+@pytest.mark.process
 def test_building_an_agent_does_not_import_gitpython():
     code = ("import sys; from nanoagent.agent.build import build_agent; from nanoagent.config.schema import Config;"
             "from nanoagent.paths import Paths; from nanoagent.providers.scripted import ScriptedProvider;"

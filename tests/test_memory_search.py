@@ -22,7 +22,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
 from nanoagent.tools import ToolContext, ToolRegistry
-from tests.conftest import openai_env, run_cli, write_config
+from tests.conftest import invoke, openai_env, write_config
 
 MEMORY_MD = """# Long-term memory
 
@@ -329,19 +329,19 @@ def test_a_built_agent_searches_memory_with_the_tool_without_opening_the_index_f
 
 def test_cli_search_prints_json_with_source_score_and_content(paths, isolated_home):
     remember(paths, "The spare key is under the blue pot.")
-    proc = run_cli("memory", "search", "spare key", "--json", "-w", str(paths.workspace))
+    proc = invoke("memory", "search", "spare key", "--json", "-w", str(paths.workspace))
     assert proc.returncode == 0, proc.stderr
     hits = json.loads(proc.stdout)
     assert hits[0]["source"] == "history#1 2026-11-22 12:00" and hits[0]["content"] == "The spare key is under the blue pot."
     assert isinstance(hits[0]["score"], float)
-    plain = run_cli("memory", "search", "spare key", "--limit", "1", "-w", str(paths.workspace))
+    plain = invoke("memory", "search", "spare key", "--limit", "1", "-w", str(paths.workspace))
     assert plain.returncode == 0 and plain.stdout.startswith("history#1 2026-11-22 12:00") and "blue pot" in plain.stdout
 
 
 def test_cli_search_with_no_hits_says_so_and_succeeds(paths):
-    proc = run_cli("memory", "search", 'nothing "( AND *', "-w", str(paths.workspace))
+    proc = invoke("memory", "search", 'nothing "( AND *', "-w", str(paths.workspace))
     assert proc.returncode == 0 and "No memory matches" in proc.stdout
-    assert json.loads(run_cli("memory", "search", "zebra", "--json", "-w", str(paths.workspace)).stdout) == []
+    assert json.loads(invoke("memory", "search", "zebra", "--json", "-w", str(paths.workspace)).stdout) == []
 
 
 def hybrid_config(llm, model: str = "openai/text-embedding-test") -> Config:
@@ -399,7 +399,7 @@ def test_a_missing_embedding_key_is_explained(paths):
 
 def test_cli_hybrid_search_takes_the_endpoint_from_openai_environment_variables(paths, llm, isolated_home):
     write_config(isolated_home, {"memory": {"embeddingModel": "openai/text-embedding-test"}})
-    proc = run_cli("memory", "search", "beagle", "--json", "-w", str(paths.workspace), env=openai_env(llm))
+    proc = invoke("memory", "search", "beagle", "--json", "-w", str(paths.workspace), env=openai_env(llm))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["source"] == "memory/MEMORY.md:3-5"
     assert embedding_requests(llm) and embedding_requests(llm)[0].path == "/v1/embeddings"
@@ -505,7 +505,7 @@ def test_an_index_folder_that_is_a_file_is_explained_with_the_fix(paths):
 def test_cli_search_with_a_directory_for_an_index_exits_1_with_one_line(paths, isolated_home):
     index = MemorySearch(paths).index_path
     index.mkdir(parents=True)
-    proc = run_cli("memory", "search", "beagle", "-w", str(paths.workspace))
+    proc = invoke("memory", "search", "beagle", "-w", str(paths.workspace))
     assert proc.returncode == 1
     assert proc.stderr.startswith("Error: ") and str(index) in proc.stderr and "derived data" in proc.stderr
     assert "Traceback" not in proc.stderr and "OperationalError" not in proc.stderr

@@ -10,8 +10,7 @@ import pytest
 
 from nanoagent.cli.interactive import build_prompt
 from nanoagent.memory.history import HistoryLog
-from tests.conftest import anthropic_env, write_config
-from tests.invoke import nanoagent
+from tests.conftest import anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 
 
@@ -42,16 +41,16 @@ def store_an_input_line(history_file: Path) -> None:
 
 def test_everything_under_the_home_is_private_whatever_the_umask(umask, isolated_home, llm):
     env = anthropic_env(llm)
-    assert nanoagent("onboard", "--provider", "anthropic", "--api-key", "sk-ant-" + "x" * 30).code == 0
+    assert invoke("onboard", "--provider", "anthropic", "--api-key", "sk-ant-" + "x" * 30).returncode == 0
     llm.script(Reply(tool_calls=[("memory_search", {"query": "boat"})]), Reply(text="Nothing about boats yet."))
-    ran = nanoagent("agent", "-m", "what is my boat called?", env=env)
-    assert ran.code == 0, ran.stderr
+    ran = invoke("agent", "-m", "what is my boat called?", env=env)
+    assert ran.returncode == 0, ran.stderr
     HistoryLog(isolated_home / "workspace" / "memory").append("cli:direct", "- the user's boat is called Gull")
     llm.script(Reply(text="## memory/MEMORY.md\n- ADD: boat Gull"),
                Reply(tool_calls=[("append_to_file", {"path": "memory/MEMORY.md", "text": "- Boat: Gull",
                                                      "summary": "add: boat"})]), Reply(text="Added."))
-    ran = nanoagent("dream", env=env)
-    assert ran.code == 0, ran.stderr
+    ran = invoke("dream", env=env)
+    assert ran.returncode == 0, ran.stderr
     store_an_input_line(isolated_home / "history" / "cli_history")
 
     found = modes(isolated_home)
@@ -79,8 +78,8 @@ def test_a_home_made_open_by_an_older_version_is_made_private_where_nanoagent_op
         path.write_text("")
         path.chmod(0o644)
     isolated_home.chmod(0o755)
-    ran = nanoagent("agent", "-m", "hi", env=anthropic_env(llm))
-    assert ran.code == 0, ran.stderr
+    ran = invoke("agent", "-m", "hi", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
     assert ran.error_lines == []  # tightening nanoagent's own files is expected, not news
     assert {name: oct(stat.S_IMODE(p.stat().st_mode)) for name, p in
             {"home": isolated_home, "session": session, "log": log}.items()} == {

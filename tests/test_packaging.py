@@ -12,6 +12,7 @@ from nanoagent.templates import TemplateError, render, workspace_templates
 from tests.conftest import ROOT
 
 
+@pytest.mark.process
 def test_wheel_contains_templates_and_skills_and_finds_them_without_the_source_tree(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
                            "-w", str(tmp_path / "dist"), str(ROOT)], capture_output=True, text=True)
@@ -76,6 +77,7 @@ def test_every_builtin_skill_parses_and_is_listed_in_the_skills_summary(tmp_path
         assert f"- **{skill.name}**: {skill.description} `{path}`" in summary
 
 
+@pytest.mark.process
 def test_python_dash_m_runs_the_cli():
     proc = subprocess.run([sys.executable, "-m", "nanoagent", "--version"], capture_output=True, text=True)
     assert proc.returncode == 0 and proc.stdout.startswith("nanoagent ")

@@ -58,6 +58,7 @@ def test_the_stdin_cap_comes_from_config(llm, isolated_home):
     assert proc.returncode == 1 and "1,000-byte limit" in proc.stderr
 
 
+@pytest.mark.process
 def test_piped_text_reaches_the_model_through_a_running_gateway(isolated_home):
     from tests.test_gateway import Running
 

@@ -268,12 +268,11 @@ def test_a_line_that_is_not_json_in_the_middle_of_a_stream_is_named():
 
 
 def test_a_cut_openai_compatible_stream_is_one_line_from_the_cli(llm, isolated_home):
-    from tests.conftest import openai_env
-    from tests.invoke import nanoagent
+    from tests.conftest import invoke, openai_env
 
     llm.script(Reply(text="this reply will be cut off " * 5, cut_after=3, cut_inside=True))
-    ran = nanoagent("agent", "-m", "hi", env=openai_env(llm))
-    assert ran.code == 1
+    ran = invoke("agent", "-m", "hi", env=openai_env(llm))
+    assert ran.returncode == 1
     assert ran.error_lines[-1].startswith("Error: openai/gpt-test: the stream ended before the reply was complete "
                                           "(the reply was cut off mid-stream). Your message is kept")
     assert "Traceback" not in ran.stderr and "JSONDecodeError" not in ran.stderr

@@ -256,6 +256,7 @@ def test_the_turn_scope_is_reset_after_a_turn(isolated_home):
 # --- doctor and signals ------------------------------------------------------------------------------
 
 
+@pytest.mark.process
 def test_doctor_runs_the_same_smoke_test_and_names_the_fix_when_bwrap_is_missing(tmp_path, isolated_home):
     import subprocess
     import sys
@@ -277,6 +278,7 @@ def test_doctor_runs_the_same_smoke_test_and_names_the_fix_when_bwrap_is_missing
 
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
+@pytest.mark.process
 def test_sigterm_or_sighup_during_a_command_kills_it_and_records_the_interrupted_turn(llm, isolated_home,
                                                                                       signal_name):
     import json
@@ -327,6 +329,7 @@ def test_folders_the_user_adds_are_readable_or_writable_as_chosen(home, tmp_path
 
 
 @needs_bwrap
+@pytest.mark.process
 def test_a_kill_9_of_nanoagent_leaves_no_sandboxed_command_running(home):
     import subprocess
     import sys

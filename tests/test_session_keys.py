@@ -5,8 +5,7 @@ from __future__ import annotations
 import json
 
 from nanoagent.paths import safe_key
-from tests.conftest import anthropic_env
-from tests.invoke import nanoagent
+from tests.conftest import anthropic_env, invoke
 from tests.llm_server import Reply
 
 TRICKY = ["x/y", "x_y", "x:y", "x__y", "x_:y", "x:_y", "_5f", "_2f", "a b", "a\tb", "x/_y", "x_/y", "é", "日本",
@@ -36,8 +35,8 @@ def test_keys_that_differ_only_in_slash_and_underscore_are_separate_conversation
     env = anthropic_env(llm)
     llm.default_reply = Reply(echo=True)
     for session, text in (("x/y", "first in slash"), ("x_y", "first in underscore"), ("x/y", "second in slash")):
-        ran = nanoagent("agent", "-m", text, "-s", session, env=env)
-        assert ran.code == 0, ran.stderr
+        ran = invoke("agent", "-m", text, "-s", session, env=env)
+        assert ran.returncode == 0, ran.stderr
     assert "first in underscore" not in json.dumps(llm.requests[-1].body["messages"])
     assert "first in slash" in json.dumps(llm.requests[-1].body["messages"])
     assert sorted(p.name for p in (isolated_home / "sessions").glob("*.jsonl")) == [
@@ -48,8 +47,8 @@ def test_a_session_saved_under_the_old_name_keeps_its_file_and_history(isolated_
     old = isolated_home / "sessions" / "cli__my_chat.jsonl"
     write_session(old, "cli:my_chat", "my boat is called Gull")
     llm.script(Reply(text="Gull, you said."))
-    ran = nanoagent("agent", "-m", "what is my boat called?", "-s", "my_chat", env=anthropic_env(llm))
-    assert ran.code == 0, ran.stderr
+    ran = invoke("agent", "-m", "what is my boat called?", "-s", "my_chat", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
     assert "my boat is called Gull" in json.dumps(llm.requests[0].body["messages"])
     assert [p.name for p in old.parent.glob("*.jsonl")] == ["cli__my_chat.jsonl"]
     assert "Gull, you said." in old.read_text()
@@ -60,8 +59,8 @@ def test_an_old_file_of_another_key_is_not_taken_for_this_one(isolated_home, llm
     write_session(old, "cli:x_y", "underscore secrets")
     before = old.read_bytes()
     llm.script(Reply(text="Fresh."))
-    ran = nanoagent("agent", "-m", "hello", "-s", "x/y", env=anthropic_env(llm))
-    assert ran.code == 0, ran.stderr
+    ran = invoke("agent", "-m", "hello", "-s", "x/y", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
     assert "underscore secrets" not in json.dumps(llm.requests[0].body["messages"])
     assert old.read_bytes() == before
     assert (isolated_home / "sessions" / "cli__x_2fy.jsonl").exists()

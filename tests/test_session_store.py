@@ -5,6 +5,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from nanoagent.session.store import SessionStore
 
 
@@ -96,6 +98,7 @@ for i in range(50):
 """
 
 
+@pytest.mark.process
 def test_two_processes_writing_the_same_session_never_interleave(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "sessions"), name])
              for name in ("a", "b")]
@@ -157,6 +160,7 @@ def kill_mid_append(sessions, name: str) -> bytes:
         # the record was finished in the instant between seeing it half written and the kill: again
 
 
+@pytest.mark.process
 def test_kill_9_mid_append_loses_at_most_the_torn_record(tmp_path):
     sessions = tmp_path / "sessions"
     kill_mid_append(sessions, "a")

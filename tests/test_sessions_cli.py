@@ -2,6 +2,8 @@
 
 import json
 
+import pytest
+
 from nanoagent.session.store import SessionStore
 from tests.conftest import anthropic_env, invoke
 from tests.llm_server import Reply
@@ -119,6 +121,7 @@ def test_resume_off_a_terminal_says_to_use_c_or_s(llm, isolated_home):
     assert ran.returncode == 1 and "-c" in ran.stderr and "-s KEY" in ran.stderr
 
 
+@pytest.mark.process
 def test_resume_on_a_terminal_offers_recent_conversations_to_pick_from(llm, isolated_home):
     import os
     import sys

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pexpect
+import pytest
 
 from nanoagent.session.store import SessionStore
 from tests.conftest import ROOT, invoke, run_cli, write_config
@@ -16,6 +17,7 @@ from tests.conftest import ROOT, invoke, run_cli, write_config
 GOOD_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
 
 
+@pytest.mark.process
 def test_onboard_asks_at_the_terminal_and_rejects_a_malformed_key(isolated_home):
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
@@ -53,6 +55,7 @@ def _onboard_at_terminal(env_extra: dict, answers: list[tuple[str, str]]) -> str
     return child.before or ""
 
 
+@pytest.mark.process
 def test_onboard_offers_to_store_a_key_from_the_environment_for_cron(isolated_home):
     _onboard_at_terminal({"ANTHROPIC_API_KEY": GOOD_KEY}, [("Store the key from $ANTHROPIC_API_KEY", "y")])
     config = isolated_home / "config.json"
@@ -60,6 +63,7 @@ def test_onboard_offers_to_store_a_key_from_the_environment_for_cron(isolated_ho
     assert config.stat().st_mode & 0o777 == 0o600
 
 
+@pytest.mark.process
 def test_onboard_stores_no_key_when_declined_and_says_what_cron_needs(isolated_home):
     out = _onboard_at_terminal({"ANTHROPIC_API_KEY": GOOD_KEY}, [("Store the key from $ANTHROPIC_API_KEY", "n")])
     assert "crontab" in out
@@ -131,7 +135,7 @@ def test_skills_list_shows_source_and_availability(isolated_home):
     workspace_skill = isolated_home / "workspace" / "skills" / "summarize"
     workspace_skill.mkdir(parents=True)
     (workspace_skill / "SKILL.md").write_text("---\nname: summarize\ndescription: my own summariser\n---\nSteps.\n")
-    proc = run_cli("skills", "list", env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+    proc = invoke("skills", "list", env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
     assert proc.returncode == 0
     line = next(line for line in proc.stdout.splitlines() if line.strip().startswith("summarize"))
     assert "workspace" in line and "my own summariser" in line
@@ -152,7 +156,7 @@ def test_skills_validate_says_each_problem_once_and_where_the_yaml_breaks(isolat
     skill = isolated_home / "workspace" / "skills" / "weekly"  # inside the workspace, where the agent also reads it
     skill.mkdir(parents=True)
     (skill / "SKILL.md").write_text("---\nname: weekly\ndescription: Build: the report\n---\nDo it.\n")
-    proc = run_cli("skills", "validate", str(skill))
+    proc = invoke("skills", "validate", str(skill))
     assert proc.returncode == 1
     assert proc.stdout + proc.stderr == (f"Error: {skill / 'SKILL.md'}: invalid YAML in frontmatter at line 3, "
                                          "column 19: mapping values are not allowed here\n")
@@ -201,12 +205,13 @@ def test_usage_piped_shows_whole_rows_and_batch_calls_at_half_price(isolated_hom
     store.append(session, [{"type": "usage", "ts": f"{today}T10:00:00+00:00", "model": "anthropic/claude-sonnet-4-5",
                             "input_tokens": 1_000_000, "output_tokens": 100_000, "cache_read_tokens": 0,
                             "cache_write_tokens": 0, "purpose": "dream", "price_factor": 0.5}])
-    proc = run_cli("usage", env={"COLUMNS": "80"})
+    proc = invoke("usage", env={"COLUMNS": "80"})
     assert proc.returncode == 0, proc.stderr
     assert key in proc.stdout and "anthropic/claude-sonnet-4-5" in proc.stdout and "…" not in proc.stdout
     assert "$2.25" in proc.stdout  # half of $4.50: Message Batches are billed at half price
 
 
+@pytest.mark.process
 def test_doctor_says_to_install_git_and_notices_a_missing_tokenizer(isolated_home, tmp_path):
     # a real process: this one has not loaded the tokenizer yet
     assert invoke("onboard").returncode == 0
@@ -270,6 +275,7 @@ def test_doctor_and_the_missing_key_error_name_the_model_setting_when_another_ke
     assert invoke("doctor").stdout.count("FIX") == 0
 
 
+@pytest.mark.process
 def test_onboard_at_the_terminal_with_another_provider_asks_for_its_model_until_it_fits(isolated_home):
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,

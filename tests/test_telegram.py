@@ -32,8 +32,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, openai_env, write_config
-from tests.invoke import nanoagent
+from tests.conftest import ROOT, invoke, openai_env, write_config
 from tests.llm_server import Reply
 from tests.telegram_server import BOT, BotAPI, check_text
 
@@ -150,8 +149,8 @@ def test_a_stranger_gets_one_pairing_code_and_no_model_call_until_approved(api):
             assert len(api.texts(stranger)) == 1  # one code, not one per message
             code = re.search(r"nanoagent pairing approve (\S+)", api.texts(stranger)[0]).group(1)
             assert provider.requests == []
-            ran = await asyncio.to_thread(nanoagent, "pairing", "approve", code)
-            assert ran.code == 0, ran.stderr
+            ran = await asyncio.to_thread(invoke, "pairing", "approve", code)
+            assert ran.returncode == 0, ran.stderr
             assert "Bob" in ran.stdout and "99" in ran.stdout
             api.message("now?", user_id=stranger, name="Bob")
             await until(lambda: api.texts(stranger)[-1:] == ["Welcome in."], "the agent's reply")
@@ -162,13 +161,13 @@ def test_a_stranger_gets_one_pairing_code_and_no_model_call_until_approved(api):
     state_file = Paths.from_env().channels_dir / "telegram.json"
     assert stat.S_IMODE(state_file.stat().st_mode) == 0o600
     assert json.loads(state_file.read_text())["allowed"] == {"99": "Bob"}
-    listed = nanoagent("pairing", "list")
+    listed = invoke("pairing", "list")
     assert "99  Bob" in listed.stdout and "No pending pairing codes." in listed.stdout
 
 
 def test_pairing_approve_with_an_unknown_code_says_how_to_find_the_right_one():
-    ran = nanoagent("pairing", "approve", "NOPE-NOPE")
-    assert ran.code == 1
+    ran = invoke("pairing", "approve", "NOPE-NOPE")
+    assert ran.returncode == 1
     assert ran.error_lines == ["Error: The pairing code NOPE-NOPE is not pending; ask them to message the bot again for "
                                "a new one, and see `nanoagent pairing list`."]
 
@@ -577,6 +576,7 @@ def wait_for(check: Callable[[], object], what: str, timeout: float = 30.0) -> N
         time.sleep(0.05)
 
 
+@pytest.mark.process
 def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(api, llm, isolated_home, tmp_path):
     write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "allowFrom": [ANN],
                                                            "apiBase": api.url}}})
@@ -617,8 +617,8 @@ def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(api,
 
 def test_the_gateway_refuses_to_start_telegram_without_a_token(isolated_home):
     write_config(isolated_home, {"channels": {"telegram": {"enabled": True}}})
-    ran = nanoagent("gateway", env={"OPENAI_API_KEY": "sk-test", "NANOAGENT_MODEL": "openai/gpt-test"})
-    assert ran.code == 1
+    ran = invoke("gateway", env={"OPENAI_API_KEY": "sk-test", "NANOAGENT_MODEL": "openai/gpt-test"})
+    assert ran.returncode == 1
     assert ran.error_lines[-1] == ("Error: channels.telegram.enabled is true but there is no bot token: set "
                                    "TELEGRAM_BOT_TOKEN or channels.telegram.token (create a bot with @BotFather in "
                                    "Telegram).")
@@ -637,6 +637,7 @@ def test_telegram_settings_come_from_config_and_the_token_from_the_environment_f
     assert Config().channels.telegram.api_base == "https://api.telegram.org"
 
 
+@pytest.mark.process
 def test_nanoagent_help_does_not_import_the_telegram_library():
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "--help"], capture_output=True,
                           text=True, cwd=ROOT)

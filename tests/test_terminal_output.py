@@ -55,6 +55,7 @@ def spawn_one_shot(llm, *args):
                          encoding="utf-8", timeout=20, dimensions=(30, 80))
 
 
+@pytest.mark.process
 def test_a_one_shot_on_a_terminal_streams_blocks_as_they_finish_and_keeps_text_before_a_tool(llm, isolated_home):
     (isolated_home / "workspace").mkdir(parents=True)
     (isolated_home / "workspace" / "notes.md").write_text("milk\n")
@@ -70,6 +71,7 @@ def test_a_one_shot_on_a_terminal_streams_blocks_as_they_finish_and_keeps_text_b
     assert "**" not in output and "Let me" in output and "look" in output  # kept, and rendered as Markdown
 
 
+@pytest.mark.process
 def test_a_one_shot_on_a_terminal_shows_a_spinner_while_the_model_thinks(llm, isolated_home):
     llm.script(Reply(text="Thought about it.", delay=1.0))
     child = spawn_one_shot(llm, "-m", "think")
@@ -78,6 +80,7 @@ def test_a_one_shot_on_a_terminal_shows_a_spinner_while_the_model_thinks(llm, is
     child.expect(pexpect.EOF)
 
 
+@pytest.mark.process
 def test_an_interactive_session_shows_no_escape_sequence_from_the_model(llm, isolated_home):
     llm.script(Reply(text=f"Hello{RETITLE} there.{CLEAR}"))
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
@@ -103,6 +106,7 @@ def test_json_carries_the_cost_of_the_turn_at_the_listed_price(llm, isolated_hom
     assert json.loads(invoke("agent", "-m", "hi", "--json", env=anthropic_env(llm)).stdout)["cost"] is None
 
 
+@pytest.mark.process
 def test_an_interactive_reply_is_followed_by_its_tokens_and_cost(llm, isolated_home):
     llm.script(Reply(text="Here you are."))
     env = {**os.environ, **anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/claude-sonnet-4-5", "TERM": "xterm-256color",

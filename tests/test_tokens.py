@@ -1,6 +1,8 @@
 import subprocess
 import sys
 
+import pytest
+
 from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens, tokenizer_available
 
 
@@ -9,6 +11,7 @@ def test_tokenizer_works_offline_from_the_files_litellm_ships():
     assert count_tokens("hello world") == 2
 
 
+@pytest.mark.process
 def test_counting_never_returns_zero_for_text_when_the_tokenizer_is_missing(tmp_path):
     code = (f"import os; os.environ['TIKTOKEN_CACHE_DIR'] = {str(tmp_path)!r}; "
             "from nanoagent.tokens import count_tokens, tokenizer_available; "
@@ -42,6 +45,7 @@ def test_the_estimate_counts_cjk_text_close_to_a_token_a_character():
     assert estimate_tokens("hello world, fine") == 5
 
 
+@pytest.mark.process
 def test_a_short_one_shot_turn_never_loads_the_tokenizer(tmp_path):
     import subprocess
     import sys

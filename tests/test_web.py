@@ -425,6 +425,7 @@ def test_tools_web_is_read_from_config_and_a_bad_cidr_names_the_key(tmp_path):
     assert "`tools.web.allowPrivate` holds '10.0.0.0/33', which is not a network" in str(info.value)
 
 
+@pytest.mark.process
 def test_both_web_tools_are_read_only_and_load_no_http_library_at_import():
     web_fetch, web_search = web_tools(WebConfig())
     assert web_fetch.read_only and web_search.read_only
