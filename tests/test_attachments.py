@@ -24,7 +24,7 @@ from nanoagent.providers.base import ChatRequest
 from nanoagent.providers.registry import build_provider
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
-from tests.conftest import anthropic_env, invoke, openai_env, write_config
+from tests.conftest import PATIENCE, anthropic_env, invoke, openai_env, write_config
 from tests.llm_server import Reply
 from tests.telegram_server import BotAPI
 from tests.test_providers_http import config_for
@@ -270,7 +270,7 @@ def test_slash_attach_in_a_terminal_lists_and_sends_files_with_the_next_message_
     llm.script(Reply(text="A red square and milk."), Reply(text="plain"))
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
-                          timeout=20, dimensions=(30, 250))
+                          timeout=PATIENCE, dimensions=(30, 250))
     try:
         child.expect_exact(PROMPT)
         child.send(f"/attach {tmp_path / 'nope.png'}\r")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from nanoagent.errors import NanoagentError
-from tests.conftest import anthropic_env, invoke, write_config
+from tests.conftest import PATIENCE, anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 
 
@@ -150,7 +150,7 @@ def test_a_command_started_with_stdin_closed_reads_it_as_empty(isolated_home, ll
 
     def run(*args: str) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, "-m", "nanoagent", *args], cwd=ROOT, capture_output=True, text=True,
-                              env={**os.environ, **anthropic_env(llm)}, timeout=60,
+                              env={**os.environ, **anthropic_env(llm)}, timeout=PATIENCE,
                               preexec_fn=lambda: os.close(0))  # as `nanoagent ... <&-`
 
     onboarded = run("onboard")  # no terminal to ask on: the defaults

@@ -14,7 +14,16 @@ from pathlib import Path
 import pytest
 
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, anthropic_env, fast_retries, invoke, openai_env, run_cli, write_config
+from tests.conftest import (
+    PATIENCE,
+    ROOT,
+    anthropic_env,
+    fast_retries,
+    invoke,
+    openai_env,
+    run_cli,
+    write_config,
+)
 from tests.llm_server import Reply
 
 
@@ -122,7 +131,7 @@ def test_killed_between_tool_call_and_result_the_next_run_repairs_and_continues(
     proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "run it"], cwd=ROOT,
                             env={**os.environ, **env}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             start_new_session=True)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE
     while not ((messages := session_messages(isolated_home)) and messages[-1].get("tool_calls")):
         assert proc.poll() is None, proc.communicate()
         assert time.monotonic() < deadline, "the tool call never reached the session"
@@ -167,7 +176,7 @@ def test_two_processes_on_one_session_take_turns(llm, isolated_home):
              for i in range(2)]
     try:
         lock = str(isolated_home / "sessions" / "cli__direct.jsonl.lock")
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + PATIENCE
         while not (llm.requests and all(lock in open_files(p.pid) for p in procs)):
             assert len(llm.requests) < 2, "the second process called the model while the first held the session"
             assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
@@ -176,7 +185,7 @@ def test_two_processes_on_one_session_take_turns(llm, isolated_home):
         assert len(llm.requests) == 1
     finally:
         release.set()
-    outputs = [p.communicate(timeout=60) for p in procs]
+    outputs = [p.communicate(timeout=PATIENCE) for p in procs]
     assert [p.returncode for p in procs] == [0, 0], outputs
     assert sorted(out for out, _ in outputs) == ["first\n", "second\n"]
     roles = [m["role"] for m in session_messages(isolated_home)]
@@ -341,7 +350,7 @@ def test_a_process_waiting_for_a_busy_session_says_who_holds_it_then_goes_on(llm
         assert first.startswith(f"Waiting for session cli:direct: another nanoagent process (pid {os.getpid()}) "
                                 "is using it"), first
         assert llm.requests == [] and proc.poll() is None
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 0 and out == "ok\n", err
     assert heard == []  # the holder never waited
 
@@ -372,7 +381,7 @@ def test_a_project_folder_given_with_w_is_seeded_only_when_the_person_at_the_ter
     env = {**os.environ, **anthropic_env(llm), "TERM": "dumb"}
     for answer, code in (("n", 1), ("y", 0)):
         child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-m", "hi", "-w", str(project)],
-                              cwd=str(ROOT), env=env, encoding="utf-8", timeout=30)
+                              cwd=str(ROOT), env=env, encoding="utf-8", timeout=PATIENCE)
         child.expect_exact("is not a nanoagent workspace yet. Add AGENTS.md")
         child.expect_exact("[y/N] ")
         child.send(answer + "\r")

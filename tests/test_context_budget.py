@@ -22,6 +22,7 @@ from nanoagent.providers.registry import build_provider
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
 from nanoagent.usage import Usage
+from tests.conftest import PATIENCE
 from tests.llm_server import Reply
 
 SUMMARY_MARK = "condense a stretch of conversation"
@@ -149,7 +150,7 @@ def long_session(home: Path, count: int, unarchived: int, figure: int | None) ->
 @pytest.mark.process
 def test_a_session_near_its_budget_is_measured_from_the_providers_figure_without_the_tokenizer(isolated_home):
     long_session(isolated_home, 3000, 160, figure=14_000)
-    out = subprocess.run([sys.executable, "-c", ONE_TURN], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", ONE_TURN], capture_output=True, text=True, timeout=PATIENCE)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "2840"]  # the tokenizer takes 0.6 s to load; nothing needed archiving
 
@@ -157,7 +158,7 @@ def test_a_session_near_its_budget_is_measured_from_the_providers_figure_without
 @pytest.mark.process
 def test_without_a_figure_the_same_session_is_counted_with_the_tokenizer(isolated_home):
     long_session(isolated_home, 3000, 160, figure=None)
-    out = subprocess.run([sys.executable, "-c", ONE_TURN], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", ONE_TURN], capture_output=True, text=True, timeout=PATIENCE)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split()[0] == "True"
 

@@ -22,6 +22,7 @@ from nanoagent.gateway.hub import Hub
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
+from tests.conftest import PATIENCE
 from tests.telegram_server import BotAPI
 
 ANN = 42
@@ -116,7 +117,7 @@ def test_in_the_gateway_a_run_goes_through_the_hub_and_a_watching_terminal_sees_
 
     async def scenario() -> None:
         task = asyncio.create_task(component.run())
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while not any(isinstance(e, ev.Notice) for e in seen):
             assert time.monotonic() < deadline, "the note never reached the watcher"
             await asyncio.sleep(0.02)

@@ -20,7 +20,7 @@ import pytest
 from nanoagent.cron.schedule import Schedule
 from nanoagent.cron.store import Job, JobStore
 from nanoagent.paths import Paths
-from tests.conftest import ROOT, anthropic_env
+from tests.conftest import PATIENCE, ROOT, anthropic_env
 from tests.llm_server import Reply
 
 
@@ -42,7 +42,7 @@ def start(*args: str, env: dict) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+def wait_for(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -60,7 +60,7 @@ def test_two_ticks_started_together_run_a_due_job_once(llm):
         wait_for(lambda: llm.requests, "the run's model call")
         time.sleep(0.3)  # both processes had time to look at the job
         release.set()
-        outs = [p.communicate(timeout=60) for p in (first, second)]
+        outs = [p.communicate(timeout=PATIENCE) for p in (first, second)]
     finally:
         release.set()
         for p in (first, second):
@@ -89,7 +89,7 @@ def test_a_tick_killed_mid_run_is_recorded_interrupted_by_the_next_and_not_repea
     finally:
         release.set()
     after = start("cron", "tick", env=env)
-    out, err = after.communicate(timeout=60)
+    out, err = after.communicate(timeout=PATIENCE)
     assert after.returncode == 0, err
     job = store.read().get("tea")
     assert job is not None and job.running is None
@@ -113,11 +113,11 @@ def test_the_gateway_runs_a_due_job_and_a_crontab_tick_stands_aside(llm, isolate
     try:
         wait_for(lambda: (j := store.read().get("tea")) is not None and j.runs, "the gateway to run the job")
         tick = start("cron", "tick", "-v", env=env)
-        out, _ = tick.communicate(timeout=60)
+        out, _ = tick.communicate(timeout=PATIENCE)
         assert tick.returncode == 0 and "A scheduler is already running" in out
     finally:
         gateway.send_signal(signal.SIGTERM)
-        assert gateway.wait(timeout=30) == 0, log_path.read_text()
+        assert gateway.wait(timeout=PATIENCE) == 0, log_path.read_text()
     job = store.read().get("tea")
     assert job is not None and [r.status for r in job.runs] == ["ok"]
     lines = [json.loads(line) for line in Paths.from_env().session_file("cli:direct").read_text().splitlines()]

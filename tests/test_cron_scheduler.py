@@ -20,6 +20,7 @@ from nanoagent.cron.store import Job, JobStore, Running, StoreCorrupt
 from nanoagent.paths import Paths
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
+from tests.conftest import PATIENCE
 
 T0 = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
 
@@ -330,6 +331,6 @@ def test_cancelling_the_scheduler_as_a_wake_arrives_stops_it():
         await asyncio.sleep(0)  # the wake is seen by the waiting side...
         serving.cancel()  # ...in the same step as the cancellation
         with pytest.raises(asyncio.CancelledError):
-            await asyncio.wait_for(serving, 5)
+            await asyncio.wait_for(serving, PATIENCE)
 
     asyncio.run(scenario())

@@ -12,6 +12,7 @@ from nanoagent.cron.scheduler import RunOutcome, Scheduler, Settings
 from nanoagent.cron.store import JobStore
 from nanoagent.paths import Paths
 from nanoagent.session.store import SessionStore
+from tests.conftest import PATIENCE
 from tests.llm_server import Reply
 
 
@@ -109,7 +110,7 @@ def test_in_the_gateway_the_heartbeat_turn_waits_for_a_free_slot_among_its_turns
             await asyncio.sleep(0.01)
         calls_while_busy = len(llm.requests)
         hub.slots.release()  # the user's turn ends
-        outcome = await asyncio.wait_for(run, 30)
+        outcome = await asyncio.wait_for(run, PATIENCE)
         assert outcome is not None and outcome.status == "ok"
         return calls_while_busy, len(llm.requests)
 

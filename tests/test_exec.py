@@ -9,6 +9,7 @@ import pytest
 from nanoagent.tools import ToolContext, ToolError
 from nanoagent.tools.sandbox import SandboxPolicy, check_bwrap
 from nanoagent.tools.shell import ExecSettings, exec_tool
+from tests.conftest import PATIENCE
 
 BWRAP = check_bwrap()
 MODES = ["none", pytest.param("bwrap", marks=pytest.mark.skipif(not BWRAP.ok, reason=f"no sandbox here: "
@@ -43,7 +44,7 @@ def running(marker: str, wrappers: bool = False) -> list[int]:
     return found
 
 
-def gone(marker: str, within: float = 3.0) -> bool:
+def gone(marker: str, within: float = PATIENCE) -> bool:
     deadline = time.monotonic() + within
     while running(marker):
         if time.monotonic() > deadline:
@@ -97,7 +98,7 @@ def test_cancelling_the_turn_kills_the_running_command(ctx, tmp_path, mode):
 
     async def go():
         task = asyncio.create_task(exec_tool(settings(mode)).call(ctx, {"command": f"sleep {marker}"}))
-        deadline = time.monotonic() + 5
+        deadline = time.monotonic() + PATIENCE
         while not running(marker) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
         assert running(marker)

@@ -28,7 +28,7 @@ from nanoagent.gateway.oneshot import gateway_answers
 from nanoagent.gateway.server import Gateway, GatewayBusy
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
-from tests.conftest import ROOT, anthropic_env, invoke, run_cli, start_gateway_process
+from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, run_cli, start_gateway_process
 
 
 class SlowProvider(ScriptedProvider):
@@ -205,7 +205,7 @@ def test_a_client_that_disconnects_mid_turn_leaves_the_turn_to_finish_and_be_sav
             conn.sendall(protocol.encode({"type": "hello", "session": "cli:gone"}))
             conn.sendall(protocol.encode({"type": "send", "id": "r1", "text": "finish without me"}))
             assert provider.started.wait(5)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while len(session_messages("cli:gone")) < 2:
             assert time.monotonic() < deadline
             time.sleep(0.02)
@@ -319,7 +319,7 @@ def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isola
     try:
         llm.script(Reply(text="via the gateway"))
         through = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "agent", "-m", "hi"],
-                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=60,
+                                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=PATIENCE,
                                  stdin=subprocess.DEVNULL)
         assert through.returncode == 0 and through.stdout.strip() == "via the gateway", through.stderr
         imported = {line.split("|")[-1].strip() for line in through.stderr.splitlines() if "import time:" in line}
@@ -327,25 +327,25 @@ def test_agent_m_goes_through_a_running_gateway_and_local_bypasses_it(llm, isola
         assert not {"typer", "asyncio", "rich"} & imported  # a plain one-shot is answered before typer loads
         llm.script(Reply(text="in this process"))
         local = subprocess.run([sys.executable, "-m", "nanoagent", "agent", "-m", "hi", "--local", "--json"],
-                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=60)
+                               cwd=ROOT, env=env, capture_output=True, text=True, timeout=PATIENCE)
         assert json.loads(local.stdout)["reply"] == "in this process"
         llm.script(Reply(status=400, error_message="bad request"))
         failed = subprocess.run([sys.executable, "-m", "nanoagent", "agent", "-m", "boom", "--json"], cwd=ROOT,
-                                env=env, capture_output=True, text=True, timeout=60)
+                                env=env, capture_output=True, text=True, timeout=PATIENCE)
         assert failed.returncode == 1 and json.loads(failed.stdout)["error"].endswith("bad request")
         status = subprocess.run([sys.executable, "-m", "nanoagent", "gateway", "status"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=30)
+                                capture_output=True, text=True, timeout=PATIENCE)
         assert status.returncode == 0 and f"pid {proc.pid}" in status.stdout
         assert "clients: 0" in status.stdout  # nobody attached: the asking command does not count itself
         second = subprocess.run([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env=env,
-                                capture_output=True, text=True, timeout=60)
+                                capture_output=True, text=True, timeout=PATIENCE)
         assert second.returncode != 0 and second.stderr.count(f"(pid {proc.pid})") == 1, second.stderr
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 0
     stopped = subprocess.run([sys.executable, "-m", "nanoagent", "gateway", "status"], cwd=ROOT, env=env,
-                             capture_output=True, text=True, timeout=30)
+                             capture_output=True, text=True, timeout=PATIENCE)
     assert stopped.returncode == 3 and "No gateway is running" in stopped.stdout
 
 
@@ -364,21 +364,21 @@ def test_ctrl_c_or_sigterm_on_a_one_shot_through_the_gateway_cancels_its_turn_th
         client = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "take your time"], cwd=ROOT,
                                   env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                   text=True)
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + PATIENCE
         while not any(r.api == "anthropic" for r in llm.requests):
             assert time.monotonic() < deadline and client.poll() is None
             time.sleep(0.02)
         client.send_signal(sig)
-        _, err = client.communicate(timeout=30)
+        _, err = client.communicate(timeout=PATIENCE)
         assert client.returncode == code and (err.strip().splitlines() or [""])[-1].startswith(said), err
         assert "Traceback" not in err
-        deadline = time.monotonic() + 20
+        deadline = time.monotonic() + PATIENCE
         while "cancelled" not in str(session_messages("cli:direct")[-1:]):
             assert time.monotonic() < deadline, session_messages("cli:direct")
             time.sleep(0.05)
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 0  # the gateway stopped at once: no turn was left running
 
 
@@ -432,7 +432,7 @@ def test_a_client_whose_output_breaks_mid_turn_leaves_the_turn_to_finish(isolate
     try:
         with pytest.raises(BrokenPipeError):
             send_one(running.paths.gateway_socket, "cli:piped", "finish anyway", draw)
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while len(session_messages("cli:piped")) < 2:
             assert time.monotonic() < deadline
             time.sleep(0.02)
@@ -467,24 +467,24 @@ def test_a_kill_9_of_the_gateway_mid_turn_then_a_restart_leaves_a_whole_session_
     llm.script(Reply(text="never seen", delay=30))
     client = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "are you there?"], cwd=ROOT,
                               env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE
     while not any(r.api == "anthropic" for r in llm.requests):
         assert time.monotonic() < deadline
         time.sleep(0.02)
     proc.kill()
     proc.wait()
-    _, err = client.communicate(timeout=30)
+    _, err = client.communicate(timeout=PATIENCE)
     assert client.returncode != 0 and "gateway went away" in err
     llm.reset()
     llm.script(Reply(text="I am here"))
     again = start_gateway_process(env)
     try:
         answered = subprocess.run([sys.executable, "-m", "nanoagent", "agent", "-m", "and now?"], cwd=ROOT,
-                                  env=env, capture_output=True, text=True, timeout=60)
+                                  env=env, capture_output=True, text=True, timeout=PATIENCE)
         assert answered.stdout.strip() == "I am here"
     finally:
         again.send_signal(signal.SIGTERM)
-        again.communicate(timeout=30)
+        again.communicate(timeout=PATIENCE)
     contents = [m["content"] for m in session_messages("cli:direct")]
     assert sum("are you there?" in c for c in contents) == 1 and contents[-1] == "I am here"
 

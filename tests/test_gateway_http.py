@@ -27,7 +27,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
-from tests.conftest import anthropic_env, invoke, write_config
+from tests.conftest import PATIENCE, anthropic_env, invoke, write_config
 
 
 @dataclass
@@ -43,10 +43,10 @@ class Live:
 
     def sdk(self, api_key: str | None = None, max_retries: int = 0, **options: Any) -> openai.AsyncOpenAI:
         return openai.AsyncOpenAI(base_url=f"{self.url}/v1", api_key=api_key or self.token, max_retries=max_retries,
-                                  timeout=20, **options)
+                                  timeout=PATIENCE, **options)
 
     def http(self) -> httpx.AsyncClient:
-        return httpx.AsyncClient(base_url=self.url, timeout=20)
+        return httpx.AsyncClient(base_url=self.url, timeout=PATIENCE)
 
     def auth(self) -> dict[str, str]:
         return {"Authorization": f"Bearer {self.token}"}
@@ -70,7 +70,7 @@ async def gateway(provider: ScriptedProvider, config: Config | None = None) -> A
     component = http_component(hub, paths, HttpConfig(enabled=True, port=0), listening=listening)
     server = Gateway(hub, paths, components=[component], grace=5)
     serving = asyncio.create_task(server.serve())
-    await asyncio.wait({bound, serving}, timeout=10, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.wait({bound, serving}, timeout=PATIENCE, return_when=asyncio.FIRST_COMPLETED)
     if serving.done():
         serving.result()
     token = (paths.run_dir / "http-token").read_text().strip()
@@ -78,7 +78,7 @@ async def gateway(provider: ScriptedProvider, config: Config | None = None) -> A
         yield Live(bound.result(), token, paths, hub)
     finally:
         server.stop()
-        await asyncio.wait_for(serving, 15)
+        await asyncio.wait_for(serving, PATIENCE)
 
 
 def scenario(provider: ScriptedProvider, body: Callable[[Live], Awaitable[Any]], config: Config | None = None) -> Any:
@@ -89,7 +89,7 @@ def scenario(provider: ScriptedProvider, body: Callable[[Live], Awaitable[Any]],
     return asyncio.run(go())
 
 
-async def until(condition: Callable[[], bool], timeout: float = 10) -> None:
+async def until(condition: Callable[[], bool], timeout: float = PATIENCE) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "condition not met in time"
@@ -117,7 +117,7 @@ async def raw(port: int, data: bytes) -> bytes:
     try:
         writer.write(data)
         await writer.drain()
-        return await asyncio.wait_for(reader.read(), 10)
+        return await asyncio.wait_for(reader.read(), PATIENCE)
     finally:
         writer.close()
 
@@ -236,7 +236,7 @@ def test_a_message_for_a_session_whose_turn_is_running_joins_it_and_gets_a_note(
         client = live.sdk()
         first = asyncio.create_task(client.chat.completions.create(
             model="nanoagent", messages=[{"role": "user", "content": "start"}], user="u"))
-        await asyncio.wait_for(provider.started.wait(), 10)
+        await asyncio.wait_for(provider.started.wait(), PATIENCE)
         second = await client.chat.completions.create(
             model="nanoagent", messages=[{"role": "user", "content": "and also this"}], user="u")
         provider.gate.set()
@@ -254,7 +254,7 @@ def test_a_client_that_goes_away_cancels_the_turn_it_started():
         async with live.http() as client:
             async with client.stream("POST", "/v1/chat/completions", headers=live.auth(), json={
                     "stream": True, "user": "leaver", "messages": [{"role": "user", "content": "long job"}]}):
-                await asyncio.wait_for(provider.started.wait(), 10)
+                await asyncio.wait_for(provider.started.wait(), PATIENCE)
         await until(lambda: not live.hub.busy("http:leaver"))
         return live
 
@@ -453,7 +453,7 @@ def test_one_connection_carries_one_request_after_another():
         answers = []
         for _ in range(2):
             writer.write(b"GET /v1/models HTTP/1.1\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n")
-            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10)
+            head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), PATIENCE)
             length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
             answers.append(head.split(b"\r\n")[0] + b" " + await reader.readexactly(length))
         writer.close()

@@ -21,7 +21,7 @@ import pytest
 
 from nanoagent.cli.interactive import ESC_WAIT
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, anthropic_env, invoke, start_gateway_process
+from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, start_gateway_process
 from tests.llm_server import Reply
 
 PROMPT = "›"
@@ -43,7 +43,7 @@ def way(request, llm, isolated_home):
     gateway = start_gateway_process({**os.environ, **anthropic_env(llm)})
     yield " (through the gateway)"
     gateway.terminate()
-    gateway.communicate(timeout=30)
+    gateway.communicate(timeout=PATIENCE)
 
 
 both_ways = pytest.mark.parametrize("way", ["in-process", "gateway"], indirect=True)
@@ -57,7 +57,7 @@ def term(llm, isolated_home, way):
         env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
                "PROMPT_TOOLKIT_NO_CPR": "1"}  # pexpect does not answer cursor-position requests
         child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", *args], cwd=str(ROOT), env=env,
-                              encoding="utf-8", timeout=20, dimensions=(30, 80))
+                              encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
         child.expect_exact(PROMPT)
         assert ("(through the gateway)" in child.before) == bool(way), child.before  # the way the test asked for
         children.append(child)
@@ -68,14 +68,14 @@ def term(llm, isolated_home, way):
         child.terminate(force=True)
 
 
-def wait_until(condition, what: str, timeout: float = 20.0) -> None:
+def wait_until(condition, what: str, timeout: float = PATIENCE) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, what
         time.sleep(0.02)
 
 
-def wait_for_requests(llm, count, timeout=20.0):
+def wait_for_requests(llm, count, timeout=PATIENCE):
     wait_until(lambda: len(llm.requests) >= count, "the model was never called", timeout)
 
 
@@ -329,7 +329,7 @@ def test_ctrl_c_while_a_tool_runs_kills_it_and_leaves_a_consistent_session(term,
     llm.script(Reply(tool_calls=[("exec", {"command": "sleep 30"})]), Reply(text="Back after the tool."))
     child = term()
     child.send("run the slow command" + "\r")
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE
     while (sleeper := descendant_running(child.pid, "sleep 30")) is None:
         assert time.monotonic() < deadline, "the exec tool never started sleep 30"
         time.sleep(0.02)
@@ -365,7 +365,7 @@ class Tmux:
                               text=True).stdout
 
     def wait_for(self, pattern: str) -> re.Match:
-        deadline = time.monotonic() + 15
+        deadline = time.monotonic() + PATIENCE
         while not (match := re.search(pattern, self.screen())):
             assert time.monotonic() < deadline, self.screen()
             time.sleep(0.05)
@@ -400,7 +400,7 @@ def test_the_status_line_shows_a_spinner_and_what_runs_while_the_model_thinks(tm
         tmux.keys("think slowly", "Enter")
         first = tmux.wait_for(spinner + r"\s+\(Esc or Ctrl-C cancels\)")
         later = first
-        deadline = time.monotonic() + 10
+        deadline = time.monotonic() + PATIENCE
         while later.group(1) == first.group(1) or later.group(2) == first.group(2):
             assert time.monotonic() < deadline, tmux.screen()
             time.sleep(0.05)
@@ -444,7 +444,7 @@ def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_ho
     llm.script(Reply(text="Some **bold** words.\n\n- first point\n- second point"))
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-m", "hi"], cwd=str(ROOT), env=env,
-                          encoding="utf-8", timeout=20, dimensions=(30, 80))
+                          encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
     child.expect(pexpect.EOF)
     output = child.before
     assert "**" not in output and "bold" in output

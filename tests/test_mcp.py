@@ -16,11 +16,18 @@ import pytest
 from nanoagent.agent.build import build_agent
 from nanoagent.config import load_config
 from nanoagent.paths import Paths
-from tests.conftest import ROOT, anthropic_env, invoke, openai_env, write_config
+from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, openai_env, write_config
 from tests.llm_server import Reply
 from tests.mcp_servers import PNG
 
 SERVERS = str(ROOT / "tests" / "mcp_servers.py")
+
+
+@pytest.fixture(autouse=True)
+def servers_have_time_to_start(monkeypatch):
+    """A turn waits STARTUP_WAIT (10 s) for servers whose tools are not cached yet, then goes on without them: a
+    busy machine can take longer to start a Python server, and these tests are about the tools being there."""
+    monkeypatch.setattr("nanoagent.mcp.servers.STARTUP_WAIT", PATIENCE)
 
 
 def stdio(kind: str, **extra) -> dict:
@@ -50,7 +57,7 @@ def start_http(port: int, kind: str = "basic", token: str | None = None) -> subp
     """The server on streamable HTTP at 127.0.0.1:PORT/mcp, once it accepts connections."""
     args = [sys.executable, SERVERS, kind, "--http", str(port)] + (["--token", token] if token else [])
     proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE
     while time.monotonic() < deadline:
         try:
             socket.create_connection(("127.0.0.1", port), timeout=0.5).close()

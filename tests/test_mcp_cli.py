@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.conftest import ROOT, anthropic_env, invoke, write_config
+from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 from tests.test_mcp import SERVERS, stdio
 
@@ -24,7 +24,7 @@ def alive(pid: int) -> bool:
         return False
 
 
-def wait_for(condition, timeout: float = 30.0) -> bool:
+def wait_for(condition, timeout: float = PATIENCE) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if condition():
@@ -49,7 +49,7 @@ def test_mcp_add_list_and_remove_edit_config_json_and_keep_its_other_keys(isolat
     assert config.stat().st_mode & 0o777 == 0o600
     assert (isolated_home / "cache" / "mcp" / "demo.json").exists()
 
-    listed = invoke("mcp", "list", "--timeout", "10")
+    listed = invoke("mcp", "list", "--timeout", str(PATIENCE))
     assert listed.returncode == 0
     lines = listed.stdout.splitlines()
     assert lines[0].startswith("demo (stdio: ") and lines[1].startswith("  connected, 9 tool(s): echo, add")
@@ -81,7 +81,7 @@ def test_a_server_entry_without_command_or_url_is_reported_and_the_agent_still_a
 def test_help_and_a_one_shot_without_mcp_servers_do_not_import_the_mcp_sdk(llm, isolated_home):
     def imported(*args: str) -> set[str]:
         proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", *args], capture_output=True,
-                              text=True, cwd=ROOT, env={**os.environ, **anthropic_env(llm)}, timeout=60)
+                              text=True, cwd=ROOT, env={**os.environ, **anthropic_env(llm)}, timeout=PATIENCE)
         assert proc.returncode == 0, proc.stderr[-2000:]
         return {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
 
@@ -109,7 +109,7 @@ def test_no_mcp_server_or_its_children_outlive_a_kill_9_of_nanoagent(llm, isolat
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
-    assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=10)
+    assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=PATIENCE)
 
 
 @pytest.mark.process
@@ -125,12 +125,12 @@ def test_the_gateway_keeps_one_connection_for_every_session_and_stops_its_server
         for session in ("one", "two"):
             llm.script(Reply(tool_calls=[("mcp__kids__slow", {"seconds": 0})]), Reply(text=f"done {session}"))
             ran = subprocess.run([sys.executable, "-m", "nanoagent", "agent", "-m", "go", "-s", session], cwd=ROOT,
-                                 env=env, capture_output=True, text=True, timeout=60)
+                                 env=env, capture_output=True, text=True, timeout=PATIENCE)
             assert ran.returncode == 0 and ran.stdout.strip().endswith(f"done {session}"), ran.stderr
         assert log.read_text().count("grandchild") == 1  # one server process for both sessions
         server, grandchild = map(int, re.search(r"server (\d+) grandchild (\d+)", log.read_text()).groups())
     finally:
         gateway.send_signal(signal.SIGTERM)
-        gateway.communicate(timeout=30)
+        gateway.communicate(timeout=PATIENCE)
     assert gateway.returncode == 0
-    assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=10)
+    assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=PATIENCE)

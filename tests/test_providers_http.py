@@ -9,6 +9,7 @@ from nanoagent.config.schema import Config, ProviderConfig
 from nanoagent.providers import base as pb
 from nanoagent.providers.base import ChatRequest, ProviderError, ToolSpec
 from nanoagent.providers.registry import build_provider
+from tests.conftest import PATIENCE
 from tests.llm_server import Reply
 
 TOOLS = [ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}},
@@ -211,7 +212,7 @@ def test_the_local_server_answers_non_streaming_calls_from_both_sdks(llm):
     client = anthropic.Anthropic(api_key="k", base_url=llm.url, max_retries=0)
     message = client.messages.create(model="claude-test", max_tokens=10, messages=[{"role": "user", "content": "hi"}])
     assert message.content[0].text == "plain anthropic"
-    reply = httpx.post(f"{llm.url}/v1/chat/completions", headers={"Authorization": "Bearer k"}, timeout=10,
+    reply = httpx.post(f"{llm.url}/v1/chat/completions", headers={"Authorization": "Bearer k"}, timeout=PATIENCE,
                        json={"model": "gpt-test", "stream": False, "messages": [{"role": "user", "content": "hi"}]})
     assert reply.json()["choices"][0]["message"]["content"] == "plain openai"
 

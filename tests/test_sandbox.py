@@ -19,6 +19,7 @@ from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.tools import ToolContext, ToolError, TurnScope, current_turn
 from nanoagent.tools.sandbox import SandboxCheck, SandboxPolicy, check_bwrap, command_env
 from nanoagent.tools.shell import ExecSettings, Gate, exec_tool
+from tests.conftest import PATIENCE
 from tests.test_exec import gone, unique_sleep
 
 BWRAP = check_bwrap()
@@ -267,13 +268,13 @@ def test_doctor_runs_the_same_smoke_test_and_names_the_fix_when_bwrap_is_missing
     empty.mkdir()
     env = {**os.environ, "PATH": str(empty)}
     proc = subprocess.run([sys.executable, "-m", "nanoagent", "doctor"], capture_output=True, text=True, env=env,
-                          cwd=ROOT, timeout=60)
+                          cwd=ROOT, timeout=PATIENCE)
     line = next(line for line in proc.stdout.splitlines() if "sandbox:" in line)
     assert line.startswith("FIX") and "bubblewrap (bwrap) is not installed" in line
     assert "apt install bubblewrap" in proc.stdout
     if BWRAP.ok:
         ok = subprocess.run([sys.executable, "-m", "nanoagent", "doctor"], capture_output=True, text=True,
-                            cwd=ROOT, timeout=60)
+                            cwd=ROOT, timeout=PATIENCE)
         assert "ok    sandbox: bubblewrap works" in ok.stdout
 
 
@@ -296,12 +297,12 @@ def test_sigterm_or_sighup_during_a_command_kills_it_and_records_the_interrupted
                             text=True)
     from tests.test_exec import running
 
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE
     while not running(marker):
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.05)
     proc.send_signal(getattr(signal, signal_name))
-    _, err = proc.communicate(timeout=30)
+    _, err = proc.communicate(timeout=PATIENCE)
     assert proc.returncode == 143, err
     assert err.strip().splitlines()[-1] == (f"Error: Stopped by {signal_name}; the running turn was recorded as "
                                             "interrupted.")
@@ -344,14 +345,14 @@ def test_a_kill_9_of_nanoagent_leaves_no_sandboxed_command_running(home):
               f"asyncio.run(exec_tool(exec_settings(Config(), p)).call(ToolContext(p.workspace), "
               f"{{'command': 'sleep {marker} & sleep {marker}'}}))")
     proc = subprocess.Popen([sys.executable, "-c", script], cwd=ROOT)
-    deadline = time.monotonic() + 20
+    deadline = time.monotonic() + PATIENCE
     while len(running(marker)) < 2:
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.02)
     proc.kill()
     proc.wait()
     assert gone(marker)
-    deadline = time.monotonic() + 5
+    deadline = time.monotonic() + PATIENCE
     while running(marker, wrappers=True):  # bwrap itself too (its arguments hold the marker)
         assert time.monotonic() < deadline, running(marker, wrappers=True)
         time.sleep(0.02)

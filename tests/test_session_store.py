@@ -8,6 +8,7 @@ import time
 import pytest
 
 from nanoagent.session.store import SessionStore
+from tests.conftest import PATIENCE
 
 
 def store_at(tmp_path, warnings=None):
@@ -102,7 +103,7 @@ for i in range(50):
 def test_two_processes_writing_the_same_session_never_interleave(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, str(tmp_path / "sessions"), name])
              for name in ("a", "b")]
-    assert [p.wait(timeout=60) for p in procs] == [0, 0]
+    assert [p.wait(timeout=PATIENCE) for p in procs] == [0, 0]
     s = store_at(tmp_path).load("cli:race")
     assert len(s.messages) == 200
     for user, reply in zip(s.messages[::2], s.messages[1::2], strict=True):
@@ -141,7 +142,7 @@ def kill_mid_append(sessions, name: str) -> bytes:
     """Start a writer, let it complete at least one record, kill -9 it while it writes another, and return the
     file as the kill left it: ending in a torn record."""
     path = sessions / "cli__kill.jsonl"
-    deadline = time.monotonic() + 60
+    deadline = time.monotonic() + PATIENCE
     while True:
         assert time.monotonic() < deadline, "the writer was never killed in the middle of an append"
         past = (path.stat().st_size if path.exists() else 0) + len(record_line(name, 0))

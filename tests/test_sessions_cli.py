@@ -5,7 +5,7 @@ import json
 import pytest
 
 from nanoagent.session.store import SessionStore
-from tests.conftest import anthropic_env, invoke
+from tests.conftest import PATIENCE, anthropic_env, invoke
 from tests.llm_server import Reply
 
 
@@ -135,7 +135,7 @@ def test_resume_on_a_terminal_offers_recent_conversations_to_pick_from(llm, isol
     llm.script(Reply(text="back in the older one"))
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "--resume", "-m", "and then?"], cwd=str(ROOT),
-                          env=env, encoding="utf-8", timeout=20, dimensions=(30, 120))
+                          env=env, encoding="utf-8", timeout=PATIENCE, dimensions=(30, 120))
     child.expect(r"1\s+cli:newer")
     child.expect(r"2\s+cli:older")
     child.expect_exact("Continue which")

@@ -12,7 +12,7 @@ import pexpect
 import pytest
 
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, invoke, run_cli, write_config
+from tests.conftest import PATIENCE, ROOT, invoke, run_cli, write_config
 
 GOOD_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
 
@@ -21,7 +21,7 @@ GOOD_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
 def test_onboard_asks_at_the_terminal_and_rejects_a_malformed_key(isolated_home):
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
-                          encoding="utf-8", timeout=20, dimensions=(30, 80))
+                          encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
     child.expect_exact("Provider")
     child.send("anthropic\r")
     child.expect_exact("Model")
@@ -45,7 +45,7 @@ def _onboard_at_terminal(env_extra: dict, answers: list[tuple[str, str]]) -> str
     """Answer onboard's questions on a terminal: the provider and model with the defaults, then `answers`."""
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm", **env_extra}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
-                          encoding="utf-8", timeout=20, dimensions=(30, 120))
+                          encoding="utf-8", timeout=PATIENCE, dimensions=(30, 120))
     for question, answer in [("Provider", ""), ("Model", ""), *answers]:
         child.expect_exact(question)
         child.send(answer + "\r")
@@ -170,7 +170,7 @@ def from_bash(*args: str, env: dict) -> subprocess.CompletedProcess:
     """`nanoagent ARGS` typed at a bash prompt: typer finds the shell to complete for in the parent process,
     so this does not depend on how the tests were started (from a shell or detached from any)."""
     return subprocess.run(["bash", "-c", '"$@"; exit $?', "bash", sys.executable, "-m", "nanoagent", *args],
-                          capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT, timeout=60)
+                          capture_output=True, text=True, env={**os.environ, **env}, cwd=ROOT, timeout=PATIENCE)
 
 
 def test_show_and_install_completion_give_bash_a_script_that_completes_nanoagent_commands(tmp_path):
@@ -187,7 +187,7 @@ def test_show_and_install_completion_give_bash_a_script_that_completes_nanoagent
         ["bash", "-c", 'source "$0"; COMP_WORDS=(nanoagent sk); COMP_CWORD=1; _nanoagent_completion nanoagent;'
                        ' printf "%s\\n" "${COMPREPLY[@]}"', str(script)],
         capture_output=True, text=True, env={**os.environ, **env, "PATH": path, "PYTHONPATH": python_path},
-        timeout=60)
+        timeout=PATIENCE)
     assert completed.stdout.split() == ["skills"], completed.stderr
     installed = from_bash("--install-completion", env=env)
     assert installed.returncode == 0, installed.stderr
@@ -279,7 +279,7 @@ def test_doctor_and_the_missing_key_error_name_the_model_setting_when_another_ke
 def test_onboard_at_the_terminal_with_another_provider_asks_for_its_model_until_it_fits(isolated_home):
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
-                          encoding="utf-8", timeout=20, dimensions=(30, 160))
+                          encoding="utf-8", timeout=PATIENCE, dimensions=(30, 160))
     for question, answer in [("Provider (", "other"), ("Provider name as litellm knows it", "mistral"),
                              ("Model, as mistral/<model name>", ""), ("has no default model", None),
                              ("Model, as mistral/<model name>", "openai/gpt-4.1"), ("belongs to openai", None),

@@ -24,7 +24,7 @@ from nanoagent.providers.base import ChatRequest, ProviderEvent
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
 from nanoagent.usage import Usage
-from tests.conftest import invoke
+from tests.conftest import PATIENCE, invoke
 
 KEY = "cli:direct"
 SUB = "## You are a sub-agent"
@@ -110,7 +110,7 @@ def child_requests(provider: ScriptedProvider) -> list[ChatRequest]:
     return [r for r in provider.requests if is_child(r)]
 
 
-async def until(condition, timeout: float = 5.0) -> None:
+async def until(condition, timeout: float = PATIENCE) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not condition():
         assert asyncio.get_running_loop().time() < deadline, "the condition never held"
@@ -405,7 +405,7 @@ def test_one_shot_waits_for_its_background_runs_and_prints_their_answers_after_t
 def test_a_sub_agent_waiting_for_its_own_sub_agent_gives_up_its_slot_meanwhile():
     loop, _ = agent(ScriptedReply(tool_calls=[spawn("deeper say hi")]), "done", config=with_subagents(max_concurrent=1))
 
-    asyncio.run(asyncio.wait_for(loop.handle("go", KEY), 5))
+    asyncio.run(asyncio.wait_for(loop.handle("go", KEY), PATIENCE))
 
     assert "deeper got: " in tool_results(loop)[0]["content"] and "Its answer:\n\nhi" in tool_results(loop)[0]["content"]
 

@@ -32,7 +32,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
-from tests.conftest import ROOT, invoke, openai_env, write_config
+from tests.conftest import PATIENCE, ROOT, invoke, openai_env, write_config
 from tests.llm_server import Reply
 from tests.telegram_server import BOT, BotAPI, check_text
 
@@ -94,7 +94,7 @@ async def running(api: BotAPI, provider: ScriptedProvider, timing: Timing = TIMI
             await task
 
 
-async def until(check: Callable[[], object], what: str, timeout: float = 10.0) -> None:
+async def until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         if time.monotonic() > deadline:
@@ -245,7 +245,7 @@ def test_a_50000_character_reply_is_split_under_the_limit_with_code_blocks_close
     async def scenario():
         async with running(api, provider) as channel:
             api.message("write a lot")
-            await until(lambda: settled(channel, api), "the whole reply", timeout=30)
+            await until(lambda: settled(channel, api), "the whole reply", timeout=PATIENCE)
 
     asyncio.run(scenario())
     messages = api.chat(ANN)
@@ -561,7 +561,7 @@ def start_gateway(env: dict[str, str], log_path: Path) -> subprocess.Popen:
     proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env={**os.environ, **env},
                             stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
     stderr.close()
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + PATIENCE
     while b"listening on" not in log_path.read_bytes():
         assert proc.poll() is None, log_path.read_text()
         assert time.monotonic() < deadline, log_path.read_text()
@@ -569,7 +569,7 @@ def start_gateway(env: dict[str, str], log_path: Path) -> subprocess.Popen:
     return proc
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = 30.0) -> None:
+def wait_for(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
     deadline = time.monotonic() + timeout
     while not check():
         assert time.monotonic() < deadline, f"timed out waiting for {what}"
@@ -600,7 +600,7 @@ def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(api,
         wait_for(lambda: state.read().open_turns == [] and state.read().inbox == [], "the turn to close")
     finally:
         second.send_signal(signal.SIGTERM)
-        assert second.wait(timeout=30) == 0, log_path.read_text()
+        assert second.wait(timeout=PATIENCE) == 0, log_path.read_text()
 
     assert api.texts(ANN) == ["The answer is 42."]
     assert len(llm.requests) == 2

@@ -10,7 +10,7 @@ import pexpect
 import pytest
 
 from nanoagent.cli.render import EscapeFilter, terminal_safe
-from tests.conftest import ROOT, anthropic_env, invoke
+from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke
 from tests.llm_server import Reply
 
 RETITLE = "\x1b]0;pwned\x07"  # OSC 0: set the window title
@@ -52,7 +52,7 @@ def test_a_piped_one_shot_keeps_text_written_before_a_tool_call_as_its_own_block
 def spawn_one_shot(llm, *args):
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80"}
     return pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", *args], cwd=str(ROOT), env=env,
-                         encoding="utf-8", timeout=20, dimensions=(30, 80))
+                         encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
 
 
 @pytest.mark.process
@@ -85,7 +85,7 @@ def test_an_interactive_session_shows_no_escape_sequence_from_the_model(llm, iso
     llm.script(Reply(text=f"Hello{RETITLE} there.{CLEAR}"))
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
-                          timeout=20, dimensions=(30, 80))
+                          timeout=PATIENCE, dimensions=(30, 80))
     child.expect_exact("›")
     child.send("hi\r")
     child.expect("there.")
@@ -112,7 +112,7 @@ def test_an_interactive_reply_is_followed_by_its_tokens_and_cost(llm, isolated_h
     env = {**os.environ, **anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/claude-sonnet-4-5", "TERM": "xterm-256color",
            "PROMPT_TOOLKIT_NO_CPR": "1"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
-                          timeout=20, dimensions=(30, 80))
+                          timeout=PATIENCE, dimensions=(30, 80))
     child.expect_exact("›")
     child.send("hi\r")
     child.expect_exact("Here you are.")

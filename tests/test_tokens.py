@@ -4,6 +4,7 @@ import sys
 import pytest
 
 from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens, tokenizer_available
+from tests.conftest import PATIENCE
 
 
 def test_tokenizer_works_offline_from_the_files_litellm_ships():
@@ -17,7 +18,7 @@ def test_counting_never_returns_zero_for_text_when_the_tokenizer_is_missing(tmp_
             "from nanoagent.tokens import count_tokens, tokenizer_available; "
             "print(tokenizer_available(), count_tokens('hello world, how are you today?'))")
     env = {"PATH": "/usr/bin:/bin", "HTTPS_PROXY": "http://127.0.0.1:9", "HTTP_PROXY": "http://127.0.0.1:9"}
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=PATIENCE)
     available, count = proc.stdout.split()
     assert available == "False"
     assert int(count) == estimate_tokens("hello world, how are you today?") > 0
@@ -60,6 +61,6 @@ def test_a_short_one_shot_turn_never_loads_the_tokenizer(tmp_path):
         "asyncio.run(loop.handle('hello', 'cli:direct'))\n"
         "print('tiktoken' in sys.modules)\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PATIENCE)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"  # loading it costs 0.6 s and 20 MB on every start

@@ -18,6 +18,7 @@ from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
+from tests.conftest import PATIENCE
 from tests.llm_server import Reply
 
 ANTHROPIC = "anthropic/claude-test"
@@ -226,10 +227,10 @@ def test_a_session_locked_by_another_process_does_not_hold_up_other_sessions(iso
     async def scenario():
         with file_lock(Path(f"{locked.path}.lock")):  # as another process holding that session would
             waiting = asyncio.create_task(loop.handle("queued", "chat:busy"))
-            other = await asyncio.wait_for(loop.handle("hello", "chat:free"), timeout=10)
+            other = await asyncio.wait_for(loop.handle("hello", "chat:free"), timeout=PATIENCE)
             finished.append(other.reply)
             assert not waiting.done()
-        finished.append((await asyncio.wait_for(waiting, timeout=10)).reply)
+        finished.append((await asyncio.wait_for(waiting, timeout=PATIENCE)).reply)
 
     asyncio.run(scenario())
     assert finished == ["done", "done"]

@@ -17,6 +17,7 @@ from nanoagent.config.schema import WebConfig
 from nanoagent.tools import ToolContext, ToolError
 from nanoagent.tools.netguard import Guard
 from nanoagent.tools.web import web_tools
+from tests.conftest import PATIENCE
 from tests.web_server import WebServer, redirect, reply
 
 LOOPBACK = ["127.0.0.1/32"]
@@ -370,7 +371,7 @@ def self_signed_certificate(folder: Path) -> tuple[Path, Path]:
         subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
                         "-nodes", "-keyout", str(key), "-out", str(cert), "-days", "1", "-subj", "/CN=localhost",
                         "-addext", "subjectAltName=DNS:localhost", "-addext", "basicConstraints=critical,CA:TRUE"],
-                       check=True, capture_output=True, timeout=30)
+                       check=True, capture_output=True, timeout=PATIENCE)
     except (FileNotFoundError, subprocess.CalledProcessError) as e:
         pytest.skip(f"openssl cannot make a test certificate here: {e}")
     return cert, key
