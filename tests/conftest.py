@@ -92,9 +92,9 @@ def _is_real_process(program: str) -> bool:
 def processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch):
     """A test without `@pytest.mark.process` may not start a real process (see the module's docstring)."""
     if request.node.get_closest_marker("process") is not None:
-        yield
+        yield None
         return
-    started: list[str] = []
+    started: list[str] = []  # what the test started: yielded, so a test of this guard can look
 
     def refuse(what: str) -> UnmarkedProcess:
         started.append(what)
@@ -118,7 +118,7 @@ def processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
     monkeypatch.setattr(os, "fork", no_fork("fork"))
     monkeypatch.setattr(os, "forkpty", no_fork("pseudo-terminal"))
     monkeypatch.setattr(pty, "fork", no_fork("pseudo-terminal"))
-    yield
+    yield started
     if started:
         pytest.fail(f"started {', '.join(started)} without @pytest.mark.process", pytrace=False)
 
