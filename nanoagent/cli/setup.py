@@ -262,7 +262,6 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     import subprocess
 
     from nanoagent.providers.registry import key_fix, model_setting, provider_name
-    from nanoagent.skills import SkillsLoader
     from nanoagent.templates import workspace_templates
     from nanoagent.tokens import tokenizer_available
 
@@ -324,12 +323,28 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     report(tokenizer_available(), "offline tokenizer " + ("works" if tokenizer_available() else "missing; using estimates"),
            "reinstall nanoagent (the tokenizer files come with litellm)")
     _report_sandbox(report, config)
-    bad_skills: list[str] = []
-    SkillsLoader(paths.workspace / "skills", warn=bad_skills.append).skills()
-    for warning in bad_skills:
-        report(False, warning, "fix the file, or check it with `nanoagent skills validate`")
+    _report_skills(report, paths)
     print("All good." if not problems else f"{problems} thing(s) to fix.")
     return problems == 0
+
+
+def _report_skills(report: Callable[[bool, str, str], None], paths: Paths) -> None:
+    """Skills that cannot load, untrusted ones left out of the prompt, and built-ins a workspace skill replaces."""
+    from nanoagent.cli.render import terminal_safe
+    from nanoagent.skills import SkillsLoader, SkillTrust, Trust
+
+    bad: list[str] = []
+    loader = SkillsLoader(paths.workspace / "skills", warn=bad.append, trust=SkillTrust(paths.trusted_skills_file))
+    scan = loader.scan()
+    for warning in bad:
+        report(False, terminal_safe(warning), "fix the file, or check it with `nanoagent skills validate`")
+    for skill in scan.left_out:
+        report(False, terminal_safe(skill.left_out_note()), "")
+    for skill in scan.replacing:
+        trusted = loader.trust_state(skill) is Trust.TRUSTED
+        report(trusted, f"workspace skill {skill.name} ({skill.path}) replaces the built-in skill of that name"
+               + (" (you trusted it)" if trusted else " and its guidance"),
+               f"if you made it, `nanoagent skills trust {skill.name}`; if not, delete {skill.path.parent}")
 
 
 def _report_sandbox(report: Callable[[bool, str, str], None], config: Config | None) -> None:
