@@ -122,6 +122,28 @@ class Paths:
         return session_file(self.sessions_dir, key)
 
 
+def check_owned(path: Path) -> None:
+    """Refuse, as ssh does, a home, config.json or cron/jobs.json another user could have written: owned by someone
+    other than you (or root), or writable by group or others. They name commands, prompts and MCP servers that
+    nanoagent runs as you. Checked before the file is read or made private again, so tightening cannot hide it."""
+    from nanoagent.errors import ConfigError
+
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    me = os.geteuid()
+    if info.st_uid not in (me, 0):
+        raise ConfigError(f"Refused {path}: it belongs to another user (uid {info.st_uid}, you are {me}), who could "
+                          f"make nanoagent run commands as you. If it is yours, `chown {me} {path}`; if not, move "
+                          "it away.")
+    mode = info.st_mode & 0o777
+    if mode & 0o022 and not os.statvfs(path).f_flag & os.ST_RDONLY:  # on a read-only disk nobody writes it
+        private = "700" if path.is_dir() else "600"
+        raise ConfigError(f"Refused {path}: other users can write it (mode {mode:o}), and could make nanoagent run "
+                          f"commands as you. Check what it holds, then `chmod {private} {path}`.")
+
+
 def safe_key(key: str) -> str:
     """Session keys look like `channel:chat_id`; map them one-to-one to a portable file name.
 

@@ -240,9 +240,16 @@ def migrate_renamed_keys(data: dict) -> list[str]:
 
 
 def _check_home(home: Path, report: Any) -> None:
-    """Like every command, doctor makes an open home private (700); it also says so."""
+    """Like every command, doctor makes an open home private (700), unless others could write it; it also says so."""
     import os
 
+    from nanoagent.paths import check_owned
+
+    try:
+        check_owned(home)
+    except ConfigError as e:
+        report(False, str(e))
+        return
     if not home.exists():
         report(True, f"home {home} does not exist yet; the first command creates it")
     elif not home.is_dir():
@@ -299,7 +306,9 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
         for warning in (w for w in warnings if "renamed" not in w):
             report(False, warning, "delete the key, or check its spelling")
         mode = paths.config_file.stat().st_mode & 0o777
-        if mode & 0o077:
+        if mode & 0o022:
+            pass  # refused above: its contents are for the person to check before making it private
+        elif mode & 0o077:
             if fix:
                 os.chmod(paths.config_file, 0o600)
                 report(True, f"config mode changed from {mode:o} to 600")

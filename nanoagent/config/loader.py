@@ -19,6 +19,7 @@ from typing import Any
 from nanoagent.config.schema import Config, ProviderConfig
 from nanoagent.errors import ConfigError
 from nanoagent.fsutil import atomic_write
+from nanoagent.paths import check_owned
 
 # Keys renamed between versions: old name -> current name (dotted, snake_case).
 RENAMED_KEYS = {
@@ -41,6 +42,7 @@ def load_config(path: Path, env: typing.Mapping[str, str] | None = None) -> tupl
     warnings: list[str] = []
     data: dict[str, Any] = {}
     if path.exists():
+        check_owned(path)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
