@@ -82,10 +82,13 @@ def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -
         if key not in names:
             warnings.append(f"{path}: unknown key `{prefix}{raw_key}` ignored.")
             continue
-        kwargs[key] = _convert(hints[key], value, dotted, path, warnings)
+        kwargs[key] = _convert(hints[key], value, dotted, path, warnings, fields[key].metadata.get("digits", False))
         if "range" in fields[key].metadata and value is not None:
             _check_range(value, fields[key].metadata["range"], dotted, path)  # as written: 0, not 0.0
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:  # a class's own checks (`schema.check_choices`) name the key; this adds the file
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def _check_range(value: float, bounds: tuple[float, float], dotted: str, path: Path) -> None:
@@ -95,20 +98,22 @@ def _check_range(value: float, bounds: tuple[float, float], dotted: str, path: P
                           f"{json.dumps(value)[:40]}; fix the value or delete the key.")
 
 
-def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) -> Any:
+def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str], digits: bool = False) -> Any:
+    """`value` as type `tp`; `digits`: a whole number may be written as a string of digits (ids, as nanobot and
+    OpenClaw write them)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _convert(args[0], value, dotted, path, warnings)
+        return _convert(args[0], value, dotted, path, warnings, digits)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, dotted + ".", path, warnings)
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
             _type_error(dotted, "a list", value, path)
-        return [_convert(item, v, f"{dotted}[{i}]", path, warnings) for i, v in enumerate(value)]
+        return [_convert(item, v, f"{dotted}[{i}]", path, warnings, digits) for i, v in enumerate(value)]
     if origin is dict:
         _, item = typing.get_args(tp)
         if not isinstance(value, dict):
@@ -119,8 +124,10 @@ def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) 
             _type_error(dotted, "true or false", value, path)
         return value
     if tp is int:
+        if digits and isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,20}", value.strip()):
+            return int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            _type_error(dotted, "a whole number", value, path)
+            _type_error(dotted, "a whole number" + (" or a string of digits" if digits else ""), value, path)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
