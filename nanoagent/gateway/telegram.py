@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nanoagent.gateway.telegram")
 T = TypeVar("T")
 
-GROUP_POLICIES = ("mention", "all", "off")
 MEDIA_LIMIT_MB = 20  # the Bot API's own limit for downloads
 MENU = (("new", "start a fresh conversation"), ("stop", "cancel the running turn"),
         ("status", "model, context used, tokens and cost"), ("usage", "tokens and cost by model"),
@@ -105,9 +104,6 @@ def check_settings(settings: TelegramConfig) -> None:
     if not settings.token:
         raise NanoagentError("channels.telegram.enabled is true but there is no bot token: set TELEGRAM_BOT_TOKEN "
                              "or channels.telegram.token (create a bot with @BotFather in Telegram).")
-    if settings.group_policy not in GROUP_POLICIES:
-        raise NanoagentError(f"channels.telegram.groupPolicy must be one of {', '.join(GROUP_POLICIES)}, got "
-                             f"{settings.group_policy!r}; fix it in config.json.")
     if importlib.util.find_spec("telegram") is None:
         raise NanoagentError("The Telegram channel needs python-telegram-bot: pip install 'nanoagent[telegram]'.")
 
