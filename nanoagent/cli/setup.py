@@ -268,6 +268,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     import shutil
     import subprocess
 
+    from nanoagent.config.loader import RenamedKey
     from nanoagent.providers.registry import key_fix, model_setting, provider_name
     from nanoagent.templates import workspace_templates
     from nanoagent.tokens import tokenizer_available
@@ -293,7 +294,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
             warnings = []
         if config is not None:
             report(True, f"config {paths.config_file} is valid")
-        renamed = [w for w in warnings if "renamed" in w]
+        renamed = [w for w in warnings if isinstance(w, RenamedKey)]
         if renamed and fix:
             data = _read_raw(paths.config_file)
             backup = paths.config_file.with_suffix(".json.bak")
@@ -303,7 +304,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
             report(True, f"migrated {', '.join(moved)} (backup in {backup.name})")
         elif renamed:
             report(False, "config uses renamed keys: " + "; ".join(renamed), "run `nanoagent doctor --fix` to migrate")
-        for warning in (w for w in warnings if "renamed" not in w):
+        for warning in (w for w in warnings if not isinstance(w, RenamedKey)):
             report(False, warning, "delete the key, or check its spelling")
         mode = paths.config_file.stat().st_mode & 0o777
         if mode & 0o022:
@@ -333,8 +334,98 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
            "reinstall nanoagent (the tokenizer files come with litellm)")
     _report_sandbox(report, config)
     _report_skills(report, paths)
+    if config is not None:
+        _report_telegram(report, config)
+        _report_mcp(report, config, paths)
+    _report_scheduler(report, config, paths)
     print("All good." if not problems else f"{problems} thing(s) to fix.")
     return problems == 0
+
+
+def _report_telegram(report: Callable[[bool, str, str], None], config: Config) -> None:
+    """Whether the bot token works: getMe at the configured Bot API, as the channel's first call."""
+    import importlib.util
+
+    telegram = config.channels.telegram
+    if not telegram.enabled and not telegram.token:
+        return
+    if not telegram.token:
+        report(False, "telegram: channels.telegram.enabled is true but there is no bot token",
+               "set TELEGRAM_BOT_TOKEN or channels.telegram.token (create a bot with @BotFather in Telegram)")
+        return
+    if telegram.enabled and importlib.util.find_spec("telegram") is None:
+        report(False, "telegram: the channel needs python-telegram-bot", "pip install 'nanoagent[telegram]'")
+    answer = telegram_get_me(telegram.api_base, telegram.token)
+    if isinstance(answer, str):
+        refused = answer.startswith("Telegram refused")
+        report(False, f"telegram: {answer}", "copy the token from @BotFather into TELEGRAM_BOT_TOKEN or "
+               "channels.telegram.token" if refused else "check the network, or channels.telegram.apiBase")
+        return
+    off = "" if telegram.enabled else "; channels.telegram.enabled is false, so the gateway does not start the channel"
+    report(True, f"telegram: the token works (bot @{answer.get('username', '?')}){off}", "")
+
+
+def telegram_get_me(api_base: str, token: str, timeout: float = 10.0) -> dict[str, Any] | str:
+    """The bot's getMe answer, or why there is none in one line (never holding the token)."""
+    import logging
+
+    import httpx
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs each URL, and ours hold the token
+    try:
+        response = httpx.post(f"{api_base.rstrip('/')}/bot{token}/getMe", json={}, timeout=timeout)
+        data = response.json()
+    except httpx.HTTPError as e:
+        return f"cannot reach {api_base} ({type(e).__name__}: {str(e).replace(token, '<token>')[:120]})"
+    except ValueError:
+        return f"{api_base} did not answer getMe as the Bot API does (HTTP {response.status_code})"
+    if response.status_code in (401, 404) or (isinstance(data, dict) and data.get("error_code") == 401):
+        return f"Telegram refused the bot token (HTTP {response.status_code} from {api_base})"
+    if not isinstance(data, dict) or not data.get("ok") or not isinstance(data.get("result"), dict):
+        return f"{api_base} did not answer getMe as the Bot API does (HTTP {response.status_code})"
+    return data["result"]
+
+
+def _report_mcp(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
+    """Each enabled MCP server started once, as `nanoagent mcp list` does."""
+    from nanoagent.cli.mcp_cmd import CHECK_TIMEOUT, _check
+    from nanoagent.cli.render import terminal_safe
+
+    enabled = {name: server for name, server in config.mcp_servers.items() if server.enabled}
+    if not enabled:
+        return
+    for name, result in _check(paths, enabled, CHECK_TIMEOUT).items():
+        if isinstance(result, list):
+            report(True, terminal_safe(f"mcp server {name}: connected, {len(result)} tool(s)"), "")
+        else:
+            report(False, terminal_safe(f"mcp server {name}: {result}"),
+                   f"fix its entry in config.json (`nanoagent mcp list` shows more), or `nanoagent mcp remove {name}`")
+
+
+def _report_scheduler(report: Callable[[bool, str, str], None], config: Config | None, paths: Paths) -> None:
+    """With jobs scheduled: whether a scheduler (the gateway's, or a crontab `cron tick`) has looked lately."""
+    from nanoagent.errors import NanoagentError
+
+    if not paths.cron_jobs_file.exists():
+        return
+    from nanoagent.cron.scheduler import scheduler_seen
+    from nanoagent.cron.store import JobStore
+
+    store = JobStore(paths.cron_jobs_file)
+    try:
+        jobs = [job for job in store.read().jobs if job.enabled]
+    except NanoagentError as e:
+        report(False, f"cron: {e}", "")
+        return
+    if not jobs:
+        return
+    if scheduler_seen(store):
+        report(True, f"scheduler: running; {len(jobs)} job(s) scheduled", "")
+        return
+    gateway_off = config is not None and not config.cron.enabled
+    report(False, f"scheduler: {len(jobs)} job(s) scheduled, but no scheduler has run lately, so they do not run",
+           "set cron.enabled to true and restart the gateway" if gateway_off else
+           "start `nanoagent gateway`, or run `nanoagent cron tick` from crontab (README, Schedules)")
 
 
 def _report_skills(report: Callable[[bool, str, str], None], paths: Paths) -> None:

@@ -28,6 +28,19 @@ RENAMED_KEYS = {
 }
 
 
+class RenamedKey(str):
+    """The warning for a key a newer version renamed (its text, as every warning), with the old and new dotted
+    snake_case names: `doctor --fix` migrates these."""
+
+    old: str
+    new: str
+
+    def __new__(cls, text: str, old: str, new: str) -> RenamedKey:
+        warning = super().__new__(cls, text)
+        warning.old, warning.new = old, new
+        return warning
+
+
 def to_snake(name: str) -> str:
     return re.sub(r"(?<!^)(?=[A-Z])", "_", name).lower()
 
@@ -74,7 +87,8 @@ def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -
         dotted = prefix + key
         if dotted in RENAMED_KEYS:
             new = RENAMED_KEYS[dotted]
-            warnings.append(f"{path}: `{dotted}` was renamed to `{new}`; `nanoagent doctor` can migrate it.")
+            warnings.append(RenamedKey(f"{path}: `{dotted}` was renamed to `{new}`; `nanoagent doctor` can migrate it.",
+                                       dotted, new))
             if new.startswith(prefix) and new[len(prefix):] in names and new[len(prefix):] not in kwargs:
                 key, dotted = new[len(prefix):], new
             else:
