@@ -59,12 +59,13 @@ def test_the_gateway_refuses_a_config_others_can_write_before_starting_anything(
 
 
 def test_doctor_reports_a_config_others_can_write_and_does_not_fix_it_blindly(isolated_home, tmp_path):
-    config = hostile_config(isolated_home, tmp_path / "marker")
+    marker = tmp_path / "marker"
+    config = hostile_config(isolated_home, marker)
     config.chmod(0o666)
     ran = invoke("doctor", "--fix")
     assert ran.returncode == 1
     assert any(line.startswith("FIX   Refused") and f"chmod 600 {config}" in line for line in ran.stdout.splitlines())
-    assert config.stat().st_mode & 0o777 == 0o666
+    assert config.stat().st_mode & 0o777 == 0o666 and not marker.exists()  # doctor starts MCP servers it trusts
 
 
 @pytest.mark.parametrize("how", ["open", "owned"])
