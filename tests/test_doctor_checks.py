@@ -3,9 +3,12 @@ Bot API), every MCP server (started, as `mcp list` does), and a scheduler when j
 
 from __future__ import annotations
 
+import os
+import socket
 import sys
+import time
 
-from tests.conftest import invoke, write_config
+from tests.conftest import invoke, openai_env, start_gateway_process, write_config
 from tests.test_mcp import SERVERS
 
 KEY = {"ANTHROPIC_API_KEY": "sk-ant-" + "x" * 30}
@@ -71,3 +74,30 @@ def test_doctor_with_nothing_configured_checks_no_channel_server_or_scheduler_an
     code, lines = doctor()
     assert not any(word in line for line in lines for word in ("telegram", "mcp server", "scheduler"))
     assert lines[-1] in ("All good.", "1 thing(s) to fix.")  # the sandbox may not work on this machine
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_doctor_says_enabled_channels_serve_nobody_without_a_gateway_and_asks_a_running_ones_endpoint(
+        isolated_home, llm):
+    port = free_port()
+    write_config(isolated_home, {"gateway": {"http": {"enabled": True, "port": port}}})
+    code, lines = doctor()
+    assert code == 1
+    assert line_with(lines, "gateway:").startswith("FIX   gateway: not running, so gateway.http (enabled in config)")
+    gateway = start_gateway_process({**os.environ, **openai_env(llm), "NANOAGENT_HOME": str(isolated_home)})
+    try:
+        log, deadline = isolated_home.parent / "gateway.stderr", time.monotonic() + 60
+        while "http_listening" not in log.read_text():  # the endpoint starts just after the socket
+            assert gateway.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        code, lines = doctor()
+        assert line_with(lines, "gateway:") == "ok    gateway: running"
+        assert line_with(lines, "http endpoint:") == f"ok    http endpoint: http://127.0.0.1:{port}/health answers"
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=30)

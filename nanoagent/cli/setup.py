@@ -336,6 +336,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     _report_skills(report, paths)
     if config is not None:
         _report_telegram(report, config)
+        _report_gateway(report, config, paths)
         _report_mcp(report, config, paths)
     _report_scheduler(report, config, paths)
     print("All good." if not problems else f"{problems} thing(s) to fix.")
@@ -365,6 +366,33 @@ def _report_telegram(report: Callable[[bool, str, str], None], config: Config) -
     report(True, f"telegram: the token works (bot @{answer.get('username', '?')}){off}", "")
 
 
+def _report_gateway(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
+    """Channels serve nobody without a running gateway; the HTTP endpoint is asked for /health where it listens."""
+    wanted = [name for name, on in (("channels.telegram", config.channels.telegram.enabled),
+                                    ("gateway.http", config.gateway.http.enabled)) if on]
+    if not wanted:
+        return
+    from nanoagent.gateway.oneshot import gateway_answers
+
+    if not gateway_answers(paths.gateway_socket):
+        report(False, f"gateway: not running, so {' and '.join(wanted)} (enabled in config) serve nobody",
+               "start `nanoagent gateway` (README, The gateway)")
+        return
+    report(True, "gateway: running", "")
+    if config.gateway.http.enabled:
+        import httpx
+
+        host = config.gateway.http.host
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        url = f"http://{f'[{host}]' if ':' in host else host}:{config.gateway.http.port}/health"
+        try:
+            ok = httpx.get(url, timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        report(ok, f"http endpoint: {url} " + ("answers" if ok else "does not answer"),
+               "restart the gateway; its log says why the endpoint did not start (e.g. the port is taken)")
+
+
 def telegram_get_me(api_base: str, token: str, timeout: float = 10.0) -> dict[str, Any] | str:
     """The bot's getMe answer, or why there is none in one line (never holding the token)."""
     import logging
@@ -387,14 +415,15 @@ def telegram_get_me(api_base: str, token: str, timeout: float = 10.0) -> dict[st
 
 
 def _report_mcp(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
-    """Each enabled MCP server started once, as `nanoagent mcp list` does."""
-    from nanoagent.cli.mcp_cmd import CHECK_TIMEOUT, _check
+    """Each enabled MCP server started once, as `nanoagent mcp list` does, given the time the agent gives it
+    (`timeout`): a slow machine is no reason to report a server as broken."""
+    from nanoagent.cli.mcp_cmd import _check
     from nanoagent.cli.render import terminal_safe
 
     enabled = {name: server for name, server in config.mcp_servers.items() if server.enabled}
     if not enabled:
         return
-    for name, result in _check(paths, enabled, CHECK_TIMEOUT).items():
+    for name, result in _check(paths, enabled, max(server.timeout for server in enabled.values())).items():
         if isinstance(result, list):
             report(True, terminal_safe(f"mcp server {name}: connected, {len(result)} tool(s)"), "")
         else:
