@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanoagent.mcp")
 STARTUP_WAIT = 10.0  # seconds a turn waits for servers whose tools are not cached yet
+CHECK_SLACK = 10.0  # seconds `check` gives a start past its own deadline (the SDK's import, connecting)
 # Keeps an image a tool returned (its bytes, media type) under media/ and gives its reference.
 KeepImage = Callable[[bytes, str], ImageBlock]
 
@@ -54,8 +55,10 @@ class McpServers:
     @classmethod
     def from_config(cls, configs: dict[str, McpServerConfig], registry: ToolRegistry, cache: ToolCache,
                     log_dir: Path, warn: Callable[[str], None] = lambda message: None,
-                    backoff: tuple[float, ...] = BACKOFF, max_image_bytes: int = Limits.max_image_bytes) -> McpServers:
-        """The enabled servers with their cached tools in `registry`. Reads small files only: no SDK, no process."""
+                    backoff: tuple[float, ...] = BACKOFF, max_image_bytes: int = Limits.max_image_bytes,
+                    start_within: float | None = None) -> McpServers:
+        """The enabled servers with their cached tools in `registry`. Reads small files only: no SDK, no process.
+        `start_within` replaces each server's own start timeout (the CLI's check)."""
         servers: list[McpServer] = []
         manager = cls(servers, registry, cache, warn, max_image_bytes)
         for name, config in configs.items():
@@ -66,7 +69,8 @@ class McpServers:
             except ConfigError as e:
                 warn(f"{e} Its tools are left out.")
                 continue
-            server = McpServer(name, config, log_dir, on_tools=manager._listed, backoff=backoff)
+            server = McpServer(name, config, log_dir, on_tools=manager._listed, backoff=backoff,
+                               start_within=start_within)
             server.tools = cache.load(name, config)
             servers.append(server)
         manager._sync()
@@ -284,16 +288,17 @@ def _size(b64: str) -> int:
     return len(raw) if raw is not None else len(b64) * 3 // 4
 
 
-async def check(servers: McpServers, timeout: float) -> dict[str, str | list[str]]:
-    """Start every server (at most `timeout` seconds each, all at once): its tool names, or why it failed in one
-    line. The tool lists are cached on the way. Every server is stopped again."""
+async def check(servers: McpServers) -> dict[str, str | list[str]]:
+    """Start every server (all at once, each within its start timeout): its tool names, or why it failed in one
+    line (the server's own account: it exited, it did not answer in time). The tool lists are cached on the way.
+    Every server is stopped again."""
     async def one(server: McpServer) -> str | list[str]:
-        try:
-            await asyncio.wait_for(server.session(), timeout)
+        try:  # the start's own deadline answers first; this one is for a connection that hangs before it
+            await asyncio.wait_for(server.session(), server.start_timeout + CHECK_SLACK)
         except McpUnavailable as e:
             return str(e)
         except TimeoutError:
-            return f"MCP server {server.name!r} did not answer within {timeout:g} s"
+            return f"MCP server {server.name!r} did not answer within {server.start_timeout:g} s"
         return [t.name for t in server.tools or []]
 
     try:
