@@ -103,13 +103,14 @@ def test_tick_with_nothing_due_is_silent_and_needs_no_api_key(isolated_home):
     assert invoke("cron", "tick", "-v").stdout == "Nothing was due.\n"
 
 
-def test_run_runs_a_job_now_and_records_it_without_moving_its_schedule(isolated_home, llm):
+def test_run_runs_a_job_now_prints_its_reply_and_records_it_without_moving_its_schedule(isolated_home, llm):
     job_id = invoke("cron", "add", "--every", "1d", "-m", "Say hi.").stdout.strip()
     before = store().read().jobs[0].next_run
     llm.script(Reply(text="Hi there!"))
     ran = invoke("cron", "run", job_id[:3], env=anthropic_env(llm))  # the start of the id is enough
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith(f"{job_id} (Say hi.): ok in ")
+    assert ran.stdout.splitlines()[1:] == ["Hi there!"]  # the reply it got
     job = store().read().jobs[0]
     assert job.next_run == before and [r.status for r in job.runs] == ["ok"] and job.runs[0].scheduled is None
     assert "Say hi." in json.dumps(llm.requests[0].body)
