@@ -306,8 +306,7 @@ class McpServer:
         if isinstance(leaf, PermissionError) and process is not None:
             return f"{where}: the command {c.command!r} cannot be run (permission denied); {fix}"
         if isinstance(leaf, TimeoutError):
-            return (f"{where} did not answer within {self.start_timeout:g} s of starting; check it "
-                    f"starts on its own{self._log_hint()}")
+            return self.too_slow()
         if process is not None and (process.exited.is_set() or leaf is None or isinstance(leaf, McpDropped)):
             what = process.describe_exit() or "it closed its output"
             return f"{where} stopped: {what}; see {self.log_path}"
@@ -321,6 +320,11 @@ class McpServer:
             return f"{where}: cannot reach {c.url} ({leaf}); check the URL and that the server is running"
         text = f"{type(leaf).__name__}: {leaf}" if leaf is not None else "the connection ended"
         return f"{where} failed: {text}; {fix}"
+
+    def too_slow(self) -> str:
+        """A start past its deadline, in one line."""
+        return (f"MCP server {self.name!r} did not answer within {self.start_timeout:g} s of starting; check it starts "
+                f"on its own{self._log_hint()}")
 
     def _log_hint(self) -> str:
         return f"; its log is {self.log_path}" if self.config.command else ""

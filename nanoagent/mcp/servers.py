@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanoagent.mcp")
 STARTUP_WAIT = 10.0  # seconds a turn waits for servers whose tools are not cached yet
-CHECK_SLACK = 10.0  # seconds `check` gives a start past its own deadline (the SDK's import, connecting)
+CHECK_SLACK = 15.0  # seconds `check` gives a start past its own deadline (the SDK's import, connecting)
 # Keeps an image a tool returned (its bytes, media type) under media/ and gives its reference.
 KeepImage = Callable[[bytes, str], ImageBlock]
 
@@ -298,7 +298,7 @@ async def check(servers: McpServers) -> dict[str, str | list[str]]:
         except McpUnavailable as e:
             return str(e)
         except TimeoutError:
-            return f"MCP server {server.name!r} did not answer within {server.start_timeout:g} s"
+            return server.too_slow()
         return [t.name for t in server.tools or []]
 
     try:
