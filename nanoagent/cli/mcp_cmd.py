@@ -130,8 +130,8 @@ def _check(paths: Any, configs: dict[str, Any], timeout: float) -> dict[str, str
     if not configs:
         return {}
     servers = McpServers.from_config(configs, ToolRegistry(), ToolCache(paths.mcp_cache_dir), paths.logs_dir,
-                                     lambda message: warn(_line(message)), start_within=timeout)
-    return asyncio.run(check(servers))
+                                     lambda message: warn(_line(message)))
+    return asyncio.run(check(servers, timeout))
 
 
 def _line(text: str) -> str:

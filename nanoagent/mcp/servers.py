@@ -55,10 +55,8 @@ class McpServers:
     @classmethod
     def from_config(cls, configs: dict[str, McpServerConfig], registry: ToolRegistry, cache: ToolCache,
                     log_dir: Path, warn: Callable[[str], None] = lambda message: None,
-                    backoff: tuple[float, ...] = BACKOFF, max_image_bytes: int = Limits.max_image_bytes,
-                    start_within: float | None = None) -> McpServers:
-        """The enabled servers with their cached tools in `registry`. Reads small files only: no SDK, no process.
-        `start_within` replaces each server's own start timeout (the CLI's check)."""
+                    backoff: tuple[float, ...] = BACKOFF, max_image_bytes: int = Limits.max_image_bytes) -> McpServers:
+        """The enabled servers with their cached tools in `registry`. Reads small files only: no SDK, no process."""
         servers: list[McpServer] = []
         manager = cls(servers, registry, cache, warn, max_image_bytes)
         for name, config in configs.items():
@@ -69,8 +67,7 @@ class McpServers:
             except ConfigError as e:
                 warn(f"{e} Its tools are left out.")
                 continue
-            server = McpServer(name, config, log_dir, on_tools=manager._listed, backoff=backoff,
-                               start_within=start_within)
+            server = McpServer(name, config, log_dir, on_tools=manager._listed, backoff=backoff)
             server.tools = cache.load(name, config)
             servers.append(server)
         manager._sync()
@@ -288,10 +285,13 @@ def _size(b64: str) -> int:
     return len(raw) if raw is not None else len(b64) * 3 // 4
 
 
-async def check(servers: McpServers) -> dict[str, str | list[str]]:
-    """Start every server (all at once, each within its start timeout): its tool names, or why it failed in one
-    line (the server's own account: it exited, it did not answer in time). The tool lists are cached on the way.
-    Every server is stopped again."""
+async def check(servers: McpServers, timeout: float | None = None) -> dict[str, str | list[str]]:
+    """Start every server (all at once, each within `timeout` seconds, else its own start timeout): its tool names,
+    or why it failed in one line (the server's own account: it exited, it did not answer in time). The tool lists
+    are cached on the way. Every server is stopped again."""
+    if timeout is not None:
+        for server in servers.servers:
+            server.start_within = timeout
     async def one(server: McpServer) -> str | list[str]:
         try:  # the start's own deadline answers first; this one is for a connection that hangs before it
             await asyncio.wait_for(server.session(), server.start_timeout + CHECK_SLACK)
