@@ -481,9 +481,13 @@ class _Link:
         user = message.from_user
         assert user is not None
         now = self.timing.now()
-        code = self.channel.state.update(lambda s: s.pair(user.id, message.chat.id, user.full_name, now))
-        if code is None:
-            return  # they have a code already: say nothing more
+        code, turned_away = self.channel.state.update(lambda s: (
+            code := s.pair(user.id, message.chat.id, user.full_name, now),
+            code is None and all(p.user_id != user.id for p in s.pairing)))
+        if code is None:  # they have a code already, or as many as are kept are pending: say nothing more
+            if turned_away:
+                log.info(_record("telegram_pairing_full", user_id=user.id))
+            return
         log.info(_record("telegram_pairing_code", user_id=user.id))
         shown = show_code(code)
         await self.send_text(message.chat.id, None, (
