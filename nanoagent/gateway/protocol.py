@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +36,7 @@ MAX_LINE = 8 << 20  # a client's line longer than this is refused (the connectio
 MAX_EVENT_LINE = 4 * MAX_LINE  # clients read the gateway's lines up to this (an event echoes a message with context)
 FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first form, named in its welcome
 
-_EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
-    ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,
-    ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice, ev.Progress, ev.SubagentStarted,
-    ev.SubagentEnded)}
+_EVENTS: dict[str, type] = {cls.__name__: cls for cls in typing.get_args(ev.Event)}  # every kind the runner emits
 
 
 class GatewayGone(NanoagentError):
