@@ -461,3 +461,95 @@ def test_one_connection_carries_one_request_after_another():
 
     first, second = scenario(ScriptedProvider(), body)
     assert first.startswith(b"HTTP/1.1 200 OK") and first == second
+
+
+# --- the doors: connections without the token, short tokens ---------------------------------------------------
+
+
+async def silent(port: int, count: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """`count` connections that send nothing."""
+    return [await asyncio.open_connection("127.0.0.1", port) for _ in range(count)]
+
+
+async def closed_by_peer(reader: asyncio.StreamReader, timeout: float = 20) -> bool:
+    """Whether the gateway closes the connection (reading to its end) within `timeout`."""
+    try:
+        await asyncio.wait_for(reader.read(), timeout)
+    except ConnectionError:
+        pass
+    return True
+
+
+def test_hundreds_of_silent_connections_do_not_keep_out_a_client_with_the_token(monkeypatch):
+    from nanoagent.gateway import http
+
+    monkeypatch.setattr(http, "AUTH_DEADLINE", 120.0)  # no deadline frees a slot during this test
+
+    async def body(live: Live) -> tuple[str, bool, bool]:
+        quiet = await silent(live.port, http.MAX_UNAUTHENTICATED + 44)
+        try:
+            reply = await live.sdk().chat.completions.create(model="nanoagent",
+                                                             messages=[{"role": "user", "content": "hi"}])
+            oldest_dropped = await closed_by_peer(quiet[0][0])
+            quiet[-1][1].write(b"GET /health HTTP/1.1\r\n\r\n")  # the newest silent one is still served
+            newest = await asyncio.wait_for(quiet[-1][0].readuntil(b"\r\n\r\n"), 10)
+            return reply.choices[0].message.content or "", oldest_dropped, newest.startswith(b"HTTP/1.1 200")
+        finally:
+            for _, writer in quiet:
+                writer.close()
+
+    assert scenario(ScriptedProvider(["answered"]), body) == ("answered", True, True)
+
+
+def test_a_connection_that_sends_no_authenticated_request_in_time_is_closed(monkeypatch):
+    from nanoagent.gateway import http
+
+    monkeypatch.setattr(http, "AUTH_DEADLINE", 0.5)
+
+    async def body(live: Live) -> tuple[bool, bool, bytes]:
+        (quiet_reader, quiet), (tokenless_reader, tokenless) = await silent(live.port, 2)
+        tokenless.write(b"GET /v1/models HTTP/1.1\r\n\r\n")  # refused, and then it keeps the connection open
+        first = await asyncio.wait_for(tokenless_reader.readuntil(b"\r\n\r\n"), 10)
+        closed = await closed_by_peer(quiet_reader), await closed_by_peer(tokenless_reader)
+        quiet.close()
+        tokenless.close()
+        return *closed, first
+
+    quiet_closed, tokenless_closed, first = scenario(ScriptedProvider(), body)
+    assert quiet_closed and tokenless_closed and first.startswith(b"HTTP/1.1 401")
+
+
+def test_clients_with_the_token_hold_at_most_64_connections_and_the_next_is_told_503():
+    from nanoagent.gateway import http
+
+    async def body(live: Live) -> bytes:
+        held = await silent(live.port, http.MAX_CONNECTIONS + 1)
+        request = b"GET /v1/models HTTP/1.1\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n"
+        heads = []
+        try:
+            for reader, writer in held:
+                writer.write(request)
+                heads.append(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10))
+        finally:
+            for _, writer in held:
+                writer.close()
+        assert all(head.startswith(b"HTTP/1.1 200") for head in heads[:-1])
+        return heads[-1]
+
+    last = scenario(ScriptedProvider(), body)
+    assert last.startswith(b"HTTP/1.1 503") and b"Connection: close" in last
+
+
+def test_a_short_token_is_refused_beyond_loopback_and_only_logged_on_loopback(isolated_home, llm):
+    path = isolated_home / "run" / "http-token"
+    path.parent.mkdir(parents=True)
+    path.write_text("x\n")
+    os.chmod(path, 0o600)
+    hub = Hub(build_agent(Config(), Paths.from_env(), provider=ScriptedProvider()))
+    with pytest.raises(NanoagentError, match="1-character token"):
+        http_component(hub, Paths.from_env(), HttpConfig(enabled=True, host="0.0.0.0"))
+    http_component(hub, Paths.from_env(), HttpConfig(enabled=True, host="127.0.0.1"))  # allowed, with a log line
+    write_config(isolated_home, {"gateway": {"http": {"enabled": True, "host": "0.0.0.0"}}})
+    ran = run_cli("gateway", env=anthropic_env(llm), timeout=30)
+    assert ran.returncode == 1
+    assert ran.stderr.strip().count("\n") == 0 and "at least 32" in ran.stderr, ran.stderr

@@ -44,7 +44,10 @@ log = logging.getLogger("nanoagent.gateway.http")
 TOKEN_FILE = "http-token"
 TOKEN_HINT = "the token in $NANOAGENT_HOME/run/http-token"
 QUERY_TOKEN_NAMES = {"api_key", "api-key", "apikey", "key", "token", "access_token", "auth", "authorization"}
-MAX_CONNECTIONS = 64
+MIN_TOKEN = 32  # characters a token needs to be served beyond loopback (a made one has 43)
+MAX_CONNECTIONS = 64  # connections that sent an authenticated request; one more is answered 503
+MAX_UNAUTHENTICATED = 256  # connections yet to send one; beyond this the oldest of them is dropped
+AUTH_DEADLINE = 5.0  # seconds from connecting to an authenticated request's headers; then the connection closes
 KEEPALIVE = 15.0  # seconds of silence in a stream before a comment line keeps proxies from timing it out
 JOINED = ("Your message joined the turn already running in session {key}; the reply to both comes in the "
           "response to the message that started it.")
@@ -116,7 +119,12 @@ def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
         token = load_token(token_file)
     except (OSError, UnicodeDecodeError) as e:
         raise NanoagentError(_no_token(settings, token_file, e)) from None
-    if len(token) < 20:
+    if len(token) < MIN_TOKEN:
+        if not is_loopback(settings.host):
+            raise NanoagentError(
+                f"Refusing to serve HTTP on {settings.host}:{settings.port}, which is not loopback, with a "
+                f"{len(token)}-character token in {token_file} (at least {MIN_TOKEN} are needed); delete that file "
+                "and start again for a strong one, or set gateway.http.host to 127.0.0.1.")
         log.warning(_record("http_token_short", length=len(token),
                             fix="delete run/http-token and restart the gateway for a strong one"))
     endpoint = Endpoint(hub, token, hub.loop.models.default)
@@ -139,6 +147,9 @@ class Endpoint:
         self.model = model
         self.created = int(time.time())
         self._connections: set[asyncio.Task[None]] = set()
+        # oldest first, each with its deadline and its writer (closing it ends the connection)
+        self._unauthenticated: dict[asyncio.Task[None], tuple[float, asyncio.StreamWriter]] = {}
+        self._authenticated: set[asyncio.Task[None]] = set()
 
     async def serve(self, host: str, port: int, listening: Callable[[str, int], None]) -> None:
         """Listen until cancelled; then close every connection."""
@@ -162,20 +173,22 @@ class Endpoint:
             await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection. Until it sends an authenticated request it holds no slot: it must do so within
+        AUTH_DEADLINE, and the oldest such connection is dropped when MAX_UNAUTHENTICATED wait, so silent or
+        tokenless connections can never keep out a client with the token."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._unauthenticated[task] = (asyncio.get_running_loop().time() + AUTH_DEADLINE, writer)
+        if len(self._unauthenticated) > MAX_UNAUTHENTICATED:
+            oldest = next(iter(self._unauthenticated))
+            self._unauthenticated.pop(oldest)[1].close()  # its reader sees the end: the connection ends quietly
         try:
-            if len(self._connections) > MAX_CONNECTIONS:
-                writer.write(wire.response(503, HttpError(503, "Too many connections; try again shortly.").body(),
-                                           close=True))
-            else:
-                while await self._exchange(reader, writer):
-                    pass
+            while await self._exchange(reader, writer, task):
+                pass
             await wire.close(reader, writer)
-        except asyncio.CancelledError:
-            writer.close()
-            raise
+        except asyncio.CancelledError:  # the endpoint is stopping: end quietly (asyncio's server would log a
+            writer.close()              # cancelled connection as an unhandled exception, with a traceback)
         except ConnectionError:
             writer.close()
         except Exception as e:  # noqa: BLE001 - one connection's failure is that connection's alone
@@ -183,15 +196,31 @@ class Endpoint:
             writer.close()
         finally:
             self._connections.discard(task)
+            self._unauthenticated.pop(task, None)
+            self._authenticated.discard(task)
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    def _authenticate(self, task: asyncio.Task[None]) -> None:
+        """The connection sent the token: it takes one of MAX_CONNECTIONS slots for the rest of its life."""
+        if task in self._authenticated:
+            return
+        if len(self._authenticated) >= MAX_CONNECTIONS:
+            raise HttpError(503, f"Too many connections ({MAX_CONNECTIONS} clients with the token); try again "
+                                 "shortly.", kind="server_error", close=True, headers={"Retry-After": "1"})
+        self._unauthenticated.pop(task, None)
+        self._authenticated.add(task)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        task: asyncio.Task[None]) -> bool:
         """Answer one request; True when the connection stays open for the next."""
         request: Request | None = None
         try:
-            request = await wire.read_head(reader)
+            waiting = self._unauthenticated.get(task)
+            request = await wire.read_head(reader, waiting[0] if waiting else None)
             if request is None:
                 return False
             refusal = self._refusal(request)
+            if refusal is None and request.path != "/health":
+                self._authenticate(task)
             if refusal is not None and request.expects_continue:
                 refusal.close = True  # the client holds its body back until we say continue: answer and close
                 raise refusal
