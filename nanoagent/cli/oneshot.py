@@ -87,7 +87,10 @@ def attached(argv: list[str]) -> bool:
 
 
 def session_key(session: str) -> str:
-    return session if ":" in session else f"cli:{session}"
+    """The key of -s NAME (`cli:NAME` unless it names a channel); NanoagentError for a name no file can carry."""
+    from nanoagent.paths import check_session_key
+
+    return check_session_key(session if ":" in session else f"cli:{session}")
 
 
 def through_gateway(paths: Paths, key: str, message: str, renderer: OneShotRenderer,

@@ -47,6 +47,9 @@ class GatewayClient:
         if not line:
             raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
         client.welcome = protocol.decode(line)
+        if client.welcome.get("type") == "error":
+            writer.close()
+            raise NanoagentError(f"The gateway refused the session: {client.welcome.get('message')}")
         client._reading = asyncio.create_task(client._read())
         return client
 

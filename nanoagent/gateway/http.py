@@ -37,7 +37,7 @@ from nanoagent.gateway import httpwire as wire
 from nanoagent.gateway.httpwire import HttpError, Request
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
-from nanoagent.paths import Paths, safe_key
+from nanoagent.paths import Paths, check_session_key
 
 log = logging.getLogger("nanoagent.gateway.http")
 
@@ -480,10 +480,13 @@ def session_key(user: Any, header: str | None) -> str:
         name = "default"
     name = name.strip()
     key = f"http:{name}"
-    if any(ord(c) < 32 or ord(c) == 127 for c in name) or len(safe_key(key)) > 200:
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise HttpError(400, "The session name (X-Nanoagent-Session or `user`) must be a short line of text.",
                         code="invalid_session")
-    return key
+    try:
+        return check_session_key(key)
+    except NanoagentError as e:
+        raise HttpError(400, f"{str(e)[:-1]} in X-Nanoagent-Session or `user`.", code="invalid_session") from None
 
 
 def _allow(method: str, allowed: str) -> None:

@@ -67,6 +67,8 @@ def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event],
         with conn.makefile("rwb") as stream:
             _write(stream, protocol.encode(protocol.hello(session)))
             welcome = _read(stream)
+            if welcome is not None and welcome.get("type") == "error":
+                raise NanoagentError(f"The gateway refused the message: {welcome.get('message')}")
             if welcome is None or welcome.get("type") != "welcome":
                 raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
             check_features(welcome, images)

@@ -28,7 +28,7 @@ from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, private_dir
 from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
-from nanoagent.paths import Paths
+from nanoagent.paths import Paths, check_session_key
 
 log = logging.getLogger("nanoagent.gateway")
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
@@ -196,14 +196,19 @@ class Connection:
             self.write({"type": "error", "message": f"unknown type {kind!r}"})
 
     def attach(self, key: str) -> None:
+        loop = self.hub.loop
+        try:
+            model = loop.model_for(loop.session(key))
+        except NanoagentError as e:  # a name no session file can carry: the client is told, the connection stays
+            self.write({"type": "error", "message": str(e)})
+            return
         self.watching = True
         self.unwatch()
         self.session = key
         self.unwatch = self.hub.watch(key, self.event)
-        loop = self.hub.loop
-        self.write({"type": "welcome", "v": protocol.VERSION, "session": key,
-                    "model": loop.model_for(loop.session(key)), "busy": self.hub.busy(key),
-                    "commands": loop.commands.names(), "features": list(protocol.FEATURES)})
+        self.write({"type": "welcome", "v": protocol.VERSION, "session": key, "model": model,
+                    "busy": self.hub.busy(key), "commands": loop.commands.names(),
+                    "features": list(protocol.FEATURES)})
 
     async def send(self, message: dict[str, Any]) -> None:
         request_id = str(message.get("id", ""))
@@ -217,12 +222,14 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         try:
-            turn = await self.hub.send(key, text, ask=self.ask, images=images)
-        except HubClosed as e:
+            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images)
+        except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
-        except NanoagentError as e:
-            self.write({"type": "error", "id": request_id, "message": str(e)})
+        except Exception as e:  # noqa: BLE001 - every send gets an answer; the log gets the kind of failure
+            log.error(_record("send_failed", error=type(e).__name__))
+            self.write({"type": "error", "id": request_id, "message": f"the message failed inside the gateway "
+                                                                     f"({type(e).__name__}); see its log in logs/"})
             return
         self.write(protocol.result_to_wire(turn, request_id))
 
