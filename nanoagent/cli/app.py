@@ -299,7 +299,8 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
     async def session() -> None:
         from nanoagent.cli.attach import RemoteAgent, connect
 
-        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui) if remote
+        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui,
+                                                         local=lambda: _local(config, paths, model)) if remote
                                            else _local(config, paths, model))
         try:
             attacher = _attacher(paths, config)
@@ -310,10 +311,7 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
             else:
                 await run_plain(agent, key, ui, attacher)
         finally:
-            if isinstance(agent, RemoteAgent):
-                await agent.client.close()
-            else:
-                await agent.aclose()
+            await agent.aclose()
 
     run_main(session())
 

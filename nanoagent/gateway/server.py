@@ -125,6 +125,8 @@ class Gateway:
         connection = self._clients[task] = Connection(self, reader, writer)
         try:
             await connection.serve()
+        except asyncio.CancelledError:  # the gateway is stopping: end quietly (asyncio's server would log a
+            pass                        # cancelled connection as an unhandled exception, with a traceback)
         except Exception as e:  # noqa: BLE001 - one client's failure is that client's alone
             log.error(_record("client_failed", error=type(e).__name__))
         finally:
