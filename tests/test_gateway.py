@@ -529,3 +529,24 @@ def test_a_session_name_too_long_for_a_file_gets_one_line_over_the_socket_and_fr
         assert ran.returncode == 1 and ran.stderr.count("\n") == 1, ran.stderr
         assert ran.stderr.startswith("Error: The session name 'cli:xxx") and "too long" in ran.stderr
     assert not any(gateway.paths.sessions_dir.glob("*xxxxx*"))
+
+
+def test_a_one_shot_with_a_model_or_key_of_its_own_is_answered_in_its_own_process(llm, isolated_home):
+    from tests.llm_server import Reply
+
+    env = {**os.environ, **anthropic_env(llm)}
+    proc = start_gateway_process(env)
+    try:
+        llm.script(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+        unset = {name: "" for name in anthropic_env(llm)}  # here alone it could not answer: no key, no server
+        same = invoke("agent", "-m", "hi", "--json", env=unset)
+        model = invoke("agent", "-m", "hi", "--json", env={**anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/other"})
+        key = invoke("agent", "-m", "hi", "--json", env={**anthropic_env(llm), "ANTHROPIC_API_KEY": "sk-ant-mine"})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert [json.loads(ran.stdout)["model"] for ran in (same, model, key)] == [
+        "anthropic/claude-test", "anthropic/other", "anthropic/claude-test"]
+    assert [r.body["model"] for r in llm.requests] == ["claude-test", "other", "claude-test"]
+    assert [r.headers.get("x-api-key") for r in llm.requests] == ["sk-ant-test", "sk-ant-test", "sk-ant-mine"]
+    assert not (isolated_home / "run" / "gateway.env").exists()  # gone with the gateway

@@ -263,9 +263,10 @@ def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
 
 
 def _gateway_running(paths: Paths) -> bool:
-    from nanoagent.gateway.oneshot import gateway_answers
+    """A gateway answers, and this process's model and provider variables (if any) are the ones it uses."""
+    from nanoagent.gateway.oneshot import gateway_answers, settings_differ
 
-    return gateway_answers(paths.gateway_socket)
+    return gateway_answers(paths.gateway_socket) and not settings_differ(paths.run_dir)
 
 
 def _local(config: Config, paths: Paths, model: str | None, check_model: bool = True) -> LocalAgent:

@@ -9,12 +9,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nanoagent.cli.common import WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
+
+if TYPE_CHECKING:
+    from nanoagent.config.schema import Config
 
 gateway_app = typer.Typer(help="Keep the agent running for terminals, programs and Telegram.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
                           invoke_without_command=True)
@@ -73,7 +76,8 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         from nanoagent.gateway.server import Component
 
         components.append(Component("mcp", loop.mcp.run))
-    server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
+    server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace,
+                     settings=_settings(config))
 
     def ready() -> None:
         print(f"nanoagent gateway: listening on {paths.gateway_socket} (pid {os.getpid()}); Ctrl-C stops it.",
@@ -85,6 +89,21 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
 
     _log_to_stderr()  # from here on: a refusal before this is one line, not also a log line
     asyncio.run(server.serve(ready))
+
+
+def _settings(config: Config) -> dict[str, str]:
+    """What each model and provider variable stands for in this gateway (from the environment or config.json):
+    a client whose own variables say otherwise runs in its own process (`gateway.oneshot.settings_differ`)."""
+    from nanoagent.config.loader import ENV_KEYS
+
+    settings = {"NANOAGENT_MODEL": config.agents.defaults.model}
+    for name, variables in ENV_KEYS.items():
+        provider = config.providers.get(name)
+        for variable, value in zip(variables, (provider.api_key, provider.api_base) if provider else ("", ""),
+                                   strict=True):
+            if variable:
+                settings[variable] = value or ""
+    return settings
 
 
 def _log_to_stderr() -> None:

@@ -72,10 +72,13 @@ def attached(argv: list[str]) -> bool:
         return False
     check_message(plain.message)
     from nanoagent.cli.render import OneShotRenderer
+    from nanoagent.gateway.oneshot import settings_differ
     from nanoagent.gateway.protocol import NoGateway
     from nanoagent.paths import Paths
 
     paths = Paths.from_env()
+    if settings_differ(paths.run_dir):  # a model or key of its own: answered here, as with --model
+        return False
     renderer = OneShotRenderer(quiet_reply=plain.json_output)
     renderer.warm_up()  # the full command line draws with it too when no gateway answers
     try:

@@ -6,8 +6,10 @@ interactive terminal, which listens and types at once, uses the asyncio client i
 
 from __future__ import annotations
 
+import json
+import os
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from io import BufferedIOBase
 from pathlib import Path
 
@@ -18,6 +20,28 @@ from nanoagent.gateway.protocol import GONE_MID_TURN, GatewayGone, check_feature
 from nanoagent.messages import ImageBlock
 
 REQUEST = "r1"  # the id of the one message a connection sends
+SETTINGS_FILE = "gateway.env"  # in run/: what the running gateway's model and provider variables stand for
+
+
+def settings_mac(salt: bytes, value: str) -> str:
+    """A keyed hash of one setting (an API key among them), so run/gateway.env holds no secret."""
+    try:
+        from _blake2 import blake2b  # CPython's own: importing hashlib would load OpenSSL first (~5 ms)
+    except ImportError:  # pragma: no cover - another Python
+        from hashlib import blake2b
+    return blake2b(value.encode("utf-8", "surrogatepass"), key=salt, digest_size=16).hexdigest()
+
+
+def settings_differ(run_dir: Path, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The model and provider variables (NANOAGENT_MODEL, ANTHROPIC_API_KEY, ...) set here to something the
+    running gateway does not use: a command that has any runs in its own process, as with --model. A variable
+    not set here changes nothing (this process would read config.json, as the gateway did)."""
+    try:
+        data = json.loads((run_dir / SETTINGS_FILE).read_text(encoding="utf-8"))
+        salt, values = bytes.fromhex(data["salt"]), dict(data["values"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # none written (an older gateway, or none running): nothing to compare
+    return [name for name, mac in values.items() if env.get(name) and settings_mac(salt, env[name]) != mac]
 
 
 def gateway_answers(path: Path, timeout: float = 0.2) -> bool:

@@ -28,6 +28,7 @@ from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, private_dir
 from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
+from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
 from nanoagent.paths import Paths, check_session_key
 
 log = logging.getLogger("nanoagent.gateway")
@@ -54,6 +55,7 @@ class Gateway:
     components: list[Component] = field(default_factory=list)
     grace: float = 10.0
     clock: Callable[[], float] = time.time
+    settings: dict[str, str] = field(default_factory=dict)  # env variable -> what it stands for here (gateway.env)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
@@ -70,6 +72,9 @@ class Gateway:
         with file_lock(run / "gateway.lock", 0, busy):
             self._started = self.clock()
             atomic_write(run / "gateway.pid", f"{os.getpid()}\n", mode=0o600)
+            salt = os.urandom(16)
+            atomic_write(run / SETTINGS_FILE, json.dumps({"salt": salt.hex(), "values": {
+                name: settings_mac(salt, value) for name, value in self.settings.items()}}), mode=0o600)
             socket = self.paths.gateway_socket
             with contextlib.suppress(FileNotFoundError):
                 socket.unlink()  # a stale socket left by a killed gateway: we hold the lock, so it is not live
@@ -96,7 +101,7 @@ class Gateway:
                 await asyncio.gather(*self._clients, return_exceptions=True)
                 for sig in signals:
                     loop.remove_signal_handler(sig)
-                for path in (socket, run / "gateway.pid"):
+                for path in (socket, run / "gateway.pid", run / SETTINGS_FILE):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                 log.info(_record("gateway_stopped"))
