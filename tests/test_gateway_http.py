@@ -4,8 +4,10 @@ socket where the SDK would hide what is on the wire) as clients, the ScriptedPro
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import signal
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -27,7 +29,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
-from tests.conftest import anthropic_env, run_cli, write_config
+from tests.conftest import anthropic_env, run_cli, start_gateway_process, write_config
 
 
 @dataclass
@@ -243,7 +245,7 @@ def test_a_message_for_a_session_whose_turn_is_running_joins_it_and_gets_a_note(
         return (await first).choices[0].message.content, second.choices[0].message.content
 
     first, second = scenario(provider, body)
-    assert first == "answered both"
+    assert first == "answered both\n\nanswered both"  # the answer before the joined message and the one after
     assert second.startswith("Your message joined the turn already running in session http:u")
 
 
@@ -553,3 +555,80 @@ def test_a_short_token_is_refused_beyond_loopback_and_only_logged_on_loopback(is
     ran = run_cli("gateway", env=anthropic_env(llm), timeout=30)
     assert ran.returncode == 1
     assert ran.stderr.strip().count("\n") == 0 and "at least 32" in ran.stderr, ran.stderr
+
+
+# --- what a request carries: images, tools, system messages; the same reply both ways ---------------------
+
+
+def test_an_image_sent_as_a_data_url_reaches_the_model_and_other_image_forms_get_400():
+    from tests.mcp_servers import PNG
+
+    provider = ScriptedProvider(default="a red dot")
+    data_url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+
+    def ask(image_url: str) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": image_url}}]}]}
+
+    async def body(live: Live) -> tuple[Any, list[httpx.Response]]:
+        reply = await live.sdk().chat.completions.create(model="nanoagent", **ask(data_url))
+        async with live.http() as client:
+            refused = [await client.post("/v1/chat/completions", headers=live.auth(), json=ask(url)) for url in (
+                "https://example.com/cat.png", "data:image/png;base64,@@@",
+                "data:image/png;base64," + base64.b64encode(b"not an image").decode())]
+        return reply, refused
+
+    reply, refused = scenario(provider, body)
+    assert reply.choices[0].message.content == "a red dot"
+    sent = provider.requests[-1].messages[-1]["content"]
+    assert [block["type"] for block in sent if block["type"] != "text"] == ["image_data"], sent
+    assert [(r.status_code, r.json()["error"]["code"]) for r in refused] == [(400, "invalid_image")] * 3
+    assert "data: URL" in refused[0].json()["error"]["message"]
+    assert len(provider.requests) == 1
+
+
+def test_tools_in_a_request_get_400_and_system_messages_are_named_as_ignored_in_a_header():
+    async def body(live: Live) -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with live.http() as client:
+            tools = await client.post("/v1/chat/completions", headers=live.auth(), json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})
+            system = [{"role": "system", "content": "talk like a pirate"}, {"role": "user", "content": "hi"}]
+            whole = await client.post("/v1/chat/completions", headers=live.auth(), json={"messages": system})
+            streamed = await client.post("/v1/chat/completions", headers=live.auth(),
+                                         json={"messages": system, "stream": True})
+        return tools, whole, streamed
+
+    provider = ScriptedProvider(default="hello")
+    tools, whole, streamed = scenario(provider, body)
+    assert tools.status_code == 400 and tools.json()["error"]["code"] == "unsupported_tools"
+    assert whole.status_code == streamed.status_code == 200
+    assert whole.headers["x-nanoagent-ignored"] == streamed.headers["x-nanoagent-ignored"] == "system"
+    assert "pirate" not in json.dumps(provider.requests[-1].messages)
+
+
+def test_a_reply_with_text_before_a_tool_call_is_the_same_streamed_or_not():
+    provider = ScriptedProvider([ScriptedReply("Let me look.", tool_calls=[("list_dir", {"path": "."})]),
+                                 "Nothing there.",
+                                 ScriptedReply("Let me look.", tool_calls=[("list_dir", {"path": "."})]),
+                                 "Nothing there."])
+
+    async def body(live: Live) -> tuple[str, str]:
+        client = live.sdk()
+        whole = await client.chat.completions.create(model="nanoagent", messages=[{"role": "user", "content": "a"}])
+        stream = await client.chat.completions.create(model="nanoagent", messages=[{"role": "user", "content": "b"}],
+                                                      stream=True)
+        return whole.choices[0].message.content or "", "".join([c.choices[0].delta.content or "" async for c in stream])
+
+    whole, streamed = scenario(provider, body)
+    assert whole == streamed == "Let me look.\n\nNothing there."
+
+
+def test_the_gateway_start_line_names_the_http_url_it_serves(isolated_home, llm):
+    write_config(isolated_home, {"gateway": {"http": {"enabled": True, "port": 47123}}})
+    proc = start_gateway_process({**os.environ, **anthropic_env(llm)})
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    log = (isolated_home.parent / "gateway.stderr").read_text()
+    start = [line for line in log.splitlines() if line.startswith("nanoagent gateway: listening on ")]
+    assert len(start) == 1 and "http://127.0.0.1:47123/v1" in start[0], log

@@ -59,10 +59,14 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     gateway_config = config.gateway
     hub = Hub(loop, gateway_config.max_concurrent_turns)
     components = []
+    serving = str(paths.gateway_socket)
     if gateway_config.http.enabled:
-        from nanoagent.gateway.http import http_component
+        from nanoagent.gateway.http import http_component, url
 
-        components.append(http_component(hub, paths, gateway_config.http))
+        components.append(http_component(hub, paths, gateway_config.http,
+                                         max_image_bytes=config.tools.attachments.max_image_bytes))
+        serving += (f" and {url(gateway_config.http.host, gateway_config.http.port)} (the OpenAI-compatible "
+                    "endpoint; its token is in run/http-token)")
     if config.channels.telegram.enabled:
         from nanoagent.gateway.telegram import telegram_component
 
@@ -80,8 +84,8 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
                      settings=_settings(config))
 
     def ready() -> None:
-        print(f"nanoagent gateway: listening on {paths.gateway_socket} (pid {os.getpid()}); Ctrl-C stops it.",
-              file=sys.stderr, flush=True)
+        print(f"nanoagent gateway: listening on {serving} (pid {os.getpid()}); Ctrl-C stops it.", file=sys.stderr,
+              flush=True)
         provider = loop.providers.get(loop.models.default)  # the SDK loads now, not in the first turn
         asyncio.get_running_loop().run_in_executor(None, provider.prepare)
         # the sandbox's smoke test, which the prompt reports on, runs now off the event loop (its result is kept)

@@ -200,11 +200,11 @@ class EventStream:
         self.chunked = request.version == "HTTP/1.1"
         self.gone = False
 
-    def start(self) -> None:
+    def start(self, headers: dict[str, str] | None = None) -> None:
         framing = {"Transfer-Encoding": "chunked", "Connection": "keep-alive"} if self.chunked else {
             "Connection": "close"}
         self.writer.write(_head(200, {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store",
-                                      "X-Accel-Buffering": "no", **framing}))
+                                      "X-Accel-Buffering": "no", **framing, **(headers or {})}))
 
     def data(self, payload: Any) -> None:
         text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
