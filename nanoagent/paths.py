@@ -161,6 +161,24 @@ def safe_key(key: str) -> str:
     return "".join(out)
 
 
+MAX_KEY_BYTES = 200  # a session's file name (safe_key) at most: room under the 255 bytes a file system takes for
+# `.jsonl.lock`, an atomic write's temp name and the longer keys of its sub-agents' sessions
+
+
+def check_session_key(key: str) -> str:
+    """`key` when it can name a session file, else NanoagentError saying why: the one check of a session's name,
+    for every channel (the command line, the socket, HTTP), made before anything is sent or stored."""
+    from nanoagent.errors import NanoagentError
+
+    name = safe_key(key)
+    if key.strip() and len(name) <= MAX_KEY_BYTES:
+        return key
+    shown = key if len(key) <= 40 else f"{key[:40]}..."
+    why = "is empty" if not key.strip() else f"is too long ({len(name)} characters as a file name, at most " \
+                                              f"{MAX_KEY_BYTES})"
+    raise NanoagentError(f"The session name {shown!r} {why}; give a shorter one.")
+
+
 def session_file(directory: Path, key: str) -> Path:
     """The file of session `key`. A session saved under the first mapping (which sent `_`, `/` and the rest all to
     `_`, so `x/y` and `x_y` shared a file) keeps its file when that file's header names this very key."""
