@@ -45,7 +45,7 @@ def test_a_server_that_never_answers_is_given_up_after_the_deadline_not_retries_
         llm, model, silence):
     llm.script(*[silence] * 5)
     provider = build_provider(config_for(llm, model, deadline=1.5, idle=1.0))
-    provider.prepare()  # the SDK's import is not part of the call
+    provider.prepare()  # the client's import is not part of the call
     started = time.monotonic()
     with pytest.raises(ProviderError) as info:
         call(provider, model)
