@@ -99,7 +99,7 @@ def error_text(text: str) -> str:
         err = None
     if isinstance(err, dict) and err.get("message"):
         return str(err["message"])
-    return text.strip()[:300] or "(no message)"
+    return " ".join(text.split())[:300] or "(no message)"  # one line, whatever the page held
 
 
 async def _server_events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
