@@ -36,10 +36,13 @@ BUDGET = 0.5  # nanoagent's median wall time over the peer's
 MODEL = "anthropic/claude-bench"
 
 
-def peer_command() -> Path | None:
+def peer_command() -> Path | str:
+    """The peer's `nanobot` command, or why there is none."""
     venv = os.environ.get("NANOBOT_VENV", "")
     command = Path(venv) / "bin" / "nanobot"
-    return command if venv and command.exists() else None
+    if not venv:
+        return "NANOBOT_VENV is not set"
+    return command if command.exists() else f"{command} does not exist"
 
 
 def timed(args: list[str], env: dict, cwd: Path, server) -> tuple[float, float]:
@@ -60,8 +63,8 @@ def timed(args: list[str], env: dict, cwd: Path, server) -> tuple[float, float]:
 
 def main() -> int:
     peer = peer_command()
-    if peer is None:
-        print("skip one-shot against nanobot-ai 0.3.5: set NANOBOT_VENV to a venv holding it "
+    if isinstance(peer, str):
+        print(f"skip one-shot against nanobot-ai 0.3.5 ({peer}): set NANOBOT_VENV to a venv holding it "
               "(python3 -m venv DIR && DIR/bin/pip install nanobot-ai==0.3.5)")
         return 0
     # Time what an installed program costs: both were installed with their bytecode written.
@@ -88,7 +91,8 @@ def main() -> int:
             def run_peer(session: str) -> tuple[float, float]:
                 return timed([str(peer), "agent", "-m", "hello", "-s", session], peer_env, home / "peer", server)
 
-            run_ours("warm-up"), run_peer("warm-up")  # each makes its workspace once, outside the clock
+            run_ours("warm-up")  # each makes its workspace and writes its bytecode once, outside the clock
+            run_peer("warm-up")
             samples: dict[tuple[str, int], list[tuple[float, float]]] = {}
             for i in range(RUNS):
                 order = [("ours", run_ours), ("peer", run_peer)]
