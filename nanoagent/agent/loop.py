@@ -6,8 +6,8 @@ at the end. A process killed at any point leaves a session the next turn can use
 a cancelled turn (Ctrl-C) leaves the same consistent state at once. A turn that
 fails is marked in the session so its messages are never sent again.
 
-Each call brings its own event sink: the loop serves whoever asked, a terminal or
-(later) many clients at once, and knows none of them.
+Each call brings its own event sink: the loop serves whoever asked (a terminal, or in the
+gateway every channel and scheduled run at once, through `Hub.send`) and knows none of them.
 """
 
 from __future__ import annotations
