@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.commands import Commands
+from nanoagent.agent.commands import Commands, ModelChoice
 from nanoagent.agent.context import ContextBuilder
-from nanoagent.agent.loop import AgentLoop, ModelChoice
+from nanoagent.agent.loop import AgentLoop
 from nanoagent.agent.subagents import Subagents
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import Outbox

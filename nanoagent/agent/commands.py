@@ -20,7 +20,6 @@ from nanoagent.usage import UsageRecord, session_total
 
 if TYPE_CHECKING:
     from nanoagent.agent.context import ContextBuilder
-    from nanoagent.agent.loop import ModelChoice
     from nanoagent.agent.subagents import Subagents
     from nanoagent.config.schema import AgentDefaults
     from nanoagent.memory.consolidator import Consolidator
@@ -32,6 +31,17 @@ if TYPE_CHECKING:
 
 NO_MEMORY_GIT = "Memory history is not kept here (this agent was built without a memory git log)."
 MIN_SHA = 4  # git never abbreviates below 4 hex digits, so a shorter number is a count
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which model a session's turns use: its own (/model) unless --model on the command line pins one."""
+
+    default: str
+    pinned: bool = False
+
+    def for_session(self, session: Session) -> str:
+        return self.default if self.pinned else session.meta.model or self.default
 
 
 @dataclass(frozen=True)

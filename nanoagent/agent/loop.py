@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
-from nanoagent.agent.commands import Commands, Refused, Resend
+from nanoagent.agent.commands import Commands, ModelChoice, Refused, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import AgentRunner, RunSpec
@@ -44,17 +44,6 @@ INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cance
 CANCELLED = "(The user cancelled this turn before it finished.)"
 FAILED_HINT = " Your message is kept but will not be sent again: /retry sends it once more, or just write again."
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
-
-
-@dataclass(frozen=True)
-class ModelChoice:
-    """Which model a session's turns use: its own (/model) unless --model on the command line pins one."""
-
-    default: str
-    pinned: bool = False
-
-    def for_session(self, session: Session) -> str:
-        return self.default if self.pinned else session.meta.model or self.default
 
 
 @dataclass
@@ -248,4 +237,4 @@ class AgentLoop:
                                session=session.key))
 
 
-__all__ = ["AgentLoop", "ModelChoice", "TurnResult"]
+__all__ = ["AgentLoop", "TurnResult"]
