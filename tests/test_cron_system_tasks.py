@@ -6,8 +6,8 @@ import logging
 from datetime import UTC, datetime, timedelta
 
 from nanoagent.agent.build import build_outbox
+from nanoagent.agent.cron_runs import system_tasks
 from nanoagent.config.schema import Config, ProviderConfig
-from nanoagent.cron.runs import system_tasks
 from nanoagent.cron.scheduler import RunOutcome, Scheduler, Settings
 from nanoagent.cron.store import JobStore
 from nanoagent.paths import Paths

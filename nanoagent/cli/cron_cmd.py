@@ -226,7 +226,7 @@ def _scheduler(paths: Paths, config: Config, replies: list[str] | None = None): 
     """A scheduler for this process; the agent is built only when a run needs it (an idle tick needs no key).
     Each turn's reply is added to `replies` when given."""
     from nanoagent.agent.build import build_agent, build_outbox
-    from nanoagent.cron.runs import build_scheduler
+    from nanoagent.agent.cron_runs import build_scheduler
 
     outbox = build_outbox(config, paths, warn)
     agent: list[AgentLoop] = []

@@ -8,10 +8,10 @@ from __future__ import annotations
 import asyncio
 
 from nanoagent.agent import events as ev
+from nanoagent.agent.cron_runs import build_scheduler
 from nanoagent.agent.events import TurnResult
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import Outbox
-from nanoagent.cron.runs import build_scheduler
 from nanoagent.cron.schedule import zone
 from nanoagent.gateway.hub import Hub
 from nanoagent.gateway.server import Component
