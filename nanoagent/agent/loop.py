@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -24,44 +23,47 @@ from nanoagent.agent import events as ev
 from nanoagent.agent.commands import Commands, ModelChoice, Refused, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
-from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.agent.runner import RunSpec
 from nanoagent.agent.subagents import RunScope, Subagents, current_run
-from nanoagent.attachments import AttachmentError, resolve, verify
+from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
+from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator, FixedCost
-from nanoagent.pricing import takes_images
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
-from nanoagent.usage import UsageRecord
+from nanoagent.tools import Ask, TurnScope, current_turn
 
 if TYPE_CHECKING:
-    from nanoagent.agent.runner import Resolve, Shrink
+    from nanoagent.agent.runner import Shrink
     from nanoagent.mcp.servers import McpServers
 
-INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
-               "its effect is unknown.")
-CANCELLED = "(The user cancelled this turn before it finished.)"
 FAILED_HINT = " Your message is kept but will not be sent again: /retry sends it once more, or just write again."
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
 
 
 @dataclass
 class AgentLoop:
-    providers: Providers  # model name -> provider (with retries and fallbacks), built on first use
-    store: SessionStore
+    turns: Turns  # runs a turn in a session: the store, providers and settings every turn shares
     context: ContextBuilder  # holds the tool list too: it is part of every request's fixed cost
-    tool_context: ToolContext
-    settings: AgentDefaults
-    max_result_chars: int
     models: ModelChoice
     commands: Commands
     consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
-    image_models: tuple[str, ...] = ()  # models sent images whatever the bundled table says
     mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
     subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+
+    @property
+    def store(self) -> SessionStore:
+        return self.turns.store
+
+    @property
+    def providers(self) -> Providers:
+        return self.turns.providers
+
+    @property
+    def settings(self) -> AgentDefaults:
+        return self.turns.settings
 
     def session(self, key: str) -> Session:
         if key not in self._sessions:
@@ -73,7 +75,7 @@ class AgentLoop:
 
     def takes_images(self, key: str) -> bool:
         """Whether the model session `key` uses now accepts images."""
-        return takes_images(self.model_for(self.session(key)), self.image_models)
+        return self.turns.takes_images(self.model_for(self.session(key)))
 
     def busy(self, key: str) -> bool:
         lock = self._locks.get(key)
@@ -115,7 +117,7 @@ class AgentLoop:
             raise AttachmentError(f"{model} does not take images, so the image was not sent; switch to a model "
                                   "that does (/model or --model), or list this one in "
                                   "tools.attachments.imageModels if it takes them after all.")
-        verify(self.tool_context.workspace, images)
+        verify(self.turns.tool_context.workspace, images)
 
     async def _turn(self, session: Session, text: str, sink: ev.EventSink,
                     injections: Callable[[], list[str]] | None, ask: Ask | None,
@@ -126,48 +128,36 @@ class AgentLoop:
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
                                          notices=[n.text for n in notices])
         model = self.model_for(session)
-        start = len(session.messages)
-        # on disk before any model call, summaries included
-        self.store.add_messages(session, [user], sync=True, notices_delivered=len(session.notices) if notices else None)
-        sink(ev.TurnStarted(model, session=session.key))
-        sink(ev.MessageAdded(user, session=session.key))
+        system = ""
+
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))
 
-        scope = current_turn.set(TurnScope(session.key, start, notify, ask))
-        run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
-        try:
+        async def prepare() -> RunSpec:  # with the user's message on disk: the prompt is measured with it
+            nonlocal system
             if self.mcp is not None:
                 await self.mcp.prepare()  # servers whose tools are not cached yet
             system, visible = await self._fit_context(session, model)
             current_turn.set(TurnScope(session.key, visible, notify, ask))
-            runner = AgentRunner(self.providers.get(model), self._checkpointing_sink(session, sink))
-            result = await runner.run(self._spec(session, system, visible, model, injections))
-        except asyncio.CancelledError:
-            self._after_cancel(session, sink)
-            raise
+            return self.turns.spec(session.key, system, self._request(session, visible, model), model,
+                                   self.context.tools, injections=injections,
+                                   shrink=self._shrinker(session, model, self.consolidator)
+                                   if self.consolidator is not None else None)
+
+        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask))
+        run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
+        try:
+            result = await self.turns.run(session, user, model, prepare, sink,
+                                          sent_from=lambda: current_turn.get().visible_from,
+                                          notices_delivered=len(session.notices) if notices else None)
         finally:
             current_run.reset(run)
             current_turn.reset(scope)
-            self.store.sync(session)
         if result.error is not None:
-            self.store.mark_failed(session, start, result.error)
             return TurnResult(f"Error: {result.error.rstrip('.')}.{FAILED_HINT}", session.key, result, model)
         if self.consolidator is not None:  # near the budget: archive now, not at the start of the next turn
             await self.consolidator.maybe_consolidate(session, self._fixed(system), model, threshold=0.8)
         return TurnResult(result.reply, session.key, result, model)
-
-    def _spec(self, session: Session, system: str, visible: int, model: str,
-              injections: Callable[[], list[str]] | None) -> RunSpec:
-        s = self.settings
-        return RunSpec(
-            system=system, messages=self._request(session, visible, model),
-            tools=self.context.tools, tool_context=self.tool_context, model=model, session=session.key,
-            max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
-            max_iterations=s.max_tool_iterations, max_result_chars=self.max_result_chars, injections=injections,
-            shrink=self._shrinker(session, model, self.consolidator) if self.consolidator is not None else None,
-            resolve=self._resolver(model),
-        )
 
     def _shrinker(self, session: Session, model: str, consolidator: Consolidator) -> Shrink:
         """What the runner calls when the provider refuses the prompt as too long: archive older turns as if the
@@ -185,12 +175,7 @@ class AgentLoop:
     def _request(self, session: Session, visible: int, model: str) -> list[msg.Message]:
         """The session's messages from `visible` as the model gets them, images read from media/."""
         history = msg.history_for_model(session.messages, visible, session.failed())
-        return self._resolver(model)(history)
-
-    def _resolver(self, model: str) -> Resolve:
-        """Image references to what `model` is sent: their bytes, or notes."""
-        return functools.partial(resolve, workspace=self.tool_context.workspace, model=model,
-                                 takes_images=takes_images(model, self.image_models))
+        return self.turns.resolver(model)(history)
 
     async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
         """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""
@@ -210,23 +195,6 @@ class AgentLoop:
         if self.mcp is not None:
             await self.mcp.aclose()
 
-    def _after_cancel(self, session: Session, sink: ev.EventSink) -> None:
-        """Leave the session as a finished turn: results for started tools, and a note the turn stopped."""
-        self.repair(session, sink, notify=False)
-        self.store.add_messages(session, [msg.assistant(CANCELLED)], sync=True)
-        sink(ev.TurnEnded(ev.StopReason.CANCELLED, session=session.key))
-
-    def _checkpointing_sink(self, session: Session, sink: ev.EventSink) -> ev.EventSink:
-        def checkpoint(event: ev.Event) -> None:
-            if isinstance(event, ev.MessageAdded):
-                self.store.add_messages(session, [event.message])
-            elif isinstance(event, ev.UsageRecorded):  # with the stretch of messages the call sent, which it measures
-                window = (current_turn.get().visible_from, len(session.messages))
-                self.store.add_usage(session, UsageRecord.now(event.model, event.usage, window=window))
-            sink(event)
-
-        return checkpoint
-
     def repair(self, session: Session, sink: ev.EventSink = ev.discard, notify: bool = True) -> None:
         """Give tool calls that never got a result (process killed mid-turn) an 'interrupted' result."""
         missing = msg.closing_results(session.messages, INTERRUPTED)
@@ -237,4 +205,4 @@ class AgentLoop:
                                session=session.key))
 
 
-__all__ = ["AgentLoop", "TurnResult"]
+__all__ = ["CANCELLED", "INTERRUPTED", "AgentLoop", "TurnResult"]
