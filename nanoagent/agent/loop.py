@@ -83,11 +83,14 @@ class AgentLoop:
 
     async def handle(self, text: str, key: str = "cli:direct", sink: ev.EventSink = ev.discard,
                      injections: Callable[[], list[str]] | None = None, ask: Ask | None = None,
-                     images: list[msg.ImageBlock] | None = None) -> TurnResult:
+                     images: list[msg.ImageBlock] | None = None, model: str | None = None,
+                     fresh: bool = False) -> TurnResult:
         """Run one message (or slash command) in session `key`. Events go to `sink`; `ask` reaches the person
         who sent it, for approvals (None: nobody can answer, so anything needing a yes is refused). `images`
         are references to files under the workspace's media/ (`attachments.prepare`); a model that does not
-        take images refuses them with AttachmentError before anything is stored."""
+        take images refuses them with AttachmentError before anything is stored. `model` replaces the session's
+        for this turn only; `fresh` empties the session first (a session that starts anew each run: the
+        heartbeat's)."""
         session = self.session(key)
         images = list(images or [])
         if text.strip().startswith("/"):
@@ -108,7 +111,9 @@ class AgentLoop:
             sink(ev.Notice(text, session=key))
 
         async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session, waiting=waiting):
-            return await self._turn(session, text, sink, injections, ask, images)
+            if fresh:
+                self.store.reset(session)
+            return await self._turn(session, text, sink, injections, ask, images, model or self.model_for(session))
 
     def check_images(self, key: str, images: list[msg.ImageBlock]) -> None:
         """AttachmentError unless the session's model takes images and each reference matches its file."""
@@ -121,13 +126,12 @@ class AgentLoop:
 
     async def _turn(self, session: Session, text: str, sink: ev.EventSink,
                     injections: Callable[[], list[str]] | None, ask: Ask | None,
-                    images: list[msg.ImageBlock]) -> TurnResult:
+                    images: list[msg.ImageBlock], model: str) -> TurnResult:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
         notices = session.pending_notices()  # background results that arrived since the last turn
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
                                          notices=[n.text for n in notices])
-        model = self.model_for(session)
         system = ""
 
         def notify(text: str) -> None:

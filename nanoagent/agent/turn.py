@@ -12,6 +12,7 @@ import asyncio
 import functools
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
@@ -27,6 +28,15 @@ from nanoagent.usage import UsageRecord
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
 CANCELLED = "(The user cancelled this turn before it finished.)"
+
+
+class TurnCall(Protocol):
+    """How a scheduled run asks for a turn of the process's one loop (`Hub.send` in the gateway, `AgentLoop.handle`
+    in `cron tick`): the result, or None when the message joined a turn already running in the session. `model` is
+    for this turn only; `fresh` empties the session first (the heartbeat starts afresh each time)."""
+
+    def __call__(self, key: str, text: str, *, model: str | None = None,
+                 fresh: bool = False) -> Awaitable[ev.TurnResult | None]: ...
 
 
 @dataclass(frozen=True)
@@ -113,4 +123,4 @@ class Turns:
         sink(ev.TurnEnded(ev.StopReason.CANCELLED, session=session.key))
 
 
-__all__ = ["CANCELLED", "INTERRUPTED", "Closing", "Turns"]
+__all__ = ["CANCELLED", "INTERRUPTED", "Closing", "TurnCall", "Turns"]
