@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
+from nanoagent.agent.budget import PromptBudget
 from nanoagent.agent.commands import Commands, ModelChoice
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.loop import AgentLoop
@@ -92,18 +93,17 @@ def build_agent(
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
     models = ModelChoice(default_model, pinned=model is not None)
-    consolidator = Consolidator(history, store, config.defaults, providers.complete)
+    budget = PromptBudget(context, config.defaults, Consolidator(history, store, config.defaults, providers.complete))
     commands = Commands(
-        store=store, models=models, providers=providers, context=context, settings=config.defaults, skills=skills,
-        consolidator=consolidator, memory_git=memory_git, subagents=subagents,
+        store=store, models=models, providers=providers, budget=budget, skills=skills,
+        consolidator=budget.consolidator, memory_git=memory_git, subagents=subagents,
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     loop = AgentLoop(
         turns=turns,
-        context=context,
+        budget=budget,
         models=models,
         commands=commands,
-        consolidator=consolidator,
         mcp=mcp,
         subagents=subagents,
     )

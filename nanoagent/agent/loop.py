@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
+from nanoagent.agent.budget import PromptBudget, TurnBudget
 from nanoagent.agent.commands import Commands, ModelChoice, Refused, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
@@ -28,7 +29,7 @@ from nanoagent.agent.subagents import RunScope, Subagents, current_run
 from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
 from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
-from nanoagent.memory.consolidator import Consolidator, FixedCost
+from nanoagent.memory.consolidator import Consolidator
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, TurnScope, current_turn
@@ -44,10 +45,9 @@ BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
 @dataclass
 class AgentLoop:
     turns: Turns  # runs a turn in a session: the store, providers and settings every turn shares
-    context: ContextBuilder  # holds the tool list too: it is part of every request's fixed cost
+    budget: PromptBudget  # what a turn sends, archiving old turns to memory/history.jsonl to make room
     models: ModelChoice
     commands: Commands
-    consolidator: Consolidator | None = None  # archives old turns to memory/history.jsonl
     mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
     subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
     _sessions: dict[str, Session] = field(default_factory=dict)
@@ -64,6 +64,14 @@ class AgentLoop:
     @property
     def settings(self) -> AgentDefaults:
         return self.turns.settings
+
+    @property
+    def context(self) -> ContextBuilder:  # holds the tool list too: it is part of every request's fixed cost
+        return self.budget.context
+
+    @property
+    def consolidator(self) -> Consolidator | None:
+        return self.budget.consolidator
 
     def session(self, key: str) -> Session:
         if key not in self._sessions:
@@ -132,21 +140,19 @@ class AgentLoop:
         notices = session.pending_notices()  # background results that arrived since the last turn
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
                                          notices=[n.text for n in notices])
-        system = ""
+        budget = self.budget.turn(session, model)
 
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))
 
         async def prepare() -> RunSpec:  # with the user's message on disk: the prompt is measured with it
-            nonlocal system
             if self.mcp is not None:
                 await self.mcp.prepare()  # servers whose tools are not cached yet
-            system, visible = await self._fit_context(session, model)
-            current_turn.set(TurnScope(session.key, visible, notify, ask))
-            return self.turns.spec(session.key, system, self._request(session, visible, model), model,
+            prompt = await budget.fit()
+            current_turn.set(TurnScope(session.key, prompt.visible, notify, ask))
+            return self.turns.spec(session.key, prompt.system, self._request(session, prompt.visible, model), model,
                                    self.context.tools, injections=injections,
-                                   shrink=self._shrinker(session, model, self.consolidator)
-                                   if self.consolidator is not None else None)
+                                   shrink=self._shrinker(budget) if budget.can_shrink else None)
 
         scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask))
         run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
@@ -159,20 +165,18 @@ class AgentLoop:
             current_turn.reset(scope)
         if result.error is not None:
             return TurnResult(f"Error: {result.error.rstrip('.')}.{FAILED_HINT}", session.key, result, model)
-        if self.consolidator is not None:  # near the budget: archive now, not at the start of the next turn
-            await self.consolidator.maybe_consolidate(session, self._fixed(system), model, threshold=0.8)
+        await budget.settle()
         return TurnResult(result.reply, session.key, result, model)
 
-    def _shrinker(self, session: Session, model: str, consolidator: Consolidator) -> Shrink:
-        """What the runner calls when the provider refuses the prompt as too long: archive older turns as if the
-        prompt filled the model's window, and give the runner the smaller prompt (None: nothing left to archive)."""
+    def _shrinker(self, budget: TurnBudget) -> Shrink:
+        """What the runner calls when the provider refuses the prompt as too long: the smaller prompt the budget
+        makes room for (None: nothing left to archive)."""
         async def shrink() -> tuple[str, list[msg.Message]] | None:
-            if not await consolidator.consolidate_overflow(session, self._fixed(self.context.system_prompt()), model):
+            prompt = await budget.shrink()
+            if prompt is None:
                 return None
-            system = self.context.system_prompt()  # the archive added to the recent history
-            visible = consolidator.window_start(session, self._fixed(system), model)
-            current_turn.set(dataclasses.replace(current_turn.get(), visible_from=visible))
-            return system, self._request(session, visible, model)
+            current_turn.set(dataclasses.replace(current_turn.get(), visible_from=prompt.visible))
+            return prompt.system, self._request(budget.session, prompt.visible, budget.model)
 
         return shrink
 
@@ -180,19 +184,6 @@ class AgentLoop:
         """The session's messages from `visible` as the model gets them, images read from media/."""
         history = msg.history_for_model(session.messages, visible, session.failed())
         return self.turns.resolver(model)(history)
-
-    async def _fit_context(self, session: Session, model: str) -> tuple[str, int]:
-        """Archive old turns if the prompt would outgrow the budget; (system prompt, first message to send)."""
-        system = self.context.system_prompt()
-        if self.consolidator is None:
-            return system, session.last_consolidated
-        if await self.consolidator.maybe_consolidate(session, self._fixed(system), model):
-            system = self.context.system_prompt()  # the archive added to the recent history
-        return system, self.consolidator.window_start(session, self._fixed(system), model)
-
-    def _fixed(self, system: str) -> FixedCost:
-        """Tokens of the system prompt and tool list, by whichever counter the Consolidator asks for."""
-        return lambda count: self.context.fixed_tokens(system, count)
 
     async def aclose(self) -> None:
         """Stop what the loop keeps running between turns (MCP servers)."""
