@@ -1,6 +1,7 @@
 """AgentLoop: dispatch a message to its session, one turn at a time, checkpointing as it goes.
 
-A turn: lock the session file, repair what a killed process left behind, persist
+A turn: lock the session file, repair what a killed process left behind, fit the
+prompt to its budget (`agent/budget.py`), then `Turns.run` (`agent/turn.py`): persist
 the user's message, run the runner, append each message as it completes, fsync
 at the end. A process killed at any point leaves a session the next turn can use;
 a cancelled turn (Ctrl-C) leaves the same consistent state at once. A turn that
