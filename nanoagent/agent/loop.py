@@ -33,7 +33,7 @@ from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tools import Ask, TurnScope, current_turn
+from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
 
 if TYPE_CHECKING:
     from nanoagent.agent.runner import Shrink
@@ -65,6 +65,10 @@ class AgentLoop:
     @property
     def settings(self) -> AgentDefaults:
         return self.turns.settings
+
+    @property
+    def tool_context(self) -> ToolContext:
+        return self.turns.tool_context
 
     @property
     def context(self) -> ContextBuilder:  # holds the tool list too: it is part of every request's fixed cost
@@ -131,7 +135,7 @@ class AgentLoop:
             raise AttachmentError(f"{model} does not take images, so the image was not sent; switch to a model "
                                   "that does (/model or --model), or list this one in "
                                   "tools.attachments.imageModels if it takes them after all.")
-        verify(self.turns.tool_context.workspace, images)
+        verify(self.tool_context.workspace, images)
 
     async def _turn(self, session: Session, text: str, sink: ev.EventSink,
                     injections: Callable[[], list[str]] | None, ask: Ask | None,

@@ -249,9 +249,9 @@ def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace:
 
     Example: nanoagent cron run 3f9a1c2e
     """
+    from nanoagent.agent.cron_runs import NO_REPLY
     from nanoagent.cli.render import terminal_safe
     from nanoagent.cli.running import run_main
-    from nanoagent.cron.runs import NO_REPLY
     from nanoagent.cron.store import JobStore
 
     paths, config = setup(workspace)
