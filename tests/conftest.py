@@ -209,7 +209,7 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
     a traceback would end a real process."""
     from typer.testing import CliRunner
 
-    import nanoagent.cli.logs  # noqa: F401 - its import sets the logger up as a process has it; saved as such below
+    from nanoagent.cli import logs  # noqa: F401 - its NullHandler is part of the logger state saved below
     from nanoagent.cli.entry import main
 
     logger, root = logging.getLogger("nanoagent"), logging.getLogger()
