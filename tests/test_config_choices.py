@@ -13,7 +13,7 @@ import pytest
 from nanoagent.config.loader import load_config
 from nanoagent.config.schema import ExecConfig, TelegramConfig, WebSearchConfig
 from nanoagent.errors import ConfigError
-from tests.conftest import ROOT, invoke, openai_env, write_config
+from tests.conftest import PATIENCE, ROOT, invoke, openai_env, write_config
 from tests.llm_server import Reply
 
 ANN = 42
@@ -54,6 +54,7 @@ def test_telegram_ids_written_as_strings_of_digits_are_read_as_ids(tmp_path):
         load_config(path, env={})
 
 
+@pytest.mark.process
 def test_the_gateway_answers_a_telegram_user_allowed_by_a_string_id(api, llm, isolated_home, tmp_path):
     write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "allowFrom": [str(ANN)],
                                                            "apiBase": api.url}}})
@@ -65,11 +66,11 @@ def test_the_gateway_answers_a_telegram_user_allowed_by_a_string_id(api, llm, is
                                 env={**os.environ, **openai_env(llm), "TELEGRAM_BOT_TOKEN": api.token})
     try:
         api.message("hi", user_id=ANN)
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + PATIENCE
         while "Hello, Ann." not in api.texts(ANN):
             assert proc.poll() is None, log_path.read_text()
             assert time.monotonic() < deadline, log_path.read_text()
             time.sleep(0.05)
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=PATIENCE)

@@ -6,6 +6,8 @@ import json
 import logging
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from nanoagent.agent.build import build_outbox
 from nanoagent.agent.cron_runs import system_tasks
 from nanoagent.config.schema import Config, ProviderConfig
@@ -118,6 +120,7 @@ def test_in_the_gateway_the_heartbeat_turn_waits_for_a_free_slot_among_its_turns
     assert asyncio.run(scenario()) == (0, 1)
 
 
+@pytest.mark.process
 def test_in_the_gateway_the_heartbeat_is_a_turn_of_its_own_agent_and_starts_no_second_mcp_server(llm, isolated_home):
     import sys
 
@@ -149,7 +152,7 @@ def test_in_the_gateway_the_heartbeat_is_a_turn_of_its_own_agent_and_starts_no_s
             scheduler = cron_component(config, paths, hub, build_outbox(config, paths)).run.__self__
             heartbeat = next(task for task in scheduler.tasks if task.name == "heartbeat")
             for _ in range(2):
-                outcome = await asyncio.wait_for(heartbeat.run(), 60)
+                outcome = await asyncio.wait_for(heartbeat.run(), PATIENCE)
                 assert outcome is not None and outcome.status == "ok"
         finally:
             await hub.loop.aclose()

@@ -8,7 +8,9 @@ import socket
 import sys
 import time
 
-from tests.conftest import invoke, openai_env, start_gateway_process, write_config
+import pytest
+
+from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, write_config
 from tests.test_mcp import SERVERS
 
 KEY = {"ANTHROPIC_API_KEY": "sk-ant-" + "x" * 30}
@@ -45,6 +47,7 @@ def test_doctor_reports_an_unreachable_bot_api(isolated_home):
     assert "123:abc" not in "\n".join(lines)
 
 
+@pytest.mark.process
 def test_doctor_starts_each_mcp_server_and_reports_a_dead_one(isolated_home):
     write_config(isolated_home, {"mcpServers": {
         "good": {"command": sys.executable, "args": [SERVERS, "basic"]},
@@ -82,6 +85,7 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
+@pytest.mark.process
 def test_doctor_says_enabled_channels_serve_nobody_without_a_gateway_and_asks_a_running_ones_endpoint(
         isolated_home, llm):
     port = free_port()
@@ -91,7 +95,7 @@ def test_doctor_says_enabled_channels_serve_nobody_without_a_gateway_and_asks_a_
     assert line_with(lines, "gateway:").startswith("FIX   gateway: not running, so gateway.http (enabled in config)")
     gateway = start_gateway_process({**os.environ, **openai_env(llm), "NANOAGENT_HOME": str(isolated_home)})
     try:
-        log, deadline = isolated_home.parent / "gateway.stderr", time.monotonic() + 60
+        log, deadline = isolated_home.parent / "gateway.stderr", time.monotonic() + PATIENCE
         while "http_listening" not in log.read_text():  # the endpoint starts just after the socket
             assert gateway.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.05)
@@ -100,4 +104,4 @@ def test_doctor_says_enabled_channels_serve_nobody_without_a_gateway_and_asks_a_
         assert line_with(lines, "http endpoint:") == f"ok    http endpoint: http://127.0.0.1:{port}/health answers"
     finally:
         gateway.terminate()
-        gateway.wait(timeout=30)
+        gateway.wait(timeout=PATIENCE)

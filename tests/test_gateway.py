@@ -534,6 +534,7 @@ def test_a_session_name_too_long_for_a_file_gets_one_line_over_the_socket_and_fr
     assert not any(gateway.paths.sessions_dir.glob("*xxxxx*"))
 
 
+@pytest.mark.process
 def test_a_one_shot_with_a_model_or_key_of_its_own_is_answered_in_its_own_process(llm, isolated_home):
     from tests.llm_server import Reply
 
@@ -547,7 +548,7 @@ def test_a_one_shot_with_a_model_or_key_of_its_own_is_answered_in_its_own_proces
         key = invoke("agent", "-m", "hi", "--json", env={**anthropic_env(llm), "ANTHROPIC_API_KEY": "sk-ant-mine"})
     finally:
         proc.send_signal(signal.SIGTERM)
-        proc.communicate(timeout=30)
+        proc.communicate(timeout=PATIENCE)
     assert [json.loads(ran.stdout)["model"] for ran in (same, model, key)] == [
         "anthropic/claude-test", "anthropic/other", "anthropic/claude-test"]
     assert [r.body["model"] for r in llm.requests] == ["claude-test", "other", "claude-test"]

@@ -494,7 +494,7 @@ def test_hundreds_of_silent_connections_do_not_keep_out_a_client_with_the_token(
                                                              messages=[{"role": "user", "content": "hi"}])
             oldest_dropped = await closed_by_peer(quiet[0][0])
             quiet[-1][1].write(b"GET /health HTTP/1.1\r\n\r\n")  # the newest silent one is still served
-            newest = await asyncio.wait_for(quiet[-1][0].readuntil(b"\r\n\r\n"), 10)
+            newest = await asyncio.wait_for(quiet[-1][0].readuntil(b"\r\n\r\n"), PATIENCE)
             return reply.choices[0].message.content or "", oldest_dropped, newest.startswith(b"HTTP/1.1 200")
         finally:
             for _, writer in quiet:
@@ -511,7 +511,7 @@ def test_a_connection_that_sends_no_authenticated_request_in_time_is_closed(monk
     async def body(live: Live) -> tuple[bool, bool, bytes]:
         (quiet_reader, quiet), (tokenless_reader, tokenless) = await silent(live.port, 2)
         tokenless.write(b"GET /v1/models HTTP/1.1\r\n\r\n")  # refused, and then it keeps the connection open
-        first = await asyncio.wait_for(tokenless_reader.readuntil(b"\r\n\r\n"), 10)
+        first = await asyncio.wait_for(tokenless_reader.readuntil(b"\r\n\r\n"), PATIENCE)
         closed = await closed_by_peer(quiet_reader), await closed_by_peer(tokenless_reader)
         quiet.close()
         tokenless.close()
@@ -531,7 +531,7 @@ def test_clients_with_the_token_hold_at_most_64_connections_and_the_next_is_told
         try:
             for reader, writer in held:
                 writer.write(request)
-                heads.append(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10))
+                heads.append(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), PATIENCE))
         finally:
             for _, writer in held:
                 writer.close()
@@ -542,6 +542,7 @@ def test_clients_with_the_token_hold_at_most_64_connections_and_the_next_is_told
     assert last.startswith(b"HTTP/1.1 503") and b"Connection: close" in last
 
 
+@pytest.mark.process
 def test_a_short_token_is_refused_beyond_loopback_and_only_logged_on_loopback(isolated_home, llm):
     path = isolated_home / "run" / "http-token"
     path.parent.mkdir(parents=True)
@@ -552,7 +553,7 @@ def test_a_short_token_is_refused_beyond_loopback_and_only_logged_on_loopback(is
         http_component(hub, Paths.from_env(), HttpConfig(enabled=True, host="0.0.0.0"))
     http_component(hub, Paths.from_env(), HttpConfig(enabled=True, host="127.0.0.1"))  # allowed, with a log line
     write_config(isolated_home, {"gateway": {"http": {"enabled": True, "host": "0.0.0.0"}}})
-    ran = run_cli("gateway", env=anthropic_env(llm), timeout=30)
+    ran = run_cli("gateway", env=anthropic_env(llm), timeout=PATIENCE)
     assert ran.returncode == 1
     assert ran.stderr.strip().count("\n") == 0 and "at least 32" in ran.stderr, ran.stderr
 
@@ -624,11 +625,12 @@ def test_a_reply_with_text_before_a_tool_call_is_the_same_streamed_or_not():
     assert whole == streamed == "Let me look.\n\nNothing there."
 
 
+@pytest.mark.process
 def test_the_gateway_start_line_names_the_http_url_it_serves(isolated_home, llm):
     write_config(isolated_home, {"gateway": {"http": {"enabled": True, "port": 47123}}})
     proc = start_gateway_process({**os.environ, **anthropic_env(llm)})
     proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=30)
+    proc.communicate(timeout=PATIENCE)
     log = (isolated_home.parent / "gateway.stderr").read_text()
     start = [line for line in log.splitlines() if line.startswith("nanoagent gateway: listening on ")]
     assert len(start) == 1 and "http://127.0.0.1:47123/v1" in start[0], log

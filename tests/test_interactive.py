@@ -538,12 +538,13 @@ def test_ctrl_c_cancels_new_while_it_archives_and_the_conversation_goes_on(term,
         "hello" not in (isolated_home / "workspace" / "memory" / "history.jsonl").read_text()
 
 
+@pytest.mark.process
 def test_a_terminal_whose_gateway_stops_says_so_at_once_and_answers_the_next_message_here(llm, isolated_home):
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
            "PROMPT_TOOLKIT_NO_CPR": "1"}
     gateway = start_gateway_process(env)
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
-                          timeout=30, dimensions=(30, 80))
+                          timeout=PATIENCE, dimensions=(30, 80))
     try:
         child.expect_exact(PROMPT)
         assert "(through the gateway)" in child.before

@@ -136,6 +136,7 @@ def test_the_gateway_keeps_one_connection_for_every_session_and_stops_its_server
     assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=PATIENCE)
 
 
+@pytest.mark.process
 def test_mcp_add_and_list_print_a_tool_name_holding_escape_sequences_as_plain_text(isolated_home):
     from tests.mcp_servers import ESCAPE_NAME
 
@@ -150,22 +151,24 @@ def test_mcp_add_and_list_print_a_tool_name_holding_escape_sequences_as_plain_te
     assert cached["tools"][0]["name"] == ESCAPE_NAME  # the server's own name is kept, only shown safely
 
 
+@pytest.mark.process
 def test_a_server_slow_to_start_is_reported_by_mcp_list_and_add_in_one_line_without_a_traceback(isolated_home):
     write_config(isolated_home, {"mcpServers": {"sleepy": stdio("sleepy")}})
     listed = subprocess.run([sys.executable, "-m", "nanoagent", "mcp", "list", "--timeout", "0.5"], cwd=ROOT,
-                            capture_output=True, text=True, env=os.environ, timeout=120)
+                            capture_output=True, text=True, env=os.environ, timeout=PATIENCE)
     assert listed.returncode == 0 and listed.stderr == ""
     assert listed.stdout.splitlines()[1] == (f"  MCP server 'sleepy' did not answer within 0.5 s of starting; check it "
                                              f"starts on its own; its log is {isolated_home}/logs/mcp-sleepy.log")
 
     added = subprocess.run([sys.executable, "-m", "nanoagent", "mcp", "add", "slow", "--wait", "0.5", "--", sys.executable,
                             SERVERS, "sleepy"],
-                           cwd=ROOT, capture_output=True, text=True, env=os.environ, timeout=120)
+                           cwd=ROOT, capture_output=True, text=True, env=os.environ, timeout=PATIENCE)
     assert added.returncode == 0 and added.stdout.startswith("Added MCP server 'slow'")
     assert added.stderr.splitlines() == [f"warning: MCP server 'slow' did not answer within 0.5 s of starting; check "
                                          f"it starts on its own; its log is {isolated_home}/logs/mcp-slow.log"]
 
 
+@pytest.mark.process
 def test_a_server_that_exits_at_once_is_reported_as_exited_with_its_code_and_last_error_line(isolated_home):
     added = invoke("mcp", "add", "dies", "--", sys.executable, SERVERS, "dies")
     listed = invoke("mcp", "list")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nanoagent.cli.oneshot import Plain, parse
+from tests.conftest import PATIENCE
 
 TAKEN = [
     (["agent", "-m", "hi"], Plain("hi")),
@@ -75,6 +76,7 @@ def test_nanoagent_debug_in_the_environment_leaves_it_to_the_full_command_line(m
     assert parse(["agent", "-m", "hi"]) is None
 
 
+@pytest.mark.process
 def test_the_fast_path_can_send_its_message_before_it_loads_the_event_types_and_the_renderer():
     import subprocess
     import sys
@@ -82,5 +84,5 @@ def test_the_fast_path_can_send_its_message_before_it_loads_the_event_types_and_
     code = ("import sys; from nanoagent.cli import oneshot; from nanoagent.gateway.oneshot import sending, "
             "settings_differ; from nanoagent.paths import Paths; print(sorted(m for m in sys.modules if "
             "m.startswith(('nanoagent.agent', 'nanoagent.cli.render', 'nanoagent.usage', 'rich', 'asyncio'))))")
-    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PATIENCE)
     assert ran.returncode == 0 and ran.stdout.strip() == "[]", ran.stdout + ran.stderr

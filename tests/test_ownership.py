@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from tests.conftest import anthropic_env, invoke, run_cli, write_config
+from tests.conftest import PATIENCE, anthropic_env, invoke, run_cli, write_config
 from tests.llm_server import Reply
 
 NOBODY = 65534
@@ -49,11 +49,12 @@ def test_a_config_another_user_owns_is_refused_even_for_root(isolated_home, tmp_
     assert "another user (uid 65534" in ran.stderr and not marker.exists()
 
 
+@pytest.mark.process
 def test_the_gateway_refuses_a_config_others_can_write_before_starting_anything(isolated_home, tmp_path, llm):
     marker = tmp_path / "marker"
     config = hostile_config(isolated_home, marker)
     config.chmod(0o664)
-    proc = run_cli("gateway", env={**anthropic_env(llm), "NANOAGENT_HOME": str(isolated_home)}, timeout=60)
+    proc = run_cli("gateway", env={**anthropic_env(llm), "NANOAGENT_HOME": str(isolated_home)}, timeout=PATIENCE)
     assert proc.returncode != 0 and f"chmod 600 {config}" in proc.stderr and "Traceback" not in proc.stderr
     assert not marker.exists() and not (isolated_home / "run" / "gateway.sock").exists()
 

@@ -217,13 +217,14 @@ def test_a_refused_request_inside_an_anthropic_stream_is_final(llm):
     assert info.value.message == "anthropic/claude-test: 400 messages.0: bad block"
 
 
+@pytest.mark.process
 def test_an_anthropic_one_shot_answers_without_importing_the_anthropic_sdk(llm):
     """The SDK took 1.0-1.3 s of a 2.4 s one-shot to import; only `dream --batch` loads it now."""
     from tests.conftest import ROOT, anthropic_env
 
     llm.script(Reply(text="hello without the SDK"))
     ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "agent", "-m", "hi"], cwd=ROOT,
-                         env={**os.environ, **anthropic_env(llm)}, capture_output=True, text=True, timeout=120)
+                         env={**os.environ, **anthropic_env(llm)}, capture_output=True, text=True, timeout=PATIENCE)
     assert (ran.returncode, ran.stdout) == (0, "hello without the SDK\n"), ran.stderr[-2000:]
     imported = {line.split("|")[-1].strip().split(".")[0] for line in ran.stderr.splitlines() if "import time:" in line}
     assert "anthropic" not in imported and "httpx" in imported

@@ -660,7 +660,7 @@ def test_a_flood_of_strangers_cannot_push_out_a_friends_pending_pairing_code(api
             for stranger in strangers:  # within the hour
                 last = api.message("let me in", user_id=stranger, name=f"S{stranger}")
             await until(lambda: channel.state.read().last_update_id >= last and settled(channel, api), "the flood",
-                        timeout=60)
+                        timeout=PATIENCE)
             coded = [s for s in strangers if api.texts(s)]
             assert coded == list(strangers)[:MAX_PENDING - 1]  # those who wrote first; the rest get nothing
             code = re.search(r"nanoagent pairing approve (\S+)", api.texts(friend)[0]).group(1)
