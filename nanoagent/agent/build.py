@@ -66,7 +66,7 @@ def build_agent(
     seed_workspace(paths.workspace)
     skills = SkillsLoader(paths.workspace / "skills", warn=warn, trust=SkillTrust(paths.trusted_skills_file, warn))
     tools_config = config.tools
-    history = HistoryLog(paths.memory_dir, warn=warn)
+    history = HistoryLog(paths.memory_dir, warn=warn, key_file=paths.history_key_file)
     store = SessionStore(paths.sessions_dir, warn=warn)
     providers = Providers(provider_for)
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
@@ -172,7 +172,7 @@ def build_dream(
 
     return Dream(
         workspace=paths.workspace,
-        history=HistoryLog(paths.memory_dir, warn=warn),
+        history=HistoryLog(paths.memory_dir, warn=warn, key_file=paths.history_key_file),
         git=MemoryGit(paths.workspace, paths.memory_git_dir),
         provider=provider,
         model=dream_model,
