@@ -78,6 +78,7 @@ class Cgroup:
         self.paths = paths
         self.memory = memory  # the folder with the memory controller's files, when there is one
         self.pids = pids
+        self.over_memory = False  # set by whoever ended the child for going over the memory limit
 
     @classmethod
     def create(cls, max_processes: int | None = None, memory_bytes: int | None = None) -> Cgroup | None:

@@ -167,6 +167,22 @@ def describe_confinement(settings: ExecSettings) -> str:
     return text
 
 
+def describe_limits(policy: SandboxPolicy) -> str:
+    """What bounds a command here (doctor says it): cgroups bound it as a whole where nanoagent can make them;
+    elsewhere memoryMb bounds each process (RLIMIT_DATA), and maxProcesses counts per user (RLIMIT_NPROC)."""
+    group = Cgroup.create(policy.max_processes, policy.memory_mb << 20)
+    if group is not None:
+        group.close()
+    memory, procs = f"memoryMb ({policy.memory_mb} MB)", f"maxProcesses ({policy.max_processes})"
+    if group is not None and group.memory is not None:
+        return f"exec limits: {memory} and {procs} bound each command as a whole (cgroups)"
+    if group is not None:
+        return (f"exec limits: {procs} bounds each command (pids cgroup); {memory} bounds each process, not the "
+                "command: no memory cgroup can be made here")
+    return (f"exec limits: {memory} bounds each process, not the command, and {procs} is counted per user namespace "
+            "(RLIMIT_NPROC; not for root): no cgroup can be made here (run as root, or delegate a cgroup to this user)")
+
+
 async def run_command(command: str, workspace: Path, cwd: Path, limit: float, settings: ExecSettings,
                       sandboxed: bool) -> str:
     policy = settings.policy
@@ -237,6 +253,7 @@ async def _stop_when_over_memory(group: Cgroup | None) -> None:
     loop.add_reader(fd, _resolve, fired)
     try:
         await fired
+        group.over_memory = True  # the kernel may not have killed anything yet: this ends it all first
         await asyncio.to_thread(group.kill_all)
     finally:
         loop.remove_reader(fd)
@@ -245,7 +262,7 @@ async def _stop_when_over_memory(group: Cgroup | None) -> None:
 
 def _limit_note(group: Cgroup | None, policy: SandboxPolicy) -> str:
     note = ""
-    if group is not None and group.oom_kills():
+    if group is not None and (group.over_memory or group.oom_kills()):
         note += (f"\n[note: the command went over the memory limit ({policy.memory_mb} MB for all its processes "
                  "together, tools.exec.memoryMb) and was stopped]")
     if group is not None and group.hit_process_limit():
