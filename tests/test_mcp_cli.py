@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from tests.conftest import ROOT, anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 from tests.test_mcp import SERVERS, stdio
@@ -20,6 +22,15 @@ def alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def can_make_cgroup() -> bool:
+    from nanoagent.procguard import Cgroup
+
+    group = Cgroup.create()
+    if group is not None:
+        group.close()
+    return group is not None
 
 
 def wait_for(condition, timeout: float = 30.0) -> bool:
@@ -105,6 +116,25 @@ def test_no_mcp_server_or_its_children_outlive_a_kill_9_of_nanoagent(llm, isolat
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=10)
+
+
+@pytest.mark.skipif(not can_make_cgroup(), reason="a setsid child is caught through a pids cgroup, which this user "
+                                                  "cannot make here (not root, no delegated cgroup)")
+def test_an_mcp_servers_setsid_child_does_not_outlive_a_kill_9_of_nanoagent(llm, isolated_home):
+    write_config(isolated_home, {"mcpServers": {"kids": stdio("children", timeout=120)}})
+    llm.script(Reply(tool_calls=[("mcp__kids__slow", {"seconds": 300})]), Reply(text="never"))
+    proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "go"], cwd=ROOT,
+                            env={**os.environ, **anthropic_env(llm)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    log = isolated_home / "logs" / "mcp-kids.log"
+    try:
+        assert wait_for(lambda: log.exists() and "slow started" in log.read_text(), timeout=120)
+        away = int(re.search(r"setsid child (\d+)", log.read_text()).group(1))
+        assert alive(away) and os.getsid(away) == away  # in a session of its own, out of the server's group
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    assert wait_for(lambda: not alive(away), timeout=20)
 
 
 def test_the_gateway_keeps_one_connection_for_every_session_and_stops_its_servers(llm, isolated_home):
