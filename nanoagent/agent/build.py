@@ -19,7 +19,7 @@ from nanoagent.cron.tools import cron_tools
 from nanoagent.errors import ConfigError
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
-from nanoagent.memory.gitlog import MemoryGit, agent_edits
+from nanoagent.memory.gitlog import MemoryGit, agent_commands, agent_edits
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.memory.search_tool import memory_search_tool
@@ -75,7 +75,7 @@ def build_agent(
     exec_config = exec_settings(config, paths)
     tools = ToolRegistry([
         *file_tools(agent_edits(memory_git, warn)),
-        exec_tool(exec_config),
+        exec_tool(exec_config, agent_commands(memory_git, warn)),
         *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
         *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),

@@ -15,7 +15,7 @@ import os
 import resource
 import signal
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -74,7 +74,12 @@ class BoundedOutput:
         return head + tail
 
 
-def exec_tool(settings: ExecSettings | None = None) -> Tool:
+# Runs around each command: given the command and a callable that runs it, returns its result. build_agent passes
+# memory.gitlog.agent_commands, so what a command changes in the memory files is the agent's commit.
+CommandHook = Callable[[str, Callable[[], Awaitable[str]]], Awaitable[str]]
+
+
+def exec_tool(settings: ExecSettings | None = None, around: CommandHook | None = None) -> Tool:
     """The exec tool with its limits and sandbox from config (tools.exec, tools.maxResultChars)."""
     settings = settings or ExecSettings()
     gate = Gate(settings)
@@ -94,7 +99,11 @@ def exec_tool(settings: ExecSettings | None = None) -> Tool:
             raise ToolError(f"workdir '{workdir}' is not a folder.")
         sandboxed = await gate.admit(command, current_turn.get())
         limit = min(MAX_TIMEOUT, timeout or settings.timeout)
-        return await run_command(command, ctx.workspace, cwd, limit, settings, sandboxed)
+
+        def run() -> Awaitable[str]:
+            return run_command(command, ctx.workspace, cwd, limit, settings, sandboxed)
+
+        return await (around(command, run) if around is not None else run())
 
     return exec_
 
