@@ -1,8 +1,9 @@
 """Where exec's commands run: inside bubblewrap on Linux, so the kernel keeps them from the user's files.
 
 Inside: new user, pid, ipc, uts and cgroup namespaces, and no network unless the user allows it;
-the system folders read-only; from /etc only what programs need; the workspace read-write (its
-history and cursor files read-only); nanoagent's own Python read-only; a private /tmp with a size
+the system folders read-only; from /etc only what programs need; the workspace read-write (what
+nanoagent keeps in memory/ read-only, made before the first command, and memory/ itself a mount point
+that cannot be renamed aside); nanoagent's own Python read-only; a private /tmp with a size
 cap and a throwaway home; nothing else of $HOME or of $NANOAGENT_HOME. The environment is rebuilt,
 never inherited, with or without the sandbox. See README "Commands and the sandbox" and, for
 macOS, `SEATBELT_PROFILE` below (designed, not yet used: `auto` reports no sandbox there).
