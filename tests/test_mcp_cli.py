@@ -121,19 +121,25 @@ def test_no_mcp_server_or_its_children_outlive_a_kill_9_of_nanoagent(llm, isolat
 @pytest.mark.skipif(not can_make_cgroup(), reason="a setsid child is caught through a pids cgroup, which this user "
                                                   "cannot make here (not root, no delegated cgroup)")
 def test_an_mcp_servers_setsid_child_does_not_outlive_a_kill_9_of_nanoagent(llm, isolated_home):
+    import threading
+
     write_config(isolated_home, {"mcpServers": {"kids": stdio("children", timeout=120)}})
-    llm.script(Reply(tool_calls=[("mcp__kids__slow", {"seconds": 300})]), Reply(text="never"))
+    held = threading.Event()  # the model never answers: nanoagent is alive, waiting, when it is killed
+    llm.script(Reply(text="never", release=held))
     proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "go"], cwd=ROOT,
                             env={**os.environ, **anthropic_env(llm)}, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
     log = isolated_home / "logs" / "mcp-kids.log"
     try:
-        assert wait_for(lambda: log.exists() and "slow started" in log.read_text(), timeout=120)
+        assert wait_for(lambda: log.exists() and "grandchild" in log.read_text() or proc.poll() is not None,
+                        timeout=120)
+        assert proc.poll() is None
         away = int(re.search(r"setsid child (\d+)", log.read_text()).group(1))
         assert alive(away) and os.getsid(away) == away  # in a session of its own, out of the server's group
     finally:
         proc.send_signal(signal.SIGKILL)
         proc.wait()
+        held.set()
     assert wait_for(lambda: not alive(away), timeout=20)
 
 
