@@ -10,8 +10,7 @@ Kinds:
   other     a second server with its own `echo`
   garbage   prints lines that are not JSON-RPC on stdout before and between its answers
   dies      exits at once with a message on stderr
-  children  starts a grandchild (`sleep`) and one in a session of its own (`setsid`), so a kill -9 test can
-            look for orphans
+  children  starts a grandchild (`sleep`) so a kill -9 test can look for orphans
 """
 
 import argparse
@@ -121,7 +120,7 @@ def build(kind: str) -> Any:
         child = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL,  # noqa: S607
                                  stdout=subprocess.DEVNULL)  # a grandchild in the server's process group
         away = subprocess.Popen(["sleep", "301"], stdin=subprocess.DEVNULL,  # noqa: S607
-                                stdout=subprocess.DEVNULL, start_new_session=True)  # left the process group
+                                stdout=subprocess.DEVNULL, start_new_session=True)  # a setsid one: out of the group
         print(f"setsid child {away.pid}", file=sys.stderr, flush=True)
         print(f"server {os.getpid()} grandchild {child.pid}", file=sys.stderr, flush=True)
     return server
