@@ -158,3 +158,12 @@ def test_cursor_files_made_empty_before_nanoagent_wrote_them_read_as_no_cursor_w
     for name in (".cursor", ".dream_cursor"):
         paths.memory_dir.joinpath(name).write_text("")
     assert (history.cursor, history.dream_cursor, warnings) == (1, 0, [])
+
+
+@needs_bwrap
+def test_a_memory_folder_that_is_a_link_is_refused_since_a_command_could_swap_the_link(paths, tmp_path):
+    elsewhere = tmp_path / "real-memory"
+    paths.memory_dir.rename(elsewhere)
+    paths.memory_dir.symlink_to(elsewhere)
+    result, _ = two_turns(paths, "echo ran", "bwrap")
+    assert "is a symbolic link" in result and "make it a real folder" in result and "ran\n" not in result

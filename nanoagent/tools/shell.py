@@ -195,13 +195,28 @@ def describe_limits(policy: SandboxPolicy) -> str:
 async def run_command(command: str, workspace: Path, cwd: Path, limit: float, settings: ExecSettings,
                       sandboxed: bool) -> str:
     policy = settings.policy
-    group = await asyncio.to_thread(Cgroup.create, policy.max_processes, policy.memory_mb << 20)
     if sandboxed:
         home = settings.home or Path(os.path.expanduser("~/.nanoagent"))
         protected = await asyncio.to_thread(prepare_protected, workspace, settings.protected)
         argv = bwrap_argv(policy, command, workspace, cwd, home, protected)
     else:
         argv = ["/bin/sh", "-c", command]
+    group = await asyncio.to_thread(Cgroup.create, policy.max_processes, policy.memory_mb << 20)
+    over_memory = group.oom_event() if group is not None else None  # listening before the command can use any
+    try:
+        return await _supervised(command, argv, cwd, limit, settings, sandboxed, group, over_memory)
+    finally:
+        if over_memory is not None:
+            os.close(over_memory)
+        if group is not None:
+            await asyncio.to_thread(group.close)
+
+
+async def _supervised(command: str, argv: list[str], cwd: Path, limit: float, settings: ExecSettings,
+                      sandboxed: bool, group: Cgroup | None, over_memory: int | None) -> str:
+    """Start the command under its watcher, read its output until it exits or the time is up, and end it with
+    everything it started."""
+    policy = settings.policy
     run_id = f"nanoagent-run-{uuid.uuid4().hex}"
     if sandboxed:  # bwrap's own command line carries the run's name, so the watcher finds it even before its pid
         argv[1:1] = ["--setenv", "NANOAGENT_RUN", run_id]
@@ -221,16 +236,12 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
         proc = await spawn
         await _end(proc)
         await release(guard)
-        if group is not None:
-            await asyncio.to_thread(group.close)
         raise
     except BaseException:
         await release(guard)
-        if group is not None:
-            await asyncio.to_thread(group.close)
         raise
     output = BoundedOutput(settings.max_output_chars)
-    oom = asyncio.ensure_future(_stop_when_over_memory(group))
+    oom = asyncio.ensure_future(_stop_when_over_memory(group, over_memory))
     try:
         # the deadline covers reading AND waiting for exit: a command may close its output and keep running
         code = await asyncio.wait_for(_run(proc, output), timeout=limit)
@@ -240,21 +251,20 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
                         f"were killed]{_limit_note(group, policy)}") from None
     finally:
         oom.cancel()
+        await asyncio.gather(oom, return_exceptions=True)  # its reader is removed before the fd is closed
         await _end(proc)  # background children: nohup, setsid and `&` ones end with the command
         await release(guard)
         note = _limit_note(group, policy)
-        if group is not None:
-            await asyncio.to_thread(group.close)
     text = output.text()
     if not policy.network and sandboxed and code != 0 and any(w in text.lower() for w in RESOLVE_FAILURES):
         text += "\n" + NO_NETWORK_HINT
     return f"{text}{note}\n[exit code: {code}]"
 
 
-async def _stop_when_over_memory(group: Cgroup | None) -> None:
+async def _stop_when_over_memory(group: Cgroup | None, fd: int | None) -> None:
     """Under cgroup v1 the kernel kills one process over the memory limit; the command as a whole is what the
-    limit bounds, so the rest of it ends too (v2's memory.oom.group does this itself)."""
-    fd = group.oom_event() if group is not None else None
+    limit bounds, so the rest of it ends too when `fd` (the cgroup's OOM eventfd) fires (v2's memory.oom.group
+    does this itself)."""
     if fd is None or group is None:
         return
     loop = asyncio.get_running_loop()
@@ -266,7 +276,6 @@ async def _stop_when_over_memory(group: Cgroup | None) -> None:
         await asyncio.to_thread(group.kill_all)
     finally:
         loop.remove_reader(fd)
-        os.close(fd)
 
 
 def _limit_note(group: Cgroup | None, policy: SandboxPolicy) -> str:
