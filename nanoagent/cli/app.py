@@ -45,6 +45,7 @@ if TYPE_CHECKING:
     from nanoagent.config.schema import Config
     from nanoagent.messages import ImageBlock
     from nanoagent.paths import Paths
+    from nanoagent.session.store import Session
     from nanoagent.tools import Ask
 
 # `nanoagent --help` lists commands in these groups, in this order; a command in none of them goes last.
@@ -178,7 +179,7 @@ def agent(
     remote = not local and workspace is None and model is None and _gateway_running(paths)
     config = functools.cache(lambda: read_config(paths))  # attached to a gateway, its config is what counts
     if message is None:
-        _interactive(paths, config(), model, key, remote)
+        _interactive(paths, config(), model, key, remote, replay=continue_last or resume)
         return
     message = _with_stdin(message, lambda: config().tools.attachments.max_stdin_bytes)
     images: list[ImageBlock] = []
@@ -295,7 +296,8 @@ async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, m
         await local.aclose()
 
 
-def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool) -> None:
+def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool,
+                 replay: bool = False) -> None:
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
     from nanoagent.cli.render import REPLY_WIDTH, terminal_width
     from nanoagent.cli.running import run_main
@@ -312,8 +314,9 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
             attacher = _attacher(paths, config)
             if terminal:
                 _show_notes(paths, key, ui)
+                saved = _saved(paths, key) if isinstance(agent, RemoteAgent) else agent.loop.session(key)
                 await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
-                                      " (through the gateway)" if remote else "", attacher)
+                                      " (through the gateway)" if remote else "", attacher, saved, replay)
             else:
                 await run_plain(agent, key, ui, attacher)
         finally:
@@ -323,6 +326,13 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
                 await agent.aclose()
 
     run_main(session())
+
+
+def _saved(paths: Paths, key: str) -> Session:
+    """The session as the gateway keeps it, read from its file (the same home)."""
+    from nanoagent.session.store import SessionStore
+
+    return SessionStore(paths.sessions_dir, warn=warn).load(key)
 
 
 def _show_notes(paths: Paths, key: str, ui: Any) -> None:
