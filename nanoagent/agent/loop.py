@@ -113,6 +113,7 @@ class AgentLoop:
             text, images = outcome.text, list(outcome.images)
         if images:
             self.check_images(key, images)
+        self.commands.check_model(session)  # before the message is stored: a session's unusable model says so
         def waiting(text: str) -> None:  # another process holds the session: say so while the turn waits
             sink(ev.Notice(text, session=key))
 
