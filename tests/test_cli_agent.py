@@ -403,3 +403,11 @@ def test_a_session_whose_model_is_unknown_says_the_name_came_from_the_session_an
     slash(llm, "/model anthropic/claude-test")
     llm.script(Reply(text="back again"))
     assert invoke("agent", "-m", "hello?", env=anthropic_env(llm)).stdout.strip() == "back again"
+
+
+def test_a_failed_one_shot_does_not_offer_retry(llm, isolated_home):
+    write_config(isolated_home, fast_retries(maxRetries=0))
+    llm.script(Reply(status=500, error_message="upstream exploded"))
+    proc = invoke("agent", "-m", "hi", env=anthropic_env(llm))
+    assert proc.returncode == 1 and "upstream exploded" in proc.stderr
+    assert "/retry" not in proc.stderr + proc.stdout

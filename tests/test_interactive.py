@@ -582,3 +582,30 @@ def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isola
         assert re.match(r"continuing cli:project · 8 messages · last \d\d:\d\d · /new starts fresh", lines[6])
     finally:
         child.terminate(force=True)
+
+
+def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(term, llm, isolated_home):
+    from tests.conftest import fast_retries, write_config
+    from tests.test_providers_http import free_port
+
+    write_config(isolated_home, fast_retries(maxRetries=0))
+    llm.script(Reply(status=500, error_message="upstream exploded"), Reply(text="second time lucky"))
+    child = term()
+    child.send("hello" + "\r")
+    child.expect_exact("upstream exploded")
+    child.expect_exact("/retry sends it once more")
+    child.send("/retry" + "\r")
+    child.expect_exact("second time lucky")
+    env = {**os.environ, **anthropic_env(llm), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{free_port()}",
+           "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    unreachable = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-s", "cli:other"], cwd=str(ROOT),
+                                env=env, encoding="utf-8", timeout=20, dimensions=(30, 100))
+    try:
+        unreachable.expect_exact(PROMPT)
+        unreachable.send("hello" + "\r")
+        unreachable.expect_exact("check ANTHROPIC_BASE_URL")  # nothing was sent: no /retry to offer
+        unreachable.send("/status" + "\r")
+        unreachable.expect_exact("model:")  # what the terminal printed after the error, up to the next answer
+        assert "/retry" not in visible(unreachable.before)
+    finally:
+        unreachable.terminate(force=True)

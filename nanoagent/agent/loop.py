@@ -42,7 +42,6 @@ if TYPE_CHECKING:
 INTERRUPTED = ("Error: interrupted before this tool finished (the turn was cancelled or nanoagent stopped); "
                "its effect is unknown.")
 CANCELLED = "(The user cancelled this turn before it finished.)"
-FAILED_HINT = " Your message is kept but will not be sent again: /retry sends it once more, or just write again."
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
 
 
@@ -164,7 +163,7 @@ class AgentLoop:
             self.store.sync(session)
         if result.error is not None:
             self.store.mark_failed(session, start, result.error)
-            return TurnResult(f"Error: {result.error.rstrip('.')}.{FAILED_HINT}", session.key, result, model)
+            return TurnResult(f"Error: {result.error.rstrip('.')}.", session.key, result, model)
         if self.consolidator is not None:  # near the budget: archive now, not at the start of the next turn
             await self.consolidator.maybe_consolidate(session, self._fixed(system), model, threshold=0.8)
         return TurnResult(result.reply, session.key, result, model)

@@ -50,6 +50,8 @@ ATTACH_HELP = f"{ATTACH} PATH  attach a file to your next message (an image, or 
 # the commands only a terminal session has, added to /help's list
 TERMINAL_HELP = f"\nIn this terminal:\n{ATTACH_HELP}\n/exit, /quit   end the session (Ctrl-D does too)"
 Agent = LocalAgent | RemoteAgent
+# after a turn that failed once its message had gone to the model (not in a one-shot, nor when no server answered)
+RETRY_HINT = "Your message is kept but will not be sent again: /retry sends it once more, or just write again."
 ESC_WAIT = 0.4  # seconds an Esc waits for a key that makes it Esc Enter (a new line) before it cancels alone
 
 
@@ -256,6 +258,8 @@ class Session:
         result = turn.result
         if result is not None and result.error:
             self.ui.line(f"[red]{escape(turn.reply)}[/red]")
+            if result.sent:
+                self.ui.line(f"[dim]{RETRY_HINT}[/dim]")
         elif not self.ui.stream.printed.strip().endswith(terminal_safe(turn.reply).strip()):
             self.ui.stream.feed(turn.reply)
             self.ui.stream.flush()
