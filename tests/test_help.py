@@ -91,3 +91,43 @@ def test_arguments_read_as_upper_case_names_not_braces_in_every_usage_line(isola
     assert "Usage: nanoagent agent [OPTIONS] [MESSAGE]\n" in usage["agent"]
     missing = invoke("dream-restore")
     assert missing.returncode == 2 and "Missing argument 'SHA'" in missing.stderr
+
+
+def _readme_headings(text: str) -> list[tuple[int, str]]:
+    import re
+
+    headings, fenced = [], False
+    for line in text.splitlines():
+        fenced = fenced != line.startswith("```")
+        if not fenced and (found := re.match(r"(##+) (.+)", line)):
+            headings.append((len(found[1]), found[2]))
+    return headings
+
+
+def _anchor(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation but - and _ dropped, spaces as -."""
+    import re
+
+    return re.sub(r"[^\w\- ]", "", heading.lower().replace("`", "")).replace(" ", "-")
+
+
+def test_the_readme_opens_with_contents_listing_every_section_and_next_steps_after_the_quick_start():
+    import re
+
+    from tests.conftest import ROOT
+
+    text = (ROOT / "README.md").read_text()
+    headings = _readme_headings(text)
+    anchors = {_anchor(title) for _, title in headings}
+    links = re.findall(r"\]\(#([^)]+)\)", text)
+    assert [link for link in links if link not in anchors] == []  # every link in the README lands on a heading
+    contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
+    listed = set(re.findall(r"\]\(#([^)]+)\)", contents))
+    assert [title for level, title in headings if level == 2 and title != "Contents" and _anchor(title) not in listed] == []
+    assert text.index("## Contents") < text.index("## Quick start") < text.index("### Next steps") < text.index(
+        "## Configuration")
+    steps = text.split("### Next steps\n", 1)[1].split("\n## ", 1)[0]
+    for section in ("models-and-providers", "the-gateway", "telegram", "schedules", "memory",
+                    "commands-and-the-sandbox"):
+        assert f"(#{section})" in steps
+    assert '```sh\nmake install && ANTHROPIC_API_KEY=sk-ant-... .venv/bin/nanoagent agent -m "hello"\nmake test\n```' in text
