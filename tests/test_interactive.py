@@ -609,3 +609,20 @@ def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(ter
         assert "/retry" not in visible(unreachable.before)
     finally:
         unreachable.terminate(force=True)
+
+
+def test_a_session_whose_model_is_unknown_opens_says_where_the_model_came_from_and_new_works(term, llm, isolated_home):
+    _one_shots(llm, ("remember heron", "noted"))
+    store = SessionStore(isolated_home / "sessions")
+    store.set_model(store.load("cli:direct"), "nosuch/provider-x")
+    child = term()
+    child.send("hello" + "\r")
+    child.expect_exact("This session's model nosuch/provider-x was set with /model and cannot be used")
+    child.expect_exact("Type /model anthropic/claude-test to switch this session back")
+    child.send("/new" + "\r")
+    child.expect_exact("Started a fresh conversation. The previous 2 messages stay in")
+    child.send("/model anthropic/claude-test" + "\r")
+    child.expect_exact("This session now uses anthropic/claude-test")
+    llm.script(Reply(text="working again"))
+    child.send("hello" + "\r")
+    child.expect_exact("working again")
