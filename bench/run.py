@@ -3,7 +3,7 @@
 Budgets (issue 2): `--help` median < 0.2 s; `agent -m` against a zero-latency local server
 < 2.0 s median and < 100 MiB peak for an anthropic/ and an OpenAI-compatible model; per-turn
 time at a 10,000-message session within 1.2x of a 10-message session; bytes written per turn
-proportional to the new messages only. Issue 10: `agent -m` through a gateway < 0.15 s and < 0.25x
+proportional to the new messages only. Issue 10: `agent -m` through a gateway < 0.15 s (issue 18: < 0.10 s) and < 0.25x
 in-process; 20 sessions at once with 2 s model latency < 5 s; a turn near the context budget within
 1.2x of a fresh one, in-process and through a gateway; an idle gateway with Telegram < 0.5 s CPU in
 60 s and < 150 MiB. Issue 12: `agent -m` with two stdio MCP servers (tool lists cached) within 0.1 s of
@@ -68,7 +68,7 @@ def bench_gateway(home: Path, server) -> None:
     finally:
         gateway.terminate()
         gateway.wait(30)
-    record("agent -m through a gateway (median of 7)", f"{through:.3f} s", "< 0.15 s", through < 0.15)
+    record("agent -m through a gateway (median of 7)", f"{through:.3f} s", "< 0.10 s", through < 0.10)
     ratio = through / local
     record("  against in-process (median of 5)", f"{ratio:.2f}x of {local:.2f} s", "< 0.25x", ratio < 0.25)
 
@@ -409,7 +409,7 @@ def make_budget_sessions(home: Path, loop) -> int:
 
 
 def report_budget_turns(where: str, cpu: dict[str, list[float]], budget: int, prompts: list[int],
-                        wall: dict[str, list[float]] | None = None) -> None:
+                        wall: dict[str, list[float]] | None = None, wall_budget: bool = False) -> None:
     """Medians of the turns after the first five, against the fresh session."""
     turns_cpu = {key: statistics.median(values[5:]) for key, values in cpu.items()}
     fresh_cpu = turns_cpu["cli:budget-fresh"]
@@ -425,8 +425,9 @@ def report_budget_turns(where: str, cpu: dict[str, list[float]], budget: int, pr
             figure = f"{turns[key] * 1000:.2f} / " + figure
         record(f"  {size:,} messages near a 32k budget (at the end {prompt:,} of {budget:,})", figure, "-", True)
         if wall is not None:
-            record(f"  per-turn ratio {size:,} near budget / fresh, wall", f"{turns[key] / turns['cli:budget-fresh']:.2f}x",
-                   "-", True)
+            wall_ratio = turns[key] / turns["cli:budget-fresh"]
+            record(f"  per-turn ratio {size:,} near budget / fresh, wall", f"{wall_ratio:.2f}x",
+                   "<= 1.2x" if wall_budget else "-", wall_ratio <= 1.2 or not wall_budget)
         ratio = turns_cpu[key] / fresh_cpu
         record(f"  per-turn ratio {size:,} near budget / fresh, CPU", f"{ratio:.2f}x", "<= 1.2x", ratio <= 1.2)
 
@@ -459,7 +460,8 @@ def bench_budget_turns(home: Path) -> None:
 
 
 def bench_gateway_budget_turns(home: Path) -> None:
-    """The same sessions served by a gateway process: its CPU per turn, read from /proc around each turn."""
+    """The same sessions served by a gateway process: its CPU per turn, read from /proc around each turn, and the
+    client's wall clock from sending the message to its result (the budget is on both)."""
     from nanoagent.agent.build import build_agent
     from nanoagent.gateway.client import GatewayClient
     from nanoagent.paths import Paths
@@ -471,23 +473,25 @@ def bench_gateway_budget_turns(home: Path) -> None:
         config = {"agents": {"defaults": {"model": "anthropic/claude-bench", "contextWindowTokens": 32_000}},
                   "providers": {"anthropic": {"apiKey": "k", "apiBase": url}}}
         with running_gateway(gw, dict(os.environ), config) as pid:
-            async def turns() -> dict[str, list[float]]:
+            async def turns() -> None:
                 clients = {key: await GatewayClient.connect(gw / "run" / "gateway.sock", key, lambda event: None)
                            for key in BUDGET_KEYS}
-                cpu: dict[str, list[float]] = {key: [] for key in BUDGET_KEYS}
                 for turn in range(65):
                     for key, client in clients.items():
-                        used = process_cpu(pid)
+                        used, started = process_cpu(pid), time.perf_counter()
                         await client.send(f"turn {turn}")
+                        wall[key].append(time.perf_counter() - started)
                         cpu[key].append(process_cpu(pid) - used)
                 for client in clients.values():
                     await client.close()
-                return cpu
 
-            cpu = asyncio.run(turns())
+            cpu: dict[str, list[float]] = {key: [] for key in BUDGET_KEYS}
+            wall: dict[str, list[float]] = {key: [] for key in BUDGET_KEYS}
+            asyncio.run(turns())
     store = SessionStore(gw / "sessions")
     prompts = [store.load(key).usage[-1].usage.prompt_tokens for key in BUDGET_KEYS]
-    report_budget_turns("through a gateway", cpu, budget, prompts)
+    report_budget_turns("through a gateway (client wall / gateway CPU)", cpu, budget, prompts, wall=wall,
+                        wall_budget=True)
 
 
 def bench_consolidation(home: Path) -> None:

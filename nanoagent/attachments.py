@@ -211,3 +211,23 @@ def _size(n: int) -> str:
     if n >= 1_000_000:
         return f"{n / 1_000_000:.1f} MB".replace(".0 MB", " MB")
     return f"{n / 1000:.0f} KB" if n >= 1000 else f"{n} bytes"
+
+
+_MARKED = re.compile(r'<attached_file name="([^"]*)">\nThe user attached this file\.\n\n(.*?)\n</attached_file>'
+                     r"|<piped_input>\n(.*?)\n</piped_input>", re.DOTALL)
+
+
+def folded(text: str) -> str:
+    """A user's message with each attached text file and piped input (as `compose` and `piped` mark them) folded to
+    one line, `[attached notes.txt, 2 lines]` or `[piped input, 40 lines]`: for replays, where the whole file
+    would bury the conversation."""
+    def fold(match: re.Match[str]) -> str:
+        name, body = (match.group(1), match.group(2)) if match.group(1) is not None else (None, match.group(3))
+        count = len(body.splitlines())
+        size = f"{count} line{'' if count == 1 else 's'}"
+        if name is None:
+            return f"[piped input, {size}]"
+        name = name.replace("&lt;", "<").replace("&quot;", '"').replace("&amp;", "&")
+        return f"[attached {Path(name).name or name}, {size}]"
+
+    return _MARKED.sub(fold, text)

@@ -122,6 +122,28 @@ class Paths:
         return session_file(self.sessions_dir, key)
 
 
+def check_owned(path: Path) -> None:
+    """Refuse, as ssh does, a home, config.json or cron/jobs.json another user could have written: owned by someone
+    other than you (or root), or writable by group or others. They name commands, prompts and MCP servers that
+    nanoagent runs as you. Checked before the file is read or made private again, so tightening cannot hide it."""
+    from nanoagent.errors import ConfigError
+
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        return
+    me = os.geteuid()
+    if info.st_uid not in (me, 0):
+        raise ConfigError(f"Refused {path}: it belongs to another user (uid {info.st_uid}, you are {me}), who could "
+                          f"make nanoagent run commands as you. If it is yours, `chown {me} {path}`; if not, move "
+                          "it away.")
+    mode = info.st_mode & 0o777
+    if mode & 0o022 and not os.statvfs(path).f_flag & os.ST_RDONLY:  # on a read-only disk nobody writes it
+        private = "700" if path.is_dir() else "600"
+        raise ConfigError(f"Refused {path}: other users can write it (mode {mode:o}), and could make nanoagent run "
+                          f"commands as you. Check what it holds, then `chmod {private} {path}`.")
+
+
 def safe_key(key: str) -> str:
     """Session keys look like `channel:chat_id`; map them one-to-one to a portable file name.
 
@@ -137,6 +159,24 @@ def safe_key(key: str) -> str:
         else:
             out.extend(f"_{b:02x}" for b in c.encode("utf-8", "surrogatepass"))
     return "".join(out)
+
+
+MAX_KEY_BYTES = 200  # a session's file name (safe_key) at most: room under the 255 bytes a file system takes for
+# `.jsonl.lock`, an atomic write's temp name and the longer keys of its sub-agents' sessions
+
+
+def check_session_key(key: str) -> str:
+    """`key` when it can name a session file, else NanoagentError saying why: the one check of a session's name,
+    for every channel (the command line, the socket, HTTP), made before anything is sent or stored."""
+    from nanoagent.errors import NanoagentError
+
+    name = safe_key(key)
+    if key.strip() and len(name) <= MAX_KEY_BYTES:
+        return key
+    shown = key if len(key) <= 40 else f"{key[:40]}..."
+    why = "is empty" if not key.strip() else f"is too long ({len(name)} characters as a file name, at most " \
+                                              f"{MAX_KEY_BYTES})"
+    raise NanoagentError(f"The session name {shown!r} {why}; give a shorter one.")
 
 
 def session_file(directory: Path, key: str) -> Path:

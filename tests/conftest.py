@@ -102,6 +102,7 @@ def invoke(*args: str, env: dict | None = None, input: str | None = None) -> Ran
     a traceback would end a real process."""
     from typer.testing import CliRunner
 
+    from nanoagent.cli import logs  # noqa: F401 - its NullHandler is part of the logger state saved below
     from nanoagent.cli.entry import main
 
     logger, root = logging.getLogger("nanoagent"), logging.getLogger()

@@ -38,6 +38,7 @@ class Reply:
     output_tokens: int | None = None
     stop_reason: str | None = None
     echo: bool = False
+    stream_error: str = ""  # Anthropic: a ping, then an `error` event of this type (overloaded_error) in a 200 stream
     batch_polls: int = 0  # Message Batches: polls answered "in_progress" before the batch has ended
     batch_result: str = "succeeded"  # Message Batches: "succeeded" | "errored" | "expired" | "canceled"
 
@@ -331,6 +332,9 @@ def anthropic_events(server: LLMServer, body: dict, reply: Reply) -> list[tuple[
     message = {"id": "msg_test", "type": "message", "role": "assistant", "model": body.get("model", ""),
                "content": [], "stop_reason": None, "stop_sequence": None, "usage": usage}
     events: list[tuple[str, dict]] = [("message_start", {"type": "message_start", "message": message})]
+    if reply.stream_error:  # as the API fails after it has answered 200: an error event, then the end
+        error = {"type": reply.stream_error, "message": reply.error_message or reply.stream_error.replace("_", " ")}
+        return [*events, ("ping", {"type": "ping"}), ("error", {"type": "error", "error": error})]
     index = 0
 
     def block(start: dict, deltas: list[dict]) -> None:

@@ -10,6 +10,8 @@ Kinds:
   other     a second server with its own `echo`
   garbage   prints lines that are not JSON-RPC on stdout before and between its answers
   dies      exits at once with a message on stderr
+  sleepy    waits a long time before it reads anything (a server slow to start)
+  escapes   a tool whose name and description hold terminal escape sequences
   children  starts a grandchild (`sleep`) so a kill -9 test can look for orphans
 """
 
@@ -33,6 +35,9 @@ def padded_png(pad: int) -> bytes:
     data = b"pad\x00" + b"x" * max(0, pad - 16)
     chunk = struct.pack(">I", len(data)) + b"tEXt" + data + struct.pack(">I", zlib.crc32(b"tEXt" + data))
     return PNG[:33] + chunk + PNG[33:] if pad else PNG
+
+# a tool name that sets the terminal's title and clears the screen when printed raw
+ESCAPE_NAME = "evil\x1b]0;pwned\x07\x1b[2Jtool"
 
 WEIRD_SCHEMA: dict[str, Any] = {
     "$schema": "https://json-schema.org/draft/2020-12/schema",
@@ -110,6 +115,11 @@ def build(kind: str) -> Any:
         def echo(text: str) -> str:
             print("GARBAGE LINE {not json", flush=True)  # stdout: the protocol's channel
             return f"echo: {text}"
+    elif kind == "escapes":
+        def shout(text: str = "") -> str:
+            return "ok\nsecond line\nthird line\nfourth line"
+
+        server.add_tool(shout, name=ESCAPE_NAME, description="Sets the title\x1b]0;pwned\x07 and clears\x1b[2J")
     elif kind == "children":
         @server.tool(description="Sleep for a while.")
         async def slow(seconds: float) -> str:
@@ -134,6 +144,10 @@ def main() -> None:
     if args.kind == "dies":
         print("config file /nope/server.toml not found", file=sys.stderr, flush=True)
         sys.exit(2)
+    if args.kind == "sleepy":
+        import time
+
+        time.sleep(600)  # stopped by the client's process-group kill long before
     server = build(args.kind)
     if args.http is None:
         server.run()

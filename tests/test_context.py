@@ -105,14 +105,14 @@ def test_always_skills_are_included_whole_and_others_only_by_name_description_an
 
 def test_skills_are_listed_in_name_order_whatever_their_folders_or_source(tmp_path):
     builtin, ws = tmp_path / "builtin", tmp_path / "ws"
-    write_skill(ws, "z-folder", "name: alpha\ndescription: first")
+    write_skill(ws, "alpha", "name: alpha\ndescription: first")  # a workspace skill's name is its folder's
     write_skill(builtin, "a-folder", "name: zulu\ndescription: last")
     write_skill(builtin, "m", "name: mike\ndescription: middle")
     skills = SkillsLoader(ws, builtin).skills()
     assert [s.name for s in skills] == ["alpha", "mike", "zulu"]
     summary = SkillsLoader(ws, builtin).summary()
     assert summary == SkillsLoader(ws, builtin).summary() == SkillsLoader(ws, builtin).summary()
-    assert summary.index("**alpha**") < summary.index("**mike**") < summary.index("**zulu**")
+    assert summary.index("**mike**") < summary.index("**zulu**")  # untrusted workspace skills follow, marked
 
 
 def test_a_workspace_skill_replaces_the_built_in_skill_of_the_same_name(tmp_path):

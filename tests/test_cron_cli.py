@@ -69,6 +69,19 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(isolated_home):
     assert not store().path.exists() or store().read().jobs == []
 
 
+def test_a_schedule_that_never_comes_or_overflows_is_one_line_and_no_job_is_stored(isolated_home):
+    cases = {
+        ("--at", "in 0 minutes"): "Error: --at 'in 0 minutes' is now, not later: give a time to come, e.g. \"in 1 minute\".",
+        ("--every", "99999999999d"): "Error: --every '99999999999d' is longer than 10 years: write a shorter one.",
+        ("--at", "in 99999999999d"): "Error: --at in '99999999999d' is longer than 10 years: write a shorter one.",
+        ("--every", "9" * 400 + "d"): "Error: --every '" + "9" * 400 + "d' is longer than 10 years: write a shorter one.",
+    }
+    for args, expected in cases.items():
+        ran = invoke("cron", "add", *args, "-m", "x")
+        assert (ran.returncode, ran.stdout, ran.stderr) == (1, "", expected + "\n"), args
+    assert not store().path.exists() or store().read().jobs == []
+
+
 def test_a_corrupt_jobs_file_stops_every_command_with_the_file_and_the_place_and_is_left_alone(isolated_home):
     invoke("cron", "add", "--every", "1h", "-m", "x")
     path = store().path
@@ -90,13 +103,14 @@ def test_tick_with_nothing_due_is_silent_and_needs_no_api_key(isolated_home):
     assert invoke("cron", "tick", "-v").stdout == "Nothing was due.\n"
 
 
-def test_run_runs_a_job_now_and_records_it_without_moving_its_schedule(isolated_home, llm):
+def test_run_runs_a_job_now_prints_its_reply_and_records_it_without_moving_its_schedule(isolated_home, llm):
     job_id = invoke("cron", "add", "--every", "1d", "-m", "Say hi.").stdout.strip()
     before = store().read().jobs[0].next_run
     llm.script(Reply(text="Hi there!"))
     ran = invoke("cron", "run", job_id[:3], env=anthropic_env(llm))  # the start of the id is enough
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.startswith(f"{job_id} (Say hi.): ok in ")
+    assert ran.stdout.splitlines()[1:] == ["Hi there!"]  # the reply it got
     job = store().read().jobs[0]
     assert job.next_run == before and [r.status for r in job.runs] == ["ok"] and job.runs[0].scheduled is None
     assert "Say hi." in json.dumps(llm.requests[0].body)

@@ -92,3 +92,13 @@ def test_the_message_tool_writes_to_a_terminal_session_as_the_agents_note():
     lines = [json.loads(x) for x in Paths.from_env().session_file("cli:direct").read_text().splitlines()]
     [note] = [r["message"] for r in lines if r["type"] == "message"]
     assert note["role"] == "assistant" and note["content"].endswith("Build finished.")
+
+
+def test_a_schedule_that_never_comes_or_overflows_is_an_error_the_model_sees_and_no_job_is_stored():
+    results = turn("cli:direct", ("cron", {"action": "add", "message": "x", "at": "in 0 minutes"}),
+                   ("cron", {"action": "add", "message": "x", "every": "99999999999d"}),
+                   ("cron", {"action": "add", "message": "x", "at": "in 99999999999d"}))
+    assert "is now, not later" in results[0]
+    assert "longer than 10 years" in results[1] and "longer than 10 years" in results[2]
+    assert all(r.startswith("Error") for r in results), results
+    assert jobs() == []

@@ -28,7 +28,7 @@ from nanoagent.gateway.oneshot import gateway_answers
 from nanoagent.gateway.server import Gateway, GatewayBusy
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
-from tests.conftest import ROOT, anthropic_env, run_cli, start_gateway_process
+from tests.conftest import ROOT, anthropic_env, invoke, run_cli, start_gateway_process
 
 
 class SlowProvider(ScriptedProvider):
@@ -515,3 +515,38 @@ def test_gateway_install_prints_a_systemd_unit(isolated_home):
 def test_the_client_says_how_to_start_a_gateway_when_none_runs(isolated_home):
     with pytest.raises(NanoagentError, match="nanoagent gateway"):
         asyncio.run(GatewayClient.connect(Paths.from_env().gateway_socket, "cli:direct", lambda e: None))
+
+
+def test_a_session_name_too_long_for_a_file_gets_one_line_over_the_socket_and_from_the_cli(gateway, llm):
+    long = "x" * 300
+    path = gateway.paths.gateway_socket
+    sent = raw_lines(path, protocol.encode(protocol.send("r1", f"cli:{long}", "hi")),
+                     protocol.encode(protocol.hello(f"cli:{long}")), protocol.encode({"type": "status"}), want=3)
+    assert sorted((r["type"], r.get("id") or "") for r in sent) == [("error", ""), ("error", "r1"), ("status", "")]
+    assert all("too long" in r["message"] and "\n" not in r["message"] for r in sent if r["type"] == "error")
+    for args in (["agent", "-s", long, "-m", "hi"], ["agent", "--local", "-s", long, "-m", "hi"]):
+        ran = invoke(*args, env=anthropic_env(llm))
+        assert ran.returncode == 1 and ran.stderr.count("\n") == 1, ran.stderr
+        assert ran.stderr.startswith("Error: The session name 'cli:xxx") and "too long" in ran.stderr
+    assert not any(gateway.paths.sessions_dir.glob("*xxxxx*"))
+
+
+def test_a_one_shot_with_a_model_or_key_of_its_own_is_answered_in_its_own_process(llm, isolated_home):
+    from tests.llm_server import Reply
+
+    env = {**os.environ, **anthropic_env(llm)}
+    proc = start_gateway_process(env)
+    try:
+        llm.script(Reply(text="one"), Reply(text="two"), Reply(text="three"))
+        unset = {name: "" for name in anthropic_env(llm)}  # here alone it could not answer: no key, no server
+        same = invoke("agent", "-m", "hi", "--json", env=unset)
+        model = invoke("agent", "-m", "hi", "--json", env={**anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/other"})
+        key = invoke("agent", "-m", "hi", "--json", env={**anthropic_env(llm), "ANTHROPIC_API_KEY": "sk-ant-mine"})
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=30)
+    assert [json.loads(ran.stdout)["model"] for ran in (same, model, key)] == [
+        "anthropic/claude-test", "anthropic/other", "anthropic/claude-test"]
+    assert [r.body["model"] for r in llm.requests] == ["claude-test", "other", "claude-test"]
+    assert [r.headers.get("x-api-key") for r in llm.requests] == ["sk-ant-test", "sk-ant-test", "sk-ant-mine"]
+    assert not (isolated_home / "run" / "gateway.env").exists()  # gone with the gateway

@@ -4,8 +4,10 @@ socket where the SDK would hide what is on the wire) as clients, the ScriptedPro
 from __future__ import annotations
 
 import asyncio
+import base64
 import json
 import os
+import signal
 import stat
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -27,7 +29,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
-from tests.conftest import anthropic_env, run_cli, write_config
+from tests.conftest import anthropic_env, run_cli, start_gateway_process, write_config
 
 
 @dataclass
@@ -243,7 +245,7 @@ def test_a_message_for_a_session_whose_turn_is_running_joins_it_and_gets_a_note(
         return (await first).choices[0].message.content, second.choices[0].message.content
 
     first, second = scenario(provider, body)
-    assert first == "answered both"
+    assert first == "answered both\n\nanswered both"  # the answer before the joined message and the one after
     assert second.startswith("Your message joined the turn already running in session http:u")
 
 
@@ -461,3 +463,172 @@ def test_one_connection_carries_one_request_after_another():
 
     first, second = scenario(ScriptedProvider(), body)
     assert first.startswith(b"HTTP/1.1 200 OK") and first == second
+
+
+# --- the doors: connections without the token, short tokens ---------------------------------------------------
+
+
+async def silent(port: int, count: int) -> list[tuple[asyncio.StreamReader, asyncio.StreamWriter]]:
+    """`count` connections that send nothing."""
+    return [await asyncio.open_connection("127.0.0.1", port) for _ in range(count)]
+
+
+async def closed_by_peer(reader: asyncio.StreamReader, timeout: float = 20) -> bool:
+    """Whether the gateway closes the connection (reading to its end) within `timeout`."""
+    try:
+        await asyncio.wait_for(reader.read(), timeout)
+    except ConnectionError:
+        pass
+    return True
+
+
+def test_hundreds_of_silent_connections_do_not_keep_out_a_client_with_the_token(monkeypatch):
+    from nanoagent.gateway import http
+
+    monkeypatch.setattr(http, "AUTH_DEADLINE", 120.0)  # no deadline frees a slot during this test
+
+    async def body(live: Live) -> tuple[str, bool, bool]:
+        quiet = await silent(live.port, http.MAX_UNAUTHENTICATED + 44)
+        try:
+            reply = await live.sdk().chat.completions.create(model="nanoagent",
+                                                             messages=[{"role": "user", "content": "hi"}])
+            oldest_dropped = await closed_by_peer(quiet[0][0])
+            quiet[-1][1].write(b"GET /health HTTP/1.1\r\n\r\n")  # the newest silent one is still served
+            newest = await asyncio.wait_for(quiet[-1][0].readuntil(b"\r\n\r\n"), 10)
+            return reply.choices[0].message.content or "", oldest_dropped, newest.startswith(b"HTTP/1.1 200")
+        finally:
+            for _, writer in quiet:
+                writer.close()
+
+    assert scenario(ScriptedProvider(["answered"]), body) == ("answered", True, True)
+
+
+def test_a_connection_that_sends_no_authenticated_request_in_time_is_closed(monkeypatch):
+    from nanoagent.gateway import http
+
+    monkeypatch.setattr(http, "AUTH_DEADLINE", 0.5)
+
+    async def body(live: Live) -> tuple[bool, bool, bytes]:
+        (quiet_reader, quiet), (tokenless_reader, tokenless) = await silent(live.port, 2)
+        tokenless.write(b"GET /v1/models HTTP/1.1\r\n\r\n")  # refused, and then it keeps the connection open
+        first = await asyncio.wait_for(tokenless_reader.readuntil(b"\r\n\r\n"), 10)
+        closed = await closed_by_peer(quiet_reader), await closed_by_peer(tokenless_reader)
+        quiet.close()
+        tokenless.close()
+        return *closed, first
+
+    quiet_closed, tokenless_closed, first = scenario(ScriptedProvider(), body)
+    assert quiet_closed and tokenless_closed and first.startswith(b"HTTP/1.1 401")
+
+
+def test_clients_with_the_token_hold_at_most_64_connections_and_the_next_is_told_503():
+    from nanoagent.gateway import http
+
+    async def body(live: Live) -> bytes:
+        held = await silent(live.port, http.MAX_CONNECTIONS + 1)
+        request = b"GET /v1/models HTTP/1.1\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n"
+        heads = []
+        try:
+            for reader, writer in held:
+                writer.write(request)
+                heads.append(await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 10))
+        finally:
+            for _, writer in held:
+                writer.close()
+        assert all(head.startswith(b"HTTP/1.1 200") for head in heads[:-1])
+        return heads[-1]
+
+    last = scenario(ScriptedProvider(), body)
+    assert last.startswith(b"HTTP/1.1 503") and b"Connection: close" in last
+
+
+def test_a_short_token_is_refused_beyond_loopback_and_only_logged_on_loopback(isolated_home, llm):
+    path = isolated_home / "run" / "http-token"
+    path.parent.mkdir(parents=True)
+    path.write_text("x\n")
+    os.chmod(path, 0o600)
+    hub = Hub(build_agent(Config(), Paths.from_env(), provider=ScriptedProvider()))
+    with pytest.raises(NanoagentError, match="1-character token"):
+        http_component(hub, Paths.from_env(), HttpConfig(enabled=True, host="0.0.0.0"))
+    http_component(hub, Paths.from_env(), HttpConfig(enabled=True, host="127.0.0.1"))  # allowed, with a log line
+    write_config(isolated_home, {"gateway": {"http": {"enabled": True, "host": "0.0.0.0"}}})
+    ran = run_cli("gateway", env=anthropic_env(llm), timeout=30)
+    assert ran.returncode == 1
+    assert ran.stderr.strip().count("\n") == 0 and "at least 32" in ran.stderr, ran.stderr
+
+
+# --- what a request carries: images, tools, system messages; the same reply both ways ---------------------
+
+
+def test_an_image_sent_as_a_data_url_reaches_the_model_and_other_image_forms_get_400():
+    from tests.mcp_servers import PNG
+
+    provider = ScriptedProvider(default="a red dot")
+    data_url = "data:image/png;base64," + base64.b64encode(PNG).decode()
+
+    def ask(image_url: str) -> dict[str, Any]:
+        return {"messages": [{"role": "user", "content": [
+            {"type": "text", "text": "what is this?"}, {"type": "image_url", "image_url": {"url": image_url}}]}]}
+
+    async def body(live: Live) -> tuple[Any, list[httpx.Response]]:
+        reply = await live.sdk().chat.completions.create(model="nanoagent", **ask(data_url))
+        async with live.http() as client:
+            refused = [await client.post("/v1/chat/completions", headers=live.auth(), json=ask(url)) for url in (
+                "https://example.com/cat.png", "data:image/png;base64,@@@",
+                "data:image/png;base64," + base64.b64encode(b"not an image").decode())]
+        return reply, refused
+
+    reply, refused = scenario(provider, body)
+    assert reply.choices[0].message.content == "a red dot"
+    sent = provider.requests[-1].messages[-1]["content"]
+    assert [block["type"] for block in sent if block["type"] != "text"] == ["image_data"], sent
+    assert [(r.status_code, r.json()["error"]["code"]) for r in refused] == [(400, "invalid_image")] * 3
+    assert "data: URL" in refused[0].json()["error"]["message"]
+    assert len(provider.requests) == 1
+
+
+def test_tools_in_a_request_get_400_and_system_messages_are_named_as_ignored_in_a_header():
+    async def body(live: Live) -> tuple[httpx.Response, httpx.Response, httpx.Response]:
+        async with live.http() as client:
+            tools = await client.post("/v1/chat/completions", headers=live.auth(), json={
+                "messages": [{"role": "user", "content": "hi"}],
+                "tools": [{"type": "function", "function": {"name": "f", "parameters": {"type": "object"}}}]})
+            system = [{"role": "system", "content": "talk like a pirate"}, {"role": "user", "content": "hi"}]
+            whole = await client.post("/v1/chat/completions", headers=live.auth(), json={"messages": system})
+            streamed = await client.post("/v1/chat/completions", headers=live.auth(),
+                                         json={"messages": system, "stream": True})
+        return tools, whole, streamed
+
+    provider = ScriptedProvider(default="hello")
+    tools, whole, streamed = scenario(provider, body)
+    assert tools.status_code == 400 and tools.json()["error"]["code"] == "unsupported_tools"
+    assert whole.status_code == streamed.status_code == 200
+    assert whole.headers["x-nanoagent-ignored"] == streamed.headers["x-nanoagent-ignored"] == "system"
+    assert "pirate" not in json.dumps(provider.requests[-1].messages)
+
+
+def test_a_reply_with_text_before_a_tool_call_is_the_same_streamed_or_not():
+    provider = ScriptedProvider([ScriptedReply("Let me look.", tool_calls=[("list_dir", {"path": "."})]),
+                                 "Nothing there.",
+                                 ScriptedReply("Let me look.", tool_calls=[("list_dir", {"path": "."})]),
+                                 "Nothing there."])
+
+    async def body(live: Live) -> tuple[str, str]:
+        client = live.sdk()
+        whole = await client.chat.completions.create(model="nanoagent", messages=[{"role": "user", "content": "a"}])
+        stream = await client.chat.completions.create(model="nanoagent", messages=[{"role": "user", "content": "b"}],
+                                                      stream=True)
+        return whole.choices[0].message.content or "", "".join([c.choices[0].delta.content or "" async for c in stream])
+
+    whole, streamed = scenario(provider, body)
+    assert whole == streamed == "Let me look.\n\nNothing there."
+
+
+def test_the_gateway_start_line_names_the_http_url_it_serves(isolated_home, llm):
+    write_config(isolated_home, {"gateway": {"http": {"enabled": True, "port": 47123}}})
+    proc = start_gateway_process({**os.environ, **anthropic_env(llm)})
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=30)
+    log = (isolated_home.parent / "gateway.stderr").read_text()
+    start = [line for line in log.splitlines() if line.startswith("nanoagent gateway: listening on ")]
+    assert len(start) == 1 and "http://127.0.0.1:47123/v1" in start[0], log

@@ -9,6 +9,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import threading
@@ -626,3 +627,32 @@ def test_a_session_whose_model_is_unknown_opens_says_where_the_model_came_from_a
     llm.script(Reply(text="working again"))
     child.send("hello" + "\r")
     child.expect_exact("working again")
+
+
+def test_a_terminal_whose_gateway_stops_says_so_at_once_and_answers_the_next_message_here(llm, isolated_home):
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
+           "PROMPT_TOOLKIT_NO_CPR": "1"}
+    gateway = start_gateway_process(env)
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
+                          timeout=30, dimensions=(30, 80))
+    try:
+        child.expect_exact(PROMPT)
+        assert "(through the gateway)" in child.before
+        llm.script(Reply(text="Said by the gateway."))
+        child.send("first\r")
+        child.expect_exact("Said by the gateway.")
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(30) == 0
+        child.expect(styled("The", "gateway", "has", "stopped."))  # at once, before anything is typed
+        llm.script(Reply(text="Said in this process."))
+        child.send("second\r")
+        child.expect_exact("Said in this process.")
+        assert "Said by the gateway." in json.dumps(llm.requests[-1].body["messages"])  # the same conversation
+        child.send("/exit\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.terminate(force=True)
+        if gateway.poll() is None:
+            gateway.kill()
+    log = (isolated_home.parent / "gateway.stderr").read_text()
+    assert "Traceback" not in log and "CancelledError" not in log, log

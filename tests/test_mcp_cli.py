@@ -128,3 +128,42 @@ def test_the_gateway_keeps_one_connection_for_every_session_and_stops_its_server
         gateway.communicate(timeout=30)
     assert gateway.returncode == 0
     assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=10)
+
+
+def test_mcp_add_and_list_print_a_tool_name_holding_escape_sequences_as_plain_text(isolated_home):
+    from tests.mcp_servers import ESCAPE_NAME
+
+    added = invoke("mcp", "add", "evil", "--", sys.executable, SERVERS, "escapes")
+    listed = invoke("mcp", "list")
+    assert added.returncode == 0 and listed.returncode == 0, added.stderr + listed.stderr
+    for output in (added.stdout, added.stderr, listed.stdout, listed.stderr):
+        assert "\x1b" not in output and "\x07" not in output
+    assert "answered with 1 tool(s): eviltool" in added.stdout  # the escapes dropped, the rest of the name shown
+    assert listed.stdout.splitlines()[1] == "  connected, 1 tool(s): eviltool"
+    cached = json.loads((isolated_home / "cache" / "mcp" / "evil.json").read_text())
+    assert cached["tools"][0]["name"] == ESCAPE_NAME  # the server's own name is kept, only shown safely
+
+
+def test_a_server_slow_to_start_is_reported_by_mcp_list_and_add_in_one_line_without_a_traceback(isolated_home):
+    write_config(isolated_home, {"mcpServers": {"sleepy": stdio("sleepy")}})
+    listed = subprocess.run([sys.executable, "-m", "nanoagent", "mcp", "list", "--timeout", "0.5"], cwd=ROOT,
+                            capture_output=True, text=True, env=os.environ, timeout=120)
+    assert listed.returncode == 0 and listed.stderr == ""
+    assert listed.stdout.splitlines()[1] == (f"  MCP server 'sleepy' did not answer within 0.5 s of starting; check it "
+                                             f"starts on its own; its log is {isolated_home}/logs/mcp-sleepy.log")
+
+    added = subprocess.run([sys.executable, "-m", "nanoagent", "mcp", "add", "slow", "--wait", "0.5", "--", sys.executable,
+                            SERVERS, "sleepy"],
+                           cwd=ROOT, capture_output=True, text=True, env=os.environ, timeout=120)
+    assert added.returncode == 0 and added.stdout.startswith("Added MCP server 'slow'")
+    assert added.stderr.splitlines() == [f"warning: MCP server 'slow' did not answer within 0.5 s of starting; check "
+                                         f"it starts on its own; its log is {isolated_home}/logs/mcp-slow.log"]
+
+
+def test_a_server_that_exits_at_once_is_reported_as_exited_with_its_code_and_last_error_line(isolated_home):
+    added = invoke("mcp", "add", "dies", "--", sys.executable, SERVERS, "dies")
+    listed = invoke("mcp", "list")
+    exited = (f"MCP server 'dies' stopped: exited with code 2; its last error line: 'config file /nope/server.toml "
+              f"not found'; see {isolated_home}/logs/mcp-dies.log")
+    assert added.stderr.splitlines() == [f"warning: {exited}"]
+    assert listed.stdout.splitlines()[1] == f"  {exited}" and listed.stderr == ""

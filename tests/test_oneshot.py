@@ -73,3 +73,14 @@ def test_anything_else_is_left_to_the_full_command_line(argv):
 def test_nanoagent_debug_in_the_environment_leaves_it_to_the_full_command_line(monkeypatch):
     monkeypatch.setenv("NANOAGENT_DEBUG", "1")
     assert parse(["agent", "-m", "hi"]) is None
+
+
+def test_the_fast_path_can_send_its_message_before_it_loads_the_event_types_and_the_renderer():
+    import subprocess
+    import sys
+
+    code = ("import sys; from nanoagent.cli import oneshot; from nanoagent.gateway.oneshot import sending, "
+            "settings_differ; from nanoagent.paths import Paths; print(sorted(m for m in sys.modules if "
+            "m.startswith(('nanoagent.agent', 'nanoagent.cli.render', 'nanoagent.usage', 'rich', 'asyncio'))))")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "[]", ran.stdout + ran.stderr

@@ -1,6 +1,6 @@
 """Errors that say the fix: a refused key, an unknown model, a server that is not there and a missing key are one
 line naming the setting to change, sent once (retrying cannot fix them). Through the CLI, against the local server
-and a closed port, for each provider path: the anthropic SDK, the OpenAI-compatible httpx client and litellm."""
+and a closed port, for each provider path: the Anthropic Messages API and the OpenAI-compatible API over httpx, and litellm."""
 
 import pytest
 

@@ -1,7 +1,11 @@
-"""The real anthropic SDK, httpx and litellm talking to the local LLM server over HTTP."""
+"""The providers talking to the local LLM server over HTTP: the Anthropic Messages API and the OpenAI-compatible
+API over httpx, and litellm."""
 
 import asyncio
+import os
 import socket
+import subprocess
+import sys
 
 import pytest
 
@@ -179,6 +183,49 @@ def test_extended_thinking_is_requested_and_its_block_kept(llm):
     assert body["max_tokens"] > 2048 and "temperature" not in body
     blocks = [e.block for e in events if isinstance(e, pb.ThinkingBlock)]
     assert blocks and blocks[0]["thinking"] == "let me think" and blocks[0]["signature"]
+
+
+def test_anthropic_requests_carry_the_key_and_api_version_under_the_base_urls_path(llm):
+    config = config_for(llm, "anthropic/claude-test")
+    config.providers["anthropic"].api_base = llm.url + "/proxy/"  # a gateway that serves the API under a prefix
+    request = ChatRequest(model="anthropic/claude-test", system="", messages=[{"role": "user", "content": "hi"}])
+
+    async def go():
+        return [e async for e in build_provider(config).stream(request)]
+
+    assert text_of(asyncio.run(go())) == "ok"
+    sent = llm.requests[-1]
+    assert sent.path == "/proxy/v1/messages"
+    assert (sent.headers["x-api-key"], sent.headers["anthropic-version"]) == ("sk-ant-test", "2023-06-01")
+
+
+def test_an_overload_inside_an_anthropic_stream_is_retried_as_a_529(llm):
+    llm.script(Reply(stream_error="overloaded_error"), Reply(text="after the overload"))
+    events = stream(llm, "anthropic/claude-test")
+    assert text_of(events) == "after the overload"
+    assert len(llm.requests) == 2
+    (notice,) = [e for e in events if isinstance(e, pb.RetryNotice)]
+    assert notice.reason == "529 overloaded error"
+
+
+def test_a_refused_request_inside_an_anthropic_stream_is_final(llm):
+    llm.script(*[Reply(stream_error="invalid_request_error", error_message="messages.0: bad block")] * 3)
+    with pytest.raises(ProviderError) as info:
+        stream(llm, "anthropic/claude-test")
+    assert len(llm.requests) == 1
+    assert info.value.message == "anthropic/claude-test: 400 messages.0: bad block"
+
+
+def test_an_anthropic_one_shot_answers_without_importing_the_anthropic_sdk(llm):
+    """The SDK took 1.0-1.3 s of a 2.4 s one-shot to import; only `dream --batch` loads it now."""
+    from tests.conftest import ROOT, anthropic_env
+
+    llm.script(Reply(text="hello without the SDK"))
+    ran = subprocess.run([sys.executable, "-X", "importtime", "-m", "nanoagent", "agent", "-m", "hi"], cwd=ROOT,
+                         env={**os.environ, **anthropic_env(llm)}, capture_output=True, text=True, timeout=120)
+    assert (ran.returncode, ran.stdout) == (0, "hello without the SDK\n"), ran.stderr[-2000:]
+    imported = {line.split("|")[-1].strip().split(".")[0] for line in ran.stderr.splitlines() if "import time:" in line}
+    assert "anthropic" not in imported and "httpx" in imported
 
 
 def test_anthropic_sdk_retries_are_off_so_one_layer_counts(llm):

@@ -140,3 +140,25 @@ def test_resume_on_a_terminal_offers_recent_conversations_to_pick_from(llm, isol
     child.expect_exact("back in the older one")
     child.expect(pexpect.EOF)
     assert len(SessionStore(isolated_home / "sessions").load("cli:older").messages) == 4
+
+
+def test_show_and_export_fold_an_attached_file_and_piped_input_to_one_line_each(llm, isolated_home, tmp_path):
+    notes = tmp_path / "notes.txt"
+    notes.write_text("milk\n" + "x" * 190_000 + "\n")  # 2 lines, near the 200 KB limit
+    llm.script(Reply(text="Noted."))
+    ran = invoke("agent", "-m", "what is on it?", "-a", str(notes), "-s", "shop", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+    llm.script(Reply(text="Seen."))
+    ran = invoke("agent", "-m", "and this?", "-s", "shop", input="one\ntwo\nthree\n", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+    assert "x" * 1000 in json.dumps(llm.requests[0].body)  # the model got the whole file
+
+    shown = invoke("sessions", "show", "shop").stdout
+    markdown = invoke("sessions", "export", "shop", "-f", "md").stdout
+    for replay in (shown, markdown):
+        assert "[attached notes.txt, 2 lines]" in replay and "what is on it?" in replay
+        assert "[piped input, 3 lines]" in replay and "and this?" in replay
+        assert "xxxx" not in replay and "milk" not in replay and "two" not in replay
+        assert len(replay) < 2000
+    exported = json.loads(invoke("sessions", "export", "shop", "-f", "json").stdout)
+    assert "x" * 190_000 in json.dumps(exported)  # JSON keeps every record whole

@@ -643,3 +643,31 @@ def test_nanoagent_help_does_not_import_the_telegram_library():
     assert proc.returncode == 0 and "pairing" in proc.stdout
     imported = {line.split("|")[-1].strip().split(".")[0] for line in proc.stderr.splitlines() if "|" in line}
     assert "telegram" not in imported
+
+
+def test_a_flood_of_strangers_cannot_push_out_a_friends_pending_pairing_code(api, channel_log):
+    from nanoagent.gateway.telegram_state import CODE_TTL, MAX_PENDING
+
+    clock = [time.time()]  # the wall clock, moved on by hand below (`pairing approve` reads the real one)
+    timing = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2), now=lambda: clock[0])
+    friend, strangers = 7, range(1000, 1000 + MAX_PENDING + 10)
+
+    async def scenario():
+        async with running(api, ScriptedProvider(["Welcome in."]), timing) as channel:
+            api.message("it's me", user_id=friend, name="Friend")
+            await until(lambda: api.texts(friend), "the friend's code")
+            for stranger in strangers:  # within the hour
+                last = api.message("let me in", user_id=stranger, name=f"S{stranger}")
+            await until(lambda: channel.state.read().last_update_id >= last and settled(channel, api), "the flood",
+                        timeout=60)
+            coded = [s for s in strangers if api.texts(s)]
+            assert coded == list(strangers)[:MAX_PENDING - 1]  # those who wrote first; the rest get nothing
+            code = re.search(r"nanoagent pairing approve (\S+)", api.texts(friend)[0]).group(1)
+            ran = await asyncio.to_thread(nanoagent, "pairing", "approve", code)
+            assert ran.code == 0, ran.stderr  # the friend's code survived the flood
+            clock[0] += CODE_TTL + 1  # an hour later the flood's codes have expired: newcomers get codes again
+            api.message("me too", user_id=5, name="Late")
+            await until(lambda: api.texts(5), "a code for a newcomer after the flood's codes expired")
+
+    asyncio.run(scenario())
+    assert sum('"telegram_pairing_full"' in line for line in channel_log) == 11

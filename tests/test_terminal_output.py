@@ -126,3 +126,22 @@ def test_a_tool_detail_is_folded_cut_to_the_width_and_terminal_safe():
     assert [line.strip() for line in lines[1:]] == ["[dim]second[/dim]", "[dim]third[/dim]", "[dim]fourth[/dim]",
                                                     "[dim]… 1 more line[/dim]"]  # exit code 0 is not shown
     assert tool_detail("read_file", {"path": "a"}, wrap_untrusted("read_file", "text"), 40) == []
+
+
+def test_an_mcp_tool_line_in_the_interactive_session_shows_the_first_lines_of_its_result_as_exec_does(capsys):
+    from nanoagent.agent import events as ev
+    from nanoagent.cli.interactive import TerminalUI
+    from nanoagent.messages import wrap_untrusted
+
+    ui = TerminalUI(60, plain=True)
+    ui.start_turn()
+    result = "\x1b]0;retitled\x07line one\nline two\nline three\nline four\nline five\nline six"
+    ui(ev.ToolStarted("c1", "mcp__notes__search", {"query": "cats"}, session="cli:direct"))
+    ui(ev.ToolFinished("c1", "mcp__notes__search", wrap_untrusted("mcp__notes__search", result), 0.25,
+                       session="cli:direct"))
+
+    shown = [line.rstrip() for line in capsys.readouterr().out.splitlines()]
+    at = next(i for i, line in enumerate(shown) if "✓ mcp__notes__search query=cats" in line)
+    assert shown[at + 1:at + 6] == ["    line one", "    line two", "    line three", "    line four",
+                                    "    … 2 more lines"]
+    assert "retitled" not in "\n".join(shown)

@@ -16,7 +16,6 @@ from nanoagent.cron.deliver import Outbox
 from nanoagent.cron.store import JobStore
 from nanoagent.cron.targets import Access
 from nanoagent.cron.tools import cron_tools
-from nanoagent.errors import ConfigError
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
 from nanoagent.memory.gitlog import MemoryGit, agent_edits
@@ -133,11 +132,7 @@ def mcp_servers(config: Config, paths: Paths, tools: ToolRegistry, warn: Callabl
 
 
 def exec_settings(config: Config, paths: Paths) -> ExecSettings:
-    e = config.tools.exec
-    if e.sandbox not in ("auto", "bwrap", "none"):
-        raise ConfigError(f"tools.exec.sandbox is {e.sandbox!r}; use \"auto\", \"bwrap\" or \"none\".")
-    if e.approve not in (None, "never", "unsandboxed", "always"):
-        raise ConfigError(f"tools.exec.approve is {e.approve!r}; use \"never\", \"unsandboxed\" or \"always\".")
+    e = config.tools.exec  # its choices are checked where config is built (`schema.check_choices`)
     policy = SandboxPolicy(e.sandbox, e.network, tuple(e.read_only_paths), tuple(e.writable_paths), tuple(e.env),
                            e.max_processes, e.memory_mb, e.tmp_mb)
     return ExecSettings(e.timeout, config.tools.max_result_chars, policy, e.approve, paths.home, PROTECTED_FILES)

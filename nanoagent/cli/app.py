@@ -271,9 +271,10 @@ def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
 
 
 def _gateway_running(paths: Paths) -> bool:
-    from nanoagent.gateway.oneshot import gateway_answers
+    """A gateway answers, and this process's model and provider variables (if any) are the ones it uses."""
+    from nanoagent.gateway.oneshot import gateway_answers, settings_differ
 
-    return gateway_answers(paths.gateway_socket)
+    return gateway_answers(paths.gateway_socket) and not settings_differ(paths.run_dir)
 
 
 def _local(config: Config, paths: Paths, model: str | None, check_model: bool = True) -> LocalAgent:
@@ -308,7 +309,8 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
     async def session() -> None:
         from nanoagent.cli.attach import RemoteAgent, connect
 
-        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui) if remote
+        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui,
+                                                         local=lambda: _local(config, paths, model)) if remote
                                            else _local(config, paths, model))
         try:
             attacher = _attacher(paths, config)
@@ -320,10 +322,7 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
             else:
                 await run_plain(agent, key, ui, attacher)
         finally:
-            if isinstance(agent, RemoteAgent):
-                await agent.client.close()
-            else:
-                await agent.aclose()
+            await agent.aclose()
 
     run_main(session())
 

@@ -70,25 +70,47 @@ class LocalAgent:
         await self.loop.aclose()
 
 
+GONE_NOTICE = ("The gateway has stopped. Your next message runs here in this terminal instead (the agent starts "
+               "in this process); /exit quits.")
+
+
 class RemoteAgent:
     """A running gateway. Its events arrive through the client (set up to draw on the terminal), so `sink`
-    is not used; a message typed during a turn goes to the gateway at once and joins the turn there."""
+    is not used; a message typed during a turn goes to the gateway at once and joins the turn there.
+    When the gateway stops, the terminal is told at once and the next message runs in this process (`local`
+    makes that agent, on first need); without `local` each message fails with one line instead."""
 
-    detach_on_exit = True  # the gateway finishes the turn; the terminal only stops watching
-
-    def __init__(self, client: GatewayClient, usage: list[ev.UsageRecorded]):
+    def __init__(self, client: GatewayClient, usage: list[ev.UsageRecorded],
+                 local: Callable[[], LocalAgent] | None = None):
         self.client = client
         self.usage = usage  # the last usage seen, for the status line
+        self.make_local = local
+        self.local: LocalAgent | None = None
         self._joins: set[asyncio.Task[ev.TurnResult | None]] = set()
+
+    @property
+    def detach_on_exit(self) -> bool:
+        return self.local is None  # the gateway finishes its turn; the terminal only stops watching
+
+    def _here(self) -> LocalAgent | None:
+        """The agent in this process once the gateway is gone (made now if it must be), else None."""
+        if self.local is None and self.client.gone and self.make_local is not None:
+            self.local = self.make_local()
+        return self.local
 
     async def handle(self, text: str, key: str, sink: ev.EventSink, ask: Ask | None = None,
                      injections: Callable[[], list[str]] | None = None,
                      images: list[ImageBlock] | None = None) -> ev.TurnResult:
+        local = self._here()
+        if local is not None:
+            return await local.handle(text, key, sink, ask, injections, images)
         self.client.ask = ask  # approval questions of this turn go to whoever sent it
         turn = await self.client.send(text, key, images)
         return turn or ev.TurnResult("", key)
 
     def inject(self, key: str, text: str) -> bool:
+        if self.client.gone:
+            return False  # the session keeps it for the next turn here
         task = asyncio.create_task(self.client.send(text, key))
         self._joins.add(task)
         task.add_done_callback(self._joins.discard)
@@ -98,9 +120,11 @@ class RemoteAgent:
         return list(self.client.welcome.get("commands") or [])
 
     def model(self, key: str) -> str:
-        return str(self.client.welcome.get("model", ""))
+        return self.local.model(key) if self.local is not None else str(self.client.welcome.get("model", ""))
 
     def context(self, key: str) -> tuple[int, int] | None:
+        if self.local is not None:
+            return self.local.context(key)
         if not self.usage:
             return None
         window = context_window(self.model(key)) or int(self.client.welcome.get("context_window") or 200_000)
@@ -109,9 +133,16 @@ class RemoteAgent:
     def warm_up(self, key: str) -> None:
         pass  # the gateway has its SDK loaded
 
+    async def aclose(self) -> None:
+        await self.client.close()
+        if self.local is not None:
+            await self.local.aclose()
 
-async def connect(socket: Path, key: str, draw: ev.EventSink) -> RemoteAgent:
-    """Attach to the gateway: its events for the session are drawn with `draw`."""
+
+async def connect(socket: Path, key: str, draw: ev.EventSink,
+                  local: Callable[[], LocalAgent] | None = None) -> RemoteAgent:
+    """Attach to the gateway: its events for the session are drawn with `draw`; should the gateway stop, the
+    terminal says so at once and `local` makes the agent that answers here from then on."""
     from nanoagent.gateway.client import GatewayClient
 
     seen: list[ev.UsageRecorded] = []
@@ -122,4 +153,9 @@ async def connect(socket: Path, key: str, draw: ev.EventSink) -> RemoteAgent:
         draw(event)
 
     client = await GatewayClient.connect(socket, key, on_event)
-    return RemoteAgent(client, seen)
+    client.on_gone = lambda: draw(ev.Notice(GONE_NOTICE if local is not None else GONE_ALONE,
+                                                  session=key))
+    return RemoteAgent(client, seen, local)
+
+
+GONE_ALONE = "The gateway has stopped; start it again with `nanoagent gateway`, or quit and use --local."

@@ -143,10 +143,12 @@ def open_home(home: Path) -> None:
     """Create the home (0700), or check that it is a folder nanoagent can write. The home is nanoagent's own: one
     open to other users (made by an older version, or under a loose umask) is made private."""
     from nanoagent.fsutil import private_dir
+    from nanoagent.paths import check_owned
 
     where = f"NANOAGENT_HOME {home}" if os.environ.get("NANOAGENT_HOME") else f"The home folder {home}"
     if home.exists() and not home.is_dir():
         raise NanoagentError(f"{where} is a file, not a folder: move the file away, or set NANOAGENT_HOME to a folder.")
+    check_owned(home)  # before it is made private: one another user could write must not be quietly adopted
     try:
         private_dir(home)
     except OSError as e:

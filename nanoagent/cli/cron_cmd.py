@@ -224,8 +224,9 @@ def disable(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> Non
     _toggle(job_id, False)
 
 
-def _scheduler(paths: Paths, config: Config):  # noqa: ANN202 - a Scheduler
-    """A scheduler for this process; the agent is built only when a run needs it (an idle tick needs no key)."""
+def _scheduler(paths: Paths, config: Config, replies: list[str] | None = None):  # noqa: ANN202 - a Scheduler
+    """A scheduler for this process; the agent is built only when a run needs it (an idle tick needs no key).
+    Each turn's reply is added to `replies` when given."""
     from nanoagent.agent.build import build_agent, build_outbox
     from nanoagent.cron.runs import build_scheduler
 
@@ -235,26 +236,35 @@ def _scheduler(paths: Paths, config: Config):  # noqa: ANN202 - a Scheduler
     async def turn(key: str, text: str):  # noqa: ANN202
         if not agent:
             agent.append(build_agent(config, paths, warn=warn, outbox=outbox))
-        return await agent[0].handle(text, key)
+        result = await agent[0].handle(text, key)
+        if replies is not None and result is not None:
+            replies.append(result.reply)
+        return result
 
     return build_scheduler(config, paths, turn, outbox, _tz(config))
 
 
 @cron_app.command("run")
 def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace: WorkspaceOpt = None) -> None:
-    """Run a job now, in this process; its schedule is unchanged.
+    """Run a job now, in this process, and print its reply.
 
-    A one-off job is removed once it ran.
+    Its schedule is unchanged; a one-off job is removed once it ran.
 
     Example: nanoagent cron run 3f9a1c2e
     """
+    from nanoagent.cli.render import terminal_safe
     from nanoagent.cli.running import run_main
+    from nanoagent.cron.runs import NO_REPLY
     from nanoagent.cron.store import JobStore
 
     paths, config = setup(workspace)
     job = JobStore(paths.cron_jobs_file).read().find(job_id)  # the id may be its start; a one-off goes once run
-    record = run_main(_scheduler(paths, config).run_now(job.id))
+    replies: list[str] = []
+    record = run_main(_scheduler(paths, config, replies).run_now(job.id))
     print(_outcome_line(f"{job.id} ({job.title})", record))
+    for reply in replies:  # what the run said (also delivered to the job's target)
+        if reply.strip() and reply.strip() != NO_REPLY:
+            print(terminal_safe(reply.strip()))
     if record.status != "ok" or record.delivery:
         raise typer.Exit(1)
 

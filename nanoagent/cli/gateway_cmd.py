@@ -9,12 +9,15 @@ import signal
 import sys
 import time
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
+
+if TYPE_CHECKING:
+    from nanoagent.config.schema import Config
 
 gateway_app = App(help="Keep the agent running for terminals, programs and Telegram.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
                           invoke_without_command=True)
@@ -56,10 +59,14 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     gateway_config = config.gateway
     hub = Hub(loop, gateway_config.max_concurrent_turns)
     components = []
+    serving = str(paths.gateway_socket)
     if gateway_config.http.enabled:
-        from nanoagent.gateway.http import http_component
+        from nanoagent.gateway.http import http_component, url
 
-        components.append(http_component(hub, paths, gateway_config.http))
+        components.append(http_component(hub, paths, gateway_config.http,
+                                         max_image_bytes=config.tools.attachments.max_image_bytes))
+        serving += (f" and {url(gateway_config.http.host, gateway_config.http.port)} (the OpenAI-compatible "
+                    "endpoint; its token is in run/http-token)")
     if config.channels.telegram.enabled:
         from nanoagent.gateway.telegram import telegram_component
 
@@ -73,11 +80,12 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         from nanoagent.gateway.server import Component
 
         components.append(Component("mcp", loop.mcp.run))
-    server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace)
+    server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace,
+                     settings=_settings(config))
 
     def ready() -> None:
-        print(f"nanoagent gateway: listening on {paths.gateway_socket} (pid {os.getpid()}); Ctrl-C stops it.",
-              file=sys.stderr, flush=True)
+        print(f"nanoagent gateway: listening on {serving} (pid {os.getpid()}); Ctrl-C stops it.", file=sys.stderr,
+              flush=True)
         provider = loop.providers.get(loop.models.default)  # the SDK loads now, not in the first turn
         asyncio.get_running_loop().run_in_executor(None, provider.prepare)
         # the sandbox's smoke test, which the prompt reports on, runs now off the event loop (its result is kept)
@@ -85,6 +93,21 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
 
     _log_to_stderr()  # from here on: a refusal before this is one line, not also a log line
     asyncio.run(server.serve(ready))
+
+
+def _settings(config: Config) -> dict[str, str]:
+    """What each model and provider variable stands for in this gateway (from the environment or config.json):
+    a client whose own variables say otherwise runs in its own process (`gateway.oneshot.settings_differ`)."""
+    from nanoagent.config.loader import ENV_KEYS
+
+    settings = {"NANOAGENT_MODEL": config.agents.defaults.model}
+    for name, variables in ENV_KEYS.items():
+        provider = config.providers.get(name)
+        for variable, value in zip(variables, (provider.api_key, provider.api_base) if provider else ("", ""),
+                                   strict=True):
+            if variable:
+                settings[variable] = value or ""
+    return settings
 
 
 def _log_to_stderr() -> None:

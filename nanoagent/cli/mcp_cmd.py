@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
+from nanoagent.cli.render import terminal_safe
 from nanoagent.errors import NanoagentError
 
 mcp_app = App(help="Add, list and remove MCP servers: their tools become the agent's.\n\nExample: nanoagent mcp list",
@@ -35,12 +36,12 @@ def list_servers(
     enabled = {name: c for name, c in config.mcp_servers.items() if c.enabled}
     results = _check(paths, enabled, timeout)
     for name, server in config.mcp_servers.items():
-        print(f"{name} ({_describe(server)})")
+        print(_line(f"{name} ({_describe(server)})"))
         result = results.get(name, "disabled (enabled: false)" if not server.enabled else "left out")
         if isinstance(result, list):
-            print(f"  connected, {len(result)} tool(s): {', '.join(result) or '-'}")
+            print(f"  connected, {len(result)} tool(s): {_names(result)}")
         else:
-            print(f"  {result}")
+            print(f"  {_line(result)}")
 
 
 @mcp_app.command("add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})
@@ -55,6 +56,7 @@ def add(
                                                                       "KEY=value (repeatable).")] = None,
     transport: Annotated[str | None, typer.Option(help="http (default for --url) or sse.")] = None,
     timeout: Annotated[float | None, typer.Option(help="Seconds for starting and for each call (default 60).")] = None,
+    wait: Annotated[float, typer.Option(help="Seconds the server gets now to start and list its tools.")] = CHECK_TIMEOUT,
     workspace: WorkspaceOpt = None,
 ) -> None:
     """Add a server: a command to run, or a URL.
@@ -94,11 +96,11 @@ def add(
     save_config(paths.config_file, data)
     config, _ = load_config(paths.config_file)
     print(f"Added MCP server {name!r} to {paths.config_file}.")
-    result = _check(paths, {name: config.mcp_servers[name]}, CHECK_TIMEOUT).get(name)
+    result = _check(paths, {name: config.mcp_servers[name]}, wait).get(name)
     if isinstance(result, list):
-        print(f"It answered with {len(result)} tool(s): {', '.join(result) or '-'}")
+        print(f"It answered with {len(result)} tool(s): {_names(result)}")
     elif result:
-        warn(result)
+        warn(_line(result))
 
 
 @mcp_app.command("remove")
@@ -131,8 +133,19 @@ def _check(paths: Any, configs: dict[str, Any], timeout: float) -> dict[str, str
 
     if not configs:
         return {}
-    servers = McpServers.from_config(configs, ToolRegistry(), ToolCache(paths.mcp_cache_dir), paths.logs_dir, warn)
+    servers = McpServers.from_config(configs, ToolRegistry(), ToolCache(paths.mcp_cache_dir), paths.logs_dir,
+                                     lambda message: warn(_line(message)))
     return asyncio.run(check(servers, timeout))
+
+
+def _line(text: str) -> str:
+    """What a server said (a tool's name, its last error line) as one line of plain text: it may hold escape
+    sequences that would retitle the window or clear the screen, or newlines that would forge a line."""
+    return " ".join(terminal_safe(text).split("\n")).replace("\t", " ")
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(_line(n) for n in names) or "-"
 
 
 def _describe(server: Any) -> str:

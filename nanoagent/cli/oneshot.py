@@ -71,23 +71,33 @@ def attached(argv: list[str]) -> bool:
     if plain is None or stdin_has_data():
         return False
     check_message(plain.message)
-    from nanoagent.cli.render import OneShotRenderer
+    from nanoagent.gateway.oneshot import sending, settings_differ
     from nanoagent.gateway.protocol import NoGateway
     from nanoagent.paths import Paths
 
     paths = Paths.from_env()
-    renderer = OneShotRenderer(quiet_reply=plain.json_output)
-    renderer.warm_up()  # the full command line draws with it too when no gateway answers
+    key = session_key(plain.session)
+    if settings_differ(paths.run_dir):  # a model or key of its own: answered here, as with --model
+        return False
     try:
-        turn = through_gateway(paths, session_key(plain.session), plain.message, renderer)
-    except NoGateway:
+        with _signals_stop(), sending(paths.gateway_socket, key, plain.message) as sent:
+            # the message is on its way: what draws the reply loads while the gateway starts the turn
+            from nanoagent.cli.render import OneShotRenderer
+
+            renderer = OneShotRenderer(quiet_reply=plain.json_output)
+            renderer.warm_up()
+            turn = sent.wait(renderer, ask_terminal if stdin_is_terminal() else None)
+    except NoGateway:  # raised only while connecting: nothing was sent
         return False
     finish(paths, turn, renderer, plain.json_output)
     return True
 
 
 def session_key(session: str) -> str:
-    return session if ":" in session else f"cli:{session}"
+    """The key of -s NAME (`cli:NAME` unless it names a channel); NanoagentError for a name no file can carry."""
+    from nanoagent.paths import check_session_key
+
+    return check_session_key(session if ":" in session else f"cli:{session}")
 
 
 def through_gateway(paths: Paths, key: str, message: str, renderer: OneShotRenderer,

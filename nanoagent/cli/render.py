@@ -116,12 +116,15 @@ _EXIT_CODE = re.compile(r"\n?\[exit code: (-?\d+)\]$")
 
 def tool_detail(name: str, arguments: dict[str, Any], result: str, width: int) -> list[str]:
     """What a finished call did, folded into a few lines (markup) to show under its tool line: a command's
-    output (its first lines, then how many more) and an edit's changed lines coloured as a diff. Empty for
-    other tools and failed calls. Everything shown passes `terminal_safe`."""
+    or an MCP tool's output (its first lines, then how many more) and an edit's changed lines coloured as a diff.
+    Empty for other tools and failed calls. Everything shown passes `terminal_safe`."""
+    from nanoagent.mcp.names import PREFIX as MCP_PREFIX
     from nanoagent.messages import unwrap_untrusted
     from nanoagent.tools.fs import NEW_FILE
 
     text = unwrap_untrusted(result)
+    if name.startswith(MCP_PREFIX):
+        return _fold(terminal_safe(text).rstrip("\n").splitlines(), FOLD_LINES, width, "[dim]{}[/dim]")
     if name == "exec":
         found = _EXIT_CODE.search(text)
         output = text[:found.start()] if found else text

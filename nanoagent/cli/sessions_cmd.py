@@ -209,11 +209,13 @@ def remove(
 
 
 def _text(message: Message) -> str:
-    """A message's text, each image named on a line; a user's without the runtime block."""
+    """A message's text, each image named on a line; a user's without the runtime block, and with each attached
+    file and piped input folded to one line (`[attached notes.txt, 2 lines]`)."""
+    from nanoagent.attachments import folded
     from nanoagent.messages import shown_text, strip_runtime_context
 
     text = shown_text(message)
-    return strip_runtime_context(text) if message["role"] == "user" else text
+    return folded(strip_runtime_context(text)) if message["role"] == "user" else text
 
 
 def _results(messages: list[Message]) -> dict[str, Message]:

@@ -240,9 +240,16 @@ def migrate_renamed_keys(data: dict) -> list[str]:
 
 
 def _check_home(home: Path, report: Any) -> None:
-    """Like every command, doctor makes an open home private (700); it also says so."""
+    """Like every command, doctor makes an open home private (700), unless others could write it; it also says so."""
     import os
 
+    from nanoagent.paths import check_owned
+
+    try:
+        check_owned(home)
+    except ConfigError as e:
+        report(False, str(e))
+        return
     if not home.exists():
         report(True, f"home {home} does not exist yet; the first command creates it")
     elif not home.is_dir():
@@ -261,8 +268,8 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     import shutil
     import subprocess
 
+    from nanoagent.config.loader import RenamedKey
     from nanoagent.providers.registry import key_fix, model_setting, provider_name
-    from nanoagent.skills import SkillsLoader
     from nanoagent.templates import workspace_templates
     from nanoagent.tokens import tokenizer_available
 
@@ -287,7 +294,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
             warnings = []
         if config is not None:
             report(True, f"config {paths.config_file} is valid")
-        renamed = [w for w in warnings if "renamed" in w]
+        renamed = [w for w in warnings if isinstance(w, RenamedKey)]
         if renamed and fix:
             data = _read_raw(paths.config_file)
             backup = paths.config_file.with_suffix(".json.bak")
@@ -297,10 +304,12 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
             report(True, f"migrated {', '.join(moved)} (backup in {backup.name})")
         elif renamed:
             report(False, "config uses renamed keys: " + "; ".join(renamed), "run `nanoagent doctor --fix` to migrate")
-        for warning in (w for w in warnings if "renamed" not in w):
+        for warning in (w for w in warnings if not isinstance(w, RenamedKey)):
             report(False, warning, "delete the key, or check its spelling")
         mode = paths.config_file.stat().st_mode & 0o777
-        if mode & 0o077:
+        if mode & 0o022:
+            pass  # refused above: its contents are for the person to check before making it private
+        elif mode & 0o077:
             if fix:
                 os.chmod(paths.config_file, 0o600)
                 report(True, f"config mode changed from {mode:o} to 600")
@@ -324,12 +333,147 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     report(tokenizer_available(), "offline tokenizer " + ("works" if tokenizer_available() else "missing; using estimates"),
            "reinstall nanoagent (the tokenizer files come with litellm)")
     _report_sandbox(report, config)
-    bad_skills: list[str] = []
-    SkillsLoader(paths.workspace / "skills", warn=bad_skills.append).skills()
-    for warning in bad_skills:
-        report(False, warning, "fix the file, or check it with `nanoagent skills validate`")
+    _report_skills(report, paths)
+    if config is not None:
+        _report_telegram(report, config)
+        _report_gateway(report, config, paths)
+        _report_mcp(report, config, paths)
+    _report_scheduler(report, config, paths)
     print("All good." if not problems else f"{problems} thing(s) to fix.")
     return problems == 0
+
+
+def _report_telegram(report: Callable[[bool, str, str], None], config: Config) -> None:
+    """Whether the bot token works: getMe at the configured Bot API, as the channel's first call."""
+    import importlib.util
+
+    telegram = config.channels.telegram
+    if not telegram.enabled and not telegram.token:
+        return
+    if not telegram.token:
+        report(False, "telegram: channels.telegram.enabled is true but there is no bot token",
+               "set TELEGRAM_BOT_TOKEN or channels.telegram.token (create a bot with @BotFather in Telegram)")
+        return
+    if telegram.enabled and importlib.util.find_spec("telegram") is None:
+        report(False, "telegram: the channel needs python-telegram-bot", "pip install 'nanoagent[telegram]'")
+    answer = telegram_get_me(telegram.api_base, telegram.token)
+    if isinstance(answer, str):
+        refused = answer.startswith("Telegram refused")
+        report(False, f"telegram: {answer}", "copy the token from @BotFather into TELEGRAM_BOT_TOKEN or "
+               "channels.telegram.token" if refused else "check the network, or channels.telegram.apiBase")
+        return
+    off = "" if telegram.enabled else "; channels.telegram.enabled is false, so the gateway does not start the channel"
+    report(True, f"telegram: the token works (bot @{answer.get('username', '?')}){off}", "")
+
+
+def _report_gateway(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
+    """Channels serve nobody without a running gateway; the HTTP endpoint is asked for /health where it listens."""
+    wanted = [name for name, on in (("channels.telegram", config.channels.telegram.enabled),
+                                    ("gateway.http", config.gateway.http.enabled)) if on]
+    if not wanted:
+        return
+    from nanoagent.gateway.oneshot import gateway_answers
+
+    if not gateway_answers(paths.gateway_socket):
+        report(False, f"gateway: not running, so {' and '.join(wanted)} (enabled in config) serve nobody",
+               "start `nanoagent gateway` (README, The gateway)")
+        return
+    report(True, "gateway: running", "")
+    if config.gateway.http.enabled:
+        import httpx
+
+        host = config.gateway.http.host
+        host = {"0.0.0.0": "127.0.0.1", "::": "::1", "": "127.0.0.1"}.get(host, host)
+        url = f"http://{f'[{host}]' if ':' in host else host}:{config.gateway.http.port}/health"
+        try:
+            ok = httpx.get(url, timeout=5.0).status_code == 200
+        except httpx.HTTPError:
+            ok = False
+        report(ok, f"http endpoint: {url} " + ("answers" if ok else "does not answer"),
+               "restart the gateway; its log says why the endpoint did not start (e.g. the port is taken)")
+
+
+def telegram_get_me(api_base: str, token: str, timeout: float = 10.0) -> dict[str, Any] | str:
+    """The bot's getMe answer, or why there is none in one line (never holding the token)."""
+    import logging
+
+    import httpx
+
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs each URL, and ours hold the token
+    try:
+        response = httpx.post(f"{api_base.rstrip('/')}/bot{token}/getMe", json={}, timeout=timeout)
+        data = response.json()
+    except httpx.HTTPError as e:
+        return f"cannot reach {api_base} ({type(e).__name__}: {str(e).replace(token, '<token>')[:120]})"
+    except ValueError:
+        return f"{api_base} did not answer getMe as the Bot API does (HTTP {response.status_code})"
+    if response.status_code in (401, 404) or (isinstance(data, dict) and data.get("error_code") == 401):
+        return f"Telegram refused the bot token (HTTP {response.status_code} from {api_base})"
+    if not isinstance(data, dict) or not data.get("ok") or not isinstance(data.get("result"), dict):
+        return f"{api_base} did not answer getMe as the Bot API does (HTTP {response.status_code})"
+    return data["result"]
+
+
+def _report_mcp(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
+    """Each enabled MCP server started once, as `nanoagent mcp list` does, given the time the agent gives it
+    (`timeout`): a slow machine is no reason to report a server as broken."""
+    from nanoagent.cli.mcp_cmd import _check
+    from nanoagent.cli.render import terminal_safe
+
+    enabled = {name: server for name, server in config.mcp_servers.items() if server.enabled}
+    if not enabled:
+        return
+    for name, result in _check(paths, enabled, max(server.timeout for server in enabled.values())).items():
+        if isinstance(result, list):
+            report(True, terminal_safe(f"mcp server {name}: connected, {len(result)} tool(s)"), "")
+        else:
+            report(False, terminal_safe(f"mcp server {name}: {result}"),
+                   f"fix its entry in config.json (`nanoagent mcp list` shows more), or `nanoagent mcp remove {name}`")
+
+
+def _report_scheduler(report: Callable[[bool, str, str], None], config: Config | None, paths: Paths) -> None:
+    """With jobs scheduled: whether a scheduler (the gateway's, or a crontab `cron tick`) has looked lately."""
+    from nanoagent.errors import NanoagentError
+
+    if not paths.cron_jobs_file.exists():
+        return
+    from nanoagent.cron.scheduler import scheduler_seen
+    from nanoagent.cron.store import JobStore
+
+    store = JobStore(paths.cron_jobs_file)
+    try:
+        jobs = [job for job in store.read().jobs if job.enabled]
+    except NanoagentError as e:
+        report(False, f"cron: {e}", "")
+        return
+    if not jobs:
+        return
+    if scheduler_seen(store):
+        report(True, f"scheduler: running; {len(jobs)} job(s) scheduled", "")
+        return
+    gateway_off = config is not None and not config.cron.enabled
+    report(False, f"scheduler: {len(jobs)} job(s) scheduled, but no scheduler has run lately, so they do not run",
+           "set cron.enabled to true and restart the gateway" if gateway_off else
+           "start `nanoagent gateway`, or run `nanoagent cron tick` from crontab (README, Schedules)")
+
+
+def _report_skills(report: Callable[[bool, str, str], None], paths: Paths) -> None:
+    """Skills that cannot load, untrusted ones left out of the prompt, and built-ins a workspace skill replaces."""
+    from nanoagent.cli.render import terminal_safe
+    from nanoagent.skills import SkillsLoader, SkillTrust, Trust
+
+    bad: list[str] = []
+    loader = SkillsLoader(paths.workspace / "skills", warn=bad.append, trust=SkillTrust(paths.trusted_skills_file))
+    scan = loader.scan()
+    for warning in bad:
+        report(False, terminal_safe(warning), "fix the file, or check it with `nanoagent skills validate`")
+    for skill in scan.left_out:
+        report(False, terminal_safe(skill.left_out_note()), "")
+    for skill in scan.replacing:
+        trusted = loader.trust_state(skill) is Trust.TRUSTED
+        report(trusted, f"workspace skill {skill.name} ({skill.path}) replaces the built-in skill of that name"
+               + (" (you trusted it)" if trusted else " and its guidance"),
+               f"if you made it, `nanoagent skills trust {skill.name}`; if not, delete {skill.path.parent}")
 
 
 def _report_sandbox(report: Callable[[bool, str, str], None], config: Config | None) -> None:

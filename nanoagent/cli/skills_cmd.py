@@ -26,7 +26,8 @@ def _loader(workspace: Path | None, warn: Callable[[str], None]) -> tuple[Skills
 
 
 def _workspace_skill(loader: SkillsLoader, name: str) -> Skill:
-    skill = next((s for s in loader.skills() if s.name == name), None)
+    scan = loader.scan()
+    skill = next((s for s in [*scan.skills, *scan.left_out] if s.name == name), None)
     if skill is None:
         raise NanoagentError(f"No skill named {name!r} in {loader.workspace_skills}: `nanoagent skills list` shows "
                              "the names (use -w for another workspace).")
@@ -42,20 +43,25 @@ def list_skills(workspace: WorkspaceOpt = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from nanoagent.cli.render import table_console
+    from nanoagent.cli.render import table_console, terminal_safe
 
     warnings: list[str] = []
     loader, _ = _loader(workspace, warnings.append)
-    skills = loader.skills()
+    scan = loader.scan()
     table = Table("name", "source", "trust", "available", "description", box=None)
-    for s in skills:
+    for s in scan.skills:
         note = loader.always_note(s)
         state = "yes" + (f", {note}" if note else "") if s.available else "no: " + "; ".join(s.missing)
-        table.add_row(s.name, s.source, str(loader.trust_state(s)), escape(state), escape(s.description))
+        table.add_row(escape(terminal_safe(s.name)), s.source, str(loader.trust_state(s)), escape(state),
+                      escape(terminal_safe(s.description)))
     console = table_console()
     console.print(table)
+    for s in scan.replacing:
+        warnings.append(f"workspace skill {s.name} {loader.replacement_note(s)}.")
+    for s in scan.left_out:
+        warnings.append(s.left_out_note())
     for warning in dict.fromkeys(warnings):
-        console.print(f"[yellow]warning: {escape(warning)}[/yellow]")
+        console.print(f"[yellow]warning: {escape(terminal_safe(warning))}[/yellow]")
 
 
 @skills_app.command("trust")
@@ -112,13 +118,13 @@ def validate(path: Path) -> None:
         skill = parse_skill(file, "workspace")
     except (SkillError, UnicodeDecodeError) as e:
         raise NanoagentError(f"{file}: {e}") from None
-    problems = []
-    if skill.name != file.parent.name:
-        problems.append(f"name `{skill.name}` differs from the folder name `{file.parent.name}`")
+    problems = list(skill.problems)
     if len(skill.description) < 20:
         problems.append("description is too short to tell when to use the skill")
     if not skill.body.strip():
         problems.append("the body has no instructions")
     if problems:
         raise NanoagentError(f"{file}: " + "; ".join(problems) + ".")
-    print(f"{file}: ok ({skill.name}: {skill.description})")
+    from nanoagent.cli.render import terminal_safe
+
+    print(terminal_safe(f"{file}: ok ({skill.name}: {skill.description})"))

@@ -19,12 +19,26 @@ from typing import Any
 from nanoagent.config.schema import Config, ProviderConfig
 from nanoagent.errors import ConfigError
 from nanoagent.fsutil import atomic_write
+from nanoagent.paths import check_owned
 
 # Keys renamed between versions: old name -> current name (dotted, snake_case).
 RENAMED_KEYS = {
     "agents.defaults.max_tool_iteration": "agents.defaults.max_tool_iterations",
     "agents.defaults.context_window": "agents.defaults.context_window_tokens",
 }
+
+
+class RenamedKey(str):
+    """The warning for a key a newer version renamed (its text, as every warning), with the old and new dotted
+    snake_case names: `doctor --fix` migrates these."""
+
+    old: str
+    new: str
+
+    def __new__(cls, text: str, old: str, new: str) -> RenamedKey:
+        warning = super().__new__(cls, text)
+        warning.old, warning.new = old, new
+        return warning
 
 
 def to_snake(name: str) -> str:
@@ -41,6 +55,7 @@ def load_config(path: Path, env: typing.Mapping[str, str] | None = None) -> tupl
     warnings: list[str] = []
     data: dict[str, Any] = {}
     if path.exists():
+        check_owned(path)
         try:
             text = path.read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as e:
@@ -72,7 +87,8 @@ def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -
         dotted = prefix + key
         if dotted in RENAMED_KEYS:
             new = RENAMED_KEYS[dotted]
-            warnings.append(f"{path}: `{dotted}` was renamed to `{new}`; `nanoagent doctor` can migrate it.")
+            warnings.append(RenamedKey(f"{path}: `{dotted}` was renamed to `{new}`; `nanoagent doctor` can migrate it.",
+                                       dotted, new))
             if new.startswith(prefix) and new[len(prefix):] in names and new[len(prefix):] not in kwargs:
                 key, dotted = new[len(prefix):], new
             else:
@@ -80,10 +96,13 @@ def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -
         if key not in names:
             warnings.append(f"{path}: unknown key `{prefix}{raw_key}` ignored.")
             continue
-        kwargs[key] = _convert(hints[key], value, dotted, path, warnings)
+        kwargs[key] = _convert(hints[key], value, dotted, path, warnings, fields[key].metadata.get("digits", False))
         if "range" in fields[key].metadata and value is not None:
             _check_range(value, fields[key].metadata["range"], dotted, path)  # as written: 0, not 0.0
-    return cls(**kwargs)
+    try:
+        return cls(**kwargs)
+    except ConfigError as e:  # a class's own checks (`schema.check_choices`) name the key; this adds the file
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def _check_range(value: float, bounds: tuple[float, float], dotted: str, path: Path) -> None:
@@ -93,20 +112,22 @@ def _check_range(value: float, bounds: tuple[float, float], dotted: str, path: P
                           f"{json.dumps(value)[:40]}; fix the value or delete the key.")
 
 
-def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) -> Any:
+def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str], digits: bool = False) -> Any:
+    """`value` as type `tp`; `digits`: a whole number may be written as a string of digits (ids, as nanobot and
+    OpenClaw write them)."""
     origin = typing.get_origin(tp)
     if origin in (typing.Union, types.UnionType):
         args = [a for a in typing.get_args(tp) if a is not type(None)]
         if value is None:
             return None
-        return _convert(args[0], value, dotted, path, warnings)
+        return _convert(args[0], value, dotted, path, warnings, digits)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, dotted + ".", path, warnings)
     if origin is list:
         (item,) = typing.get_args(tp)
         if not isinstance(value, list):
             _type_error(dotted, "a list", value, path)
-        return [_convert(item, v, f"{dotted}[{i}]", path, warnings) for i, v in enumerate(value)]
+        return [_convert(item, v, f"{dotted}[{i}]", path, warnings, digits) for i, v in enumerate(value)]
     if origin is dict:
         _, item = typing.get_args(tp)
         if not isinstance(value, dict):
@@ -117,8 +138,10 @@ def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str]) 
             _type_error(dotted, "true or false", value, path)
         return value
     if tp is int:
+        if digits and isinstance(value, str) and re.fullmatch(r"-?[0-9]{1,20}", value.strip()):
+            return int(value)
         if isinstance(value, bool) or not isinstance(value, int):
-            _type_error(dotted, "a whole number", value, path)
+            _type_error(dotted, "a whole number" + (" or a string of digits" if digits else ""), value, path)
         return value
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):

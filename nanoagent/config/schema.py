@@ -5,6 +5,7 @@ Every number has the range config.json may set it in (`bounded`); the loader ref
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -14,6 +15,22 @@ from nanoagent.errors import ConfigError
 def bounded(default: Any, low: float, high: float) -> Any:
     """A numeric setting that config.json may set from `low` to `high`, both included."""
     return field(default=default, metadata={"range": (low, high)})
+
+
+def choice(default: str | None, options: tuple[str, ...]) -> Any:
+    """A setting that takes one of `options`; its default (None or "": unset) is always allowed. The class's
+    `__post_init__` calls `check_choices`, so a config built in code is held to them as config.json is."""
+    return field(default=default, metadata={"choices": options})
+
+
+def check_choices(settings: Any, where: str) -> None:
+    """ConfigError naming the key and its choices for the first `choice` setting of `settings` outside them."""
+    for f in dataclasses.fields(settings):
+        options, value = f.metadata.get("choices"), getattr(settings, f.name)
+        if options and value != f.default and value not in options:
+            head, *rest = f.name.split("_")
+            key = head + "".join(part.title() for part in rest)
+            raise ConfigError(f"`{where}.{key}` is {value!r}; use one of {', '.join(options)}, or delete the key.")
 
 
 @dataclass
@@ -54,9 +71,9 @@ class ProviderConfig:
 @dataclass
 class ExecConfig:
     timeout: int = bounded(60, 1, 86_400)  # seconds a command may run
-    sandbox: str = "auto"  # "auto" (bwrap when it works) | "bwrap" (only sandboxed) | "none"
+    sandbox: str = choice("auto", ("auto", "bwrap", "none"))  # auto: bwrap when it works; bwrap: only sandboxed
     network: bool = False  # commands in the sandbox reach the network
-    approve: str | None = None  # "never" | "unsandboxed" | "always"; default: never with a sandbox, else unsandboxed
+    approve: str | None = choice(None, ("never", "unsandboxed", "always"))  # default: never with a sandbox, else unsandboxed
     env: list[str] = field(default_factory=list)  # variable names passed to commands (secrets only when named)
     read_only_paths: list[str] = field(default_factory=list)  # more folders commands may read
     writable_paths: list[str] = field(default_factory=list)  # more folders commands may write
@@ -64,21 +81,22 @@ class ExecConfig:
     memory_mb: int = bounded(4096, 64, 1_048_576)
     tmp_mb: int = bounded(512, 1, 1_048_576)  # size of the sandbox's private /tmp
 
+    def __post_init__(self) -> None:
+        check_choices(self, "tools.exec")
+
 
 SEARCH_PROVIDERS = ("brave", "tavily", "searxng", "duckduckgo")
 
 
 @dataclass
 class WebSearchConfig:
-    provider: str = ""  # one of SEARCH_PROVIDERS; empty: web_search says how to set one up
+    provider: str = choice("", SEARCH_PROVIDERS)  # empty: web_search says how to set one up
     api_key: str | None = None  # brave and tavily; else BRAVE_API_KEY / TAVILY_API_KEY
     api_base: str | None = None  # the backend's base URL, for a proxy or a stand-in
     url: str | None = None  # searxng: the instance to ask
 
     def __post_init__(self) -> None:
-        if self.provider and self.provider not in SEARCH_PROVIDERS:
-            raise ConfigError(f"`tools.web.search.provider` is {self.provider!r}; use one of "
-                              f"{', '.join(SEARCH_PROVIDERS)} (duckduckgo needs no key), or delete the key.")
+        check_choices(self, "tools.web.search")
 
 
 @dataclass
@@ -184,14 +202,21 @@ class GatewayConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
 
 
+GROUP_POLICIES = ("mention", "all", "off")
+
+
 @dataclass
 class TelegramConfig:
     enabled: bool = False
     token: str | None = None  # from @BotFather; the TELEGRAM_BOT_TOKEN variable overrides it
-    allow_from: list[int] = field(default_factory=list)  # numeric user ids; empty: nobody until paired
-    group_policy: str = "mention"  # in groups: "mention" (mentioned or replied to) | "all" | "off"
+    allow_from: list[int] = field(default_factory=list,  # numeric user ids ("1001" too); empty: nobody until paired
+                                  metadata={"digits": True})
+    group_policy: str = choice("mention", GROUP_POLICIES)  # in groups: mention (mentioned or replied to) | all | off
     streaming: bool = True  # edit the reply as it grows (at most about once a second); false: send it at the end
     api_base: str = "https://api.telegram.org"  # requests go to {apiBase}/bot{token}/{method}
+
+    def __post_init__(self) -> None:
+        check_choices(self, "channels.telegram")
 
 
 @dataclass

@@ -25,6 +25,7 @@ from nanoagent.errors import NanoagentError
 
 Kind = Literal["cron", "every", "at"]
 MIN_EVERY = 10  # seconds: anything more often is a loop, not a schedule
+MAX_DURATION = 10 * 366 * 86400  # seconds: an interval or a wait longer than ten years is a typo, not a plan
 UNITS = {"s": 1, "sec": 1, "secs": 1, "second": 1, "seconds": 1, "m": 60, "min": 60, "mins": 60, "minute": 60,
          "minutes": 60, "h": 3600, "hr": 3600, "hrs": 3600, "hour": 3600, "hours": 3600, "d": 86400, "day": 86400,
          "days": 86400, "w": 604800, "week": 604800, "weeks": 604800}
@@ -98,6 +99,8 @@ class Schedule:
         seconds = text if isinstance(text, int) else parse_duration(text, what="--every")
         if seconds < MIN_EVERY:
             raise ScheduleError(f"every {seconds} s is too often; the shortest interval is {MIN_EVERY} s.")
+        if seconds > MAX_DURATION:
+            raise ScheduleError(f"every {format_duration(seconds)} is too long; the longest interval is 10 years.")
         return cls("every", seconds=seconds, anchor=now.astimezone(UTC))
 
     @classmethod
@@ -157,8 +160,8 @@ class Schedule:
             return cls("cron", expr=_text(data["expr"]), tz=_text(data.get("tz") or "UTC"))
         if kind == "every":
             seconds = data["seconds"]
-            if not isinstance(seconds, int) or isinstance(seconds, bool) or seconds < 1:
-                raise TypeError("seconds must be a whole number above 0")
+            if not isinstance(seconds, int) or isinstance(seconds, bool) or not 1 <= seconds <= MAX_DURATION:
+                raise TypeError(f"seconds must be a whole number from 1 to {MAX_DURATION}")
             return cls("every", seconds=seconds, anchor=parse_iso(data["anchor"]))
         if kind == "at":
             return cls("at", when=parse_iso(data["time"]), tz=_text(data.get("tz") or "UTC"))
@@ -205,6 +208,8 @@ def parse_duration(text: str, what: str = "the interval") -> int:
         if unit not in UNITS:
             raise ScheduleError(f"{what} {text!r}: unknown unit {unit!r}; use s, m, h, d or w.")
         total += float(number) * UNITS[unit]
+    if total > MAX_DURATION:  # also keeps datetime arithmetic from overflowing
+        raise ScheduleError(f"{what} {text!r} is longer than 10 years: write a shorter one.")
     return int(total)
 
 
@@ -216,8 +221,10 @@ def parse_when(text: str, tz: tzinfo, now: datetime) -> tuple[datetime, str | No
     lowered = raw.lower()
     local_now = now.astimezone(tz)
     if lowered.startswith("in "):
-        when = now + timedelta(seconds=parse_duration(lowered[3:], what="--at"))
-        return when.astimezone(UTC), None
+        seconds = parse_duration(lowered[3:], what="--at in")
+        if seconds < 1:
+            raise ScheduleError(f"--at {text!r} is now, not later: give a time to come, e.g. \"in 1 minute\".")
+        return (now + timedelta(seconds=seconds)).astimezone(UTC), None
     day_word = re.fullmatch(r"(today|tomorrow)\s+(.+)", lowered)
     clock = _clock(day_word.group(2) if day_word else lowered)
     if clock is not None:
@@ -340,10 +347,15 @@ def make_schedule(cron: str | None, every: str | None, at: str | None, tz: str |
                             "2h, 1d) or at (a time such as 2026-05-04 09:00 or \"in 20 minutes\")"
                             + (f"; got {' and '.join(given)}." if given else "."))
     name = zone_name(zone(tz or default_tz))
+    note = None
     if cron:
-        return Schedule.cron(cron, name), None
-    if every:
-        return Schedule.every(every, now), None
-    assert at is not None
-    when, note = parse_when(at, zone(name), now)
-    return Schedule.at(when, name), note
+        schedule = Schedule.cron(cron, name)
+    elif every:
+        schedule = Schedule.every(every, now)
+    else:
+        assert at is not None
+        when, note = parse_when(at, zone(name), now)
+        schedule = Schedule.at(when, name)
+    if schedule.next_after(now) is None:  # a job that would never run is refused, not stored
+        raise ScheduleError(f"{schedule.describe()} never comes after now; give one that does.")
+    return schedule, note

@@ -25,8 +25,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from nanoagent.cron.schedule import Schedule, iso, parse_iso
-from nanoagent.errors import NanoagentError
+from nanoagent.errors import ConfigError, NanoagentError
 from nanoagent.fsutil import async_file_lock, atomic_write, file_lock
+from nanoagent.paths import check_owned
 
 FORMAT_VERSION = 1
 KEEP_RUNS = 20
@@ -333,6 +334,10 @@ class JobStore:
         return result
 
     def _read_text(self) -> str:
+        try:
+            check_owned(self.path)  # it names prompts run as you: before it is read or written again
+        except ConfigError as e:  # the scheduler stops scheduling and says so, as for a damaged file
+            raise StoreCorrupt(str(e)) from None
         try:
             data = self.path.read_bytes()
         except FileNotFoundError:

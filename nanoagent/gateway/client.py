@@ -19,6 +19,8 @@ from nanoagent.gateway import protocol
 from nanoagent.gateway.protocol import GONE_MID_TURN, GatewayGone, check_features, unreachable
 from nanoagent.messages import ImageBlock
 
+GONE = "The gateway has stopped; start it again with `nanoagent gateway`, or use --local."
+
 
 class GatewayClient:
     """One connection, watching one session. `on_event` gets every event of the session, this client's turns
@@ -30,6 +32,8 @@ class GatewayClient:
         self.writer = writer
         self.on_event = on_event
         self.ask: Callable[[str], Awaitable[str]] | None = None
+        self.on_gone: Callable[[], None] = lambda: None  # called once, when the gateway closes the connection
+        self.gone = False
         self.welcome: dict[str, Any] = {}
         self._results: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._ids = itertools.count(1)
@@ -47,6 +51,9 @@ class GatewayClient:
         if not line:
             raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
         client.welcome = protocol.decode(line)
+        if client.welcome.get("type") == "error":
+            writer.close()
+            raise NanoagentError(f"The gateway refused the session: {client.welcome.get('message')}")
         client._reading = asyncio.create_task(client._read())
         return client
 
@@ -58,6 +65,8 @@ class GatewayClient:
         """Send a message or slash command, with references to images already under the workspace's media/; the
         turn's result (None: it joined the running turn)."""
         check_features(self.welcome, images)
+        if self.gone:
+            raise GatewayGone(GONE)
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
@@ -74,7 +83,7 @@ class GatewayClient:
         return protocol.result_from_wire(reply)
 
     def cancel(self, session: str | None = None) -> None:
-        if not self.writer.is_closing():
+        if not self.gone and not self.writer.is_closing():
             self.write({"type": "cancel", "session": session or self.welcome.get("session")})
 
     async def _read(self) -> None:
@@ -87,10 +96,16 @@ class GatewayClient:
                 await self._dispatch(message)
         except (ConnectionError, ValueError):
             pass
+        except asyncio.CancelledError:  # closed by this side
+            self.gone = True
+            raise
         finally:
             for future in self._results.values():
                 if not future.done():
                     future.set_exception(GatewayGone(GONE_MID_TURN))
+        if not self.gone:
+            self.gone = True
+            self.on_gone()
 
     async def _dispatch(self, message: dict[str, Any]) -> None:
         kind = message["type"]
@@ -107,6 +122,7 @@ class GatewayClient:
             self.write({"type": "answer", "id": message.get("id"), "text": answer})
 
     async def close(self) -> None:
+        self.gone = True
         if self._reading is not None:
             self._reading.cancel()
         self.writer.close()

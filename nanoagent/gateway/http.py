@@ -7,6 +7,9 @@ SDK and anything else that speaks Chat Completions. See README "OpenAI-compatibl
   first start). A token in the URL is refused: URLs end up in logs and browser histories.
 - The agent keeps each session's history itself, so only the LAST user message of a request is sent; the
   session is `http:<name>` from the `X-Nanoagent-Session` header, else the `user` field, else `http:default`.
+- The last user message's `text` parts and `image_url` parts (base64 data: URLs, stored under media/) go to
+  the agent; `tools` is refused (400); system messages are ignored, said in the X-Nanoagent-Ignored header.
+  A reply's text is the same streamed or not.
 - Nobody can approve a command over HTTP: commands that need approval are refused. Tool activity is not
   content: a stream carries it as comment lines. A client that goes away cancels the turn it started (what
   closing an OpenAI stream does); a message that joined a running turn is answered with a short note.
@@ -15,6 +18,8 @@ SDK and anything else that speaks Chat Completions. See README "OpenAI-compatibl
 from __future__ import annotations
 
 import asyncio
+import base64
+import binascii
 import hmac
 import ipaddress
 import json
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.agent import events as ev
+from nanoagent.attachments import AttachmentError, sniff, store_image
 from nanoagent.config.schema import HttpConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import fsync_dir, private_dir
@@ -37,14 +43,18 @@ from nanoagent.gateway import httpwire as wire
 from nanoagent.gateway.httpwire import HttpError, Request
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
-from nanoagent.paths import Paths, safe_key
+from nanoagent.messages import ImageBlock
+from nanoagent.paths import Paths, check_session_key
 
 log = logging.getLogger("nanoagent.gateway.http")
 
 TOKEN_FILE = "http-token"
 TOKEN_HINT = "the token in $NANOAGENT_HOME/run/http-token"
 QUERY_TOKEN_NAMES = {"api_key", "api-key", "apikey", "key", "token", "access_token", "auth", "authorization"}
-MAX_CONNECTIONS = 64
+MIN_TOKEN = 32  # characters a token needs to be served beyond loopback (a made one has 43)
+MAX_CONNECTIONS = 64  # connections that sent an authenticated request; one more is answered 503
+MAX_UNAUTHENTICATED = 256  # connections yet to send one; beyond this the oldest of them is dropped
+AUTH_DEADLINE = 5.0  # seconds from connecting to an authenticated request's headers; then the connection closes
 KEEPALIVE = 15.0  # seconds of silence in a stream before a comment line keeps proxies from timing it out
 JOINED = ("Your message joined the turn already running in session {key}; the reply to both comes in the "
           "response to the message that started it.")
@@ -108,7 +118,8 @@ def _read_token(path: Path) -> str:
 
 
 def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
-                   listening: Callable[[str, int], None] = lambda host, port: None) -> Component:
+                   listening: Callable[[str, int], None] = lambda host, port: None,
+                   max_image_bytes: int = 5_000_000) -> Component:
     """The endpoint as a gateway component. The token is read (or made) now, so a gateway that could not check
     tokens never starts: it stops with one line saying why. `listening` gets the address once bound."""
     token_file = paths.run_dir / TOKEN_FILE
@@ -116,10 +127,15 @@ def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
         token = load_token(token_file)
     except (OSError, UnicodeDecodeError) as e:
         raise NanoagentError(_no_token(settings, token_file, e)) from None
-    if len(token) < 20:
+    if len(token) < MIN_TOKEN:
+        if not is_loopback(settings.host):
+            raise NanoagentError(
+                f"Refusing to serve HTTP on {settings.host}:{settings.port}, which is not loopback, with a "
+                f"{len(token)}-character token in {token_file} (at least {MIN_TOKEN} are needed); delete that file "
+                "and start again for a strong one, or set gateway.http.host to 127.0.0.1.")
         log.warning(_record("http_token_short", length=len(token),
                             fix="delete run/http-token and restart the gateway for a strong one"))
-    endpoint = Endpoint(hub, token, hub.loop.models.default)
+    endpoint = Endpoint(hub, token, hub.loop.models.default, max_image_bytes)
     return Component("http", lambda: endpoint.serve(settings.host, settings.port, listening))
 
 
@@ -133,12 +149,16 @@ def _no_token(settings: HttpConfig, path: Path, error: Exception) -> str:
 
 
 class Endpoint:
-    def __init__(self, hub: Hub, token: str, model: str):
+    def __init__(self, hub: Hub, token: str, model: str, max_image_bytes: int = 5_000_000):
         self.hub = hub
+        self.max_image_bytes = max_image_bytes
         self.token = token.encode()
         self.model = model
         self.created = int(time.time())
         self._connections: set[asyncio.Task[None]] = set()
+        # oldest first, each with its deadline and its writer (closing it ends the connection)
+        self._unauthenticated: dict[asyncio.Task[None], tuple[float, asyncio.StreamWriter]] = {}
+        self._authenticated: set[asyncio.Task[None]] = set()
 
     async def serve(self, host: str, port: int, listening: Callable[[str, int], None]) -> None:
         """Listen until cancelled; then close every connection."""
@@ -149,8 +169,7 @@ class Endpoint:
                               fix="set gateway.http.port to a free port or gateway.http.host to an address here"))
             raise
         bound = server.sockets[0].getsockname()[1]
-        shown = f"[{host}]" if ":" in host else host or "*"
-        log.info(_record("http_listening", url=f"http://{shown}:{bound}/v1", loopback=is_loopback(host),
+        log.info(_record("http_listening", url=url(host, bound), loopback=is_loopback(host),
                          token_file="$NANOAGENT_HOME/run/http-token"))
         try:
             listening(host, bound)
@@ -162,20 +181,22 @@ class Endpoint:
             await asyncio.gather(*self._connections, return_exceptions=True)
 
     async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        """One connection. Until it sends an authenticated request it holds no slot: it must do so within
+        AUTH_DEADLINE, and the oldest such connection is dropped when MAX_UNAUTHENTICATED wait, so silent or
+        tokenless connections can never keep out a client with the token."""
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self._unauthenticated[task] = (asyncio.get_running_loop().time() + AUTH_DEADLINE, writer)
+        if len(self._unauthenticated) > MAX_UNAUTHENTICATED:
+            oldest = next(iter(self._unauthenticated))
+            self._unauthenticated.pop(oldest)[1].close()  # its reader sees the end: the connection ends quietly
         try:
-            if len(self._connections) > MAX_CONNECTIONS:
-                writer.write(wire.response(503, HttpError(503, "Too many connections; try again shortly.").body(),
-                                           close=True))
-            else:
-                while await self._exchange(reader, writer):
-                    pass
+            while await self._exchange(reader, writer, task):
+                pass
             await wire.close(reader, writer)
-        except asyncio.CancelledError:
-            writer.close()
-            raise
+        except asyncio.CancelledError:  # the endpoint is stopping: end quietly (asyncio's server would log a
+            writer.close()              # cancelled connection as an unhandled exception, with a traceback)
         except ConnectionError:
             writer.close()
         except Exception as e:  # noqa: BLE001 - one connection's failure is that connection's alone
@@ -183,15 +204,31 @@ class Endpoint:
             writer.close()
         finally:
             self._connections.discard(task)
+            self._unauthenticated.pop(task, None)
+            self._authenticated.discard(task)
 
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    def _authenticate(self, task: asyncio.Task[None]) -> None:
+        """The connection sent the token: it takes one of MAX_CONNECTIONS slots for the rest of its life."""
+        if task in self._authenticated:
+            return
+        if len(self._authenticated) >= MAX_CONNECTIONS:
+            raise HttpError(503, f"Too many connections ({MAX_CONNECTIONS} clients with the token); try again "
+                                 "shortly.", kind="server_error", close=True, headers={"Retry-After": "1"})
+        self._unauthenticated.pop(task, None)
+        self._authenticated.add(task)
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        task: asyncio.Task[None]) -> bool:
         """Answer one request; True when the connection stays open for the next."""
         request: Request | None = None
         try:
-            request = await wire.read_head(reader)
+            waiting = self._unauthenticated.get(task)
+            request = await wire.read_head(reader, waiting[0] if waiting else None)
             if request is None:
                 return False
             refusal = self._refusal(request)
+            if refusal is None and request.path != "/health":
+                self._authenticate(task)
             if refusal is not None and request.expects_continue:
                 refusal.close = True  # the client holds its body back until we say continue: answer and close
                 raise refusal
@@ -259,37 +296,42 @@ class Endpoint:
         body = request.json()
         if not isinstance(body, dict):
             raise HttpError(400, "The body must be a JSON object with `messages`.")
-        text = last_user_text(body.get("messages"))
+        if body.get("tools") or body.get("functions"):
+            raise HttpError(400, "`tools` are not taken: nanoagent runs its own tools and cannot call a client's; "
+                                 "send the request without them.", code="unsupported_tools")
+        said = UserInput.of(body.get("messages"))
         key = session_key(body.get("user"), request.headers.get("x-nanoagent-session"))
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise HttpError(400, "`stream` must be true or false.", code="invalid_stream")
         loop = self.hub.loop
+        images: list[ImageBlock] = []
+        if said.images:
+            try:
+                loop.check_images(key, [])  # a model that takes none: refused before anything is stored
+            except AttachmentError as e:
+                raise HttpError(400, str(e), code="invalid_image") from None
+            images = await asyncio.to_thread(said.store, loop.tool_context.workspace, self.max_image_bytes)
         reply = Reply(f"chatcmpl-{secrets.token_hex(12)}", loop.model_for(loop.session(key)), int(time.time()))
+        headers = {"X-Nanoagent-Ignored": "system"} if said.system else {}
         if stream:
-            return await self._stream(reply, request, key, text, reader, writer)
-        turn = await self._send(request, key, text, reader, ev.discard, _still_here)
+            return await self._stream(reply, request, key, said.text, images, headers, reader, writer)
+        streamed = _Streamed()
+        turn = await self._send(request, key, said.text, images, reader, streamed.sink(lambda text: None),
+                                _still_here)
         if turn is not None and turn.result is not None and turn.result.error is not None:
             raise HttpError(502, turn.reply, kind="server_error", code="turn_failed", headers=NO_RETRY)
-        content = JOINED.format(key=key) if turn is None else turn.reply
-        await wire.send(writer, wire.response(200, reply.completion(content, turn)))
+        streamed.missing(JOINED.format(key=key) if turn is None else turn.reply)  # the same text a stream shows
+        await wire.send(writer, wire.response(200, reply.completion(streamed.text, turn), headers=headers))
         return True
 
-    async def _stream(self, reply: Reply, request: Request, key: str, text: str, reader: asyncio.StreamReader,
-                      writer: asyncio.StreamWriter) -> bool:
+    async def _stream(self, reply: Reply, request: Request, key: str, text: str, images: list[ImageBlock],
+                      headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
         out = wire.EventStream(writer, request)
-        out.start()
+        out.start(headers)
         out.data(reply.chunk({"role": "assistant", "content": ""}))
-        streamed = _Streamed()
-
-        def on_event(event: ev.Event) -> None:
-            if event.agent:
-                return  # a sub-agent's work is tool activity of this turn
-            if isinstance(event, ev.TextDelta) and event.text:
-                out.data(reply.chunk({"content": streamed.add(event.text)}))
-            elif isinstance(event, ev.ToolStarted):
-                out.comment(f"tool {event.name}")
-                streamed.tool_ran()
+        streamed = _Streamed(lambda name: out.comment(f"tool {name}"))
+        on_event = streamed.sink(lambda text: out.data(reply.chunk({"content": text})))
 
         async def tick() -> bool:
             out.comment("keep-alive")
@@ -297,7 +339,7 @@ class Endpoint:
             return not out.gone
 
         try:
-            turn = await self._send(request, key, text, reader, on_event, tick)
+            turn = await self._send(request, key, text, images, reader, on_event, tick)
         except HttpError as e:
             out.data(e.body())
         else:
@@ -313,13 +355,15 @@ class Endpoint:
         await out.flush()
         return out.chunked and not out.gone
 
-    async def _send(self, request: Request, key: str, text: str, reader: asyncio.StreamReader,
-                    on_event: ev.EventSink, tick: Callable[[], Awaitable[bool]]) -> ev.TurnResult | None:
+    async def _send(self, request: Request, key: str, text: str, images: list[ImageBlock],
+                    reader: asyncio.StreamReader, on_event: ev.EventSink,
+                    tick: Callable[[], Awaitable[bool]]) -> ev.TurnResult | None:
         """hub.send for one request, watching its client: `tick` runs every KEEPALIVE seconds (False: the client
         is gone). A client that goes away cancels the turn it started and raises ClientGone; a turn that could
         not run is an HttpError. None: the message joined the session's running turn."""
         watch = _TurnWatch(on_event)
-        send = asyncio.create_task(self.hub.send(key, text, sink=watch, ask=None), name=f"http {key}")
+        send = asyncio.create_task(self.hub.send(key, text, sink=watch, ask=None, images=images or None),
+                                   name=f"http {key}")
         eof: asyncio.Task[bool] = asyncio.create_task(_closed(reader))
         try:
             while not send.done():
@@ -345,6 +389,8 @@ class Endpoint:
             return send.result()
         except HubClosed as e:
             raise HttpError(503, str(e), kind="server_error", code="shutting_down") from None
+        except AttachmentError as e:  # a model that takes no images, an image that changed meanwhile
+            raise HttpError(400, str(e), code="invalid_image") from None
         except NanoagentError as e:
             raise HttpError(500, str(e), kind="server_error", headers=NO_RETRY) from None
         except Exception as e:  # noqa: BLE001 - the client gets a reply; the log gets the kind of failure
@@ -404,12 +450,29 @@ class _TurnWatch:
 
 
 class _Streamed:
-    """The text a stream has sent: a break between the text before and after tool calls, and what is missing
-    at the end (a slash command's answer, a reply that did not stream)."""
+    """The text of one reply as a stream shows it: a break between the text before and after tool calls (or a
+    message that joined the turn), and at the end what did not stream (a slash command's answer). A reply without streaming is the same text."""
 
-    def __init__(self) -> None:
+    def __init__(self, tool: Callable[[str], None] = lambda name: None) -> None:
         self.text = ""
         self.after_tool = False
+        self.tool = tool
+
+    def sink(self, write: Callable[[str], None]) -> ev.EventSink:
+        """The events of the turn: its text goes to `write`, piece by piece, as it is added."""
+
+        def on_event(event: ev.Event) -> None:
+            if event.agent:
+                return  # a sub-agent's work is tool activity of this turn
+            if isinstance(event, ev.TextDelta) and event.text:
+                write(self.add(event.text))
+            elif isinstance(event, ev.ToolStarted):
+                self.tool(event.name)
+                self.after_tool = True
+            elif isinstance(event, ev.Injected):
+                self.after_tool = True  # the model answers again, the joined message too: a paragraph of its own
+
+        return on_event
 
     def add(self, text: str) -> str:
         if self.after_tool and self.text and not self.text.endswith("\n\n"):
@@ -418,30 +481,84 @@ class _Streamed:
         self.text += text
         return text
 
-    def tool_ran(self) -> None:
-        self.after_tool = True
-
     def missing(self, reply: str) -> str:
         if not reply.strip() or self.text.rstrip().endswith(reply.strip()):
             return ""
         return self.add(("\n\n" if self.text else "") + reply)
 
 
-def last_user_text(messages: Any) -> str:
-    """The text of the last user message: the agent keeps the session's history itself, so that is all it needs."""
-    if not isinstance(messages, list) or not messages:
-        raise HttpError(400, "`messages` must be a non-empty list.", code="invalid_messages")
-    for message in reversed(messages):
-        if isinstance(message, dict) and message.get("role") == "user":
-            content = message.get("content")
-            if isinstance(content, list):  # content parts: the text ones
-                content = "\n".join(p["text"] for p in content
-                                    if isinstance(p, dict) and p.get("type") == "text" and isinstance(p.get("text"), str))
-            if not isinstance(content, str) or not content.strip():
-                raise HttpError(400, "The last user message has no text; nanoagent answers text.",
-                                code="invalid_messages")
-            return content
-    raise HttpError(400, "No user message in `messages`; nanoagent answers the last one.", code="invalid_messages")
+@dataclass
+class UserInput:
+    """What a request says for the agent: the last user message's text and images (data: URLs, decoded, not yet
+    stored); `system`: the request carried system messages, which the agent does not take (it has its own
+    prompt, from the workspace), said in the reply's X-Nanoagent-Ignored header."""
+
+    text: str
+    images: list[tuple[bytes, str]]  # (bytes, media type)
+    system: bool
+
+    @classmethod
+    def of(cls, messages: Any) -> UserInput:
+        """The agent keeps the session's history itself, so the last user message is all it needs."""
+        if not isinstance(messages, list) or not messages:
+            raise HttpError(400, "`messages` must be a non-empty list.", code="invalid_messages")
+        system = any(isinstance(m, dict) and m.get("role") in ("system", "developer") for m in messages)
+        for message in reversed(messages):
+            if isinstance(message, dict) and message.get("role") == "user":
+                text, images = _parts(message.get("content"))
+                if not text.strip():
+                    raise HttpError(400, "The last user message has no text; nanoagent answers text (send images "
+                                         "with some).", code="invalid_messages")
+                return cls(text, images, system)
+        raise HttpError(400, "No user message in `messages`; nanoagent answers the last one.",
+                        code="invalid_messages")
+
+    def store(self, workspace: Path, max_bytes: int) -> list[ImageBlock]:
+        """The images kept under the workspace's media/, as references for the turn (413 for one too large)."""
+        for data, _ in self.images:
+            if len(data) > max_bytes:
+                raise HttpError(413, f"An image is {len(data):,} bytes, over the {max_bytes:,} limit "
+                                     "(tools.attachments.maxImageBytes).", code="image_too_large")
+        return [store_image(workspace, data, media_type, "image") for data, media_type in self.images]
+
+
+def _parts(content: Any) -> tuple[str, list[tuple[bytes, str]]]:
+    if isinstance(content, str):
+        return content, []
+    if not isinstance(content, list):
+        raise HttpError(400, "A message's `content` must be a string or a list of parts.", code="invalid_messages")
+    texts, images = [], []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "text" and isinstance(part.get("text"), str):
+            texts.append(part["text"])
+        elif kind == "image_url":
+            images.append(_image(part.get("image_url")))
+        else:
+            raise HttpError(400, f"A content part of type {str(kind)[:40]!r} is not taken; nanoagent takes `text` "
+                                 "and `image_url` (a data: URL) parts.", code="unsupported_content")
+    return "\n".join(texts), images
+
+
+def _image(value: Any) -> tuple[bytes, str]:
+    """An image_url part's image: a base64 data: URL of a PNG, JPEG, GIF or WebP image."""
+    url = value.get("url") if isinstance(value, dict) else value
+    if not isinstance(url, str) or not url.startswith("data:"):
+        raise HttpError(400, "Images must come as data: URLs (`data:image/png;base64,...`); nanoagent does not "
+                             "fetch image URLs.", code="invalid_image")
+    head, comma, payload = url.partition(",")
+    try:
+        if not comma or not head.endswith(";base64"):
+            raise ValueError
+        data = base64.b64decode(payload, validate=True)
+    except (ValueError, binascii.Error):
+        raise HttpError(400, "An image's data: URL is not base64 (`data:image/png;base64,...`).",
+                        code="invalid_image") from None
+    media_type = sniff(data[:16])
+    if media_type is None:
+        raise HttpError(400, "An image is not a PNG, JPEG, GIF or WebP image; only those go to the model.",
+                        code="invalid_image")
+    return data, media_type
 
 
 def session_key(user: Any, header: str | None) -> str:
@@ -451,10 +568,13 @@ def session_key(user: Any, header: str | None) -> str:
         name = "default"
     name = name.strip()
     key = f"http:{name}"
-    if any(ord(c) < 32 or ord(c) == 127 for c in name) or len(safe_key(key)) > 200:
+    if any(ord(c) < 32 or ord(c) == 127 for c in name):
         raise HttpError(400, "The session name (X-Nanoagent-Session or `user`) must be a short line of text.",
                         code="invalid_session")
-    return key
+    try:
+        return check_session_key(key)
+    except NanoagentError as e:
+        raise HttpError(400, f"{str(e)[:-1]} in X-Nanoagent-Session or `user`.", code="invalid_session") from None
 
 
 def _allow(method: str, allowed: str) -> None:
@@ -485,4 +605,10 @@ def _record(event: str, **fields: Any) -> str:
     return json.dumps({"event": event, **fields}, ensure_ascii=False)
 
 
-__all__ = ["Endpoint", "http_component", "is_loopback", "load_token"]
+def url(host: str, port: int) -> str:
+    """The endpoint's base URL, as clients are given it."""
+    shown = f"[{host}]" if ":" in host else host or "*"
+    return f"http://{shown}:{port}/v1"
+
+
+__all__ = ["Endpoint", "http_component", "is_loopback", "load_token", "url"]

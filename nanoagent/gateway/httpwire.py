@@ -3,8 +3,8 @@
 Requests: a request line and headers of at most MAX_HEAD bytes (CRLF line ends, no folded headers), a body
 framed by Content-Length only (at most MAX_BODY bytes; a request with Transfer-Encoding is refused, so the
 two framings can never disagree). Responses: Content-Length, or chunked for server-sent events. Connections
-stay open between requests (HTTP/1.1) until the client closes them or goes quiet for IDLE_TIMEOUT; a client
-that sends its head or body too slowly is answered 408 and dropped.
+stay open between requests (HTTP/1.1) until the client closes them or goes quiet for IDLE_TIMEOUT (or the
+caller's deadline); a client that sends its head or body too slowly is answered 408 and dropped.
 """
 
 from __future__ import annotations
@@ -90,19 +90,22 @@ class Request:
             raise HttpError(400, "The body's JSON is nested too deeply.") from None
 
 
-async def read_head(reader: asyncio.StreamReader) -> Request | None:
+async def read_head(reader: asyncio.StreamReader, deadline: float | None = None) -> Request | None:
     """The next request's line and headers (its body is read by `read_body`); None when the client closed the
-    connection or sent nothing for IDLE_TIMEOUT. The reader's limit must be MAX_HEAD."""
+    connection or sent nothing for IDLE_TIMEOUT. A `deadline` (event-loop time) cuts both waits short: the head
+    must be whole by then. The reader's limit must be MAX_HEAD."""
+    now = asyncio.get_running_loop().time()
     try:
-        async with asyncio.timeout(IDLE_TIMEOUT):
+        async with asyncio.timeout_at(now + IDLE_TIMEOUT if deadline is None else deadline):
             first = await reader.read(1)
     except (TimeoutError, ConnectionError):
         return None
     if not first:
         return None
     too_long = HttpError(431, f"The request line and headers are longer than {MAX_HEAD} bytes.", close=True)
+    head_by = asyncio.get_running_loop().time() + HEAD_TIMEOUT
     try:
-        async with asyncio.timeout(HEAD_TIMEOUT):
+        async with asyncio.timeout_at(head_by if deadline is None else min(head_by, deadline)):
             head = first + await reader.readuntil(b"\r\n\r\n")
     except TimeoutError:
         raise HttpError(408, f"The request's headers took longer than {HEAD_TIMEOUT:g} s.", close=True) from None
@@ -197,11 +200,11 @@ class EventStream:
         self.chunked = request.version == "HTTP/1.1"
         self.gone = False
 
-    def start(self) -> None:
+    def start(self, headers: dict[str, str] | None = None) -> None:
         framing = {"Transfer-Encoding": "chunked", "Connection": "keep-alive"} if self.chunked else {
             "Connection": "close"}
         self.writer.write(_head(200, {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-store",
-                                      "X-Accel-Buffering": "no", **framing}))
+                                      "X-Accel-Buffering": "no", **framing, **(headers or {})}))
 
     def data(self, payload: Any) -> None:
         text = payload if isinstance(payload, str) else json.dumps(payload, ensure_ascii=False, separators=(",", ":"))

@@ -6,18 +6,47 @@ interactive terminal, which listens and types at once, uses the asyncio client i
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
 import socket
-from collections.abc import Callable
-from io import BufferedIOBase
-from pathlib import Path
+from collections.abc import Callable, Iterator, Mapping
+from typing import TYPE_CHECKING
 
-from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError, Stopped
 from nanoagent.gateway import protocol
 from nanoagent.gateway.protocol import GONE_MID_TURN, GatewayGone, check_features, unreachable
-from nanoagent.messages import ImageBlock
+
+if TYPE_CHECKING:
+    from io import BufferedIOBase
+    from pathlib import Path
+
+    from nanoagent.agent import events as ev
+    from nanoagent.messages import ImageBlock
 
 REQUEST = "r1"  # the id of the one message a connection sends
+SETTINGS_FILE = "gateway.env"  # in run/: what the running gateway's model and provider variables stand for
+
+
+def settings_mac(salt: bytes, value: str) -> str:
+    """A keyed hash of one setting (an API key among them), so run/gateway.env holds no secret."""
+    try:
+        from _blake2 import blake2b  # CPython's own: importing hashlib would load OpenSSL first (~5 ms)
+    except ImportError:  # pragma: no cover - another Python
+        from hashlib import blake2b
+    return blake2b(value.encode("utf-8", "surrogatepass"), key=salt, digest_size=16).hexdigest()
+
+
+def settings_differ(run_dir: Path, env: Mapping[str, str] = os.environ) -> list[str]:
+    """The model and provider variables (NANOAGENT_MODEL, ANTHROPIC_API_KEY, ...) set here to something the
+    running gateway does not use: a command that has any runs in its own process, as with --model. A variable
+    not set here changes nothing (this process would read config.json, as the gateway did)."""
+    try:
+        data = json.loads((run_dir / SETTINGS_FILE).read_text(encoding="utf-8"))
+        salt, values = bytes.fromhex(data["salt"]), dict(data["values"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return []  # none written (an older gateway, or none running): nothing to compare
+    return [name for name, mac in values.items() if env.get(name) and settings_mac(salt, env[name]) != mac]
 
 
 def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
@@ -55,6 +84,16 @@ def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event],
     goes to `on_event`; `ask` answers approval questions (None: each is declined). Ctrl-C or a signal (Stopped)
     cancels the turn in the gateway; any other end of the wait leaves the turn to finish there. NoGateway when
     nothing listens on the socket."""
+    with sending(path, session, text, images) as message:
+        return message.wait(on_event, ask)
+
+
+@contextlib.contextmanager
+def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None = None) -> Iterator[Sending]:
+    """Connect and send the message at once, before the caller loads what it draws the reply with (the gateway
+    starts the turn meanwhile); `wait` on what this yields. Without images the hello and the message go in one
+    write; with images the welcome is read first, to check the gateway takes them. Ctrl-C or a signal (Stopped)
+    inside the block cancels the turn in the gateway. NoGateway when nothing listens on the socket."""
     send = protocol.encode(protocol.send(REQUEST, session, text, images))
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
@@ -65,20 +104,48 @@ def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event],
         except OSError as e:
             raise unreachable(path, e) from None
         with conn.makefile("rwb") as stream:
-            _write(stream, protocol.encode(protocol.hello(session)))
-            welcome = _read(stream)
-            if welcome is None or welcome.get("type") != "welcome":
-                raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
-            check_features(welcome, images)
-            try:
+            hello = protocol.encode(protocol.hello(session))
+            message = Sending(stream, session)
+            if images:
+                _write(stream, hello)
+                check_features(message.welcome(), images)
                 _write(stream, send)
-                reply = _wait_for_result(stream, on_event, ask)
+            else:
+                _write(stream, hello + send)
+            try:
+                yield message
             except (KeyboardInterrupt, Stopped):
                 _write(stream, protocol.encode({"type": "cancel", "session": session}), quiet=True)
                 raise
-    if reply["type"] == "error":
-        raise NanoagentError(f"The gateway refused the message: {reply.get('message')}")
-    return protocol.result_from_wire(reply) or ev.TurnResult("", session)  # None: it joined a running turn
+
+
+class Sending:
+    """A message sent to the gateway: its welcome, then the session's events and the message's result."""
+
+    def __init__(self, stream: BufferedIOBase, session: str):
+        self.stream = stream
+        self.session = session
+        self._welcome: dict | None = None
+
+    def welcome(self) -> dict:
+        if self._welcome is None:
+            welcome = _read(self.stream)
+            if welcome is not None and welcome.get("type") == "error":
+                raise NanoagentError(f"The gateway refused the message: {welcome.get('message')}")
+            if welcome is None or welcome.get("type") != "welcome":
+                raise GatewayGone("The gateway closed the connection at once; see its log in logs/.")
+            self._welcome = welcome
+        return self._welcome
+
+    def wait(self, on_event: Callable[[ev.Event], None], ask: Callable[[str], str] | None = None) -> ev.TurnResult:
+        """The turn's result once it ends; its events go to `on_event`, approval questions to `ask`."""
+        from nanoagent.agent import events as ev
+
+        self.welcome()
+        reply = _wait_for_result(self.stream, on_event, ask)
+        if reply["type"] == "error":
+            raise NanoagentError(f"The gateway refused the message: {reply.get('message')}")
+        return protocol.result_from_wire(reply) or ev.TurnResult("", self.session)  # None: it joined a running turn
 
 
 def _wait_for_result(stream: BufferedIOBase, on_event: Callable[[ev.Event], None],

@@ -19,26 +19,35 @@ This module is light on purpose: an attaching terminal imports it, never a provi
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import json
 import os
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
-from nanoagent.messages import ImageBlock, checked_image
-from nanoagent.usage import Usage
+
+if TYPE_CHECKING:
+    from pathlib import Path
+
+    from nanoagent.agent import events as ev
+    from nanoagent.messages import ImageBlock
 
 VERSION = 1
 MAX_LINE = 8 << 20  # a client's line longer than this is refused (the connection is closed): 1 MB of piped text fits
 MAX_EVENT_LINE = 4 * MAX_LINE  # clients read the gateway's lines up to this (an event echoes a message with context)
 FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first form, named in its welcome
 
-_EVENTS: dict[str, type] = {cls.__name__: cls for cls in (
-    ev.TurnStarted, ev.TextDelta, ev.ThinkingDelta, ev.ToolStarted, ev.ToolFinished, ev.MessageAdded,
-    ev.UsageRecorded, ev.Retrying, ev.Injected, ev.TurnEnded, ev.Notice, ev.Progress, ev.SubagentStarted,
-    ev.SubagentEnded)}
+
+
+@functools.cache
+def _events() -> dict[str, type]:
+    """Every kind of event the runner emits, by name (agent.events loads here: a one-shot sends its message
+    before it needs them)."""
+    import typing
+
+    from nanoagent.agent import events as ev
+
+    return {cls.__name__: cls for cls in typing.get_args(ev.Event)}
 
 
 class GatewayGone(NanoagentError):
@@ -93,6 +102,8 @@ def decode(line: bytes) -> dict[str, Any]:
 
 def attachments_from_wire(raw: Any) -> tuple[list[ImageBlock], str]:
     """A send's image references (none when the key is absent), or ([], what is wrong with them)."""
+    from nanoagent.messages import checked_image
+
     if raw is None:
         return [], ""
     if not isinstance(raw, list):
@@ -107,6 +118,11 @@ def attachments_from_wire(raw: Any) -> tuple[list[ImageBlock], str]:
 
 
 def event_to_wire(event: ev.Event) -> dict[str, Any]:
+    import dataclasses
+
+    from nanoagent.agent import events as ev
+    from nanoagent.usage import Usage
+
     data: dict[str, Any] = {"kind": type(event).__name__}
     for f in dataclasses.fields(event):
         value = getattr(event, f.name)
@@ -120,7 +136,12 @@ def event_to_wire(event: ev.Event) -> dict[str, Any]:
 
 def event_from_wire(data: dict[str, Any]) -> ev.Event | None:
     """The typed event, or None for a kind this version does not know (a newer gateway)."""
-    cls = _EVENTS.get(str(data.get("kind")))
+    import dataclasses
+
+    from nanoagent.agent import events as ev
+    from nanoagent.usage import Usage
+
+    cls = _events().get(str(data.get("kind")))
     if cls is None:
         return None
     values = {f.name: data.get(f.name) for f in dataclasses.fields(cls) if f.name in data}
@@ -151,6 +172,9 @@ def result_to_wire(turn: ev.TurnResult | None, request_id: str) -> dict[str, Any
 
 def result_from_wire(data: dict[str, Any]) -> ev.TurnResult | None:
     """The TurnResult a local turn would have given; None when the message joined a running turn."""
+    from nanoagent.agent import events as ev
+    from nanoagent.usage import Usage
+
     if data.get("joined"):
         return None
     run = data.get("run")

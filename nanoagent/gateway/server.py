@@ -28,7 +28,8 @@ from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, private_dir
 from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
-from nanoagent.paths import Paths
+from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
+from nanoagent.paths import Paths, check_session_key
 
 log = logging.getLogger("nanoagent.gateway")
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
@@ -54,6 +55,7 @@ class Gateway:
     components: list[Component] = field(default_factory=list)
     grace: float = 10.0
     clock: Callable[[], float] = time.time
+    settings: dict[str, str] = field(default_factory=dict)  # env variable -> what it stands for here (gateway.env)
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
@@ -70,6 +72,9 @@ class Gateway:
         with file_lock(run / "gateway.lock", 0, busy):
             self._started = self.clock()
             atomic_write(run / "gateway.pid", f"{os.getpid()}\n", mode=0o600)
+            salt = os.urandom(16)
+            atomic_write(run / SETTINGS_FILE, json.dumps({"salt": salt.hex(), "values": {
+                name: settings_mac(salt, value) for name, value in self.settings.items()}}), mode=0o600)
             socket = self.paths.gateway_socket
             with contextlib.suppress(FileNotFoundError):
                 socket.unlink()  # a stale socket left by a killed gateway: we hold the lock, so it is not live
@@ -96,7 +101,7 @@ class Gateway:
                 await asyncio.gather(*self._clients, return_exceptions=True)
                 for sig in signals:
                     loop.remove_signal_handler(sig)
-                for path in (socket, run / "gateway.pid"):
+                for path in (socket, run / "gateway.pid", run / SETTINGS_FILE):
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                 log.info(_record("gateway_stopped"))
@@ -125,6 +130,8 @@ class Gateway:
         connection = self._clients[task] = Connection(self, reader, writer)
         try:
             await connection.serve()
+        except asyncio.CancelledError:  # the gateway is stopping: end quietly (asyncio's server would log a
+            pass                        # cancelled connection as an unhandled exception, with a traceback)
         except Exception as e:  # noqa: BLE001 - one client's failure is that client's alone
             log.error(_record("client_failed", error=type(e).__name__))
         finally:
@@ -196,14 +203,19 @@ class Connection:
             self.write({"type": "error", "message": f"unknown type {kind!r}"})
 
     def attach(self, key: str) -> None:
+        loop = self.hub.loop
+        try:
+            model = loop.model_for(loop.session(key))
+        except NanoagentError as e:  # a name no session file can carry: the client is told, the connection stays
+            self.write({"type": "error", "message": str(e)})
+            return
         self.watching = True
         self.unwatch()
         self.session = key
         self.unwatch = self.hub.watch(key, self.event)
-        loop = self.hub.loop
-        self.write({"type": "welcome", "v": protocol.VERSION, "session": key,
-                    "model": loop.model_for(loop.session(key)), "busy": self.hub.busy(key),
-                    "commands": loop.commands.names(), "features": list(protocol.FEATURES)})
+        self.write({"type": "welcome", "v": protocol.VERSION, "session": key, "model": model,
+                    "busy": self.hub.busy(key), "commands": loop.commands.names(),
+                    "features": list(protocol.FEATURES)})
 
     async def send(self, message: dict[str, Any]) -> None:
         request_id = str(message.get("id", ""))
@@ -217,12 +229,14 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         try:
-            turn = await self.hub.send(key, text, ask=self.ask, images=images)
-        except HubClosed as e:
+            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images)
+        except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
-        except NanoagentError as e:
-            self.write({"type": "error", "id": request_id, "message": str(e)})
+        except Exception as e:  # noqa: BLE001 - every send gets an answer; the log gets the kind of failure
+            log.error(_record("send_failed", error=type(e).__name__))
+            self.write({"type": "error", "id": request_id, "message": f"the message failed inside the gateway "
+                                                                     f"({type(e).__name__}); see its log in logs/"})
             return
         self.write(protocol.result_to_wire(turn, request_id))
 

@@ -67,7 +67,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nanoagent.gateway.telegram")
 T = TypeVar("T")
 
-GROUP_POLICIES = ("mention", "all", "off")
 MEDIA_LIMIT_MB = 20  # the Bot API's own limit for downloads
 MENU = (("new", "start a fresh conversation"), ("stop", "cancel the running turn"),
         ("status", "model, context used, tokens and cost"), ("usage", "tokens and cost by model"),
@@ -105,9 +104,6 @@ def check_settings(settings: TelegramConfig) -> None:
     if not settings.token:
         raise NanoagentError("channels.telegram.enabled is true but there is no bot token: set TELEGRAM_BOT_TOKEN "
                              "or channels.telegram.token (create a bot with @BotFather in Telegram).")
-    if settings.group_policy not in GROUP_POLICIES:
-        raise NanoagentError(f"channels.telegram.groupPolicy must be one of {', '.join(GROUP_POLICIES)}, got "
-                             f"{settings.group_policy!r}; fix it in config.json.")
     if importlib.util.find_spec("telegram") is None:
         raise NanoagentError("The Telegram channel needs python-telegram-bot: pip install 'nanoagent[telegram]'.")
 
@@ -485,9 +481,13 @@ class _Link:
         user = message.from_user
         assert user is not None
         now = self.timing.now()
-        code = self.channel.state.update(lambda s: s.pair(user.id, message.chat.id, user.full_name, now))
-        if code is None:
-            return  # they have a code already: say nothing more
+        code, turned_away = self.channel.state.update(lambda s: (
+            code := s.pair(user.id, message.chat.id, user.full_name, now),
+            code is None and all(p.user_id != user.id for p in s.pairing)))
+        if code is None:  # they have a code already, or as many as are kept are pending: say nothing more
+            if turned_away:
+                log.info(_record("telegram_pairing_full", user_id=user.id))
+            return
         log.info(_record("telegram_pairing_code", user_id=user.id))
         shown = show_code(code)
         await self.send_text(message.chat.id, None, (

@@ -28,7 +28,7 @@ from nanoagent.fsutil import atomic_write, file_lock
 
 VERSION = 1
 CODE_TTL = 3600.0  # seconds a pairing code stays valid
-MAX_PENDING = 50  # pending codes kept at most (the oldest go first): strangers cannot grow the file
+MAX_PENDING = 50  # pending codes kept at most; past it no new one is made: strangers cannot grow the file
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread
 LOCK_TIMEOUT = 5.0
 
@@ -59,13 +59,18 @@ class TelegramState:
 
     def pair(self, user_id: int, chat_id: int, name: str, now: float) -> str | None:
         """A new pairing code for an unknown user; None when they have one that is still valid (it was sent
-        already: a stranger's every message must not get an answer)."""
+        already: a stranger's every message must not get an answer), or when MAX_PENDING codes are pending: those
+        who wrote first keep theirs, so a flood of strangers cannot push out a friend's code. A place frees up when
+        a code is approved or expires."""
         self.pairing = [p for p in self.pairing if not p.expired(now)]
-        if any(p.user_id == user_id for p in self.pairing):
+        if any(p.user_id == user_id for p in self.pairing) or self.pairing_full():
             return None
         code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
-        self.pairing = [*self.pairing, Pairing(code, user_id, chat_id, name, now)][-MAX_PENDING:]
+        self.pairing = [*self.pairing, Pairing(code, user_id, chat_id, name, now)]
         return code
+
+    def pairing_full(self) -> bool:
+        return len(self.pairing) >= MAX_PENDING
 
     def approve(self, code: str, now: float) -> Pairing:
         wanted = normalize_code(code)

@@ -37,9 +37,11 @@ class McpUnavailable(Exception):
 class McpServer:
     def __init__(self, name: str, config: McpServerConfig, log_dir: Path,
                  on_tools: Callable[[McpServer], None] = lambda server: None,
-                 backoff: tuple[float, ...] = BACKOFF, clock: Callable[[], float] = time.monotonic):
+                 backoff: tuple[float, ...] = BACKOFF, clock: Callable[[], float] = time.monotonic,
+                 start_within: float | None = None):
         self.name = name
         self.config = config
+        self.start_within = start_within  # seconds a start may take, when not the default (`mcp list --timeout`)
         self.log_path = log_dir / f"mcp-{name}.log"
         self.on_tools = on_tools  # called after every fresh tool list
         self.backoff = backoff
@@ -68,6 +70,8 @@ class McpServer:
     @property
     def start_timeout(self) -> float:
         """A start may take longer than a call (npx fetching a package): the call timeout, at least START_MIN."""
+        if self.start_within is not None:
+            return self.start_within
         return max(self.config.timeout, START_MIN)
 
     def retry_in(self) -> float:
@@ -171,16 +175,17 @@ class McpServer:
 
     async def _handshake(self, session: ClientSession, process: StdioProcess | None) -> None:
         steps = asyncio.ensure_future(self._initialize(session))
+        steps.add_done_callback(_retrieve)  # a start given up on ends with the closed connection's error: not news
         if process is None:
             await steps
             return
         exited = asyncio.ensure_future(process.exited.wait())
         try:
             await asyncio.wait({steps, exited}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
+        finally:  # cancelled (the start's deadline) or the server exited: the steps end here too
             exited.cancel()
-        if not steps.done():
             steps.cancel()
+        if not steps.done() or steps.cancelled():
             raise McpDropped("")
         steps.result()
 
@@ -301,8 +306,7 @@ class McpServer:
         if isinstance(leaf, PermissionError) and process is not None:
             return f"{where}: the command {c.command!r} cannot be run (permission denied); {fix}"
         if isinstance(leaf, TimeoutError):
-            return (f"{where} did not answer within {self.start_timeout:g} s of starting; check it "
-                    f"starts on its own{self._log_hint()}")
+            return self.too_slow()
         if process is not None and (process.exited.is_set() or leaf is None or isinstance(leaf, McpDropped)):
             what = process.describe_exit() or "it closed its output"
             return f"{where} stopped: {what}; see {self.log_path}"
@@ -317,6 +321,11 @@ class McpServer:
         text = f"{type(leaf).__name__}: {leaf}" if leaf is not None else "the connection ended"
         return f"{where} failed: {text}; {fix}"
 
+    def too_slow(self) -> str:
+        """A start past its deadline, in one line."""
+        return (f"MCP server {self.name!r} did not answer within {self.start_timeout:g} s of starting; check it starts "
+                f"on its own{self._log_hint()}")
+
     def _log_hint(self) -> str:
         return f"; its log is {self.log_path}" if self.config.command else ""
 
@@ -330,6 +339,11 @@ def _leaf(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
     return error
+
+
+def _retrieve(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()
 
 
 def _closed(error: BaseException | None) -> bool:

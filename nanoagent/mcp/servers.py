@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("nanoagent.mcp")
 STARTUP_WAIT = 10.0  # seconds a turn waits for servers whose tools are not cached yet
+CHECK_SLACK = 15.0  # seconds `check` gives a start past its own deadline (the SDK's import, connecting)
 # Keeps an image a tool returned (its bytes, media type) under media/ and gives its reference.
 KeepImage = Callable[[bytes, str], ImageBlock]
 
@@ -284,16 +285,20 @@ def _size(b64: str) -> int:
     return len(raw) if raw is not None else len(b64) * 3 // 4
 
 
-async def check(servers: McpServers, timeout: float) -> dict[str, str | list[str]]:
-    """Start every server (at most `timeout` seconds each, all at once): its tool names, or why it failed in one
-    line. The tool lists are cached on the way. Every server is stopped again."""
+async def check(servers: McpServers, timeout: float | None = None) -> dict[str, str | list[str]]:
+    """Start every server (all at once, each within `timeout` seconds, else its own start timeout): its tool names,
+    or why it failed in one line (the server's own account: it exited, it did not answer in time). The tool lists
+    are cached on the way. Every server is stopped again."""
+    if timeout is not None:
+        for server in servers.servers:
+            server.start_within = timeout
     async def one(server: McpServer) -> str | list[str]:
-        try:
-            await asyncio.wait_for(server.session(), timeout)
+        try:  # the start's own deadline answers first; this one is for a connection that hangs before it
+            await asyncio.wait_for(server.session(), server.start_timeout + CHECK_SLACK)
         except McpUnavailable as e:
             return str(e)
         except TimeoutError:
-            return f"MCP server {server.name!r} did not answer within {timeout:g} s"
+            return server.too_slow()
         return [t.name for t in server.tools or []]
 
     try:

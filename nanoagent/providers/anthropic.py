@@ -1,8 +1,11 @@
-"""Native Anthropic provider on the `anthropic` SDK (imported on first use).
+"""Native Anthropic provider: the Messages API over plain httpx (the client the OpenAI-compatible path uses).
+
+The anthropic SDK took 1.0-1.3 s of a 2.4 s one-shot just to import; this path needs only httpx. Only
+`dream --batch` (`anthropic_batch.py`) still loads the SDK.
 
 Prompt caching: breakpoints on the tool list, the system prompt and the last two
 user turns, so each request reads the previous request's whole prefix from cache.
-The SDK's own retries are off; `retry.py` is the only retry layer.
+Nothing is retried here; `retry.py` is the only retry layer.
 """
 
 from __future__ import annotations
@@ -30,7 +33,14 @@ from nanoagent.providers.base import (
 from nanoagent.usage import Usage
 
 CACHE = {"type": "ephemeral"}
-BULK = ("messages", "system", "tools")  # parameters sent untransformed (see `stream`)
+API_VERSION = "2023-06-01"
+# The HTTP status each Anthropic error type has on the Messages API: an `error` event inside a stream (it comes
+# with status 200) and a batch's errored result classify as the same error answered as a status would.
+ERROR_STATUS = {
+    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
+    "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
+    "timeout_error": 504, "overloaded_error": 529,
+}
 
 
 class AnthropicProvider:
@@ -40,46 +50,39 @@ class AnthropicProvider:
         self.api_key = api_key
         self.api_base = api_base
         self.idle_timeout = idle_timeout
-        self._client: Any = None
+        self._http: Any = None
 
-    def _get_client(self) -> Any:
-        if self._client is None:
-            import anthropic
+    def _get_http(self) -> Any:
+        if self._http is None:
             import httpx
 
-            self._client = anthropic.AsyncAnthropic(
-                api_key=self.api_key,
-                base_url=self.api_base or None,
-                max_retries=0,
-                timeout=httpx.Timeout(self.idle_timeout, connect=10.0),
-            )
-        return self._client
+            from nanoagent import __version__
+
+            headers = {"x-api-key": self.api_key, "anthropic-version": API_VERSION,
+                       "user-agent": f"nanoagent/{__version__}"}
+            self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.idle_timeout, connect=10.0))
+        return self._http
 
     def prepare(self) -> None:
-        """Import the SDK ahead of the first call (it takes over a second)."""
-        self._get_client()
+        """Load httpx and make the client ahead of the first call."""
+        self._get_http()
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
-        import anthropic
         import httpx
 
+        # The body goes as built (a test checks): no SDK walks every block of a long session to transform it.
+        body = {**build_params(request), "stream": True}
         try:
-            params = build_params(request)
-            # The SDK walks every parameter to transform it, which takes longer the longer the session; our blocks
-            # need no transform (a test checks), so the bulky ones go as extra_body, which it sends as given.
-            bulk = {name: params.pop(name) for name in BULK if name in params}
-            raw = await self._get_client().messages.create(**params, messages=[], stream=True, extra_body=bulk)
-            try:
-                async for event in _translate(raw):
+            async with self._get_http().stream("POST", f"{self.url}/v1/messages", json=body) as resp:
+                if resp.status_code >= 400:
+                    text = (await resp.aread()).decode("utf-8", "replace")
+                    raise refused(resp.status_code, error_text(text), provider="anthropic", url=self.url,
+                                  headers=resp.headers)
+                async for event in _translate(_server_events(resp.aiter_lines()), self.url):
                     yield event
-            finally:  # also when the retry layer gives up waiting: the connection is not left open
-                await raw.close()
-        except anthropic.APIStatusError as e:
-            raise refused(e.status_code, error_message(e), provider="anthropic", url=self.url,
-                          headers=e.response.headers) from e
-        except (anthropic.APITimeoutError, httpx.TimeoutException) as e:
+        except httpx.TimeoutException as e:
             raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
-        except (anthropic.APIConnectionError, httpx.HTTPError) as e:
+        except httpx.HTTPError as e:
             raise cannot_connect(e, provider="anthropic", url=self.url) from e
 
     @property
@@ -87,51 +90,84 @@ class AnthropicProvider:
         return (self.api_base or "https://api.anthropic.com").rstrip("/")
 
 
-def error_message(e: Any) -> str:
-    body = getattr(e, "body", None)
-    if isinstance(body, dict):
-        err = body.get("error")
-        if isinstance(err, dict) and err.get("message"):
-            return str(err["message"])
-    return str(getattr(e, "message", e))
+def error_text(text: str) -> str:
+    """The message of an Anthropic error body (`{"type": "error", "error": {"type", "message"}}`), else the
+    start of the body as it came (a proxy's HTML page, say)."""
+    try:
+        err = json.loads(text).get("error")
+    except (ValueError, AttributeError):
+        err = None
+    if isinstance(err, dict) and err.get("message"):
+        return str(err["message"])
+    return " ".join(text.split())[:300] or "(no message)"  # one line, whatever the page held
 
 
-async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
+async def _server_events(lines: AsyncIterator[str]) -> AsyncIterator[dict[str, Any]]:
+    """The JSON payloads of a server-sent event stream: `data:` lines joined up to each blank line. An event
+    left without its blank line (the connection closed mid-event) is not an event."""
+    data: list[str] = []
+    async for line in lines:
+        if line:
+            if line.startswith("data:"):
+                data.append(line[5:].removeprefix(" "))
+            continue  # `event:`, `id:`, comments: each payload names its own type
+        if not data:
+            continue
+        raw, data = "\n".join(data), []
+        try:
+            payload = json.loads(raw)
+        except ValueError:
+            raise ProviderError(f"the server sent a stream event that is not JSON: {raw[:80]!r}") from None
+        if isinstance(payload, dict):
+            yield payload
+
+
+def _stream_error(payload: dict[str, Any], url: str) -> ProviderError:
+    """An `error` event: the server failed after it had answered 200 (overloaded mid-stream, say). It is
+    classified as the status its type has when it comes as an answer."""
+    err = payload.get("error")
+    kind = str(err.get("type") or "api_error") if isinstance(err, dict) else "api_error"
+    message = str(err.get("message") or kind) if isinstance(err, dict) else kind
+    return refused(ERROR_STATUS.get(kind, 500), message, provider="anthropic", url=url)
+
+
+async def _translate(payloads: AsyncIterator[dict[str, Any]], url: str) -> AsyncIterator[ProviderEvent]:
     blocks: dict[int, dict[str, Any]] = {}
     usage = Usage()
     stop_reason = "end_turn"
     finished = started = False
-    async for ev in raw:
-        kind = ev.type
+    async for ev in payloads:
+        kind = ev.get("type")
         if kind == "message_start":
-            u = ev.message.usage
+            u = ev["message"].get("usage") or {}
             usage = Usage(
-                input_tokens=u.input_tokens or 0,
-                output_tokens=u.output_tokens or 0,
-                cache_read_tokens=getattr(u, "cache_read_input_tokens", 0) or 0,
-                cache_write_tokens=getattr(u, "cache_creation_input_tokens", 0) or 0,
+                input_tokens=u.get("input_tokens") or 0,
+                output_tokens=u.get("output_tokens") or 0,
+                cache_read_tokens=u.get("cache_read_input_tokens") or 0,
+                cache_write_tokens=u.get("cache_creation_input_tokens") or 0,
             )
         elif kind == "content_block_start":
             if not started:
                 started = True
                 yield ReplyStarted()
-            block = ev.content_block
-            blocks[ev.index] = {"type": block.type, "id": getattr(block, "id", ""), "name": getattr(block, "name", ""),
-                                "text": "", "json": "", "signature": "", "data": getattr(block, "data", "")}
+            block = ev["content_block"]
+            blocks[ev["index"]] = {"type": block.get("type"), "id": block.get("id", ""), "name": block.get("name", ""),
+                                   "text": "", "json": "", "signature": "", "data": block.get("data", "")}
         elif kind == "content_block_delta":
-            state, delta = blocks[ev.index], ev.delta
-            if delta.type == "text_delta":
-                state["text"] += delta.text
-                yield TextDelta(delta.text)
-            elif delta.type == "input_json_delta":
-                state["json"] += delta.partial_json
-            elif delta.type == "thinking_delta":
-                state["text"] += delta.thinking
-                yield ThinkingDelta(delta.thinking)
-            elif delta.type == "signature_delta":
-                state["signature"] += delta.signature
+            state, delta = blocks[ev["index"]], ev["delta"]
+            dtype = delta.get("type")
+            if dtype == "text_delta":
+                state["text"] += delta["text"]
+                yield TextDelta(delta["text"])
+            elif dtype == "input_json_delta":
+                state["json"] += delta["partial_json"]
+            elif dtype == "thinking_delta":
+                state["text"] += delta["thinking"]
+                yield ThinkingDelta(delta["thinking"])
+            elif dtype == "signature_delta":
+                state["signature"] += delta["signature"]
         elif kind == "content_block_stop":
-            state = blocks.pop(ev.index, {})
+            state = blocks.pop(ev["index"], {})
             if state.get("type") == "tool_use":
                 yield ToolCallReady(ToolCall(state["id"], state["name"], state["json"] or "{}"))
             elif state.get("type") == "thinking":
@@ -139,12 +175,14 @@ async def _translate(raw: Any) -> AsyncIterator[ProviderEvent]:
             elif state.get("type") == "redacted_thinking":
                 yield ThinkingBlock({"type": "redacted_thinking", "data": state["data"]})
         elif kind == "message_delta":
-            stop_reason = ev.delta.stop_reason or stop_reason
-            if ev.usage is not None and ev.usage.output_tokens is not None:
-                usage = Usage(usage.input_tokens, ev.usage.output_tokens, usage.cache_read_tokens,
-                              usage.cache_write_tokens)
+            stop_reason = (ev.get("delta") or {}).get("stop_reason") or stop_reason
+            out = (ev.get("usage") or {}).get("output_tokens")
+            if out is not None:
+                usage = Usage(usage.input_tokens, out, usage.cache_read_tokens, usage.cache_write_tokens)
         elif kind == "message_stop":
             finished = True
+        elif kind == "error":
+            raise _stream_error(ev, url)
     if not finished:
         raise ProviderError("the stream ended before the reply was complete", retryable=True)
     yield UsageReport(usage)

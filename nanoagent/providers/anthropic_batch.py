@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 
 from nanoagent.config.schema import Config
 from nanoagent.errors import ConfigError
-from nanoagent.providers.anthropic import AnthropicProvider, build_params, error_message
+from nanoagent.providers.anthropic import ERROR_STATUS, AnthropicProvider, build_params
 from nanoagent.providers.base import (
     ChatRequest,
     Provider,
@@ -42,16 +42,9 @@ CUSTOM_ID = "nanoagent-request"  # every batch holds exactly one request, so a f
 POLL_BACKOFF = 1.5  # each wait between polls is this much longer than the last, up to max_poll_interval
 CANCEL_TIMEOUT = 10.0  # seconds a best-effort cancel may take before the original error is raised anyway
 
-# The HTTP status each Anthropic error type has on the Messages API, so batch errors classify alike.
-ERROR_STATUS = {
-    "invalid_request_error": 400, "authentication_error": 401, "billing_error": 402, "permission_error": 403,
-    "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429, "api_error": 500,
-    "timeout_error": 504, "overloaded_error": 529,
-}
-
-
 class AnthropicBatchProvider(AnthropicProvider):
-    """The native provider's client and request body, sent as a one-request Message Batch."""
+    """The native provider's request body, sent as a one-request Message Batch through the anthropic SDK (its
+    import takes over a second, which a batch that waits minutes does not notice)."""
 
     name = "anthropic-batch"
 
@@ -69,6 +62,24 @@ class AnthropicBatchProvider(AnthropicProvider):
         self.poll_interval = poll_interval
         self.max_poll_interval = max_poll_interval
         self.timeout = timeout
+        self._client: Any = None
+
+    def _get_client(self) -> Any:
+        if self._client is None:
+            import anthropic
+            import httpx
+
+            self._client = anthropic.AsyncAnthropic(
+                api_key=self.api_key,
+                base_url=self.api_base or None,
+                max_retries=0,
+                timeout=httpx.Timeout(self.idle_timeout, connect=10.0),
+            )
+        return self._client
+
+    def prepare(self) -> None:
+        """Import the SDK ahead of the first call."""
+        self._get_client()
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
         batches = self._get_client().messages.batches
@@ -138,6 +149,15 @@ class AnthropicBatchProvider(AnthropicProvider):
                                 retryable=True) from e
         except (anthropic.APIConnectionError, httpx.HTTPError) as e:
             raise cannot_connect(e, provider="anthropic", url=self.url) from e
+
+
+def error_message(e: Any) -> str:
+    body = getattr(e, "body", None)
+    if isinstance(body, dict):
+        err = body.get("error")
+        if isinstance(err, dict) and err.get("message"):
+            return str(err["message"])
+    return str(getattr(e, "message", e))
 
 
 def _events(batch_id: str, result: Any) -> list[ProviderEvent]:

@@ -2,8 +2,8 @@
 
 Used for OpenAI, OpenRouter, Ollama, DeepSeek, Groq and any server with an
 `apiBase`. Importing litellm costs about 5 s on a 2-core machine and the
-openai SDK 1-1.5 s; httpx is already loaded for the anthropic SDK, so this path
-keeps a one-shot turn well under 2 s. Other providers go through litellm.
+openai SDK 1-1.5 s; httpx (which the native Anthropic provider uses too) keeps a
+one-shot turn well under 2 s. Other providers go through litellm.
 """
 
 from __future__ import annotations

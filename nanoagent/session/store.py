@@ -32,7 +32,7 @@ from typing import Any
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import append_lines, async_file_lock, atomic_write, file_lock, fsync_dir
 from nanoagent.messages import Message, checked_message
-from nanoagent.paths import safe_key, session_file
+from nanoagent.paths import check_session_key, safe_key, session_file
 from nanoagent.usage import UsageRecord
 
 FORMAT_VERSION = 1
@@ -98,7 +98,7 @@ class SessionStore:
         return session_file(self.directory, key)
 
     def load(self, key: str) -> Session:
-        session = Session(key=key, path=self.path_for(key))
+        session = Session(key=key, path=self.path_for(check_session_key(key)))
         self.refresh(session)
         return session
 

@@ -1,0 +1,103 @@
+"""`doctor` checks what is configured, not only that it is written down: the Telegram token (getMe at the configured
+Bot API), every MCP server (started, as `mcp list` does), and a scheduler when jobs exist."""
+
+from __future__ import annotations
+
+import os
+import socket
+import sys
+import time
+
+from tests.conftest import invoke, openai_env, start_gateway_process, write_config
+from tests.test_mcp import SERVERS
+
+KEY = {"ANTHROPIC_API_KEY": "sk-ant-" + "x" * 30}
+
+
+def doctor() -> tuple[int, list[str]]:
+    ran = invoke("doctor", env=KEY)
+    assert "Traceback" not in ran.stderr, ran.stderr
+    return ran.returncode, ran.stdout.splitlines()
+
+
+def line_with(lines: list[str], text: str) -> str:
+    return next(line for line in lines if text in line)
+
+
+def test_doctor_reports_a_bogus_telegram_token_and_passes_a_good_one(isolated_home, api):
+    write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "token": "123:bogus",
+                                                           "apiBase": api.url}}})
+    code, lines = doctor()
+    assert code == 1 and "All good." not in lines
+    assert line_with(lines, "telegram:").startswith("FIX   telegram: Telegram refused the bot token (HTTP 401")
+    assert "123:bogus" not in "\n".join(lines)
+    write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "token": api.token, "apiBase": api.url}}})
+    code, lines = doctor()
+    assert line_with(lines, "telegram:").startswith("ok    telegram: the token works (bot @")
+
+
+def test_doctor_reports_an_unreachable_bot_api(isolated_home):
+    write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "token": "123:abc",
+                                                           "apiBase": "http://127.0.0.1:9"}}})
+    code, lines = doctor()
+    assert code == 1
+    assert line_with(lines, "telegram:").startswith("FIX   telegram: cannot reach http://127.0.0.1:9")
+    assert "123:abc" not in "\n".join(lines)
+
+
+def test_doctor_starts_each_mcp_server_and_reports_a_dead_one(isolated_home):
+    write_config(isolated_home, {"mcpServers": {
+        "good": {"command": sys.executable, "args": [SERVERS, "basic"]},
+        "dead": {"command": sys.executable, "args": ["-c", "import sys; sys.exit(3)"]},
+        "off": {"command": "/no/such/program", "enabled": False}}})
+    code, lines = doctor()
+    assert code == 1 and "All good." not in lines
+    assert line_with(lines, "mcp server good").startswith("ok    mcp server good: connected, 9 tool(s)")
+    assert line_with(lines, "mcp server dead").startswith("FIX   mcp server dead: ")
+    assert not any("mcp server off" in line for line in lines)
+
+
+def test_doctor_reports_jobs_no_scheduler_runs_until_one_has_ticked(isolated_home):
+    assert invoke("cron", "add", "--every", "1h", "-m", "water the plants").returncode == 0
+    code, lines = doctor()
+    assert code == 1
+    scheduler = line_with(lines, "scheduler:")
+    assert scheduler.startswith("FIX   scheduler: 1 job(s) scheduled, but no scheduler has run lately")
+    assert "nanoagent cron tick" in "\n".join(lines)
+    assert invoke("cron", "tick", env=KEY).returncode == 0
+    code, lines = doctor()
+    assert line_with(lines, "scheduler:").startswith("ok    scheduler: running; 1 job(s) scheduled")
+
+
+def test_doctor_with_nothing_configured_checks_no_channel_server_or_scheduler_and_is_all_good(isolated_home):
+    assert invoke("onboard", "--provider", "anthropic", "--api-key", KEY["ANTHROPIC_API_KEY"]).returncode == 0
+    code, lines = doctor()
+    assert not any(word in line for line in lines for word in ("telegram", "mcp server", "scheduler"))
+    assert lines[-1] in ("All good.", "1 thing(s) to fix.")  # the sandbox may not work on this machine
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def test_doctor_says_enabled_channels_serve_nobody_without_a_gateway_and_asks_a_running_ones_endpoint(
+        isolated_home, llm):
+    port = free_port()
+    write_config(isolated_home, {"gateway": {"http": {"enabled": True, "port": port}}})
+    code, lines = doctor()
+    assert code == 1
+    assert line_with(lines, "gateway:").startswith("FIX   gateway: not running, so gateway.http (enabled in config)")
+    gateway = start_gateway_process({**os.environ, **openai_env(llm), "NANOAGENT_HOME": str(isolated_home)})
+    try:
+        log, deadline = isolated_home.parent / "gateway.stderr", time.monotonic() + 60
+        while "http_listening" not in log.read_text():  # the endpoint starts just after the socket
+            assert gateway.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.05)
+        code, lines = doctor()
+        assert line_with(lines, "gateway:") == "ok    gateway: running"
+        assert line_with(lines, "http endpoint:") == f"ok    http endpoint: http://127.0.0.1:{port}/health answers"
+    finally:
+        gateway.terminate()
+        gateway.wait(timeout=30)
