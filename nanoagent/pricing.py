@@ -10,25 +10,19 @@ import json
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from nanoagent.usage import Usage
-
+from typing import Any
 
 TABLE_FILE = "model_prices_and_context_window_backup.json"
 
 
 @dataclass(frozen=True)
 class Price:
+    """USD per token of each kind; `usage.Usage.cost_at` applies it."""
+
     input: float
     output: float
     cache_read: float
     cache_write: float
-
-    def cost(self, usage: Usage) -> float:
-        return (usage.input_tokens * self.input + usage.output_tokens * self.output
-                + usage.cache_read_tokens * self.cache_read + usage.cache_write_tokens * self.cache_write)
 
 
 def _candidates(model: str) -> list[str]:

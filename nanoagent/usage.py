@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from nanoagent.pricing import format_cost, price_for
+from nanoagent.pricing import Price, format_cost, price_for
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
@@ -35,6 +35,11 @@ class Usage:
 
     def to_dict(self) -> dict[str, int]:
         return {name: getattr(self, name) for name in TOKEN_FIELDS}
+
+    def cost_at(self, price: Price) -> float:
+        """What these tokens cost in USD at `price`."""
+        return (self.input_tokens * price.input + self.output_tokens * price.output
+                + self.cache_read_tokens * price.cache_read + self.cache_write_tokens * price.cache_write)
 
 
 @dataclass(frozen=True)
@@ -107,7 +112,7 @@ class Total:
         if price is None:
             self.unpriced = True
         else:
-            self.cost += price.cost(usage) * price_factor
+            self.cost += usage.cost_at(price) * price_factor
 
     def merge(self, other: Total) -> None:
         self.usage, self.calls = self.usage + other.usage, self.calls + other.calls
@@ -123,7 +128,7 @@ class Total:
 def turn_cost(model: str, usage: Usage) -> float | None:
     """What one turn's calls cost in USD at the model's listed price; None for a model without one."""
     price = price_for(model)
-    return None if price is None else price.cost(usage)
+    return None if price is None else usage.cost_at(price)
 
 
 def turn_line(model: str, usage: Usage) -> str:

@@ -11,9 +11,9 @@ from datetime import UTC, datetime, timedelta
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.build import build_agent, build_outbox
+from nanoagent.agent.cron_runs import TurnRunner
 from nanoagent.config.schema import Config, TelegramConfig
 from nanoagent.cron.deliver import NOTE_MARK, recent_notes
-from nanoagent.cron.runs import TurnRunner
 from nanoagent.cron.schedule import Schedule
 from nanoagent.cron.scheduler import Scheduler, Settings
 from nanoagent.cron.store import Job, JobStore

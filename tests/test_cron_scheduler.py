@@ -12,8 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nanoagent.agent.build import build_agent, build_outbox
+from nanoagent.agent.cron_runs import NO_REPLY, TurnRunner
 from nanoagent.config.schema import Config
-from nanoagent.cron.runs import NO_REPLY, TurnRunner
 from nanoagent.cron.schedule import Schedule
 from nanoagent.cron.scheduler import MAX_SLEEP, Claim, RunOutcome, Scheduler, Settings, SystemTask
 from nanoagent.cron.store import Job, JobStore, Running, StoreCorrupt

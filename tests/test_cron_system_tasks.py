@@ -2,12 +2,13 @@
 in `cron tick` alike."""
 
 import asyncio
+import json
 import logging
 from datetime import UTC, datetime, timedelta
 
 from nanoagent.agent.build import build_outbox
+from nanoagent.agent.cron_runs import system_tasks
 from nanoagent.config.schema import Config, ProviderConfig
-from nanoagent.cron.runs import system_tasks
 from nanoagent.cron.scheduler import RunOutcome, Scheduler, Settings
 from nanoagent.cron.store import JobStore
 from nanoagent.paths import Paths
@@ -114,3 +115,50 @@ def test_in_the_gateway_the_heartbeat_turn_waits_for_a_free_slot_among_its_turns
         return calls_while_busy, len(llm.requests)
 
     assert asyncio.run(scenario()) == (0, 1)
+
+
+def test_in_the_gateway_the_heartbeat_is_a_turn_of_its_own_agent_and_starts_no_second_mcp_server(llm, isolated_home):
+    import sys
+
+    from nanoagent.agent.build import build_agent
+    from nanoagent.agent.events import MessageAdded, TurnStarted
+    from nanoagent.config.schema import McpServerConfig
+    from nanoagent.gateway.cron import cron_component
+    from nanoagent.gateway.hub import Hub
+    from tests.conftest import ROOT
+
+    config, paths = setting_up(llm, dream_schedule="")
+    config.heartbeat.model = "anthropic/claude-heartbeat"
+    config.mcp_servers["demo"] = McpServerConfig(command=sys.executable, args=[str(ROOT / "tests" / "mcp_servers.py"),
+                                                                               "basic"])
+    (paths.workspace / "HEARTBEAT.md").write_text("- tell me if the build is red\n")
+    log = paths.logs_dir / "mcp-demo.log"
+    llm.script(Reply(text="hello"),  # a person's turn starts the gateway's MCP server
+               Reply(tool_calls=[("mcp__demo__echo", {"text": "build status"})]), Reply(text="HEARTBEAT_OK"),
+               Reply(text="HEARTBEAT_OK"))
+
+    async def scenario() -> list:
+        hub = Hub(build_agent(config, paths))
+        seen: list = []
+        hub.watch("heartbeat", seen.append)  # a terminal attached to the gateway's heartbeat session
+        try:
+            await hub.send("cli:direct", "hi")
+            assert log.exists()
+            log.unlink()
+            scheduler = cron_component(config, paths, hub, build_outbox(config, paths)).run.__self__
+            heartbeat = next(task for task in scheduler.tasks if task.name == "heartbeat")
+            for _ in range(2):
+                outcome = await asyncio.wait_for(heartbeat.run(), 60)
+                assert outcome is not None and outcome.status == "ok"
+        finally:
+            await hub.loop.aclose()
+        return seen
+
+    seen = asyncio.run(scenario())
+    assert not log.exists()  # the heartbeat's tool call went to the server the gateway had started
+    assert "echo: build status" in json.dumps(llm.requests[2].body["messages"])
+    assert [e.model for e in seen if isinstance(e, TurnStarted)] == ["anthropic/claude-heartbeat"] * 2
+    assert [r.body["model"] for r in llm.requests] == ["claude-test"] + ["claude-heartbeat"] * 3
+    assert sum(isinstance(e, MessageAdded) and e.message["role"] == "user" for e in seen) == 2
+    session = SessionStore(paths.sessions_dir).load("heartbeat")  # started afresh by each run
+    assert [m["role"] for m in session.messages] == ["user", "assistant"]

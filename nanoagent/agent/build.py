@@ -7,10 +7,12 @@ from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.commands import Commands
+from nanoagent.agent.budget import PromptBudget
+from nanoagent.agent.commands import Commands, ModelChoice
 from nanoagent.agent.context import ContextBuilder
-from nanoagent.agent.loop import AgentLoop, ModelChoice
+from nanoagent.agent.loop import AgentLoop
 from nanoagent.agent.subagents import Subagents
+from nanoagent.agent.turn import Turns
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import Outbox
 from nanoagent.cron.store import JobStore
@@ -83,32 +85,25 @@ def build_agent(
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens,
                              confinement=functools.partial(describe_confinement, exec_config))
-    tool_context = ToolContext(paths.workspace, tools_config.restrict_to_workspace)
+    turns = Turns(store, providers, ToolContext(paths.workspace, tools_config.restrict_to_workspace),
+                  config.defaults, tools_config.max_result_chars, tuple(tools_config.attachments.image_models))
     subagents = None
     if config.defaults.subagents.max_depth > 0:
-        subagents = Subagents(store, providers, context, tool_context, config.defaults, tools_config.max_result_chars,
-                              busy=lambda key: loop.busy(key),  # `loop` is built below, before any turn asks
-                              image_models=tuple(tools_config.attachments.image_models))
+        subagents = Subagents(turns, context, busy=lambda key: loop.busy(key))  # `loop` is built below, before any turn asks
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
     models = ModelChoice(default_model, pinned=model is not None)
-    consolidator = Consolidator(history, store, config.defaults, providers.complete)
+    budget = PromptBudget(context, config.defaults, Consolidator(history, store, config.defaults, providers.complete))
     commands = Commands(
-        store=store, models=models, providers=providers, context=context, settings=config.defaults, skills=skills,
-        consolidator=consolidator, memory_git=memory_git, subagents=subagents,
+        store=store, models=models, providers=providers, budget=budget, skills=skills,
+        consolidator=budget.consolidator, memory_git=memory_git, subagents=subagents,
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     loop = AgentLoop(
-        providers=providers,
-        store=store,
-        context=context,
-        tool_context=tool_context,
-        settings=config.defaults,
-        max_result_chars=tools_config.max_result_chars,
+        turns=turns,
+        budget=budget,
         models=models,
         commands=commands,
-        consolidator=consolidator,
-        image_models=tuple(tools_config.attachments.image_models),
         mcp=mcp,
         subagents=subagents,
     )

@@ -1,4 +1,4 @@
-"""Slash commands, shared by `agent -m`, interactive sessions and (later) every channel.
+"""Slash commands, shared by `agent -m`, interactive sessions and every gateway channel (Telegram, HTTP).
 
 A command is declared once, with its help line and whether it may run while a turn is
 running in the same session (read-only). `Commands` gets only what the commands need,
@@ -15,14 +15,12 @@ from typing import TYPE_CHECKING
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
 from nanoagent.messages import ImageBlock, images_of, is_user, strip_runtime_context
-from nanoagent.pricing import context_window, effective_window, unknown_model_hint
+from nanoagent.pricing import context_window, unknown_model_hint
 from nanoagent.usage import UsageRecord, session_total
 
 if TYPE_CHECKING:
-    from nanoagent.agent.context import ContextBuilder
-    from nanoagent.agent.loop import ModelChoice
+    from nanoagent.agent.budget import PromptBudget
     from nanoagent.agent.subagents import Subagents
-    from nanoagent.config.schema import AgentDefaults
     from nanoagent.memory.consolidator import Consolidator
     from nanoagent.memory.dream import Dream
     from nanoagent.memory.gitlog import MemoryGit
@@ -32,6 +30,17 @@ if TYPE_CHECKING:
 
 NO_MEMORY_GIT = "Memory history is not kept here (this agent was built without a memory git log)."
 MIN_SHA = 4  # git never abbreviates below 4 hex digits, so a shorter number is a count
+
+
+@dataclass(frozen=True)
+class ModelChoice:
+    """Which model a session's turns use: its own (/model) unless --model on the command line pins one."""
+
+    default: str
+    pinned: bool = False
+
+    def for_session(self, session: Session) -> str:
+        return self.default if self.pinned else session.meta.model or self.default
 
 
 @dataclass(frozen=True)
@@ -84,8 +93,7 @@ class Commands:
     store: SessionStore
     models: ModelChoice
     providers: Providers
-    context: ContextBuilder
-    settings: AgentDefaults
+    budget: PromptBudget  # the window and the prompt's size, as a turn measures them
     skills: SkillsLoader | None = None
     consolidator: Consolidator | None = None
     memory_git: MemoryGit | None = None
@@ -157,9 +165,9 @@ class Commands:
     async def status(self, call: Call) -> str:
         session = call.session
         model = self.models.for_session(session)
-        window = effective_window(self.settings.context_window_tokens, model)
+        window = self.budget.window(model)
         which = "; the model's window, smaller than contextWindowTokens" if window.from_model else ""
-        used = self._context_used(session, model)
+        used = self.budget.used(session, model)
         delegated = self._subagent_usage(session)
         total = session_total(session.usage + delegated)
         u = total.usage
@@ -177,13 +185,6 @@ class Commands:
         from nanoagent.agent.subagents import subagent_usage
 
         return subagent_usage(self.store, session.key) if self.subagents is not None else []
-
-    def _context_used(self, session: Session, model: str) -> int:
-        """The prompt the next turn would send, measured as the Consolidator measures it."""
-        if self.consolidator is None:
-            return self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed())
-        system = self.context.system_prompt()
-        return self.consolidator.prompt_tokens(session, lambda count: self.context.fixed_tokens(system, count), model)
 
     @command("/model", "show or switch the model for this session: /model anthropic/claude-sonnet-4-5")
     async def model(self, call: Call) -> str | Refused:

@@ -4,7 +4,9 @@
 once). A HEARTBEAT.md without a task line (only comments, headings, blank lines) costs nothing: no
 model call, only a counter in `$NANOAGENT_HOME/heartbeat.json`; so does a time outside
 `heartbeat.activeHours`. Otherwise one turn runs in session `heartbeat`, started afresh each time (the
-system prompt and the tasks, never a long conversation), with `heartbeat.model` if set. A reply of
+system prompt and the tasks, never a long conversation), with `heartbeat.model` if set: a turn of the caller's
+loop (in the gateway through its Hub, in `cron tick` that process's agent), or of an agent composed for it
+(`nanoagent heartbeat`). A reply of
 NOTHING_TO_REPORT is kept quiet; any other goes to `heartbeat.target`, else the most recently active
 chat, through the `deliver` callable the caller brings (the gateway's channels, or the terminal's).
 """
@@ -22,6 +24,7 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanoagent import messages as msg
+from nanoagent.agent.turn import TurnCall
 from nanoagent.config.schema import Config, active_window
 from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import Paths
@@ -56,13 +59,14 @@ class HeartbeatResult:
     error: str | None = None
 
 
-async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = None, *,
+async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = None, *, turn: TurnCall | None = None,
                         provider: Provider | None = None, now: Callable[[], datetime] | None = None,
                         ignore_hours: bool = False, warn: Callable[[str], None] = lambda message: None,
                         ) -> HeartbeatResult:
     """One heartbeat. `deliver` gets (target, text) for a reply worth sending (None: nobody is told; the reply is
-    in the result). `provider` replaces the configured one (tests); `now` is the clock active hours are judged by;
-    `ignore_hours` runs outside them too (`nanoagent heartbeat --force`). Exceptions from `deliver` propagate."""
+    in the result). `turn` runs it in the caller's loop (None: an agent is composed for it, with `provider` in
+    place of the configured one, for tests); `now` is the clock active hours are judged by; `ignore_hours` runs
+    outside them too (`nanoagent heartbeat --force`). Exceptions from `deliver` propagate."""
     tasks = task_text(_read(paths.workspace / "HEARTBEAT.md"))
     if not tasks:
         await asyncio.to_thread(_count, paths, HeartbeatStatus.NO_TASKS)
@@ -72,7 +76,7 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
     if not ignore_hours and not within_active_hours(hb.active_hours, local_time(moment, config.defaults.timezone, warn)):
         await asyncio.to_thread(_count, paths, HeartbeatStatus.OUTSIDE_HOURS)
         return HeartbeatResult(HeartbeatStatus.OUTSIDE_HOURS)
-    result = await _turn(config, paths, tasks, provider, warn)
+    result = await _turn(config, paths, tasks, turn, provider, warn)
     if result.status is HeartbeatStatus.DELIVERED:
         target = hb.target if hb.target is not None else latest_chat(SessionStore(paths.sessions_dir))
         if target is None or target == "none" or deliver is None:
@@ -84,23 +88,28 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
     return result
 
 
-async def _turn(config: Config, paths: Paths, tasks: str, provider: Provider | None,
+async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None, provider: Provider | None,
                 warn: Callable[[str], None]) -> HeartbeatResult:
     """The light turn in session `heartbeat`, emptied first so each run sees only the prompt and the tasks.
     Its status is FAILED, NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller finds the target)."""
-    from nanoagent.agent.build import build_agent
+    text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
+    model = config.heartbeat.model
+    if turn is not None:
+        done = await turn(SESSION, text, model=model, fresh=True)
+    else:
+        from nanoagent.agent.build import build_agent
 
-    loop = build_agent(config, paths, model=config.heartbeat.model, provider=provider, warn=warn)
-    session = loop.session(SESSION)
-    async with loop.store.lock_async(session):
-        loop.store.reset(session)
-    turn = await loop.handle(render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT), SESSION)
-    if turn.result is None:  # not a turn (the session was busy): nothing ran
-        return HeartbeatResult(HeartbeatStatus.FAILED, error=turn.reply)
-    usage = turn.result.usage
-    if turn.result.error is not None:
-        return HeartbeatResult(HeartbeatStatus.FAILED, usage=usage, error=turn.result.error)
-    reply = worth_sending(turn.reply)
+        loop = build_agent(config, paths, model=model, provider=provider, warn=warn)
+        try:
+            done = await loop.handle(text, SESSION, model=model, fresh=True)
+        finally:
+            await loop.aclose()
+    if done is None or done.result is None:  # not a turn (it joined one, or a command answered): nothing ran
+        return HeartbeatResult(HeartbeatStatus.FAILED, error=done.reply if done else "a turn was running there")
+    usage = done.result.usage
+    if done.result.error is not None:
+        return HeartbeatResult(HeartbeatStatus.FAILED, usage=usage, error=done.result.error)
+    reply = worth_sending(done.reply)
     return HeartbeatResult(HeartbeatStatus.DELIVERED if reply else HeartbeatStatus.NOTHING_TO_REPORT, reply,
                            usage=usage)
 

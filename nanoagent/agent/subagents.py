@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-import functools
 import secrets
 import time
 from collections.abc import AsyncIterator, Callable
@@ -29,12 +28,10 @@ from typing import Literal
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.context import ContextBuilder
-from nanoagent.agent.runner import AgentRunner, RunSpec
-from nanoagent.attachments import resolve
+from nanoagent.agent.turn import Closing, Turns
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.errors import NanoagentError
 from nanoagent.memory.consolidator import format_transcript
-from nanoagent.pricing import takes_images
 from nanoagent.providers.base import ProviderError, Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
@@ -120,16 +117,23 @@ def subagent_usage(store: SessionStore, key: str) -> list[UsageRecord]:
 class Subagents:
     """Starts, tracks and stops sub-agent runs for one AgentLoop; builds the `spawn` and `read_task_output` tools."""
 
-    store: SessionStore
-    providers: Providers
+    turns: Turns  # runs each run's turn, as the loop runs a person's
     context: ContextBuilder
-    tool_context: ToolContext
-    settings: AgentDefaults
-    max_result_chars: int
     busy: Callable[[str], bool]  # a turn of that session runs in this process, holding its lock
-    image_models: tuple[str, ...] = ()  # models sent images whatever the bundled table says
     _runs: dict[str, Run] = field(default_factory=dict)
     _slots: asyncio.Semaphore | None = None
+
+    @property
+    def store(self) -> SessionStore:
+        return self.turns.store
+
+    @property
+    def providers(self) -> Providers:
+        return self.turns.providers
+
+    @property
+    def settings(self) -> AgentDefaults:
+        return self.turns.settings
 
     @property
     def slots(self) -> asyncio.Semaphore:
@@ -349,31 +353,14 @@ class Subagents:
         return ask
 
     async def _work(self, run: Run, scope: RunScope, context: str, history: list[msg.Message]) -> ev.RunResult:
-        session = scope.session
-        opening = await self._opening(run, session, context, history)
+        opening = await self._opening(run, scope.session, context, history)
         user = self.context.user_message(opening, PREFIX, run.id)
-        self.store.add_messages(session, [user], sync=True)
-        runner = AgentRunner(self.providers.get(run.model), self._sink(run, scope))
-        s = self.settings
-        spec = RunSpec(
-            system=self.context.system_prompt() + "\n---\n\n" + render("prompts/subagent.md"), messages=[user],
-            tools=scope.tools, tool_context=self.tool_context, model=run.model, session=run.key,
-            max_tokens=s.max_tokens, temperature=s.temperature, thinking_budget=s.thinking_budget,
-            max_iterations=s.subagents.max_iterations, max_result_chars=self.max_result_chars,
-            resolve=functools.partial(resolve, workspace=self.tool_context.workspace, model=run.model,
-                                      takes_images=takes_images(run.model, self.image_models)),
-        )
-        try:
-            result = await runner.run(spec)
-        except asyncio.CancelledError:  # leave its session as a finished turn, as the loop does for a user's
-            closing = msg.closing_results(session.messages, INTERRUPTED)
-            self.store.add_messages(session, [*closing, msg.assistant("(cancelled)")], sync=True)
-            raise
-        finally:
-            self.store.sync(session)
-        if result.error is not None:
-            self.store.mark_failed(session, 0, result.error)
-        return result
+        system = self.context.system_prompt() + "\n---\n\n" + render("prompts/subagent.md")
+        spec = self.turns.spec(run.key, system, [user], run.model, scope.tools,
+                               max_iterations=self.settings.subagents.max_iterations)
+        # its usage lines in its own file; /status and `usage` add them to the parent's
+        return await self.turns.run(scope.session, user, run.model, spec, self._sink(run, scope), purpose="subagent",
+                                    closing=Closing(INTERRUPTED, "(cancelled)"))
 
     async def _opening(self, run: Run, session: Session, context: str, history: list[msg.Message]) -> str:
         task = f"Your task:\n\n{run.task}"
@@ -392,15 +379,11 @@ class Subagents:
             return f"A summary of the conversation of the agent that started you:\n\n{summary.strip()}\n\n{task}"
         return task
 
-    def _sink(self, run: Run, scope: RunScope) -> ev.EventSink:
-        session = scope.session
-
+    @staticmethod
+    def _sink(run: Run, scope: RunScope) -> ev.EventSink:
+        """A run's events (its session has them already): counted, and some shown to the user's watchers."""
         def sink(event: ev.Event) -> None:
-            if isinstance(event, ev.MessageAdded):
-                self.store.add_messages(session, [event.message])
-            elif isinstance(event, ev.UsageRecorded):  # in its own file; /status and `usage` add it to the parent's
-                self.store.add_usage(session, UsageRecord.now(event.model, event.usage, "subagent"))
-            elif isinstance(event, ev.ToolFinished):
+            if isinstance(event, ev.ToolFinished):
                 run.tool_calls += 1
             if isinstance(event, FORWARDED):
                 scope.sink(dataclasses.replace(event, session=run.root, agent=run.id))

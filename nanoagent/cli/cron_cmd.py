@@ -225,19 +225,19 @@ def disable(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> Non
 
 
 def _scheduler(paths: Paths, config: Config, replies: list[str] | None = None):  # noqa: ANN202 - a Scheduler
-    """A scheduler for this process; the agent is built only when a run needs it (an idle tick needs no key).
-    Each turn's reply is added to `replies` when given."""
+    """A scheduler for this process; its one agent (for jobs and the heartbeat) is built only when a run needs it
+    (an idle tick needs no key). Each job's reply is added to `replies` when given."""
     from nanoagent.agent.build import build_agent, build_outbox
-    from nanoagent.cron.runs import build_scheduler
+    from nanoagent.agent.cron_runs import build_scheduler
 
     outbox = build_outbox(config, paths, warn)
     agent: list[AgentLoop] = []
 
-    async def turn(key: str, text: str):  # noqa: ANN202
+    async def turn(key: str, text: str, *, model: str | None = None, fresh: bool = False):  # noqa: ANN202
         if not agent:
             agent.append(build_agent(config, paths, warn=warn, outbox=outbox))
-        result = await agent[0].handle(text, key)
-        if replies is not None and result is not None:
+        result = await agent[0].handle(text, key, model=model, fresh=fresh)
+        if replies is not None and result is not None and not fresh:
             replies.append(result.reply)
         return result
 
@@ -252,9 +252,9 @@ def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace:
 
     Example: nanoagent cron run 3f9a1c2e
     """
+    from nanoagent.agent.cron_runs import NO_REPLY
     from nanoagent.cli.render import terminal_safe
     from nanoagent.cli.running import run_main
-    from nanoagent.cron.runs import NO_REPLY
     from nanoagent.cron.store import JobStore
 
     paths, config = setup(workspace)

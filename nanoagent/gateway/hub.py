@@ -66,11 +66,13 @@ class Hub:
         return [key for key in self._sessions if self.busy(key)]
 
     async def send(self, key: str, text: str, sink: ev.EventSink | None = None, ask: Ask | None = None,
-                   images: list[ImageBlock] | None = None) -> TurnResult | None:
+                   images: list[ImageBlock] | None = None, *, model: str | None = None,
+                   fresh: bool = False) -> TurnResult | None:
         """Handle a message: a slash command, a new turn (its result when it ends), or None when the message
         joined the session's running turn. `sink` gets this call's events besides the session's watchers.
         A message with `images` never joins a running turn (a joined message is text): it waits for the turn
-        to end and starts the next one."""
+        to end and starts the next one; so does a `fresh` one (the session emptied first: the heartbeat's),
+        whose turn may use a `model` of its own (`AgentLoop.handle`)."""
         if self.closed:
             raise HubClosed("The gateway is shutting down; send the message again when it is back.")
         state = self._state(key)
@@ -79,8 +81,9 @@ class Hub:
             return TurnResult("Stopped the running turn." if self.cancel(key) else "Nothing is running.", key)
         if stripped.startswith("/") and stripped.split()[0] != "/retry":
             return await self._command(key, state, stripped, sink, ask, images)
-        if images:
-            self.loop.check_images(key, images)  # refused now, not after waiting for the running turn
+        if images or fresh:
+            if images:
+                self.loop.check_images(key, images)  # refused now, not after waiting for the running turn
             while state.turn is not None and not state.turn.done():
                 await asyncio.wait({state.turn})
             if self.closed:
@@ -88,12 +91,14 @@ class Hub:
         elif self.busy(key):
             state.pending.append(text)
             return None
-        return await self._start(key, state, text, sink, ask, images)
+        return await self._start(key, state, text, sink, ask, images, model, fresh)
 
     async def _start(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
-                     ask: Ask | None, images: list[ImageBlock] | None = None) -> TurnResult:
+                     ask: Ask | None, images: list[ImageBlock] | None = None, model: str | None = None,
+                     fresh: bool = False) -> TurnResult:
         state.ask = ask
-        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask, images), name=f"turn {key}")
+        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask, images, model, fresh),
+                                         name=f"turn {key}")
         # the turn belongs to the hub: a sender that is cancelled (a client gone) leaves it running
         try:
             return await asyncio.shield(state.turn)
@@ -122,10 +127,12 @@ class Hub:
             state.commands.discard(command)
 
     async def _turn(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
-                    ask: Ask | None, images: list[ImageBlock] | None = None) -> TurnResult:
+                    ask: Ask | None, images: list[ImageBlock] | None = None, model: str | None = None,
+                    fresh: bool = False) -> TurnResult:
         async with self.slots:
             result = await self.loop.handle(text, key, sink=self._fanout(state, sink),
-                                            injections=lambda: self._take(state), ask=ask, images=images)
+                                            injections=lambda: self._take(state), ask=ask, images=images,
+                                            model=model, fresh=fresh)
         if state.pending and not self.closed:  # said after the turn's last model call: it starts the next
             follow = "\n\n".join(self._take(state))
             state.turn = asyncio.create_task(self._turn(key, state, follow, None, state.ask), name=f"turn {key}")

@@ -1,23 +1,20 @@
 """A job's run as an agent turn: the message in session `cron:<job id>`, the reply to the job's target.
 
 The turn goes through whatever the caller hands in: `AgentLoop.handle` for `nanoagent cron tick` and `cron run`,
-`Hub.send` in the gateway (so runs count against gateway.maxConcurrentTurns). A reply of exactly NO_REPLY is not
+`Hub.send` in the gateway (so runs count against gateway.maxConcurrentTurns); the heartbeat's turn goes the same way,
+so a process composes one agent. A reply of exactly NO_REPLY is not
 delivered (for "tell me only if something changed"). A one-off whose turn fails delivers a short notice with its
 message instead, since it will not run again.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from collections.abc import Awaitable, Callable
-from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
-from typing import Any
 
-from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import EMPTY_REPLY
+from nanoagent.agent.turn import TurnCall
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import DeliveryError, Outbox
 from nanoagent.cron.schedule import Schedule, ScheduleError, format_duration, format_time
@@ -28,8 +25,6 @@ from nanoagent.paths import Paths
 
 log = logging.getLogger("nanoagent.cron")
 NO_REPLY = "NO_REPLY"
-Turn = Callable[[str, str], Awaitable[TurnResult | None]]  # (session key, message) -> the turn's result
-Slot = Callable[[], AbstractAsyncContextManager[Any]]  # a place among the turns allowed at once
 
 
 def job_prompt(job: Job, claim: Claim, tz: tzinfo) -> str:
@@ -45,7 +40,7 @@ def job_prompt(job: Job, claim: Claim, tz: tzinfo) -> str:
 class TurnRunner:
     """Runs a claimed job as a turn and delivers its reply (the scheduler's `run_job`)."""
 
-    turn: Turn
+    turn: TurnCall
     outbox: Outbox
     tz: tzinfo
 
@@ -82,11 +77,12 @@ def settings(config: Config) -> Settings:
 
 
 def system_tasks(config: Config, paths: Paths, outbox: Outbox, now: datetime | None = None,
-                 slot: Slot = contextlib.nullcontext) -> list[SystemTask]:
+                 turn: TurnCall | None = None) -> list[SystemTask]:
     """The built-in periodic tasks the scheduler runs besides jobs, in the gateway and in `cron tick` alike: the
     heartbeat every heartbeat.intervalMinutes, and Dream on memory.dreamSchedule ("" turns it off). Each is
-    claimed and recorded like a job, so two schedulers never run one twice. The heartbeat's turn takes a `slot`
-    (in the gateway, one of gateway.maxConcurrentTurns) while it runs."""
+    claimed and recorded like a job, so two schedulers never run one twice. The heartbeat is a `turn` of the
+    caller's loop, as jobs are (in the gateway it takes one of gateway.maxConcurrentTurns; None: it composes an
+    agent for itself)."""
     from nanoagent.agent.heartbeat import HeartbeatStatus, latest_chat, run_heartbeat
     from nanoagent.agent.scheduled_dream import scheduled_dream
 
@@ -94,9 +90,8 @@ def system_tasks(config: Config, paths: Paths, outbox: Outbox, now: datetime | N
         await outbox.send(parse_target(target), text, source)
 
     async def heartbeat() -> RunOutcome:
-        async with slot():
-            result = await run_heartbeat(config, paths, deliver,
-                                         warn=lambda message: log.warning("heartbeat: %s", message))
+        result = await run_heartbeat(config, paths, deliver, turn=turn,
+                                     warn=lambda message: log.warning("heartbeat: %s", message))
         tokens = result.usage.prompt_tokens + result.usage.output_tokens
         if result.status is HeartbeatStatus.FAILED:
             return RunOutcome("error", tokens, error=result.error)
@@ -129,7 +124,6 @@ def system_tasks(config: Config, paths: Paths, outbox: Outbox, now: datetime | N
     return tasks
 
 
-def build_scheduler(config: Config, paths: Paths, turn: Turn, outbox: Outbox, tz: tzinfo,
-                    slot: Slot = contextlib.nullcontext) -> Scheduler:
+def build_scheduler(config: Config, paths: Paths, turn: TurnCall, outbox: Outbox, tz: tzinfo) -> Scheduler:
     return Scheduler(JobStore(paths.cron_jobs_file), TurnRunner(turn, outbox, tz), settings(config),
-                     system_tasks(config, paths, outbox, slot=slot))
+                     system_tasks(config, paths, outbox, turn=turn))
