@@ -96,6 +96,11 @@ class Paths:
         return self.home / "trusted-skills.json"
 
     @property
+    def history_key_file(self) -> Path:
+        """The key that signs history entries (memory.history): outside the workspace, hidden from commands."""
+        return self.home / "history.key"
+
+    @property
     def index_dir(self) -> Path:
         """Derived, rebuildable data (the memory search index)."""
         return self.home / "index"

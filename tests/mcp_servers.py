@@ -129,6 +129,9 @@ def build(kind: str) -> Any:
 
         child = subprocess.Popen(["sleep", "300"], stdin=subprocess.DEVNULL,  # noqa: S607
                                  stdout=subprocess.DEVNULL)  # a grandchild in the server's process group
+        away = subprocess.Popen(["sleep", "301"], stdin=subprocess.DEVNULL,  # noqa: S607
+                                stdout=subprocess.DEVNULL, start_new_session=True)  # a setsid one: out of the group
+        print(f"setsid child {away.pid}", file=sys.stderr, flush=True)
         print(f"server {os.getpid()} grandchild {child.pid}", file=sys.stderr, flush=True)
     return server
 

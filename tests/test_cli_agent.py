@@ -399,3 +399,30 @@ def test_slash_commands_that_call_no_model_need_no_api_key(isolated_home):
     message = invoke("agent", "-m", "hello")  # a message does: the key is asked for before anything is stored
     assert message.returncode == 1 and "No API key" in message.stderr
     assert not list((isolated_home / "sessions").glob("*.jsonl"))
+
+
+def test_a_session_whose_model_is_unknown_says_the_name_came_from_the_session_and_new_still_works(llm, isolated_home):
+    slash(llm, "remember: the code word is heron")
+    store = SessionStore(isolated_home / "sessions")
+    store.set_model(store.load("cli:direct"), "nosuch/provider-x")  # as a /model of an older version left it
+    turn = invoke("agent", "-m", "hello?", env=anthropic_env(llm))
+    assert turn.returncode == 1 and len(turn.stderr.strip().splitlines()) == 1, turn.stderr
+    assert "This session's model nosuch/provider-x was set with /model" in turn.stderr
+    assert "Type /model anthropic/claude-test to switch this session back" in turn.stderr
+    assert len(session_messages(isolated_home)) == 2  # the message that could not be sent was not stored either
+    fresh = slash(llm, "/new").stdout
+    assert fresh.startswith("Started a fresh conversation. The previous 2 messages stay in ")
+    assert "This session's model nosuch/provider-x was set with /model" in fresh
+    summary = llm.requests[-1].body  # archived all the same, by the default model
+    assert summary["model"] == "claude-test" and "heron" in json.dumps(summary["messages"])
+    slash(llm, "/model anthropic/claude-test")
+    llm.script(Reply(text="back again"))
+    assert invoke("agent", "-m", "hello?", env=anthropic_env(llm)).stdout.strip() == "back again"
+
+
+def test_a_failed_one_shot_does_not_offer_retry(llm, isolated_home):
+    write_config(isolated_home, fast_retries(maxRetries=0))
+    llm.script(Reply(status=500, error_message="upstream exploded"))
+    proc = invoke("agent", "-m", "hi", env=anthropic_env(llm))
+    assert proc.returncode == 1 and "upstream exploded" in proc.stderr
+    assert "/retry" not in proc.stderr + proc.stdout

@@ -303,7 +303,7 @@ def test_recent_history_at_start_reads_only_the_end_of_a_long_history(tmp_path, 
     import nanoagent.memory.history as history_module
 
     original = history_module._parse
-    monkeypatch.setattr(history_module, "_parse", lambda line: parsed.append(1) or original(line))
+    monkeypatch.setattr(history_module, "_parse", lambda line, key=None: parsed.append(1) or original(line, key))
     prompt = fresh.context.system_prompt()
     assert "- fact 2000" in prompt and "older entries are left out" in prompt
     assert len(parsed) < 1000  # not the whole file: a start stays fast however long the history grows

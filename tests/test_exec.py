@@ -142,9 +142,9 @@ def test_nohup_and_setsid_children_end_with_the_command(ctx, mode):
 
 
 def _pids_cgroup() -> bool:
-    from nanoagent.tools.shell import PidsCgroup
+    from nanoagent.procguard import Cgroup
 
-    group = PidsCgroup.create(10)
+    group = Cgroup.create(10)
     if group is None:
         return False
     group.close()

@@ -538,6 +538,98 @@ def test_ctrl_c_cancels_new_while_it_archives_and_the_conversation_goes_on(term,
         "hello" not in (isolated_home / "workspace" / "memory" / "history.jsonl").read_text()
 
 
+def _one_shots(llm, *exchanges: tuple[str, str], session: str = "cli:direct") -> None:
+    for said, reply in exchanges:
+        llm.script(Reply(text=reply))
+        ran = invoke("agent", "-s", session, "-m", said, env=anthropic_env(llm))
+        assert ran.returncode == 0, ran.stderr
+
+
+@both_ways
+def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_carries(term, llm, isolated_home):
+    _one_shots(llm, ("what is 2+2?", "4"), ("and 3+3?", "6"))
+    child = term()
+    shown = visible(child.before)
+    assert re.search(r"continuing cli:direct · 4 messages · last \d\d:\d\d · /new starts fresh", shown), shown
+    assert "what is 2+2?" not in shown  # no replay unless a conversation was picked (-c, --resume)
+    child.send("/new\r")
+    child.expect_exact("Started a fresh conversation")
+    fresh = term("-s", "cli:elsewhere")
+    assert "continuing" not in visible(fresh.before)
+    again = term()  # after /new nothing is carried over
+    assert "continuing" not in visible(again.before)
+
+
+def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isolated_home):
+    _one_shots(llm, ("first question", "first answer"), ("second question", "second answer"),
+               ("third question", "third answer"), ("fourth question", "fourth answer " + "long " * 40),
+               session="cli:project")
+    _one_shots(llm, ("elsewhere", "ok"), session="cli:other")
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
+           "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "--resume"], cwd=str(ROOT), env=env,
+                          encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
+    try:
+        child.expect_exact("Continue which")
+        child.send("2\r")
+        child.expect_exact(PROMPT)
+        shown = visible(child.before)
+        assert "session cli:project" in shown
+        assert "first question" not in shown and "first answer" not in shown  # the last three exchanges
+        replay = shown[shown.rindex("\n", 0, shown.index("second question")):]
+        lines = [line.strip() for line in replay.splitlines() if line.strip()]
+        assert lines[:6] == ["you:   second question", "agent: second answer", "you:   third question",
+                             "agent: third answer", "you:   fourth question", lines[5]]
+        assert lines[5].startswith("agent: fourth answer long") and lines[5].endswith("…") and len(lines[5]) < 80
+        assert re.match(r"continuing cli:project · 8 messages · last \d\d:\d\d · /new starts fresh", lines[6])
+    finally:
+        child.terminate(force=True)
+
+
+def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(term, llm, isolated_home):
+    from tests.conftest import fast_retries, write_config
+    from tests.test_providers_http import free_port
+
+    write_config(isolated_home, fast_retries(maxRetries=0))
+    llm.script(Reply(status=500, error_message="upstream exploded"), Reply(text="second time lucky"))
+    child = term()
+    child.send("hello" + "\r")
+    child.expect_exact("upstream exploded")
+    child.expect_exact("/retry sends it once more")
+    child.send("/retry" + "\r")
+    child.expect_exact("second time lucky")
+    env = {**os.environ, **anthropic_env(llm), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{free_port()}",
+           "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    unreachable = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-s", "cli:other"], cwd=str(ROOT),
+                                env=env, encoding="utf-8", timeout=PATIENCE, dimensions=(30, 100))
+    try:
+        unreachable.expect_exact(PROMPT)
+        unreachable.send("hello" + "\r")
+        unreachable.expect_exact("check ANTHROPIC_BASE_URL")  # nothing was sent: no /retry to offer
+        unreachable.send("/status" + "\r")
+        unreachable.expect_exact("model:")  # what the terminal printed after the error, up to the next answer
+        assert "/retry" not in visible(unreachable.before)
+    finally:
+        unreachable.terminate(force=True)
+
+
+def test_a_session_whose_model_is_unknown_opens_says_where_the_model_came_from_and_new_works(term, llm, isolated_home):
+    _one_shots(llm, ("remember heron", "noted"))
+    store = SessionStore(isolated_home / "sessions")
+    store.set_model(store.load("cli:direct"), "nosuch/provider-x")
+    child = term()
+    child.send("hello" + "\r")
+    child.expect_exact("This session's model nosuch/provider-x was set with /model and cannot be used")
+    child.expect_exact("Type /model anthropic/claude-test to switch this session back")
+    child.send("/new" + "\r")
+    child.expect_exact("Started a fresh conversation. The previous 2 messages stay in")
+    child.send("/model anthropic/claude-test" + "\r")
+    child.expect_exact("This session now uses anthropic/claude-test")
+    llm.script(Reply(text="working again"))
+    child.send("hello" + "\r")
+    child.expect_exact("working again")
+
+
 @pytest.mark.process
 def test_a_terminal_whose_gateway_stops_says_so_at_once_and_answers_the_next_message_here(llm, isolated_home):
     env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",

@@ -24,6 +24,15 @@ def alive(pid: int) -> bool:
         return False
 
 
+def can_make_cgroup() -> bool:
+    from nanoagent.procguard import Cgroup
+
+    group = Cgroup.create()
+    if group is not None:
+        group.close()
+    return group is not None
+
+
 def wait_for(condition, timeout: float = PATIENCE) -> bool:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -110,6 +119,32 @@ def test_no_mcp_server_or_its_children_outlive_a_kill_9_of_nanoagent(llm, isolat
         proc.send_signal(signal.SIGKILL)
         proc.wait()
     assert wait_for(lambda: not alive(server) and not alive(grandchild), timeout=PATIENCE)
+
+
+@pytest.mark.process
+@pytest.mark.skipif(not can_make_cgroup(), reason="a setsid child is caught through a pids cgroup, which this user "
+                                                  "cannot make here (not root, no delegated cgroup)")
+def test_an_mcp_servers_setsid_child_does_not_outlive_a_kill_9_of_nanoagent(llm, isolated_home):
+    import threading
+
+    write_config(isolated_home, {"mcpServers": {"kids": stdio("children", timeout=120)}})
+    held = threading.Event()  # the model never answers: nanoagent is alive, waiting, when it is killed
+    llm.script(Reply(text="never", release=held))
+    proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "agent", "-m", "go"], cwd=ROOT,
+                            env={**os.environ, **anthropic_env(llm)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    log = isolated_home / "logs" / "mcp-kids.log"
+    try:
+        assert wait_for(lambda: log.exists() and "grandchild" in log.read_text() or proc.poll() is not None,
+                        timeout=PATIENCE)
+        assert proc.poll() is None
+        away = int(re.search(r"setsid child (\d+)", log.read_text()).group(1))
+        assert alive(away) and os.getsid(away) == away  # in a session of its own, out of the server's group
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+        held.set()
+    assert wait_for(lambda: not alive(away), timeout=PATIENCE)
 
 
 @pytest.mark.process

@@ -4,7 +4,7 @@ and a closed port, for each provider path: the Anthropic Messages API and the Op
 
 import pytest
 
-from tests.conftest import anthropic_env, invoke, openai_env
+from tests.conftest import anthropic_env, invoke, openai_env, write_config
 from tests.llm_server import Reply
 from tests.test_providers_http import free_port
 
@@ -13,10 +13,11 @@ def litellm_env(server) -> dict:
     return {**openai_env(server), "NANOAGENT_MODEL": "litellm/openai/gpt-test"}
 
 
-PATHS = {  # provider path -> (environment for the local server, the settings an error names, base URL suffix)
-    "anthropic": (anthropic_env, "ANTHROPIC_API_KEY or providers.anthropic.apiKey", "providers.anthropic.apiBase", ""),
-    "openai": (openai_env, "OPENAI_API_KEY or providers.openai.apiKey", "providers.openai.apiBase", "/v1"),
-    "litellm": (litellm_env, "OPENAI_API_KEY or providers.openai.apiKey", "providers.openai.apiBase", "/v1"),
+PATHS = {  # provider path -> (environment for the local server, the settings an error names: the variables the
+    # environment gave, base URL suffix)
+    "anthropic": (anthropic_env, "ANTHROPIC_API_KEY", "ANTHROPIC_BASE_URL", ""),
+    "openai": (openai_env, "OPENAI_API_KEY", "OPENAI_BASE_URL", "/v1"),
+    "litellm": (litellm_env, "OPENAI_API_KEY", "OPENAI_BASE_URL", "/v1"),
 }
 
 
@@ -96,3 +97,21 @@ def test_a_missing_key_for_the_configured_model_names_the_setting_to_change(isol
     line = error_line(invoke("agent", "-m", "hi", env=env))
     assert "No API key for openai (NANOAGENT_MODEL is openai/gpt-4.1)" in line
     assert "a key is set for anthropic: to use it, set NANOAGENT_MODEL to anthropic/claude-sonnet-4-5" in line
+
+
+@pytest.mark.parametrize(("provider", "model", "suffix"), [("anthropic", "anthropic/claude-test", ""),
+                                                          ("openai", "openai/gpt-test", "/v1")])
+def test_a_key_and_url_from_config_json_are_named_as_its_settings_not_as_variables(llm, isolated_home, provider,
+                                                                                     model, suffix):
+    def configure(url: str) -> None:
+        write_config(isolated_home, {"providers": {provider: {"apiKey": "sk-test", "apiBase": url + suffix}},
+                                     "agents": {"defaults": {"model": model}}})
+
+    configure(llm.url)
+    llm.default_reply = Reply(status=401, error_message="invalid key")
+    line = error_line(invoke("agent", "-m", "hi"))
+    assert f"the key for {provider} (providers.{provider}.apiKey in config.json) was refused" in line
+    assert "_API_KEY" not in line
+    configure(f"http://127.0.0.1:{free_port()}")
+    line = error_line(invoke("agent", "-m", "hi"))
+    assert line.endswith(f"is the server running? check providers.{provider}.apiBase.") and "BASE_URL" not in line

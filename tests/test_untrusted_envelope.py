@@ -126,7 +126,7 @@ def test_a_failed_summary_keeps_tool_output_enveloped_in_history_and_the_next_pr
 
 
 def test_a_model_summary_is_shown_as_written_and_a_raw_excerpt_is_enveloped(tmp_path):
-    history = HistoryLog(tmp_path / "memory")
+    history = HistoryLog(tmp_path / "memory", key_file=tmp_path / "history.key")  # summaries signed, as nanoagent's
     history.append("cli:direct", "- the user named the boat Gull")
     history.append("cli:direct", f"[raw excerpt; no summary because 503]\n[user] hi\n{INJECTION}", raw=True)
     recent = ContextBuilder(tmp_path, True, ToolRegistry(), history=history).recent_history()

@@ -20,7 +20,7 @@ from nanoagent.cron.targets import Access
 from nanoagent.cron.tools import cron_tools
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
-from nanoagent.memory.gitlog import MemoryGit, agent_edits
+from nanoagent.memory.gitlog import MemoryGit, agent_commands, agent_edits
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.memory.search_tool import memory_search_tool
@@ -67,7 +67,7 @@ def build_agent(
     seed_workspace(paths.workspace)
     skills = SkillsLoader(paths.workspace / "skills", warn=warn, trust=SkillTrust(paths.trusted_skills_file, warn))
     tools_config = config.tools
-    history = HistoryLog(paths.memory_dir, warn=warn)
+    history = HistoryLog(paths.memory_dir, warn=warn, key_file=paths.history_key_file)
     store = SessionStore(paths.sessions_dir, warn=warn)
     providers = Providers(provider_for)
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
@@ -76,7 +76,7 @@ def build_agent(
     exec_config = exec_settings(config, paths)
     tools = ToolRegistry([
         *file_tools(agent_edits(memory_git, warn)),
-        exec_tool(exec_config),
+        exec_tool(exec_config, agent_commands(memory_git, warn)),
         *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
         *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),
@@ -162,7 +162,7 @@ def build_dream(
 
     return Dream(
         workspace=paths.workspace,
-        history=HistoryLog(paths.memory_dir, warn=warn),
+        history=HistoryLog(paths.memory_dir, warn=warn, key_file=paths.history_key_file),
         git=MemoryGit(paths.workspace, paths.memory_git_dir),
         provider=provider,
         model=dream_model,

@@ -103,6 +103,19 @@ class Commands:
     def names(self) -> list[str]:
         return sorted(COMMANDS)
 
+    def check_model(self, session: Session) -> None:
+        """ConfigError, naming the session as where the model came from and /model as the fix, when the session's
+        own model cannot be used (an unknown name, a provider without a key). The default was checked at build."""
+        from nanoagent.providers.registry import session_model_error
+
+        model = self.models.for_session(session)
+        if model != session.meta.model or model == self.models.default:
+            return
+        try:
+            self.providers.get(model)
+        except NanoagentError as e:
+            raise session_model_error(model, self.models.default, e) from e
+
     def read_only(self, name: str) -> bool:
         found = COMMANDS.get(name)
         return found is not None and found.read_only
@@ -130,17 +143,23 @@ class Commands:
     @command("/new", "start a fresh conversation (the old one is archived to memory first)")
     async def new(self, call: Call) -> str:
         session = call.session
+        model, unusable = self.models.for_session(session), ""
+        try:
+            self.check_model(session)
+        except NanoagentError as e:  # the session's model is broken: archive with the default, and say so
+            model, unusable = self.models.default, f"\n{e}"
         async with self.store.lock_async(session):
             pending = len(session.messages) - session.last_consolidated
             if pending <= 0:
-                return "Already a fresh conversation."
+                return "Already a fresh conversation." + unusable
             if self.consolidator is not None:  # history is written before anything is hidden from the model
                 call.sink(ev.Progress(f"archiving {pending} messages to memory", session=session.key))
-                await self.consolidator.archive_all(session, self.models.for_session(session))
+                await self.consolidator.archive_all(session, model)
             if session.last_consolidated < len(session.messages):
                 self.store.set_consolidated(session, len(session.messages))
         kept = " and were archived to memory" if self.consolidator else ""
-        return f"Started a fresh conversation. The previous {pending} messages stay in {session.path.name}{kept}."
+        return (f"Started a fresh conversation. The previous {pending} messages stay in {session.path.name}{kept}."
+                + unusable)
 
     @command("/status", "model, session, context used, tokens and cost so far", read_only=True)
     async def status(self, call: Call) -> str:

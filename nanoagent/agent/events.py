@@ -175,6 +175,7 @@ class RunResult:
     usage: Usage = field(default_factory=Usage)
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     error: str | None = None
+    sent: bool = True  # False: the run failed before any model took its message (no server could be reached)
 
 
 @dataclass

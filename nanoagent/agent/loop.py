@@ -39,7 +39,6 @@ if TYPE_CHECKING:
     from nanoagent.agent.runner import Shrink
     from nanoagent.mcp.servers import McpServers
 
-FAILED_HINT = " Your message is kept but will not be sent again: /retry sends it once more, or just write again."
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
 
 
@@ -120,6 +119,8 @@ class AgentLoop:
             text, images = outcome.text, list(outcome.images)
         if images:
             self.check_images(key, images)
+        if model is None:  # before the message is stored: a session's unusable model says so
+            self.commands.check_model(session)
         def waiting(text: str) -> None:  # another process holds the session: say so while the turn waits
             sink(ev.Notice(text, session=key))
 
@@ -169,7 +170,7 @@ class AgentLoop:
             current_run.reset(run)
             current_turn.reset(scope)
         if result.error is not None:
-            return TurnResult(f"Error: {result.error.rstrip('.')}.{FAILED_HINT}", session.key, result, model)
+            return TurnResult(f"Error: {result.error.rstrip('.')}.", session.key, result, model)
         await budget.settle()
         return TurnResult(result.reply, session.key, result, model)
 

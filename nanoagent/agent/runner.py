@@ -94,6 +94,7 @@ class AgentRunner:
             except ProviderError as e:
                 refit = await self._make_room(spec, messages, e)
                 if isinstance(refit, str):
+                    result.sent = e.reached or bool(result.messages)
                     return self._fail(spec, result, refit)
                 spec = refit
                 continue  # the same call once more, on the smaller prompt (it counts as a step)

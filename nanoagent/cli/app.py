@@ -14,7 +14,17 @@ import typer
 import typer.core
 
 from nanoagent import __version__
-from nanoagent.cli.common import DebugOpt, WorkspaceOpt, open_paths, read_config, setup, warn
+from nanoagent.cli.common import (
+    App,
+    DebugOpt,
+    Group,
+    WorkspaceOpt,
+    open_paths,
+    read_config,
+    setup,
+    warn,
+    write_commands,
+)
 from nanoagent.cli.logs import state
 from nanoagent.cli.oneshot import (
     check_message,
@@ -35,6 +45,7 @@ if TYPE_CHECKING:
     from nanoagent.config.schema import Config
     from nanoagent.messages import ImageBlock
     from nanoagent.paths import Paths
+    from nanoagent.session.store import Session
     from nanoagent.tools import Ask
 
 # `nanoagent --help` lists commands in these groups, in this order; a command in none of them goes last.
@@ -59,7 +70,7 @@ LAZY_GROUPS = {
 }
 
 
-class GroupedHelp(typer.core.TyperGroup):
+class GroupedHelp(Group):
     """Help that reads in order: commands grouped by what a person wants to do, not by when they were added.
     The groups in LAZY_GROUPS are imported and built when asked for."""
 
@@ -82,19 +93,15 @@ class GroupedHelp(typer.core.TyperGroup):
 
     def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
         commands = {name: self.get_command(ctx, name) for name in self.list_commands(ctx)}
-        width = formatter.width - 6 - max(map(len, commands), default=0)
         placed: set[str] = set()
         for title, names in (*SECTIONS, ("Other", tuple(commands))):
-            shown = [name for name in names if name not in placed and (command := commands.get(name)) is not None
-                     and not command.hidden]
-            rows = [(name, commands[name].get_short_help_str(width)) for name in shown]
-            placed.update(name for name, _ in rows)
-            if rows:
-                with formatter.section(title):
-                    formatter.write_dl(rows)
+            shown = [(name, command) for name in names if name not in placed
+                     and (command := commands.get(name)) is not None]
+            placed.update(name for name, _ in shown)
+            write_commands(formatter, title, shown)
 
 
-app = typer.Typer(
+app = App(
     name="nanoagent",
     help="A personal AI agent for your terminal.",
     cls=GroupedHelp,
@@ -128,7 +135,7 @@ def root(
 @app.command()
 def agent(
     prompt: Annotated[str | None, typer.Argument(help="The message, as with -m (`nanoagent agent \"hi\"`).",
-                                                 show_default=False)] = None,
+                                                 show_default=False, metavar="MESSAGE")] = None,
     message: Annotated[str | None, typer.Option("--message", "-m", help="Send one message and exit; `-m -` reads "
                        "it from stdin, and text piped in with `-m TEXT` goes before TEXT.")] = None,
     continue_last: Annotated[bool, typer.Option("--continue", "-c", help="Continue the most recent conversation "
@@ -145,9 +152,10 @@ def agent(
                                                         "running.")] = False,
     debug: DebugOpt = False,
 ) -> None:
-    """Talk to the agent: `-m` for one message; interactive when no message is given.
+    """Talk to the agent: one message with `-m`, else a conversation.
 
-    When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w or
+    With no message it is interactive, continuing the session it names (cli:direct unless -s, -c or --resume
+    says otherwise; `/new` starts afresh). When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w or
     --model, the agent runs in this process.
 
     Example: nanoagent agent -m "what is on my list today?"
@@ -171,7 +179,7 @@ def agent(
     remote = not local and workspace is None and model is None and _gateway_running(paths)
     config = functools.cache(lambda: read_config(paths))  # attached to a gateway, its config is what counts
     if message is None:
-        _interactive(paths, config(), model, key, remote)
+        _interactive(paths, config(), model, key, remote, replay=continue_last or resume)
         return
     message = _with_stdin(message, lambda: config().tools.attachments.max_stdin_bytes)
     images: list[ImageBlock] = []
@@ -289,7 +297,8 @@ async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, m
         await local.aclose()
 
 
-def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool) -> None:
+def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool,
+                 replay: bool = False) -> None:
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
     from nanoagent.cli.render import REPLY_WIDTH, terminal_width
     from nanoagent.cli.running import run_main
@@ -307,14 +316,22 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
             attacher = _attacher(paths, config)
             if terminal:
                 _show_notes(paths, key, ui)
+                saved = _saved(paths, key) if isinstance(agent, RemoteAgent) else agent.loop.session(key)
                 await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
-                                      " (through the gateway)" if remote else "", attacher)
+                                      " (through the gateway)" if remote else "", attacher, saved, replay)
             else:
                 await run_plain(agent, key, ui, attacher)
         finally:
             await agent.aclose()
 
     run_main(session())
+
+
+def _saved(paths: Paths, key: str) -> Session:
+    """The session as the gateway keeps it, read from its file (the same home)."""
+    from nanoagent.session.store import SessionStore
+
+    return SessionStore(paths.sessions_dir, warn=warn).load(key)
 
 
 def _show_notes(paths: Paths, key: str, ui: Any) -> None:
@@ -335,7 +352,9 @@ def onboard(
     api_base: Annotated[str | None, typer.Option("--api-base", help="Base URL for an OpenAI-compatible server.")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Create config.json (mode 0600) and the workspace, keeping anything that already exists.
+    """Create config.json and the workspace, keeping what exists.
+
+    config.json is made with mode 0600; files already there are left as they are.
 
     With no options on a terminal, asks for provider, model and key.
 
@@ -349,7 +368,7 @@ def onboard(
 
 @app.command()
 def status(workspace: WorkspaceOpt = None) -> None:
-    """Show the model, provider, key presence, workspace and session paths.
+    """Show the model, provider, key, workspace and session paths.
 
     Example: nanoagent status
     """
@@ -411,9 +430,9 @@ def dream(
     model: Annotated[str | None, typer.Option("--model", help="Model for this run (default: memory.dreamModel, then the agent's model).")] = None,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Fold new conversation history into long-term memory (SOUL.md, USER.md, memory/MEMORY.md).
+    """Fold new conversation history into long-term memory.
 
-    Each edit becomes its own commit: see them with `nanoagent dream-log`, undo one with
+    Dream edits SOUL.md, USER.md and memory/MEMORY.md. Each edit becomes its own commit: see them with `nanoagent dream-log`, undo one with
     `nanoagent dream-restore SHA`. Safe to run from cron: only one Dream runs at a time (a second one says so
     and exits 0), each run not on a terminal starts with a timestamped line, and with nothing new it needs
     no API key.
@@ -443,7 +462,9 @@ def doctor(
     workspace: WorkspaceOpt = None,
     fix: Annotated[bool, typer.Option("--fix", help="Migrate renamed config keys (a backup is kept).")] = False,
 ) -> None:
-    """Check config, keys, workspace, git and the offline tokenizer, and say what to fix.
+    """Check config, keys, workspace and git, and say what to fix.
+
+    The offline tokenizer is checked too.
 
     Example: nanoagent doctor --fix
     """

@@ -53,10 +53,15 @@ class LocalAgent:
 
     def warm_up(self, key: str) -> None:
         """Import the provider SDK in the background so the first reply does not wait for it; start MCP servers."""
-        provider = self.loop.providers.get(self.model(key))
+        from nanoagent.errors import NanoagentError
+
         loop = asyncio.get_running_loop()
-        # after the prompt is on screen, so the import does not hold up the first frame
-        loop.call_later(0.3, lambda: loop.run_in_executor(None, provider.prepare))
+        try:
+            provider = self.loop.providers.get(self.model(key))
+        except NanoagentError:  # a session's model that cannot be used: its turns say so, and /model or /new work
+            pass
+        else:  # after the prompt is on screen, so the import does not hold up the first frame
+            loop.call_later(0.3, lambda: loop.run_in_executor(None, provider.prepare))
         loop.call_later(0.3, lambda: loop.run_in_executor(None, self.loop.context.confinement))  # bwrap's check
         if self.loop.mcp is not None:
             loop.call_later(0.3, self.loop.mcp.warm_up)

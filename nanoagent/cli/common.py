@@ -8,12 +8,72 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
+import typer.core
 
 from nanoagent.cli.logs import start_log, state, warn
 from nanoagent.errors import NanoagentError
+
+if TYPE_CHECKING:
+    from typer._click import Command as ClickCommand
+    from typer._click import Context, HelpFormatter
+
+
+class Command(typer.core.TyperCommand):
+    """A command whose arguments read as `SHA` in its usage line and help (`[SHA]` when optional), not typer's
+    `{sha}`."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        for param in self.params:
+            if isinstance(param, typer.core.TyperArgument) and param.metavar is None and param.name:
+                param.metavar = param.name.upper()
+
+    def collect_usage_pieces(self, ctx: Context) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for param in self.get_params(ctx):
+            if isinstance(param, typer.core.TyperArgument):
+                name = param.make_metavar(ctx)
+                pieces.append(name if param.required else f"[{name}]")
+            else:
+                pieces.extend(param.get_usage_pieces(ctx))
+        return pieces
+
+
+def summary(command: ClickCommand) -> str:
+    """A command's line in its group's help: its `short_help`, else its help's first sentence, whole (click would
+    cut it at about 45 characters, whatever the terminal's width). Each fits on one line at 80 columns
+    (tests/test_help.py checks)."""
+    return command.get_short_help_str(limit=sys.maxsize)
+
+
+def write_commands(formatter: HelpFormatter, title: str, commands: list[tuple[str, ClickCommand]]) -> None:
+    rows = [(name, summary(command)) for name, command in commands if not command.hidden]
+    if rows:
+        with formatter.section(title):
+            formatter.write_dl(rows)
+
+
+class Group(typer.core.TyperGroup):
+    """A command group whose help lists each command with its whole summary."""
+
+    def format_commands(self, ctx: Context, formatter: HelpFormatter) -> None:
+        commands = [(name, command) for name in self.list_commands(ctx)
+                    if (command := self.get_command(ctx, name)) is not None]
+        write_commands(formatter, "Commands", commands)
+
+
+class App(typer.Typer):
+    """`typer.Typer` whose groups and commands are the `Group` and `Command` above."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**{"cls": Group, **kwargs})
+
+    def command(self, *args: Any, **kwargs: Any) -> Any:
+        return super().command(*args, **{"cls": Command, **kwargs})
+
 
 WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nanoagent.cli.common import WorkspaceOpt, setup, warn
+from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from nanoagent.cron.store import Job, JobsFile, JobStore, RunRecord
     from nanoagent.paths import Paths
 
-cron_app = typer.Typer(help="Scheduled jobs: reminders and recurring work the agent does by itself.\n\nExample: nanoagent cron list",
+cron_app = App(help="Scheduled jobs: reminders and work the agent does by itself.\n\nExample: nanoagent cron list",
                        no_args_is_help=True)
 
 
@@ -206,7 +206,9 @@ def _toggle(job_id: str, enabled: bool) -> None:
 
 @cron_app.command("enable")
 def enable(job_id: Annotated[str, typer.Argument(help="The job's id.")]) -> None:
-    """Resume a paused job (from now on: runs it missed while paused are not made up).
+    """Resume a paused job from now on.
+
+    Runs it missed while paused are not made up.
 
     Example: nanoagent cron enable 3f9a1c2e
     """
@@ -244,8 +246,9 @@ def _scheduler(paths: Paths, config: Config, replies: list[str] | None = None): 
 
 @cron_app.command("run")
 def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace: WorkspaceOpt = None) -> None:
-    """Run a job now, in this process, and print its reply (its schedule is unchanged; a one-off is removed once
-    it ran).
+    """Run a job now, in this process, and print its reply.
+
+    Its schedule is unchanged; a one-off job is removed once it ran.
 
     Example: nanoagent cron run 3f9a1c2e
     """
@@ -271,8 +274,10 @@ def tick(
     workspace: WorkspaceOpt = None,
     verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Say what ran (and when nothing did).")] = False,
 ) -> None:
-    """Run every job that is due, then exit: for a crontab line (`* * * * * nanoagent cron tick`). Silent unless
-    a run fails; does nothing while the gateway runs the jobs.
+    """Run every job that is due, then exit: for a crontab line.
+
+    The line: `* * * * * nanoagent cron tick`. Silent unless a run fails; does nothing while the gateway runs
+    the jobs.
 
     Example: nanoagent cron tick
     """

@@ -27,7 +27,9 @@ def dream_log(
     n: Annotated[int, typer.Option("-n", help="How many commits to list, newest first.")] = 20,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """List the edits made to memory (SOUL.md, USER.md, MEMORY.md, skills), or show one edit's diff.
+    """List the edits made to memory, or show one edit's diff.
+
+    Memory is SOUL.md, USER.md, memory/MEMORY.md and the skills Dream made.
 
     Example: nanoagent dream-log -n 5
     """
@@ -66,7 +68,9 @@ def dream_restore(
     sha: Annotated[str, typer.Argument(help="The commit to undo (a short sha from `nanoagent dream-log`).")],
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Undo one memory edit, keeping every later change; the undo is itself a new commit.
+    """Undo one memory edit, keeping every later change.
+
+    The undo is itself a new commit.
 
     Example: nanoagent dream-restore 1a2b3c4
     """

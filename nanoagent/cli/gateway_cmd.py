@@ -13,13 +13,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nanoagent.cli.common import WorkspaceOpt, setup, warn
+from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
 
-gateway_app = typer.Typer(help="Keep the agent running for terminals, programs and Telegram.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
+gateway_app = App(help="Keep the agent running for terminals, programs and Telegram.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
                           invoke_without_command=True)
 
 UNIT = """[Unit]
@@ -121,7 +121,9 @@ def _log_to_stderr() -> None:
 
 @gateway_app.command("status")
 def status(workspace: WorkspaceOpt = None) -> None:
-    """Whether a gateway runs for this home: its pid, uptime, running turns and clients.
+    """Whether a gateway runs for this home, and what it is doing.
+
+    It shows the gateway's pid, uptime, running turns and clients.
 
     Example: nanoagent gateway status
     """
@@ -157,7 +159,9 @@ async def _ask_status(socket: Path) -> dict:
 @gateway_app.command("stop")
 def stop(workspace: WorkspaceOpt = None,
          wait: Annotated[float, typer.Option(help="Seconds to wait for it to finish running turns.")] = 30.0) -> None:
-    """Ask the running gateway to stop (SIGTERM): running turns get their grace period, then it exits.
+    """Ask the running gateway to stop (SIGTERM).
+
+    Running turns get their grace period, then it exits.
 
     Example: nanoagent gateway stop
     """
@@ -187,7 +191,9 @@ def stop(workspace: WorkspaceOpt = None,
 def install(
     print_only: Annotated[bool, typer.Option("--print", help="Print the systemd unit instead of installing it.")] = False,
 ) -> None:
-    """Install a systemd user unit so the gateway starts at login and restarts on failure.
+    """Install a systemd user unit: the gateway starts at login.
+
+    It is restarted when it fails.
 
     Example: nanoagent gateway install --print
     """

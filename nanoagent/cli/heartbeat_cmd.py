@@ -19,7 +19,9 @@ def heartbeat(
     force: Annotated[bool, typer.Option("--force", help="Run even outside heartbeat.activeHours.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Run one heartbeat now: check the standing tasks in HEARTBEAT.md and print what the agent has to say.
+    """Run one heartbeat now: the standing tasks in HEARTBEAT.md.
+
+    The agent checks them and what it has to say is printed.
 
     With no task in HEARTBEAT.md it makes no model call. A reply worth sending is printed and, when its
     target (heartbeat.target, else your most recently active chat) is a terminal session, added there;

@@ -36,7 +36,10 @@ from nanoagent.cli.render import (
 from nanoagent.usage import turn_line
 
 if TYPE_CHECKING:
+    from datetime import datetime
+
     from nanoagent.attachments import Attached
+    from nanoagent.session.store import Session as SavedSession
 
     Attacher = Callable[[str], Attached]
 
@@ -47,6 +50,8 @@ ATTACH_HELP = f"{ATTACH} PATH  attach a file to your next message (an image, or 
 # the commands only a terminal session has, added to /help's list
 TERMINAL_HELP = f"\nIn this terminal:\n{ATTACH_HELP}\n/exit, /quit   end the session (Ctrl-D does too)"
 Agent = LocalAgent | RemoteAgent
+# after a turn that failed once its message had gone to the model (not in a one-shot, nor when no server answered)
+RETRY_HINT = "Your message is kept but will not be sent again: /retry sends it once more, or just write again."
 ESC_WAIT = 0.4  # seconds an Esc waits for a key that makes it Esc Enter (a new line) before it cancels alone
 
 
@@ -253,6 +258,8 @@ class Session:
         result = turn.result
         if result is not None and result.error:
             self.ui.line(f"[red]{escape(turn.reply)}[/red]")
+            if result.sent:
+                self.ui.line(f"[dim]{RETRY_HINT}[/dim]")
         elif not self.ui.stream.printed.strip().endswith(terminal_safe(turn.reply).strip()):
             self.ui.stream.feed(turn.reply)
             self.ui.stream.flush()
@@ -360,8 +367,67 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
     return session
 
 
+def continuing(saved: SavedSession, now: datetime | None = None) -> str | None:
+    """What a session opened at the terminal carries into its next turn, in one line, or None when it starts fresh:
+    `continuing cli:direct · 14 messages · last 18:40 · /new starts fresh`."""
+    import os
+    from datetime import datetime
+
+    count = len(saved.messages) - saved.last_consolidated
+    if count <= 0:
+        return None
+    try:
+        stamp = datetime.fromtimestamp(os.stat(saved.path).st_mtime)
+    except OSError:
+        return None
+    now = now or datetime.now()
+    when = (stamp.strftime("%H:%M") if stamp.date() == now.date() else
+            stamp.strftime("%b %d %H:%M") if stamp.year == now.year else stamp.strftime("%Y-%m-%d"))
+    plural = "" if count == 1 else "s"
+    return f"continuing {saved.key} · {count} message{plural} · last {when} · /new starts fresh"
+
+
+def last_exchanges(saved: SavedSession, width: int, count: int = 3) -> list[str]:
+    """The last `count` exchanges still in the conversation's context, a line for each side, cut to `width`."""
+    from nanoagent.messages import is_assistant, is_user, shown_text, strip_runtime_context
+
+    failed = saved.failed()
+    exchanges: list[list[str]] = []
+    for index in range(saved.last_consolidated, len(saved.messages)):
+        message = saved.messages[index]
+        if index in failed:
+            continue
+        if is_user(message):
+            exchanges.append(["you", strip_runtime_context(shown_text(message)), ""])
+        elif is_assistant(message) and exchanges and (text := shown_text(message).strip()):
+            exchanges[-1][2] = text  # the reply: the last text before the next message of the user
+
+    def cut(text: str, room: int) -> str:
+        text = " ".join(text.split())
+        return text if len(text) <= room else text[:max(0, room - 1)] + "…"
+
+    lines = []
+    for _, said, reply in exchanges[-count:]:
+        lines.append(f"[dim]  you:   {escape(cut(said, width - 9))}[/dim]")
+        if reply:
+            lines.append(f"[dim]  agent: {escape(cut(reply, width - 9))}[/dim]")
+    return lines
+
+
+def opening(saved: SavedSession | None, replay: bool, width: int) -> list[str]:
+    """Under the banner: the last exchanges of a conversation picked with -c or --resume, then what the session
+    continues, so a one-shot's history in cli:direct never joins a conversation unannounced."""
+    line = continuing(saved) if saved is not None else None
+    if saved is None or line is None:
+        return []
+    return [*(last_exchanges(saved, width) if replay else []), f"[cyan]{escape(line)}[/cyan]"]
+
+
 async def run_interactive(agent: Agent, key: str, history_file: Path, ui: TerminalUI,
-                          through: str = "", attacher: Attacher | None = None) -> None:
+                          through: str = "", attacher: Attacher | None = None,
+                          saved: SavedSession | None = None, replay: bool = False) -> None:
+    """`saved`: the session as it is on disk, for the lines under the banner; `replay`: it was picked (-c,
+    --resume), so its last exchanges are shown too."""
     from prompt_toolkit.patch_stdout import patch_stdout
 
     session = Session(agent, key, ui, attacher)
@@ -371,6 +437,8 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     agent.warm_up(key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
+    for line in opening(saved, replay, ui.width):
+        ui.line(line)
     with patch_stdout(raw=True):
         try:
             await _read_lines(session, prompt, ui)

@@ -8,11 +8,11 @@ from typing import Annotated, Any
 
 import typer
 
-from nanoagent.cli.common import WorkspaceOpt, setup, warn
+from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
 from nanoagent.cli.render import terminal_safe
 from nanoagent.errors import NanoagentError
 
-mcp_app = typer.Typer(help="Add, list and remove MCP servers (their tools become the agent's tools).\n\nExample: nanoagent mcp list",
+mcp_app = App(help="Add, list and remove MCP servers: their tools become the agent's.\n\nExample: nanoagent mcp list",
                       no_args_is_help=True)
 CHECK_TIMEOUT = 15.0
 
@@ -22,7 +22,9 @@ def list_servers(
     timeout: Annotated[float, typer.Option(help="Seconds each server gets to start and list its tools.")] = CHECK_TIMEOUT,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Start each server, then show its state and its tools (as the agent sees them: mcp__SERVER__TOOL).
+    """Start each server, then show its state and its tools.
+
+    Tools are named as the agent sees them: mcp__SERVER__TOOL.
 
     Example: nanoagent mcp list
     """
@@ -57,7 +59,9 @@ def add(
     wait: Annotated[float, typer.Option(help="Seconds the server gets now to start and list its tools.")] = CHECK_TIMEOUT,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Add a server: `nanoagent mcp add NAME -- COMMAND ARGS...` (runs on this machine, as you) or
+    """Add a server: a command to run, or a URL.
+
+    `nanoagent mcp add NAME -- COMMAND ARGS...` (runs on this machine, as you) or
     `nanoagent mcp add NAME --url URL [--header 'Authorization: Bearer ...']`. It is started once to list its
     tools.
 

@@ -7,10 +7,10 @@ from typing import Annotated
 
 import typer
 
-from nanoagent.cli.common import WorkspaceOpt, setup, warn
+from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
-memory_app = typer.Typer(help="Search what the agent remembers.\n\nExample: nanoagent memory search \"sister's birthday\"", no_args_is_help=True)
+memory_app = App(help="Search what the agent remembers.\n\nExample: nanoagent memory search \"sister's birthday\"", no_args_is_help=True)
 
 
 @memory_app.command("search")
@@ -20,7 +20,9 @@ def search(
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list of results.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Search memory files, history and past conversations; best matches first, each with its source.
+    """Search memory files, history and past conversations.
+
+    Best matches come first, each with its source.
 
     Example: nanoagent memory search "dentist appointment"
     """

@@ -11,12 +11,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from nanoagent.cli.common import setup
+from nanoagent.cli.common import App, setup
 
 if TYPE_CHECKING:
     from nanoagent.gateway.telegram_state import StateFile
 
-pairing_app = typer.Typer(help="Let people talk to the agent through Telegram: approve their pairing codes.\n\nExample: nanoagent pairing list",
+pairing_app = App(help="Let people talk to the agent on Telegram, by pairing code.\n\nExample: nanoagent pairing list",
                           no_args_is_help=True)
 
 
@@ -40,7 +40,9 @@ def approve(code: Annotated[str, typer.Argument(help="The code the bot sent them
 
 @pairing_app.command("list")
 def list_codes() -> None:
-    """Pending pairing codes and the people approved so far (besides config's channels.telegram.allowFrom).
+    """Pending pairing codes and the people approved so far.
+
+    People in config's channels.telegram.allowFrom are not listed here.
 
     Example: nanoagent pairing list
     """
@@ -60,7 +62,9 @@ def list_codes() -> None:
 @pairing_app.command("revoke")
 def revoke(user_id: Annotated[int, typer.Argument(help="Their Telegram user id (see `nanoagent pairing list`).")],
            ) -> None:
-    """Withdraw an approval made by pairing (ids in config's allowFrom are changed in config.json).
+    """Withdraw an approval made by pairing.
+
+    Ids in config's allowFrom are changed in config.json.
 
     Example: nanoagent pairing revoke 123456789
     """

@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from nanoagent.cli.common import setup, warn
+from nanoagent.cli.common import App, setup, warn
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from nanoagent.messages import Message, ToolCallData
     from nanoagent.session.store import Session, SessionStore
 
-sessions_app = typer.Typer(help="List, read, export and remove saved conversations.\n\nExample: nanoagent sessions list", no_args_is_help=True)
+sessions_app = App(help="List, read, export and remove saved conversations.\n\nExample: nanoagent sessions list", no_args_is_help=True)
 
 KeyArg = Annotated[str, typer.Argument(help="Session key, e.g. cli:direct or telegram:123 (a bare name means cli:NAME).")]
 
@@ -97,7 +97,9 @@ def _preview(session: Session) -> str:
 def list_sessions(
     json_output: Annotated[bool, typer.Option("--json", help="Print a JSON list.")] = False,
 ) -> None:
-    """Saved sessions, the most recent first: messages, last active, tokens and cost.
+    """Saved sessions, the most recent first, with their size and cost.
+
+    Each row: messages, last active, tokens and cost.
 
     Example: nanoagent sessions list --json
     """
@@ -121,7 +123,9 @@ def list_sessions(
 
 @sessions_app.command("show")
 def show(key: KeyArg) -> None:
-    """The conversation as the terminal shows it, tool calls folded to one line each.
+    """The conversation as the terminal shows it, tool calls folded.
+
+    Each tool call is folded to one line.
 
     Example: nanoagent sessions show cli:direct | less -R
     """

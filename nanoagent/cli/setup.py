@@ -477,9 +477,14 @@ def _report_skills(report: Callable[[bool, str, str], None], paths: Paths) -> No
 
 
 def _report_sandbox(report: Callable[[bool, str, str], None], config: Config | None) -> None:
-    """The same smoke test exec runs: whether commands run in the sandbox, and if not why and how to fix it."""
-    from nanoagent.tools.sandbox import check_bwrap
+    """The same smoke test exec runs: whether commands run in the sandbox, and if not why and how to fix it;
+    and what bounds a command's memory and processes here."""
+    from nanoagent.tools.sandbox import SandboxPolicy, check_bwrap
+    from nanoagent.tools.shell import describe_limits
 
+    e = config.tools.exec if config is not None else None
+    report(True, describe_limits(SandboxPolicy(max_processes=e.max_processes, memory_mb=e.memory_mb) if e else
+                                 SandboxPolicy()), "")
     mode = config.tools.exec.sandbox if config is not None else "auto"
     if mode == "none":
         report(True, "sandbox: off (tools.exec.sandbox is \"none\"); commands run as you, environment scrubbed", "")

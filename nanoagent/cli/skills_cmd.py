@@ -7,15 +7,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import typer
-
-from nanoagent.cli.common import WorkspaceOpt
+from nanoagent.cli.common import App, WorkspaceOpt
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from nanoagent.skills import Skill, SkillsLoader, SkillTrust
 
-skills_app = typer.Typer(help="List, validate and trust skills.\n\nExample: nanoagent skills list", no_args_is_help=True)
+skills_app = App(help="List, validate and trust skills.\n\nExample: nanoagent skills list", no_args_is_help=True)
 
 
 def _loader(workspace: Path | None, warn: Callable[[str], None]) -> tuple[SkillsLoader, SkillTrust]:
@@ -38,7 +36,7 @@ def _workspace_skill(loader: SkillsLoader, name: str) -> Skill:
 
 @skills_app.command("list")
 def list_skills(workspace: WorkspaceOpt = None) -> None:
-    """Show every skill with its source, trust, and whether it can be used here.
+    """List the skills: source, trust, and whether each works here.
 
     Example: nanoagent skills list
     """
@@ -68,7 +66,9 @@ def list_skills(workspace: WorkspaceOpt = None) -> None:
 
 @skills_app.command("trust")
 def trust(name: str, workspace: WorkspaceOpt = None) -> None:
-    """Let a workspace skill marked `always: true` load into every prompt, as its SKILL.md is now.
+    """Let an `always: true` workspace skill load into every prompt.
+
+    It loads as its SKILL.md is now.
 
     Example: nanoagent skills trust my-habits
     """
@@ -86,7 +86,9 @@ def trust(name: str, workspace: WorkspaceOpt = None) -> None:
 
 @skills_app.command("untrust")
 def untrust(name: str, workspace: WorkspaceOpt = None) -> None:
-    """Stop loading a workspace skill into every prompt; the model still sees it listed.
+    """Stop loading a workspace skill into every prompt.
+
+    The model still sees it listed.
 
     Example: nanoagent skills untrust my-habits
     """

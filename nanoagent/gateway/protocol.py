@@ -162,7 +162,7 @@ def result_to_wire(turn: ev.TurnResult | None, request_id: str) -> dict[str, Any
         return {"type": "result", "id": request_id, "reply": "", "joined": True, "run": None}
     run = turn.result
     wire_run = None if run is None else {
-        "stop": run.stop.value, "error": run.error, "usage": run.usage.to_dict(),
+        "stop": run.stop.value, "error": run.error, "sent": run.sent, "usage": run.usage.to_dict(),
         "tool_calls": [{"name": c.name, "arguments": c.arguments, "ok": c.ok, "elapsed": c.elapsed}
                        for c in run.tool_calls],
     }
@@ -183,6 +183,7 @@ def result_from_wire(data: dict[str, Any]) -> ev.TurnResult | None:
         result = ev.RunResult(
             reply=str(data.get("reply", "")), stop=ev.StopReason(run.get("stop", "completed")),
             usage=Usage(**{k: int(v) for k, v in (run.get("usage") or {}).items()}), error=run.get("error"),
+            sent=run.get("sent") is not False,
             tool_calls=[ev.ToolCallRecord(c["name"], c.get("arguments") or {}, bool(c.get("ok")),
                                           float(c.get("elapsed", 0))) for c in run.get("tool_calls") or []])
     return ev.TurnResult(str(data.get("reply", "")), str(data.get("session", "")), result, str(data.get("model", "")),

@@ -3,8 +3,9 @@
 Ours rather than the SDK's, for three things a user notices:
 - the server's stderr goes to `logs/mcp-<name>.log`, and its last lines explain a failed start;
 - stdout lines that are not JSON-RPC (a chatty server's banner) are skipped and counted, not fatal;
-- no orphans: the server runs in its own process group, dies with nanoagent (PR_SET_PDEATHSIG), and a small
-  watcher ends the whole group if nanoagent is killed (-9) before it could stop it.
+- no orphans: the server runs in its own process group and, where nanoagent may make one, its own pids cgroup
+  (which keeps even a `setsid` child of it); it dies with nanoagent (PR_SET_PDEATHSIG), and a small watcher
+  ends the whole group and everything in the cgroup if nanoagent is killed (-9) before it could stop it.
 
 MCP servers are the user's own programs: they run as the user, outside the exec sandbox.
 """
@@ -21,7 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.fsutil import private_dir
-from nanoagent.procguard import release, start_guard, watch
+from nanoagent.procguard import Cgroup, release, start_guard, watch
 
 if TYPE_CHECKING:
     from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStream
@@ -75,14 +76,17 @@ async def stdio_transport(command: str, args: list[str], env: dict[str, str], cw
     from mcp.shared.message import SessionMessage
 
     stderr = _open_log(log)
-    guard = await start_guard()
+    group = await asyncio.to_thread(Cgroup.create)
+    guard = await start_guard(cgroups=group.paths if group else ())
     try:
         proc = await asyncio.create_subprocess_exec(
             command, *args, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=stderr,
             env={**os.environ, **env}, cwd=cwd, start_new_session=True, limit=MAX_LINE,
-            preexec_fn=_die_with_parent())
+            preexec_fn=_in_group_and_die_with_parent(group))
     except BaseException:
         await release(guard)
+        if group is not None:
+            await asyncio.to_thread(group.close)
         raise
     finally:
         os.close(stderr)
@@ -129,11 +133,11 @@ async def stdio_transport(command: str, args: list[str], env: dict[str, str], cw
     try:
         yield read_recv, write_send
     finally:
-        await asyncio.shield(_stop(proc, tasks, guard))
+        await asyncio.shield(_stop(proc, tasks, guard, group))
 
 
 async def _stop(proc: asyncio.subprocess.Process, tasks: list[asyncio.Task[None]],
-                guard: asyncio.subprocess.Process | None) -> None:
+                guard: asyncio.subprocess.Process | None, group: Cgroup | None) -> None:
     """Close stdin (the polite way the spec asks for), then SIGTERM and SIGKILL the whole process group."""
     if proc.stdin is not None:
         proc.stdin.close()
@@ -148,6 +152,8 @@ async def _stop(proc: asyncio.subprocess.Process, tasks: list[asyncio.Task[None]
             continue
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)  # what it started and left behind goes with it
+    if group is not None:  # and what left the group
+        await asyncio.to_thread(group.close)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
@@ -162,17 +168,23 @@ def _open_log(log: Path) -> int:
     return os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
 
 
-def _die_with_parent() -> Any:
-    """Between fork and exec: the server gets SIGKILL when nanoagent dies (Linux; elsewhere the guard does it)."""
+def _in_group_and_die_with_parent(group: Cgroup | None) -> Any:
+    """Between fork and exec: the server joins its cgroup, and gets SIGKILL when nanoagent dies (Linux; elsewhere
+    the guard does it)."""
     import ctypes
 
     try:
         prctl = ctypes.CDLL(None, use_errno=True).prctl  # loaded here, not after the fork
     except (OSError, AttributeError):
+        prctl = None
+    if prctl is None and group is None:
         return None
 
     def apply() -> None:
-        prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+        if group is not None:
+            group.join()
+        if prctl is not None:
+            prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
     return apply
 

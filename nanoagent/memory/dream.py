@@ -165,9 +165,9 @@ class Dream:
         first, last = entries[0].cursor, entries[-1].cursor
         parts = [f"# New history entries (cursors {first} to {last})"]
         for e in entries:
-            raw = " (raw excerpt)" if e.raw else ""
+            raw = " (raw excerpt)" if e.raw else "" if e.verified else " (unverified: not signed by nanoagent)"
             content = truncate(e.content, ENTRY_CAP_CHARS)  # a raw excerpt is copied conversation: data, not orders
-            shown = wrap_untrusted("memory/history.jsonl", content) if e.raw else content
+            shown = content if e.trusted else wrap_untrusted("memory/history.jsonl", content)
             parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}{raw}]\n{shown}")
         for rel in ("SOUL.md", "USER.md"):
             parts.append(f"\n# {rel}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}")

@@ -17,11 +17,13 @@ gitpython is imported inside functions only: `nanoagent --help` must not load it
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+import stat
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,10 +32,11 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import atomic_write, file_lock
+from nanoagent.fsutil import atomic_write, file_lock, uninterrupted
 from nanoagent.paths import MEMORY_FILES, is_memory_file
 from nanoagent.tools.base import current_turn
 from nanoagent.tools.fs import WriteHook
+from nanoagent.tools.shell import CommandHook
 
 SKILLS_PATHSPEC = ":(glob)skills/*/SKILL.md"
 IDENTITY = ("nanoagent", "nanoagent@localhost")
@@ -105,6 +108,32 @@ class MemoryGit:
             self._snapshot()
             write()
             return self._commit([relpath], message, author)
+
+    def contents(self) -> dict[str, bytes | None]:
+        """Each memory file's bytes as it is now (None: missing, or a link, which is not followed); a command's
+        edits are found by comparing two of these."""
+        files = [*MEMORY_FILES]
+        skills = self.workspace / "skills"
+        if skills.is_dir():
+            files += [f"skills/{d.name}/SKILL.md" for d in skills.iterdir()]
+        return {rel: _read_nofollow(self.workspace / rel) for rel in files}
+
+    def record_change(self, before: dict[str, bytes | None], message: str, author: str = "agent"
+                      ) -> MemoryCommit | None:
+        """Commit what changed since `before` (from `contents`) as `author`'s; the files' hand edits made before
+        that (uncommitted when `before` was read) become the user's own commit first, so they are never
+        attributed to, or undone with, the automated edit. None when nothing changed."""
+        with self._locked():
+            self._ensure()
+            now = self.contents()
+            changed = sorted(rel for rel in before.keys() | now.keys() if before.get(rel) != now.get(rel)
+                             and is_memory_file(rel))
+            if not changed:
+                return None
+            earlier = {rel: before.get(rel) for rel in changed if before.get(rel) != self._blob("HEAD", rel)}
+            if earlier:
+                self._commit_contents(earlier, "user")
+            return self._commit(changed, message, author)
 
     def log(self, n: int = 20) -> list[MemoryCommit]:
         """The newest `n` commits, newest first; empty before the first `ensure`."""
@@ -191,9 +220,27 @@ class MemoryGit:
         changes = self._stage(files)
         if not changes:
             return None
-        words = [name if status == "M" else f"{'added' if status == 'A' else 'deleted'} {name}"
-                 for status, name in changes]
-        return self._commit([name for _, name in changes], "Your edit: " + ", ".join(words), "user")
+        return self._commit([name for _, name in changes], _your_edit(changes), "user")
+
+    def _commit_contents(self, contents: dict[str, bytes | None], author: str) -> None:
+        """Commit these contents (None: deleted) of the files as `author`'s hand edit, leaving the files on disk
+        as they are."""
+        self._git("read-tree", "HEAD")  # the index as HEAD: only these entries differ
+        for relpath, data in contents.items():
+            if data is None:
+                self._git("update-index", "--force-remove", "--", relpath)
+                continue
+            staged = self.git_dir / "staged.tmp"
+            atomic_write(staged, data)
+            sha = self._git("hash-object", "-w", "--no-filters", str(staged)).strip()
+            staged.unlink()
+            self._git("update-index", "--add", "--cacheinfo", f"100644,{sha},{relpath}")
+        out = self._git("diff", "--cached", "--no-renames", "--name-status", "-z", "HEAD", "--", *contents)
+        fields = [f for f in out.split("\0") if f]
+        changes = [(fields[i][0], fields[i + 1]) for i in range(0, len(fields) - 1, 2)]
+        if changes:
+            self._git("commit", "-q", "--no-verify", f"--author={author} <{IDENTITY[1]}>", "-m",
+                      _your_edit(changes))
 
     def _commit(self, files: list[str], message: str, author: str) -> MemoryCommit | None:
         changes = self._stage(files)
@@ -381,6 +428,52 @@ def agent_edits(git: MemoryGit, warn: Callable[[str], None]) -> WriteHook:
             warn(f"The agent's edit of {relpath} is not in the memory history: {e}")
 
     return through
+
+
+def agent_commands(git: MemoryGit, warn: Callable[[str], None]) -> CommandHook:
+    """exec's hook: what a command changed in the memory files becomes one commit by "agent", naming the command
+    and the session, as the file tools' edits do. The files are read before and after (no git unless something
+    changed); a hand edit saved while the command ran counts as the command's."""
+
+    async def around(command: str, run: Callable[[], Awaitable[str]]) -> str:
+        import asyncio
+
+        if not git.git_dir.exists():  # the first commit records the files as they were before any command
+            with contextlib.suppress(NanoagentError):
+                await asyncio.to_thread(git.ensure)
+        before = await asyncio.to_thread(git.contents)
+        try:
+            return await run()
+        finally:
+            session = current_turn.get().session_key or "none"
+            shown = " ".join(command.split())
+            shown = shown if len(shown) <= 60 else shown[:57] + "..."
+            try:
+                await uninterrupted(asyncio.to_thread(
+                    git.record_change, before, f"exec by the agent (session {session}): {shown}"))
+            except NanoagentError as e:
+                warn(f"The agent's command changed memory files, but that is not in the memory history: {e}")
+
+    return around
+
+
+def _your_edit(changes: list[tuple[str, str]]) -> str:
+    words = [name if status == "M" else f"{'added' if status == 'A' else 'deleted'} {name}" for status, name in changes]
+    return "Your edit: " + ", ".join(words)
+
+
+def _read_nofollow(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:  # missing, a link, unreadable
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as f:
+            return f.read()
+    finally:
+        os.close(fd)
 
 
 def _put(path: Path, data: bytes | None) -> None:

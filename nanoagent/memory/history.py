@@ -12,18 +12,27 @@ as the last cursor in history.jsonl, or as 0 for a `.dream_cursor` that is not a
 A `.dream_cursor` past the end is also rewritten, or every later entry would stay behind it.
 Cursors stay within SQLite's integers (the search index stores them); a line with a cursor
 outside 0..MAX_CURSOR is corrupt.
+
+Each line nanoagent writes carries `mac`, an HMAC-SHA256 of its fields under a key kept in
+$NANOAGENT_HOME (`history.key`, 0600, outside the workspace and hidden from sandboxed commands).
+An entry without a valid one (written before entries were signed, under another home, or by
+something other than nanoagent) is `verified: False`: it reaches a prompt only as untrusted data.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
+import hmac
 import json
 import os
+import secrets
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 
-from nanoagent.fsutil import append_lines, atomic_write, file_lock
+from nanoagent.fsutil import append_lines, atomic_write, file_lock, private_dir
 
 MAX_CURSOR = 2**63 - 1  # SQLite's largest integer
 
@@ -35,12 +44,22 @@ class HistoryEntry:
     session: str
     content: str
     raw: bool = False
+    verified: bool = False  # its mac proves nanoagent wrote it under this home's key
+
+    @property
+    def trusted(self) -> bool:
+        """A summary nanoagent wrote: the model's own words. Anything else (a raw excerpt of the conversation, an
+        entry nanoagent cannot prove it wrote) reaches a prompt only inside the untrusted envelope."""
+        return self.verified and not self.raw
 
 
 class HistoryLog:
-    def __init__(self, memory_dir: Path, warn: Callable[[str], None] = lambda message: None):
+    def __init__(self, memory_dir: Path, warn: Callable[[str], None] = lambda message: None,
+                 key_file: Path | None = None):
         self.dir = memory_dir
         self.warn = warn
+        self.key_file = key_file  # None: entries are not signed, and none reads as verified
+        self._key: bytes | None = None
         self._entries: list[HistoryEntry] = []
         self._offset = 0  # bytes of the file already parsed into _entries
         self._warned: set[str] = set()  # each bad cursor file is reported once per HistoryLog
@@ -53,12 +72,22 @@ class HistoryLog:
         with file_lock(self.dir / ".history.lock"):  # cursor allocation and append are one step
             cursor = self.cursor + 1
             stamp = (now or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M")
-            entry = HistoryEntry(cursor, stamp, session, content, raw)
-            line = json.dumps({"cursor": cursor, "timestamp": stamp, "session": session, "content": content,
-                               "raw": raw}, ensure_ascii=False).encode("utf-8") + b"\n"
+            key = self.key()
+            entry = HistoryEntry(cursor, stamp, session, content, raw, verified=key is not None)
+            record: dict[str, object] = {"cursor": cursor, "timestamp": stamp, "session": session, "content": content,
+                                         "raw": raw}
+            if key is not None:
+                record["mac"] = _mac(key, cursor, stamp, session, content, raw)
+            line = json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
             append_lines(self.path, line, sync=True)
             atomic_write(self.dir / ".cursor", f"{cursor}\n")
             return entry
+
+    def key(self) -> bytes | None:
+        """The signing key, made on first use (None without a key file)."""
+        if self._key is None and self.key_file is not None:
+            self._key = history_key(self.key_file)
+        return self._key
 
     def entries(self, after: int = 0, limit: int | None = None) -> list[HistoryEntry]:
         self._refresh()
@@ -80,7 +109,7 @@ class HistoryLog:
                 lines = (f.read(pos - start) + head).split(b"\n")
                 head, pos = (lines.pop(0) if start > 0 else b""), start  # the first line may be cut: keep it
                 for line in reversed(lines):
-                    entry = _parse(line)
+                    entry = _parse(line, self.key())
                     if entry is None:
                         continue
                     if entry.cursor <= after:
@@ -98,7 +127,7 @@ class HistoryLog:
             self._entries, self._offset = [], 0
         if size == self._offset:
             return
-        entries, self._offset = read_entries(self.path, self._offset, self.warn)
+        entries, self._offset = read_entries(self.path, self._offset, self.warn, self.key())
         self._entries.extend(entries)
 
     def _last_cursor_on_disk(self) -> int:
@@ -115,6 +144,8 @@ class HistoryLog:
             return None
         except OSError as e:
             return f"unreadable: {e.strerror}"
+        if not text:  # made empty before nanoagent first wrote it (see tools.sandbox.prepare_protected)
+            return None
         if text.isascii() and text.isdigit() and int(text) <= last:
             return int(text)
         return text[:40]
@@ -162,8 +193,36 @@ class HistoryLog:
             atomic_write(self.dir / ".dream_cursor", f"{cursor}\n")
 
 
-def read_entries(path: Path, offset: int = 0,
-                 warn: Callable[[str], None] | None = None) -> tuple[list[HistoryEntry], int]:
+def history_key(path: Path) -> bytes:
+    """The home's key for signing history entries: read, or made (32 random bytes, 0600) by whoever comes first."""
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        pass
+    private_dir(path.parent)
+    tmp = path.with_name(f".{path.name}.{secrets.token_hex(8)}.tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        os.write(fd, secrets.token_bytes(32))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    try:
+        os.link(tmp, path)  # never replaces a key another process made meanwhile
+    except FileExistsError:
+        pass
+    finally:
+        tmp.unlink()
+    return path.read_bytes()
+
+
+def _mac(key: bytes, cursor: int, stamp: str, session: str, content: str, raw: bool) -> str:
+    fields = json.dumps(["nanoagent-history-1", cursor, stamp, session, content, raw], ensure_ascii=False)
+    return hmac.new(key, fields.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
+
+
+def read_entries(path: Path, offset: int = 0, warn: Callable[[str], None] | None = None,
+                 key: bytes | None = None) -> tuple[list[HistoryEntry], int]:
     """The entries in the complete lines after byte `offset`, and the offset just past the last of them.
 
     The one tolerant reader of history.jsonl: a torn last line is left for later (a writer may still be
@@ -180,7 +239,7 @@ def read_entries(path: Path, offset: int = 0,
         warn(f"{path}: skipped an incomplete last line (a previous run was interrupted)")
     entries = []
     for line in data[:complete].split(b"\n"):
-        entry = _parse(line)
+        entry = _parse(line, key)
         if entry is not None:
             entries.append(entry)
         elif line.strip() and warn:
@@ -188,7 +247,7 @@ def read_entries(path: Path, offset: int = 0,
     return entries, offset + complete
 
 
-def _parse(line: bytes) -> HistoryEntry | None:
+def _parse(line: bytes, key: bytes | None = None) -> HistoryEntry | None:
     if not line.strip():
         return None
     try:
@@ -196,7 +255,12 @@ def _parse(line: bytes) -> HistoryEntry | None:
         cursor = int(d["cursor"])
         if not isinstance(d["content"], str) or not 0 <= cursor <= MAX_CURSOR:
             return None
-        return HistoryEntry(cursor, str(d.get("timestamp", "")), str(d.get("session", "")),
-                            d["content"], bool(d.get("raw", False)))
+        entry = HistoryEntry(cursor, str(d.get("timestamp", "")), str(d.get("session", "")),
+                             d["content"], bool(d.get("raw", False)))
+        mac = d.get("mac")
+        if key is not None and isinstance(mac, str) and mac.isascii() and type(d["cursor"]) is int and hmac.compare_digest(
+                mac, _mac(key, cursor, entry.timestamp, entry.session, entry.content, d.get("raw", False))):
+            return dataclasses.replace(entry, verified=True)
+        return entry
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError):  # OverflowError: int(Infinity)
         return None

@@ -104,6 +104,7 @@ class ProviderError(Exception):
         retryable: bool = False,
         retry_after: float | None = None,
         overflow: bool = False,
+        reached: bool = True,
     ):
         super().__init__(message)
         self.message = message
@@ -111,6 +112,7 @@ class ProviderError(Exception):
         self.retryable = retryable
         self.retry_after = retry_after
         self.overflow = overflow
+        self.reached = reached  # False: no server took the request (refused connection, unknown host)
 
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})
@@ -161,15 +163,34 @@ def key_variable(provider: str) -> str:
     return (OPENAI_COMPATIBLE.get(provider, (None, None))[1]) or f"{provider.upper()}_API_KEY"
 
 
+def key_setting(provider: str) -> str:
+    """Where the key `provider` used came from: its environment variable when set (it overrides config.json)."""
+    import os
+
+    variable = key_variable(provider)
+    return variable if os.environ.get(variable) else f"providers.{provider}.apiKey in config.json"
+
+
+def base_setting(provider: str) -> str:
+    """Where the server URL `provider` used came from: its environment variable (ANTHROPIC_BASE_URL) when set, since
+    it overrides config.json, else `providers.NAME.apiBase` (where another URL would go)."""
+    import os
+
+    from nanoagent.config.loader import ENV_KEYS
+
+    variable = ENV_KEYS.get(provider, (None, None))[1]
+    return variable if variable and os.environ.get(variable) else f"providers.{provider}.apiBase"
+
+
 def refused(status: int, message: str, *, provider: str, url: str, headers: Any = None,
             code: str = "") -> ProviderError:
     """A request the server answered with an error status, as one line; a 401, 403 or 404 names the server and
-    the setting to change. They and a 400 that is not an overflow are final (`classify_status`): the same request
-    gets the same answer."""
-    keys = f"{key_variable(provider)} or providers.{provider}.apiKey"
+    the setting to change (the one that was used). They and a 400 that is not an overflow are final
+    (`classify_status`): the same request gets the same answer."""
+    keys = key_setting(provider)
     fix = {401: f"the key for {provider} ({keys}) was refused; check it",
            403: f"the key for {provider} ({keys}) is not allowed this request; check its access to the model",
-           404: f"check the model name (agents.defaults.model or --model) and providers.{provider}.apiBase"}
+           404: f"check the model name (agents.defaults.model or --model) and {base_setting(provider)}"}
     text = f"{status} from {url}: {message}: {fix[status]}" if status in fix else f"{status} {message}"
     overflow = is_overflow(status, f"{code} {message}")
     return ProviderError(text, status=status, retryable=classify_status(status, message) and not overflow,
@@ -182,9 +203,10 @@ def cannot_connect(e: BaseException, *, provider: str, url: str) -> ProviderErro
     why = _unreachable(e)
     if why == "connection refused":
         return ProviderError(f"cannot connect to {url} (connection refused): is the server running? "
-                             f"check providers.{provider}.apiBase")
+                             f"check {base_setting(provider)}", reached=False)
     if why:
-        return ProviderError(f"cannot connect to {url} ({why}): check the network and providers.{provider}.apiBase")
+        return ProviderError(f"cannot connect to {url} ({why}): check the network and {base_setting(provider)}",
+                             reached=False)
     return ProviderError(f"connection to {url} failed: {root_cause(e)}", retryable=True)
 
 

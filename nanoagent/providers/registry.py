@@ -65,6 +65,13 @@ def make_provider(model: str, config: Config) -> Provider:
     return LiteLLMProvider(settings.api_key, settings.api_base, timeout, provider=name)
 
 
+def session_model_error(model: str, default: str, error: Exception) -> ConfigError:
+    """A session's own model (chosen with /model, kept in its file) that cannot be built: say where the name came from
+    and that /model changes it, since config.json and --model do not name it."""
+    return ConfigError(f"This session's model {model} was set with /model and cannot be used: {str(error).rstrip('.')}. "
+                       f"Type /model {default} to switch this session back to the default, or /model with another.")
+
+
 def missing_key_message(provider: str, model: str | None = None, config: Config | None = None) -> str:
     where = ""
     if model and config is not None and model == config.defaults.model:

@@ -67,6 +67,7 @@ class RetryingProvider:
         clock = asyncio.get_running_loop().time
         deadline = None if self.policy.deadline is None else clock() + self.policy.deadline
         failures: list[str] = []
+        reached = False  # some server in the chain took the request
         for position, (model, provider) in enumerate(self.chain):
             next_model = self.chain[position + 1][0] if position + 1 < len(self.chain) else ""
             attempt, last = 0, ""
@@ -82,6 +83,7 @@ class RetryingProvider:
                 except _OutOfTime:
                     raise self._out_of_time(failures, model, attempt + 1, last) from None
                 except ProviderError as e:
+                    reached = reached or e.reached
                     if streamed:
                         raise ProviderError(f"{model}: {e.message} (the reply was cut off mid-stream)",
                                             status=e.status) from e
@@ -101,7 +103,7 @@ class RetryingProvider:
                 finally:  # the attempt's stream is closed here, also when the deadline ends it mid-wait
                     if isinstance(events, AsyncGenerator):
                         await events.aclose()
-        raise ProviderError("; ".join(failures) or "no model configured")
+        raise ProviderError("; ".join(failures) or "no model configured", reached=reached)
 
     def _out_of_time(self, failures: list[str], model: str, attempts: int, last: str) -> ProviderError:
         tried = f"{attempts} attempt{'s' if attempts > 1 else ''}" + (f" (earlier: {last})" if last else "")

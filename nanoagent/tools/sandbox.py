@@ -1,8 +1,9 @@
 """Where exec's commands run: inside bubblewrap on Linux, so the kernel keeps them from the user's files.
 
 Inside: new user, pid, ipc, uts and cgroup namespaces, and no network unless the user allows it;
-the system folders read-only; from /etc only what programs need; the workspace read-write (its
-history and cursor files read-only); nanoagent's own Python read-only; a private /tmp with a size
+the system folders read-only; from /etc only what programs need; the workspace read-write (what
+nanoagent keeps in memory/ read-only, made before the first command, and memory/ itself a mount point
+that cannot be renamed aside); nanoagent's own Python read-only; a private /tmp with a size
 cap and a throwaway home; nothing else of $HOME or of $NANOAGENT_HOME. The environment is rebuilt,
 never inherited, with or without the sandbox. See README "Commands and the sandbox" and, for
 macOS, `SEATBELT_PROFILE` below (designed, not yet used: `auto` reports no sandbox there).
@@ -17,6 +18,9 @@ import subprocess
 import sys
 from dataclasses import dataclass
 from pathlib import Path
+
+from nanoagent.fsutil import private_dir
+from nanoagent.tools.base import ToolError
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/opt")
 ETC_FILES = ("/etc/ssl", "/etc/ca-certificates", "/etc/pki", "/etc/resolv.conf", "/etc/hosts", "/etc/passwd",
@@ -144,12 +148,38 @@ def bwrap_argv(policy: SandboxPolicy, command: str, workspace: Path, cwd: Path, 
         expanded = os.path.realpath(os.path.expanduser(path))
         args += ["--bind-try", expanded, expanded]
     args += ["--bind", real_ws, real_ws]
-    for file in protected:  # history and cursors: the agent reads them, nanoagent alone writes them
+    # history and cursors: the agent reads them, nanoagent alone writes them. Their folder is a mount point too
+    # (bound onto itself), so it cannot be renamed aside and replaced; the files, made before the first command
+    # (prepare_protected), can be neither replaced, renamed nor removed; the rest of memory/ stays writable.
+    folders = {os.path.dirname(os.path.realpath(file)) for file in protected}
+    for folder in sorted(folders):
+        if folder.startswith(real_ws + os.sep) and os.path.isdir(folder):
+            args += ["--bind", folder, folder]
+    for file in protected:
         if file.exists():
             real = os.path.realpath(file)
             args += ["--ro-bind", real, real]
     args += ["--chdir", os.path.realpath(cwd), "--", "/bin/sh", "-c", command]
     return args
+
+
+def prepare_protected(workspace: Path, protected: tuple[str, ...]) -> list[Path]:
+    """Make the files nanoagent keeps for itself (workspace-relative `protected`) exist, empty where missing, so a
+    command can bind them read-only before nanoagent first writes them: a command must never create them. Raises
+    ToolError when their folder is a link (a command could swap the link for a folder of its own)."""
+    files = [workspace / rel for rel in protected]
+    for folder in sorted({file.parent for file in files}):
+        if folder.is_symlink():
+            raise ToolError(f"Not run: {folder} is a symbolic link, so a command could put another folder in its "
+                            "place and forge what nanoagent keeps there; make it a real folder (move its contents "
+                            "in) to run commands.")
+        private_dir(folder)
+    for file in files:
+        try:
+            os.close(os.open(file, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600))
+        except FileExistsError:
+            pass
+    return files
 
 
 def command_env(policy: SandboxPolicy, sandboxed: bool) -> dict[str, str]:

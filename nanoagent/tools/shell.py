@@ -14,22 +14,20 @@ import functools
 import os
 import resource
 import signal
-import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from nanoagent.procguard import release, start_guard, watch
+from nanoagent.procguard import Cgroup, release, start_guard, watch
 from nanoagent.tools.base import Tool, ToolContext, ToolError, TurnScope, current_turn, tool
 from nanoagent.tools.fs import resolve_path
-from nanoagent.tools.sandbox import SandboxPolicy, bwrap_argv, check_bwrap, command_env, read_or_empty
+from nanoagent.tools.sandbox import SandboxPolicy, bwrap_argv, check_bwrap, command_env, prepare_protected
 
 MAX_TIMEOUT = 600
 CHUNK = 65536
 DRAIN_GRACE = 0.2  # after the command exits, how long a background child may keep its output open
 PR_SET_PDEATHSIG = 1
-PIDS_CGROUP_ROOTS = (Path("/sys/fs/cgroup/pids"), Path("/sys/fs/cgroup"))
 NO_NETWORK_HINT = ("[note: this command has no network (tools.exec.network is false); a host that does not "
                    "resolve is why]")
 RESOLVE_FAILURES = ("could not resolve host", "temporary failure in name resolution", "name or service not known",
@@ -76,7 +74,12 @@ class BoundedOutput:
         return head + tail
 
 
-def exec_tool(settings: ExecSettings | None = None) -> Tool:
+# Runs around each command: given the command and a callable that runs it, returns its result. build_agent passes
+# memory.gitlog.agent_commands, so what a command changes in the memory files is the agent's commit.
+CommandHook = Callable[[str, Callable[[], Awaitable[str]]], Awaitable[str]]
+
+
+def exec_tool(settings: ExecSettings | None = None, around: CommandHook | None = None) -> Tool:
     """The exec tool with its limits and sandbox from config (tools.exec, tools.maxResultChars)."""
     settings = settings or ExecSettings()
     gate = Gate(settings)
@@ -96,7 +99,11 @@ def exec_tool(settings: ExecSettings | None = None) -> Tool:
             raise ToolError(f"workdir '{workdir}' is not a folder.")
         sandboxed = await gate.admit(command, current_turn.get())
         limit = min(MAX_TIMEOUT, timeout or settings.timeout)
-        return await run_command(command, ctx.workspace, cwd, limit, settings, sandboxed)
+
+        def run() -> Awaitable[str]:
+            return run_command(command, ctx.workspace, cwd, limit, settings, sandboxed)
+
+        return await (around(command, run) if around is not None else run())
 
     return exec_
 
@@ -169,25 +176,58 @@ def describe_confinement(settings: ExecSettings) -> str:
     return text
 
 
+def describe_limits(policy: SandboxPolicy) -> str:
+    """What bounds a command here (doctor says it): cgroups bound it as a whole where nanoagent can make them;
+    elsewhere memoryMb bounds each process (RLIMIT_DATA), and maxProcesses counts per user (RLIMIT_NPROC)."""
+    group = Cgroup.create(policy.max_processes, policy.memory_mb << 20)
+    if group is not None:
+        group.close()
+    memory, procs = f"memoryMb ({policy.memory_mb} MB)", f"maxProcesses ({policy.max_processes})"
+    if group is not None and group.memory is not None:
+        return f"exec limits: {memory} and {procs} bound each command as a whole (cgroups)"
+    if group is not None:
+        return (f"exec limits: {procs} bounds each command (pids cgroup); {memory} bounds each process, not the "
+                "command: no memory cgroup can be made here")
+    return (f"exec limits: {memory} bounds each process, not the command, and {procs} is counted per user namespace "
+            "(RLIMIT_NPROC; not for root): no cgroup can be made here (run as root, or delegate a cgroup to this user)")
+
+
 async def run_command(command: str, workspace: Path, cwd: Path, limit: float, settings: ExecSettings,
                       sandboxed: bool) -> str:
     policy = settings.policy
-    pids = PidsCgroup.create(policy.max_processes)
     if sandboxed:
         home = settings.home or Path(os.path.expanduser("~/.nanoagent"))
-        protected = [workspace / rel for rel in settings.protected]
+        protected = await asyncio.to_thread(prepare_protected, workspace, settings.protected)
         argv = bwrap_argv(policy, command, workspace, cwd, home, protected)
     else:
         argv = ["/bin/sh", "-c", command]
+    group = await asyncio.to_thread(Cgroup.create, policy.max_processes, policy.memory_mb << 20)
+    over_memory = group.oom_event() if group is not None else None  # listening before the command can use any
+    try:
+        return await _supervised(command, argv, cwd, limit, settings, sandboxed, group, over_memory)
+    finally:
+        if over_memory is not None:
+            os.close(over_memory)
+        if group is not None:
+            await asyncio.to_thread(group.close)
+
+
+async def _supervised(command: str, argv: list[str], cwd: Path, limit: float, settings: ExecSettings,
+                      sandboxed: bool, group: Cgroup | None, over_memory: int | None) -> str:
+    """Start the command under its watcher, read its output until it exits or the time is up, and end it with
+    everything it started."""
+    policy = settings.policy
     run_id = f"nanoagent-run-{uuid.uuid4().hex}"
     if sandboxed:  # bwrap's own command line carries the run's name, so the watcher finds it even before its pid
         argv[1:1] = ["--setenv", "NANOAGENT_RUN", run_id]
-    # ready before the command exists, so no moment of it goes unwatched; a sandboxed run is also found by its name
-    guard = await start_guard('pkill -9 -f -- "--setenv NANOAGENT_RUN $0" 2>/dev/null', run_id)
+    # ready before the command exists, so no moment of it goes unwatched; a sandboxed run is also found by its
+    # name, and whatever left the process group through the cgroup
+    guard = await start_guard('pkill -9 -f -- "--setenv NANOAGENT_RUN $0" 2>/dev/null', run_id,
+                              cgroups=group.paths if group else ())
     spawn = asyncio.ensure_future(asyncio.create_subprocess_exec(
         *argv, cwd=cwd, stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, start_new_session=True, env=command_env(policy, sandboxed),
-        preexec_fn=_limits(policy, pids),
+        preexec_fn=_limits(policy, group),
     ))
     try:
         proc = await asyncio.shield(spawn)
@@ -196,37 +236,57 @@ async def run_command(command: str, workspace: Path, cwd: Path, limit: float, se
         proc = await spawn
         await _end(proc)
         await release(guard)
-        if pids is not None:
-            await asyncio.to_thread(pids.close)
         raise
     except BaseException:
         await release(guard)
         raise
     output = BoundedOutput(settings.max_output_chars)
+    oom = asyncio.ensure_future(_stop_when_over_memory(group, over_memory))
     try:
         # the deadline covers reading AND waiting for exit: a command may close its output and keep running
         code = await asyncio.wait_for(_run(proc, output), timeout=limit)
     except TimeoutError:
         await _end(proc)
         raise ToolError(f"{output.text()}\n[timed out after {limit:g} s; the command and everything it started "
-                        f"were killed]{_limit_note(pids, policy)}") from None
+                        f"were killed]{_limit_note(group, policy)}") from None
     finally:
+        oom.cancel()
+        await asyncio.gather(oom, return_exceptions=True)  # its reader is removed before the fd is closed
         await _end(proc)  # background children: nohup, setsid and `&` ones end with the command
         await release(guard)
-        note = _limit_note(pids, policy)
-        if pids is not None:
-            await asyncio.to_thread(pids.close)
+        note = _limit_note(group, policy)
     text = output.text()
     if not policy.network and sandboxed and code != 0 and any(w in text.lower() for w in RESOLVE_FAILURES):
         text += "\n" + NO_NETWORK_HINT
     return f"{text}{note}\n[exit code: {code}]"
 
 
-def _limit_note(pids: PidsCgroup | None, policy: SandboxPolicy) -> str:
-    if pids is None or not pids.hit_limit():
-        return ""
-    return (f"\n[note: the command reached the process limit ({policy.max_processes}, tools.exec.maxProcesses); "
-            "new processes were refused]")
+async def _stop_when_over_memory(group: Cgroup | None, fd: int | None) -> None:
+    """Under cgroup v1 the kernel kills one process over the memory limit; the command as a whole is what the
+    limit bounds, so the rest of it ends too when `fd` (the cgroup's OOM eventfd) fires (v2's memory.oom.group
+    does this itself)."""
+    if fd is None or group is None:
+        return
+    loop = asyncio.get_running_loop()
+    fired: asyncio.Future[None] = loop.create_future()
+    loop.add_reader(fd, _resolve, fired)
+    try:
+        await fired
+        group.over_memory = True  # the kernel may not have killed anything yet: this ends it all first
+        await asyncio.to_thread(group.kill_all)
+    finally:
+        loop.remove_reader(fd)
+
+
+def _limit_note(group: Cgroup | None, policy: SandboxPolicy) -> str:
+    note = ""
+    if group is not None and (group.over_memory or group.oom_kills()):
+        note += (f"\n[note: the command went over the memory limit ({policy.memory_mb} MB for all its processes "
+                 "together, tools.exec.memoryMb) and was stopped]")
+    if group is not None and group.hit_process_limit():
+        note += (f"\n[note: the command reached the process limit ({policy.max_processes}, "
+                 "tools.exec.maxProcesses); new processes were refused]")
+    return note
 
 
 async def _run(proc: asyncio.subprocess.Process, output: BoundedOutput) -> int:
@@ -268,13 +328,14 @@ async def _drain(stdout: asyncio.StreamReader, output: BoundedOutput) -> None:
         output.add(chunk)
 
 
-def _limits(policy: SandboxPolicy, pids: PidsCgroup | None) -> Callable[[], None]:
-    """Runs in the child between fork and exec: memory limit, the process limit, and death with nanoagent."""
+def _limits(policy: SandboxPolicy, group: Cgroup | None) -> Callable[[], None]:
+    """Runs in the child between fork and exec: the cgroups, each process's memory limit, the process limit, and
+    death with nanoagent."""
     prctl = _prctl()
 
     def apply() -> None:
-        if pids is not None:
-            pids.join()
+        if group is not None:
+            group.join()
         memory = policy.memory_mb << 20
         resource.setrlimit(resource.RLIMIT_DATA, (memory, memory))
         if os.getuid() != 0:  # counted per user namespace for the sandbox (root is exempt: it gets the cgroup)
@@ -311,60 +372,6 @@ async def _end(proc: asyncio.subprocess.Process) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)  # children left in the group after the leader ended
     except (ProcessLookupError, PermissionError):
-        pass
-
-
-class PidsCgroup:
-    """A pids cgroup of one command, where nanoagent may make one (root, or a delegated cgroup): it caps the
-    processes (a fork bomb hits the cap, not the machine) and knows every process the command started, even
-    one that left its process group, so all of them end with it."""
-
-    def __init__(self, path: Path):
-        self.path = path
-
-    @classmethod
-    def create(cls, max_processes: int) -> PidsCgroup | None:
-        for root in PIDS_CGROUP_ROOTS:
-            if not (root / "cgroup.procs").exists() or not os.access(root, os.W_OK):
-                continue
-            if root.name != "pids" and "pids" not in read_or_empty(root / "cgroup.subtree_control").split():
-                continue
-            path = root / f"nanoagent-{uuid.uuid4().hex[:12]}"
-            try:
-                path.mkdir()
-                (path / "pids.max").write_text(str(max_processes))
-                return cls(path)
-            except OSError:
-                _remove(path)
-        return None
-
-    def join(self) -> None:
-        """In the child before exec: move this process into the cgroup."""
-        with open(self.path / "cgroup.procs", "w") as f:
-            f.write(str(os.getpid()))
-
-    def hit_limit(self) -> bool:
-        events = read_or_empty(self.path / "pids.events")
-        return any(line.startswith("max ") and line.split()[1] != "0" for line in events.splitlines())
-
-    def close(self) -> None:
-        for _ in range(50):
-            members = [int(p) for p in read_or_empty(self.path / "cgroup.procs").split()]
-            if not members:
-                break
-            for pid in members:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
-        _remove(self.path)
-
-
-def _remove(path: Path) -> None:
-    try:
-        path.rmdir()
-    except OSError:
         pass
 
 
