@@ -101,6 +101,7 @@ def start_exec_process(command: str, mode: str) -> subprocess.Popen:
 
 @needs_pids_cgroup
 @pytest.mark.parametrize("mode", MODES)
+@pytest.mark.process
 def test_a_kill_9_of_nanoagent_leaves_no_setsid_child_and_no_cgroup_folder(mode):
     marker = unique_sleep()
     proc = start_exec_process(f"setsid sleep {marker} & sleep {marker}", mode)
@@ -113,6 +114,7 @@ def test_a_kill_9_of_nanoagent_leaves_no_setsid_child_and_no_cgroup_folder(mode)
 
 
 @needs_pids_cgroup
+@pytest.mark.process
 def test_cgroups_a_dead_nanoagent_left_are_swept_at_the_next_start_with_what_is_left_in_them():
     """As if the watcher died with nanoagent: a cgroup named for a pid that is gone, a process still in it."""
     dead = subprocess.Popen(["true"])
@@ -142,6 +144,7 @@ def test_cgroups_a_dead_nanoagent_left_are_swept_at_the_next_start_with_what_is_
 
 
 @needs_pids_cgroup
+@pytest.mark.process
 def test_the_sweep_leaves_the_cgroups_of_a_running_nanoagent_alone():
     marker = unique_sleep()
     first = start_exec_process(f"sleep {marker}", "none")

@@ -560,6 +560,7 @@ def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_
     assert "continuing" not in visible(again.before)
 
 
+@pytest.mark.process
 def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isolated_home):
     _one_shots(llm, ("first question", "first answer"), ("second question", "second answer"),
                ("third question", "third answer"), ("fourth question", "fourth answer " + "long " * 40),
