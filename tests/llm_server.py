@@ -75,6 +75,7 @@ class LLMServer:
         self._cache: set[str] = set()
         self._closing = threading.Event()
         self.requests: list[Recorded] = []
+        self.busy: list[tuple[float, float]] = []  # each POST's (start, end), time.monotonic: the bench's server share
         self.batches: dict[str, _Batch] = {}
         self.default_reply = Reply(text="ok")
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
@@ -91,6 +92,7 @@ class LLMServer:
         with self._lock:
             self._queue.clear()
             self.requests.clear()
+            self.busy.clear()
             self._cache.clear()
             self.batches.clear()
             self.default_reply = Reply(text="ok")  # a test that changed it must not leak it to the next one
@@ -180,6 +182,14 @@ def _make_handler(server: LLMServer):
                 self._json(404, {"error": {"message": "not found"}})
 
         def do_POST(self) -> None:
+            started = time.monotonic()
+            try:
+                self._post()
+            finally:
+                with server._lock:
+                    server.busy.append((started, time.monotonic()))
+
+        def _post(self) -> None:
             length = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             path = self.path.split("?")[0]
