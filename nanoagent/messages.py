@@ -333,10 +333,12 @@ def history_for_model(messages: list[Message], start: int, skip: frozenset[int] 
     first_user = next((i for i, m in enumerate(history) if is_user(m)), len(history))
     known_calls: set[str] = set()
     out: list[Message] = []
-    for m in history[first_user:]:
-        known_calls.update(c["id"] for c in calls_of(m))
-        if is_tool(m) and m["tool_call_id"] not in known_calls:
-            continue
+    for m in history[first_user:]:  # once a turn over the whole unarchived tail: no generator per message
+        if is_tool(m):
+            if m["tool_call_id"] not in known_calls:
+                continue
+        elif calls := calls_of(m):
+            known_calls.update(c["id"] for c in calls)
         out.append(m)
     return out
 

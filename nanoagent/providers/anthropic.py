@@ -233,15 +233,17 @@ def _blocks(msg: Message) -> list[dict[str, Any]]:
         return [{"type": "tool_result", "tool_use_id": msg["tool_call_id"],
                  "content": [{"type": "text", "text": text}, *images] if images else text,
                  **({"is_error": True} if msg.get("is_error") else {})}]
-    blocks: list[dict[str, Any]] = []
-    if is_assistant(msg):
-        blocks.extend(dict(b) for b in msg.get("thinking") or ())
     content = msg["content"]
+    thinking = msg.get("thinking") if is_assistant(msg) else None
+    calls = calls_of(msg)
+    if isinstance(content, str) and not thinking and not calls:  # most of a long session: once a turn each
+        return [{"type": "text", "text": content}] if content else []
+    blocks: list[dict[str, Any]] = [dict(b) for b in thinking or ()]
     if isinstance(content, list):
         blocks.extend(_user_block(b) for b in content if b["type"] != "text" or b["text"])
     elif content:
         blocks.append({"type": "text", "text": content})
-    for call in calls_of(msg):
+    for call in calls:
         blocks.append({"type": "tool_use", "id": call["id"], "name": call["name"], "input": _as_object(call["arguments"])})
     return blocks
 
