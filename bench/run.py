@@ -5,10 +5,10 @@ Budgets (issue 2): `--help` median < 0.2 s; `agent -m` against a zero-latency lo
 time at a 10,000-message session within 1.2x of a 10-message session; bytes written per turn
 proportional to the new messages only. Issue 10: `agent -m` through a gateway < 0.15 s (issue 18: < 0.10 s) and < 0.25x
 in-process; 20 sessions at once with 2 s model latency < 5 s; a turn near the context budget within
-1.2x of a fresh one, in-process (its CPU) and through a gateway (its CPU, and the client's wall clock less the
-local server's time on the turn's requests: the stand-in's own work grows with the body); an idle gateway with Telegram < 0.5 s CPU in
-60 s and < 150 MiB. Issue 12: `agent -m` with two stdio MCP servers (tool lists cached) within 0.1 s of
-none; four background sub-agents with 1 s model latency each finish in < 2 s together.
+1.2x of a fresh one, in-process (its CPU) and through a gateway (its CPU, and the client's wall clock
+less the local server's time on the turn's requests: the stand-in's own work grows with the body); an
+idle gateway with Telegram < 0.5 s CPU in 60 s and < 150 MiB. Issue 12: `agent -m` with two stdio MCP
+servers (tool lists cached) within 0.1 s of none; four background sub-agents with 1 s model latency each finish in < 2 s together.
 """
 
 from __future__ import annotations
@@ -368,7 +368,7 @@ def server_process(busy: list[tuple[float, float]] | None = None):
         spans = proc.stdout.readline()
         proc.wait(10)
     if busy is not None:
-        busy.extend(tuple(span) for span in json.loads(spans))
+        busy.extend(tuple(span) for span in json.loads(spans or "[]"))  # none said: the wall is charged whole
 
 
 def split_server_time(spans: dict[str, list[tuple[float, float]]], busy: list[tuple[float, float]]
@@ -450,7 +450,7 @@ def report_budget_turns(where: str, cpu: dict[str, list[float]], budget: int, pr
 
 def bench_budget_turns(home: Path) -> None:
     """Per-turn time of sessions kept near a 32k-token window's budget (3,000 and 10,000 messages) against a fresh
-    session, one turn each in turn: the anthropic SDK against the local server in its own process. The budget is
+    session, one turn each in turn: the anthropic provider against the local server in its own process. The budget is
     on the agent process's CPU time; wall time also holds the local server's own work on the longer body, shown
     beside it."""
     from nanoagent.agent.build import build_agent
