@@ -7,45 +7,68 @@ can follow several sessions and a client attaching mid-turn knows where an event
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from enum import Enum
-from typing import Any
 
-from nanoagent.messages import Message
 from nanoagent.usage import Usage
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a one-shot loads this module and not typing
+if TYPE_CHECKING:
+    from typing import Any
 
-@dataclass(frozen=True, kw_only=True)
+    from nanoagent.messages import Message
+
+# Events compare and print through the one __eq__/__repr__/__hash__ of _Scoped: a one-shot through the gateway
+# imports this module after sending, and dataclasses generating those methods for every event class cost more
+# than the rest of the module (each is compiled from source at import).
+
+
+@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class _Scoped:
     session: str = ""  # the session key; filled in by the runner or loop that emits the event
     agent: str = ""  # "" for the session's own agent; a sub-agent's run id otherwise
 
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))
 
-@dataclass(frozen=True)
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"{self.__class__.__qualname__}({shown})"
+
+
+@dataclass(frozen=True, eq=False, repr=False)
 class TurnStarted(_Scoped):
     """A turn began; the user's message follows as a MessageAdded."""
 
     model: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class TextDelta(_Scoped):
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ThinkingDelta(_Scoped):
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ToolStarted(_Scoped):
     call_id: str
     name: str
     arguments: dict[str, Any]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class ToolFinished(_Scoped):
     call_id: str
     name: str
@@ -58,20 +81,20 @@ class ToolFinished(_Scoped):
         return self.error is None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class MessageAdded(_Scoped):
     """A complete message that belongs in the session (the loop checkpoints it at once)."""
 
     message: Message
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class UsageRecorded(_Scoped):
     model: str
     usage: Usage
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Retrying(_Scoped):
     model: str
     reason: str
@@ -79,7 +102,7 @@ class Retrying(_Scoped):
     next_model: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Injected(_Scoped):
     text: str
 
@@ -92,20 +115,20 @@ class StopReason(Enum):
     CANCELLED = "cancelled"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class TurnEnded(_Scoped):
     reason: StopReason
     error: str | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Notice(_Scoped):
     """Something the user should see that is not part of the conversation (warnings, repairs)."""
 
     text: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class Progress(_Scoped):
     """What a long slash command (/new, /dream) is doing now, for a status line; kept nowhere."""
 
@@ -123,7 +146,7 @@ class RunStatus(Enum):
     CANCELLED = "cancelled"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SubagentStarted(_Scoped):
     """A sub-agent run began working; `agent` is its run id, `session` the user's session it works for."""
 
@@ -131,7 +154,7 @@ class SubagentStarted(_Scoped):
     background: bool
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False, repr=False)
 class SubagentEnded(_Scoped):
     """A sub-agent run ended. With `background` its result is also a message in the session: shown to the user
     now, given to the model at the next turn."""

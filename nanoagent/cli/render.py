@@ -15,11 +15,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent import events as ev
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the one-shot fast path loads no typing)
 if TYPE_CHECKING:
+    from typing import Any
+
     from rich.console import Console
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"

@@ -11,12 +11,12 @@ import json
 import os
 import socket
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from nanoagent.errors import NanoagentError, Stopped
 from nanoagent.gateway import protocol
 from nanoagent.gateway.protocol import GONE_MID_TURN, GatewayGone, check_features, unreachable
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the one-shot fast path loads no typing)
 if TYPE_CHECKING:
     from io import BufferedIOBase
     from pathlib import Path
