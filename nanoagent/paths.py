@@ -36,6 +36,8 @@ def is_protected(relpath: str) -> bool:
 
 @dataclass(frozen=True)
 class Paths:
+    """The home (NANOAGENT_HOME) and the workspace; every other path is a property of the two."""
+
     home: Path
     workspace: Path
 

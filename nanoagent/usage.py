@@ -20,6 +20,8 @@ TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_wri
 
 @dataclass(frozen=True)
 class Usage:
+    """Tokens one model call (or a sum of calls) used, by kind."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -109,6 +111,8 @@ def _text(value: Any) -> str:
 
 @dataclass
 class Total:
+    """Tokens, cost and calls summed over usage records."""
+
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     unpriced: bool = False  # some calls were to a model without a known price

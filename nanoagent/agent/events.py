@@ -25,6 +25,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True, kw_only=True, eq=False, repr=False)
 class _Scoped:
+    """What every event carries: the session it belongs to and which agent in it."""
+
     session: str = ""  # the session key; filled in by the runner or loop that emits the event
     agent: str = ""  # "" for the session's own agent; a sub-agent's run id otherwise
 
@@ -53,16 +55,22 @@ class TurnStarted(_Scoped):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class TextDelta(_Scoped):
+    """A piece of the reply's text as it streams."""
+
     text: str
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ThinkingDelta(_Scoped):
+    """A piece of the model's thinking as it streams."""
+
     text: str
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ToolStarted(_Scoped):
+    """The model called a tool; it runs now."""
+
     call_id: str
     name: str
     arguments: dict[str, Any]
@@ -70,6 +78,8 @@ class ToolStarted(_Scoped):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class ToolFinished(_Scoped):
+    """A tool call ended, with what the model sees of it."""
+
     call_id: str
     name: str
     result: str  # what the model sees (wrapped as untrusted data when the call succeeded)
@@ -90,12 +100,16 @@ class MessageAdded(_Scoped):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class UsageRecorded(_Scoped):
+    """The tokens one model call used."""
+
     model: str
     usage: Usage
 
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Retrying(_Scoped):
+    """A model call failed and is tried again (after `wait` seconds, with `next_model`)."""
+
     model: str
     reason: str
     wait: float
@@ -104,6 +118,8 @@ class Retrying(_Scoped):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class Injected(_Scoped):
+    """A message the person sent while the turn ran, given to the model at its next call."""
+
     text: str
 
 
@@ -117,6 +133,8 @@ class StopReason(Enum):
 
 @dataclass(frozen=True, eq=False, repr=False)
 class TurnEnded(_Scoped):
+    """A turn ended, and why."""
+
     reason: StopReason
     error: str | None = None
 
@@ -184,6 +202,8 @@ def discard(event: Event) -> None:
 
 @dataclass
 class ToolCallRecord:
+    """One tool call of a run, as a run's result lists it."""
+
     name: str
     arguments: dict[str, Any]
     ok: bool
@@ -192,6 +212,8 @@ class ToolCallRecord:
 
 @dataclass
 class RunResult:
+    """What one LLM-and-tools run gave: its reply, why it stopped, its messages, usage and tool calls."""
+
     reply: str
     stop: StopReason
     messages: list[Message] = field(default_factory=list)  # messages this run added
