@@ -7,28 +7,50 @@ can follow several sessions and a client attaching mid-turn knows where an event
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
+from dataclasses import FrozenInstanceError, dataclass, field, fields
 from enum import Enum
 
 from nanoagent.usage import Usage
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a one-shot loads this module and not typing
 if TYPE_CHECKING:
-    from typing import Any
+    from typing import Any, TypeVar
+
+    from typing_extensions import dataclass_transform
 
     from nanoagent.messages import Message
 
-# Events compare and print through the one __eq__/__repr__/__hash__ of _Scoped: a one-shot through the gateway
-# imports this module after sending, and dataclasses generating those methods for every event class cost more
-# than the rest of the module (each is compiled from source at import).
+    _T = TypeVar("_T")
+
+    @dataclass_transform(frozen_default=True)
+    def _event(*, kw_only: bool = False) -> Callable[[type[_T]], type[_T]]: ...
+else:
+    def _event(*, kw_only=False):
+        """An event class: a dataclass, frozen, equal by value, printed as dataclasses print, hashable (see
+        _Scoped). The type checker reads it as @dataclass(frozen=True)."""
+        return dataclass(kw_only=kw_only, eq=False, repr=False)
+
+# Events are frozen, compare, hash and print through the one __setattr__/__delattr__/__eq__/__hash__/__repr__
+# of _Scoped, with the results dataclasses' own would give: a one-shot through the gateway imports this module
+# after sending, and dataclasses compiling those five methods from source for each of the 15 event classes cost
+# more than all else the one-shot imports after sending.
 
 
-@dataclass(frozen=True, kw_only=True, eq=False, repr=False)
+@_event(kw_only=True)
 class _Scoped:
     """What every event carries: the session it belongs to and which agent in it."""
 
     session: str = ""  # the session key; filled in by the runner or loop that emits the event
     agent: str = ""  # "" for the session's own agent; a sub-agent's run id otherwise
+
+    def __setattr__(self, name: str, value: object) -> None:
+        """Each field is set once, by __init__; as with frozen=True, nothing can be set after it."""
+        if name in self.__dict__ or name not in self.__dataclass_fields__:
+            raise FrozenInstanceError(f"cannot assign to field {name!r}")
+        object.__setattr__(self, name, value)
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
 
     def _values(self) -> tuple[Any, ...]:
         return tuple(getattr(self, f.name) for f in fields(self))
@@ -46,28 +68,28 @@ class _Scoped:
         return f"{self.__class__.__qualname__}({shown})"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class TurnStarted(_Scoped):
     """A turn began; the user's message follows as a MessageAdded."""
 
     model: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class TextDelta(_Scoped):
     """A piece of the reply's text as it streams."""
 
     text: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class ThinkingDelta(_Scoped):
     """A piece of the model's thinking as it streams."""
 
     text: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class ToolStarted(_Scoped):
     """The model called a tool; it runs now."""
 
@@ -76,7 +98,7 @@ class ToolStarted(_Scoped):
     arguments: dict[str, Any]
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class ToolFinished(_Scoped):
     """A tool call ended, with what the model sees of it."""
 
@@ -91,14 +113,14 @@ class ToolFinished(_Scoped):
         return self.error is None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class MessageAdded(_Scoped):
     """A complete message that belongs in the session (the loop checkpoints it at once)."""
 
     message: Message
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class UsageRecorded(_Scoped):
     """The tokens one model call used."""
 
@@ -106,7 +128,7 @@ class UsageRecorded(_Scoped):
     usage: Usage
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class Retrying(_Scoped):
     """A model call failed and is tried again (after `wait` seconds, with `next_model`)."""
 
@@ -116,7 +138,7 @@ class Retrying(_Scoped):
     next_model: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class Injected(_Scoped):
     """A message the person sent while the turn ran, given to the model at its next call."""
 
@@ -131,7 +153,7 @@ class StopReason(Enum):
     CANCELLED = "cancelled"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class TurnEnded(_Scoped):
     """A turn ended, and why."""
 
@@ -139,14 +161,14 @@ class TurnEnded(_Scoped):
     error: str | None = None
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class Notice(_Scoped):
     """Something the user should see that is not part of the conversation (warnings, repairs)."""
 
     text: str
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class Progress(_Scoped):
     """What a long slash command (/new, /dream) is doing now, for a status line; kept nowhere."""
 
@@ -164,7 +186,7 @@ class RunStatus(Enum):
     CANCELLED = "cancelled"
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class SubagentStarted(_Scoped):
     """A sub-agent run began working; `agent` is its run id, `session` the user's session it works for."""
 
@@ -172,7 +194,7 @@ class SubagentStarted(_Scoped):
     background: bool
 
 
-@dataclass(frozen=True, eq=False, repr=False)
+@_event()
 class SubagentEnded(_Scoped):
     """A sub-agent run ended. With `background` its result is also a message in the session: shown to the user
     now, given to the model at the next turn."""
