@@ -14,7 +14,7 @@ from nanoagent.usage import Usage
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a one-shot loads this module and not typing
 if TYPE_CHECKING:
-    from typing import Any, TypeVar
+    from typing import Any, ClassVar, TypeVar
 
     from typing_extensions import dataclass_transform
 
@@ -30,14 +30,34 @@ else:
         _Scoped). The type checker reads it as @dataclass(frozen=True)."""
         return dataclass(kw_only=kw_only, eq=False, repr=False)
 
-# Events are frozen, compare, hash and print through the one __setattr__/__delattr__/__eq__/__hash__/__repr__
-# of _Scoped, with the results dataclasses' own would give: a one-shot through the gateway imports this module
-# after sending, and dataclasses compiling those five methods from source for each of the 15 event classes cost
-# more than all else the one-shot imports after sending.
+# Events are frozen and hash through the one __setattr__/__delattr__/__hash__ of _Scoped, and compare and print
+# through the __eq__/__repr__ of _ByValue (the results too), with the results dataclasses' own would give: a
+# one-shot through the gateway imports this module after sending, and dataclasses compiling those methods from
+# source for each of the 18 classes cost more than all else the one-shot imports after sending.
+
+
+class _ByValue:
+    """__eq__ and __repr__ for the dataclasses here, as dataclasses would generate them for each. Defining
+    __eq__ leaves the class unhashable, as a dataclass with eq is; _Scoped, frozen, hashes."""
+
+    if TYPE_CHECKING:
+        __dataclass_fields__: ClassVar[dict[str, Any]]
+
+    def _values(self) -> tuple[Any, ...]:
+        return tuple(getattr(self, f.name) for f in fields(self))
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._values() == other._values()
+
+    def __repr__(self) -> str:
+        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
+        return f"{self.__class__.__qualname__}({shown})"
 
 
 @_event(kw_only=True)
-class _Scoped:
+class _Scoped(_ByValue):
     """What every event carries: the session it belongs to and which agent in it."""
 
     session: str = ""  # the session key; filled in by the runner or loop that emits the event
@@ -52,20 +72,8 @@ class _Scoped:
     def __delattr__(self, name: str) -> None:
         raise FrozenInstanceError(f"cannot delete field {name!r}")
 
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self))
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
     def __hash__(self) -> int:
         return hash(self._values())
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
-        return f"{self.__class__.__qualname__}({shown})"
 
 
 @_event()
@@ -222,8 +230,8 @@ def discard(event: Event) -> None:
     """A sink for callers that do not watch (schedules, tests of other things)."""
 
 
-@dataclass
-class ToolCallRecord:
+@dataclass(eq=False, repr=False)
+class ToolCallRecord(_ByValue):
     """One tool call of a run, as a run's result lists it."""
 
     name: str
@@ -232,8 +240,8 @@ class ToolCallRecord:
     elapsed: float
 
 
-@dataclass
-class RunResult:
+@dataclass(eq=False, repr=False)
+class RunResult(_ByValue):
     """What one LLM-and-tools run gave: its reply, why it stopped, its messages, usage and tool calls."""
 
     reply: str
@@ -245,8 +253,8 @@ class RunResult:
     sent: bool = True  # False: the run failed before any model took its message (no server could be reached)
 
 
-@dataclass
-class TurnResult:
+@dataclass(eq=False, repr=False)
+class TurnResult(_ByValue):
     """What handling one message gave: the reply to show, and the run behind it (None for a slash command)."""
 
     reply: str

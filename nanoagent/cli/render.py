@@ -12,7 +12,6 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable
 
@@ -20,6 +19,7 @@ from nanoagent.agent import events as ev
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the one-shot fast path loads no typing)
 if TYPE_CHECKING:
+    import threading
     from typing import Any
 
     from rich.console import Console
@@ -256,6 +256,8 @@ class Spinner:
     wiped before anything else is written."""
 
     def __init__(self) -> None:
+        import threading  # only on a terminal: a piped one-shot draws no spinner
+
         self.what: str | None = None
         self.since = time.monotonic()
         self.lock = threading.Lock()
@@ -268,6 +270,8 @@ class Spinner:
             if what is None:
                 self._wipe()
         if what is not None and self._thread is None:
+            import threading
+
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
 
@@ -317,6 +321,8 @@ class OneShotRenderer:
         """On a terminal, load the Markdown renderer in a thread while the model thinks, not after its first
         words (about 0.1 s)."""
         if self.terminal:
+            import threading
+
             threading.Thread(target=_load_markdown, name="load-rich", daemon=True).start()
 
     @functools.cached_property
