@@ -6,7 +6,9 @@ load only where a record is stamped or a cost is worked out.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import field
+
+from nanoagent.records import ByValue, Frozen, lean_dataclass
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
@@ -18,8 +20,8 @@ if TYPE_CHECKING:
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
-@dataclass(frozen=True)
-class Usage:
+@lean_dataclass(frozen=True)
+class Usage(Frozen):
     """Tokens one model call (or a sum of calls) used, by kind."""
 
     input_tokens: int = 0
@@ -49,8 +51,8 @@ class Usage:
                 + self.cache_read_tokens * price.cache_read + self.cache_write_tokens * price.cache_write)
 
 
-@dataclass(frozen=True)
-class UsageRecord:
+@lean_dataclass(frozen=True)
+class UsageRecord(Frozen):
     """One model call as a session file records it: {"type": "usage", "ts", "model", "purpose", tokens...}.
     `price_factor` 0.5 marks a Message Batches call (half price). `window` is the [start, end) of the session's
     messages a turn's call sent, so its prompt tokens measure that stretch of the session."""
@@ -109,8 +111,8 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-@dataclass
-class Total:
+@lean_dataclass()
+class Total(ByValue):
     """Tokens, cost and calls summed over usage records."""
 
     usage: Usage = field(default_factory=Usage)

@@ -7,97 +7,52 @@ can follow several sessions and a client attaching mid-turn knows where an event
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import FrozenInstanceError, dataclass, field, fields
+from dataclasses import field
 from enum import Enum
 
+from nanoagent.records import ByValue, Frozen, lean_dataclass
 from nanoagent.usage import Usage
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a one-shot loads this module and not typing
 if TYPE_CHECKING:
-    from typing import Any, ClassVar, TypeVar
-
-    from typing_extensions import dataclass_transform
+    from typing import Any
 
     from nanoagent.messages import Message
 
-    _T = TypeVar("_T")
-
-    @dataclass_transform(frozen_default=True)
-    def _event(*, kw_only: bool = False) -> Callable[[type[_T]], type[_T]]: ...
-else:
-    def _event(*, kw_only=False):
-        """An event class: a dataclass, frozen, equal by value, printed as dataclasses print, hashable (see
-        _Scoped). The type checker reads it as @dataclass(frozen=True)."""
-        return dataclass(kw_only=kw_only, eq=False, repr=False)
-
-# Events are frozen and hash through the one __setattr__/__delattr__/__hash__ of _Scoped, and compare and print
-# through the __eq__/__repr__ of _ByValue (the results too), with the results dataclasses' own would give: a
-# one-shot through the gateway imports this module after sending, and dataclasses compiling those methods from
-# source for each of the 18 classes cost more than all else the one-shot imports after sending.
+# Events and results are `lean_dataclass`es: a one-shot through the gateway imports this module after sending, and the
+# methods dataclasses compiled for each of its 18 classes (frozen, eq, repr) took 22 ms of it here (now 6.5 ms).
 
 
-class _ByValue:
-    """__eq__ and __repr__ for the dataclasses here, as dataclasses would generate them for each. Defining
-    __eq__ leaves the class unhashable, as a dataclass with eq is; _Scoped, frozen, hashes."""
-
-    if TYPE_CHECKING:
-        __dataclass_fields__: ClassVar[dict[str, Any]]
-
-    def _values(self) -> tuple[Any, ...]:
-        return tuple(getattr(self, f.name) for f in fields(self))
-
-    def __eq__(self, other: object) -> bool:
-        if other.__class__ is not self.__class__:
-            return NotImplemented
-        return self._values() == other._values()
-
-    def __repr__(self) -> str:
-        shown = ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in fields(self))
-        return f"{self.__class__.__qualname__}({shown})"
-
-
-@_event(kw_only=True)
-class _Scoped(_ByValue):
+@lean_dataclass(frozen=True, kw_only=True)
+class _Scoped(Frozen):
     """What every event carries: the session it belongs to and which agent in it."""
 
     session: str = ""  # the session key; filled in by the runner or loop that emits the event
     agent: str = ""  # "" for the session's own agent; a sub-agent's run id otherwise
 
-    def __setattr__(self, name: str, value: object) -> None:
-        """Each field is set once, by __init__; as with frozen=True, nothing can be set after it."""
-        if name in self.__dict__ or name not in self.__dataclass_fields__:
-            raise FrozenInstanceError(f"cannot assign to field {name!r}")
-        object.__setattr__(self, name, value)
 
-    def __delattr__(self, name: str) -> None:
-        raise FrozenInstanceError(f"cannot delete field {name!r}")
-
-    def __hash__(self) -> int:
-        return hash(self._values())
-
-
-@_event()
+@lean_dataclass(frozen=True)
 class TurnStarted(_Scoped):
     """A turn began; the user's message follows as a MessageAdded."""
 
     model: str
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class TextDelta(_Scoped):
     """A piece of the reply's text as it streams."""
 
     text: str
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class ThinkingDelta(_Scoped):
     """A piece of the model's thinking as it streams."""
 
     text: str
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class ToolStarted(_Scoped):
     """The model called a tool; it runs now."""
 
@@ -106,7 +61,7 @@ class ToolStarted(_Scoped):
     arguments: dict[str, Any]
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class ToolFinished(_Scoped):
     """A tool call ended, with what the model sees of it."""
 
@@ -121,14 +76,14 @@ class ToolFinished(_Scoped):
         return self.error is None
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class MessageAdded(_Scoped):
     """A complete message that belongs in the session (the loop checkpoints it at once)."""
 
     message: Message
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class UsageRecorded(_Scoped):
     """The tokens one model call used."""
 
@@ -136,7 +91,7 @@ class UsageRecorded(_Scoped):
     usage: Usage
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class Retrying(_Scoped):
     """A model call failed and is tried again (after `wait` seconds, with `next_model`)."""
 
@@ -146,7 +101,7 @@ class Retrying(_Scoped):
     next_model: str
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class Injected(_Scoped):
     """A message the person sent while the turn ran, given to the model at its next call."""
 
@@ -161,7 +116,7 @@ class StopReason(Enum):
     CANCELLED = "cancelled"
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class TurnEnded(_Scoped):
     """A turn ended, and why."""
 
@@ -169,14 +124,14 @@ class TurnEnded(_Scoped):
     error: str | None = None
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class Notice(_Scoped):
     """Something the user should see that is not part of the conversation (warnings, repairs)."""
 
     text: str
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class Progress(_Scoped):
     """What a long slash command (/new, /dream) is doing now, for a status line; kept nowhere."""
 
@@ -194,7 +149,7 @@ class RunStatus(Enum):
     CANCELLED = "cancelled"
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class SubagentStarted(_Scoped):
     """A sub-agent run began working; `agent` is its run id, `session` the user's session it works for."""
 
@@ -202,7 +157,7 @@ class SubagentStarted(_Scoped):
     background: bool
 
 
-@_event()
+@lean_dataclass(frozen=True)
 class SubagentEnded(_Scoped):
     """A sub-agent run ended. With `background` its result is also a message in the session: shown to the user
     now, given to the model at the next turn."""
@@ -230,8 +185,8 @@ def discard(event: Event) -> None:
     """A sink for callers that do not watch (schedules, tests of other things)."""
 
 
-@dataclass(eq=False, repr=False)
-class ToolCallRecord(_ByValue):
+@lean_dataclass()
+class ToolCallRecord(ByValue):
     """One tool call of a run, as a run's result lists it."""
 
     name: str
@@ -240,8 +195,8 @@ class ToolCallRecord(_ByValue):
     elapsed: float
 
 
-@dataclass(eq=False, repr=False)
-class RunResult(_ByValue):
+@lean_dataclass()
+class RunResult(ByValue):
     """What one LLM-and-tools run gave: its reply, why it stopped, its messages, usage and tool calls."""
 
     reply: str
@@ -253,8 +208,8 @@ class RunResult(_ByValue):
     sent: bool = True  # False: the run failed before any model took its message (no server could be reached)
 
 
-@dataclass(eq=False, repr=False)
-class TurnResult(_ByValue):
+@lean_dataclass()
+class TurnResult(ByValue):
     """What handling one message gave: the reply to show, and the run behind it (None for a slash command)."""
 
     reply: str
