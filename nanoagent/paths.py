@@ -6,8 +6,9 @@ import json
 import os
 import posixpath
 import re
-from dataclasses import dataclass
 from pathlib import Path
+
+from nanoagent.records import Frozen, lean_dataclass
 
 # The workspace's long-term memory: what Dream edits, git records and search indexes.
 MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md
@@ -34,8 +35,10 @@ def is_protected(relpath: str) -> bool:
     return folded in PROTECTED_FILES or (folder == "memory" and name.startswith("."))
 
 
-@dataclass(frozen=True)
-class Paths:
+@lean_dataclass(frozen=True)
+class Paths(Frozen):
+    """The home (NANOAGENT_HOME) and the workspace; every other path is a property of the two."""
+
     home: Path
     workspace: Path
 

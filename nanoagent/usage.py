@@ -1,20 +1,29 @@
-"""Tokens a model call used, the session-file record of it, and token and cost totals."""
+"""Tokens a model call used, the session-file record of it, and token and cost totals.
+
+A one-shot through the gateway loads this module to read a turn's usage: datetime and the price table (pricing)
+load only where a record is stamped or a cost is worked out.
+"""
 
 from __future__ import annotations
 
-import math
-from collections import defaultdict
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Any
+from dataclasses import field
 
-from nanoagent.pricing import Price, format_cost, price_for
+from nanoagent.records import ByValue, Frozen, lean_dataclass
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
+if TYPE_CHECKING:
+    from datetime import datetime
+    from typing import Any
+
+    from nanoagent.pricing import Price
 
 TOKEN_FIELDS = ("input_tokens", "output_tokens", "cache_read_tokens", "cache_write_tokens")
 
 
-@dataclass(frozen=True)
-class Usage:
+@lean_dataclass(frozen=True)
+class Usage(Frozen):
+    """Tokens one model call (or a sum of calls) used, by kind."""
+
     input_tokens: int = 0
     output_tokens: int = 0
     cache_read_tokens: int = 0
@@ -42,8 +51,8 @@ class Usage:
                 + self.cache_read_tokens * price.cache_read + self.cache_write_tokens * price.cache_write)
 
 
-@dataclass(frozen=True)
-class UsageRecord:
+@lean_dataclass(frozen=True)
+class UsageRecord(Frozen):
     """One model call as a session file records it: {"type": "usage", "ts", "model", "purpose", tokens...}.
     `price_factor` 0.5 marks a Message Batches call (half price). `window` is the [start, end) of the session's
     messages a turn's call sent, so its prompt tokens measure that stretch of the session."""
@@ -58,6 +67,8 @@ class UsageRecord:
     @classmethod
     def now(cls, model: str, usage: Usage, purpose: str = "turn", price_factor: float = 1.0,
             window: tuple[int, int] | None = None) -> UsageRecord:
+        from datetime import UTC, datetime
+
         return cls(model, usage, purpose, datetime.now(UTC).isoformat(timespec="seconds"), price_factor, window)
 
     def to_json(self) -> dict[str, Any]:
@@ -72,6 +83,8 @@ class UsageRecord:
     @classmethod
     def from_json(cls, record: dict[str, Any]) -> UsageRecord:
         """Tolerant: a field of the wrong type counts as absent (zero tokens, no price factor)."""
+        import math
+
         tokens = [_count(record.get(name)) for name in TOKEN_FIELDS]
         factor = record.get("price_factor", 1.0)
         good_factor = isinstance(factor, int | float) and not isinstance(factor, bool) and math.isfinite(factor)
@@ -98,8 +111,10 @@ def _text(value: Any) -> str:
     return value if isinstance(value, str) else ""
 
 
-@dataclass
-class Total:
+@lean_dataclass()
+class Total(ByValue):
+    """Tokens, cost and calls summed over usage records."""
+
     usage: Usage = field(default_factory=Usage)
     cost: float = 0.0
     unpriced: bool = False  # some calls were to a model without a known price
@@ -108,6 +123,8 @@ class Total:
     def add(self, model: str, usage: Usage, price_factor: float = 1.0) -> None:
         self.usage = self.usage + usage
         self.calls += 1
+        from nanoagent.pricing import price_for
+
         price = price_for(model)
         if price is None:
             self.unpriced = True
@@ -120,6 +137,8 @@ class Total:
         self.unpriced = self.unpriced or other.unpriced
 
     def cost_text(self) -> str:
+        from nanoagent.pricing import format_cost
+
         if self.unpriced:
             return "n/a" if self.cost == 0 else f"{format_cost(self.cost)} + n/a"
         return format_cost(self.cost)
@@ -127,6 +146,8 @@ class Total:
 
 def turn_cost(model: str, usage: Usage) -> float | None:
     """What one turn's calls cost in USD at the model's listed price; None for a model without one."""
+    from nanoagent.pricing import price_for
+
     price = price_for(model)
     return None if price is None else usage.cost_at(price)
 
@@ -135,6 +156,8 @@ def turn_line(model: str, usage: Usage) -> str:
     """The line shown after a reply: tokens in and out (cache reads among them), and the cost."""
     if not usage.input_tokens and not usage.output_tokens:
         return ""
+    from nanoagent.pricing import format_cost
+
     cached = f" ({usage.cache_read_tokens:,} cached)" if usage.cache_read_tokens else ""
     return (f"{usage.prompt_tokens:,} in{cached} · {usage.output_tokens:,} out · "
             f"{format_cost(turn_cost(model, usage))}")
@@ -150,6 +173,9 @@ def session_total(records: list[UsageRecord]) -> Total:
 def summarize(records: list[tuple[str, UsageRecord]], days: int | None = None,
               now: datetime | None = None) -> list[tuple[str, str, str, Total]]:
     """(day, session, model, total) rows, oldest day first, from (session key, usage record) pairs."""
+    from collections import defaultdict
+    from datetime import UTC, datetime, timedelta
+
     now = now or datetime.now(UTC)
     since = (now - timedelta(days=days)).date().isoformat() if days else ""
     rows: dict[tuple[str, str, str], Total] = defaultdict(Total)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import TYPE_CHECKING, NoReturn
 
 from nanoagent.errors import NanoagentError, describe_os_error
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the one-shot fast path loads no typing)
 if TYPE_CHECKING:
     import logging
+    from typing import NoReturn
 
 
 def main(args: list[str] | None = None) -> None:

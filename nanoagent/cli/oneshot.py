@@ -16,25 +16,39 @@ import signal
 import stat
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
 
 from nanoagent.errors import NanoagentError, Stopped
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the one-shot fast path loads no typing)
 if TYPE_CHECKING:
+    from typing import Any
+
     from nanoagent.agent.events import TurnResult
     from nanoagent.cli.render import OneShotRenderer
     from nanoagent.messages import ImageBlock
     from nanoagent.paths import Paths
 
 
-@dataclass(frozen=True)
 class Plain:
-    """A one-shot the fast path takes: a message, a session and whether to print JSON."""
+    """A one-shot the fast path takes: a message, a session and whether to print JSON. A plain class: importing
+    dataclasses (inspect, ast, dis) before the message is sent cost more than this module."""
 
-    message: str
-    session: str = "cli:direct"
-    json_output: bool = False
+    __slots__ = ("message", "session", "json_output")
+
+    def __init__(self, message: str, session: str = "cli:direct", json_output: bool = False):
+        self.message, self.session, self.json_output = message, session, json_output
+
+    def _values(self) -> tuple[str, str, bool]:
+        return self.message, self.session, self.json_output
+
+    def __eq__(self, other: object) -> bool:
+        return self._values() == other._values() if isinstance(other, Plain) else NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._values())
+
+    def __repr__(self) -> str:
+        return f"Plain(message={self.message!r}, session={self.session!r}, json_output={self.json_output!r})"
 
 
 def parse(argv: list[str]) -> Plain | None:

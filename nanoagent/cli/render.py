@@ -12,30 +12,38 @@ import json
 import os
 import re
 import sys
-import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from nanoagent.agent import events as ev
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the one-shot fast path loads no typing)
 if TYPE_CHECKING:
+    import threading
+    from typing import Any
+
     from rich.console import Console
 
 SPINNER = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
 # Whole ESC-introduced sequences (CSI, OSC up to BEL or ST, DCS/SOS/PM/APC strings up to ST, two-character
 # escapes) and the 8-bit CSI; after them, any control character left but newline and tab, a lone ESC included.
-_SEQUENCE = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[PX^_].*?\x1b\\"
-                       r"|\x1b[ -/]*(?![\[\]PX^_])[0-~]|\x9b[0-?]*[ -/]*[@-~]", re.DOTALL)
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# Compiled at first use (`_pattern`), not at import: a one-shot whose reply is plain text never needs them.
+_SEQUENCE = (r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[PX^_].*?\x1b\\"
+             r"|\x1b[ -/]*(?![\[\]PX^_])[0-~]|\x9b[0-?]*[ -/]*[@-~]")
+_CONTROL = r"[\x00-\x08\x0b-\x1f\x7f-\x9f]"
 _HOLD_AT_MOST = 4096  # an escape sequence still open after this many characters is not one
+
+
+@functools.cache
+def _pattern(source: str) -> re.Pattern[str]:
+    return re.compile(source, re.DOTALL)
 
 
 def terminal_safe(text: str) -> str:
     """Text a terminal prints as text: no escape sequences, no control characters but newline and tab."""
     if text.isprintable():
         return text
-    return _CONTROL.sub("", _SEQUENCE.sub("", text.replace("\r\n", "\n")))
+    return _pattern(_CONTROL).sub("", _pattern(_SEQUENCE).sub("", text.replace("\r\n", "\n")))
 
 
 class EscapeFilter:
@@ -48,7 +56,7 @@ class EscapeFilter:
     def feed(self, text: str) -> str:
         text, self.held = self.held + text, ""
         start = max(text.rfind("\x1b"), text.rfind("\x9b"))
-        if start >= 0 and not _SEQUENCE.match(text, start) and len(text) - start < _HOLD_AT_MOST:
+        if start >= 0 and not _pattern(_SEQUENCE).match(text, start) and len(text) - start < _HOLD_AT_MOST:
             text, self.held = text[:start], text[start:]
         return terminal_safe(text)
 
@@ -111,7 +119,7 @@ def subagent_line(event: ev.Event) -> str | None:
 
 FOLD_LINES = 4  # lines of a command's output shown under its tool line
 DIFF_SHOWN = 6  # changed lines of an edit shown under its tool line
-_EXIT_CODE = re.compile(r"\n?\[exit code: (-?\d+)\]$")
+_EXIT_CODE = r"\n?\[exit code: (-?\d+)\]$"
 
 
 def tool_detail(name: str, arguments: dict[str, Any], result: str, width: int) -> list[str]:
@@ -126,7 +134,7 @@ def tool_detail(name: str, arguments: dict[str, Any], result: str, width: int) -
     if name.startswith(MCP_PREFIX):
         return _fold(terminal_safe(text).rstrip("\n").splitlines(), FOLD_LINES, width, "[dim]{}[/dim]")
     if name == "exec":
-        found = _EXIT_CODE.search(text)
+        found = _pattern(_EXIT_CODE).search(text)
         output = text[:found.start()] if found else text
         lines = _fold(terminal_safe(output).rstrip("\n").splitlines(), FOLD_LINES, width, "[dim]{}[/dim]")
         if found and found.group(1) != "0":
@@ -248,6 +256,8 @@ class Spinner:
     wiped before anything else is written."""
 
     def __init__(self) -> None:
+        import threading  # only on a terminal: a piped one-shot draws no spinner
+
         self.what: str | None = None
         self.since = time.monotonic()
         self.lock = threading.Lock()
@@ -260,6 +270,8 @@ class Spinner:
             if what is None:
                 self._wipe()
         if what is not None and self._thread is None:
+            import threading
+
             self._thread = threading.Thread(target=self._run, daemon=True)
             self._thread.start()
 
@@ -309,6 +321,8 @@ class OneShotRenderer:
         """On a terminal, load the Markdown renderer in a thread while the model thinks, not after its first
         words (about 0.1 s)."""
         if self.terminal:
+            import threading
+
             threading.Thread(target=_load_markdown, name="load-rich", daemon=True).start()
 
     @functools.cached_property

@@ -7,16 +7,16 @@ interactive terminal, which listens and types at once, uses the asyncio client i
 from __future__ import annotations
 
 import contextlib
+import io
 import json
 import os
-import socket
 from collections.abc import Callable, Iterator, Mapping
-from typing import TYPE_CHECKING
 
 from nanoagent.errors import NanoagentError, Stopped
 from nanoagent.gateway import protocol
 from nanoagent.gateway.protocol import GONE_MID_TURN, GatewayGone, check_features, unreachable
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the one-shot fast path loads no typing)
 if TYPE_CHECKING:
     from io import BufferedIOBase
     from pathlib import Path
@@ -51,6 +51,8 @@ def settings_differ(run_dir: Path, env: Mapping[str, str] = os.environ) -> list[
 
 def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
     """True when a gateway listens on the socket (a stale socket file from a killed gateway does not count)."""
+    import socket
+
     if not path.exists():
         return False
     probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -66,6 +68,8 @@ def gateway_answers(path: Path, timeout: float = 0.2) -> bool:
 
 def tell(path: Path, message: dict, timeout: float = 0.5) -> bool:
     """Send the gateway a message that needs no answer (such as jobs_changed); False when none listens."""
+    import socket
+
     if not path.exists():
         return False
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
@@ -98,12 +102,19 @@ def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
                              f"{protocol.MAX_LINE:,}); send less, or use --local.")
-    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+    try:
+        import _socket  # the socket module's C part: socket.py loads selectors and array too (~6 ms a one-shot)
+    except ImportError:  # pragma: no cover - another Python
+        import socket as _socket  # type: ignore[no-redef]
+    conn = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
+    try:
         try:
             conn.connect(str(path))
         except OSError as e:
             raise unreachable(path, e) from None
-        with conn.makefile("rwb") as stream:
+        # what conn.makefile("rwb") gives, over plain reads and writes of the descriptor (no timeout is set)
+        reader, writer = (io.FileIO(conn.fileno(), mode, closefd=False) for mode in "rw")
+        with io.BufferedRWPair(reader, writer) as stream:
             hello = protocol.encode(protocol.hello(session))
             message = Sending(stream, session)
             if images:
@@ -117,6 +128,8 @@ def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None
             except (KeyboardInterrupt, Stopped):
                 _write(stream, protocol.encode({"type": "cancel", "session": session}), quiet=True)
                 raise
+    finally:
+        conn.close()
 
 
 class Sending:

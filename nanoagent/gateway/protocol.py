@@ -22,12 +22,13 @@ from __future__ import annotations
 import functools
 import json
 import os
-from typing import TYPE_CHECKING, Any
 
 from nanoagent.errors import NanoagentError
 
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing: a one-shot loads this module and not typing
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
     from nanoagent.agent import events as ev
     from nanoagent.messages import ImageBlock
@@ -43,11 +44,9 @@ FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first 
 def _events() -> dict[str, type]:
     """Every kind of event the runner emits, by name (agent.events loads here: a one-shot sends its message
     before it needs them)."""
-    import typing
-
     from nanoagent.agent import events as ev
 
-    return {cls.__name__: cls for cls in typing.get_args(ev.Event)}
+    return {cls.__name__: cls for cls in ev.Event.__args__}  # typing.get_args without loading typing
 
 
 class GatewayGone(NanoagentError):
