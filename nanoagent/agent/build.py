@@ -96,7 +96,7 @@ def build_agent(
     budget = PromptBudget(context, config.defaults, Consolidator(history, store, config.defaults, providers.complete))
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
-        consolidator=budget.consolidator, memory_git=memory_git, subagents=subagents,
+        memory_git=memory_git, subagents=subagents,
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     loop = AgentLoop(

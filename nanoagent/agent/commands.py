@@ -95,10 +95,13 @@ class Commands:
     providers: Providers
     budget: PromptBudget  # the window and the prompt's size, as a turn measures them
     skills: SkillsLoader | None = None
-    consolidator: Consolidator | None = None
     memory_git: MemoryGit | None = None
     dream_factory: Callable[[ev.EventSink], Dream] | None = None  # builds Dream for /dream, sending to a sink
     subagents: Subagents | None = None  # the sub-agent runs, for /tasks
+
+    @property
+    def consolidator(self) -> Consolidator | None:  # archives old turns to memory/history.jsonl (None: never)
+        return self.budget.consolidator
 
     def names(self) -> list[str]:
         return sorted(COMMANDS)
