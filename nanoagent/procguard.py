@@ -155,14 +155,10 @@ class Cgroup:
             _rmdir(path)
 
 
+@functools.cache
 def sweep_stale() -> None:
     """Remove the cgroups of nanoagent processes that died without removing them (a kill -9 that its watcher did
     not survive), ending what is left in them. Done once per process."""
-    _sweep_once()
-
-
-@functools.cache
-def _sweep_once() -> None:
     now = time.time()
     for roots in CGROUP_ROOTS.values():
         for root in roots:
@@ -185,8 +181,8 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # alive, someone else's
+        pass
     return True
 
 

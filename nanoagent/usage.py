@@ -123,13 +123,11 @@ class Total(ByValue):
     def add(self, model: str, usage: Usage, price_factor: float = 1.0) -> None:
         self.usage = self.usage + usage
         self.calls += 1
-        from nanoagent.pricing import price_for
-
-        price = price_for(model)
-        if price is None:
+        cost = turn_cost(model, usage)
+        if cost is None:
             self.unpriced = True
         else:
-            self.cost += usage.cost_at(price) * price_factor
+            self.cost += cost * price_factor
 
     def merge(self, other: Total) -> None:
         self.usage, self.calls = self.usage + other.usage, self.calls + other.calls

@@ -25,7 +25,6 @@ def warn(message: str) -> None:
     """A warning on stderr, as text only: it may quote what a server or a tool said (an MCP server's error)."""
     from nanoagent.cli.render import terminal_safe
 
-
     print(f"warning: {terminal_safe(message)}", file=sys.stderr)
     log.warning(message)
 

@@ -34,7 +34,7 @@ def list_servers(
               "or `nanoagent mcp add NAME --url URL`.")
         return
     enabled = {name: c for name, c in config.mcp_servers.items() if c.enabled}
-    results = _check(paths, enabled, timeout)
+    results = check_servers(paths, enabled, timeout)
     for name, server in config.mcp_servers.items():
         print(_line(f"{name} ({_describe(server)})"))
         result = results.get(name, "disabled (enabled: false)" if not server.enabled else "left out")
@@ -96,7 +96,7 @@ def add(
     save_config(paths.config_file, data)
     config, _ = load_config(paths.config_file)
     print(f"Added MCP server {name!r} to {paths.config_file}.")
-    result = _check(paths, {name: config.mcp_servers[name]}, wait).get(name)
+    result = check_servers(paths, {name: config.mcp_servers[name]}, wait).get(name)
     if isinstance(result, list):
         print(f"It answered with {len(result)} tool(s): {_names(result)}")
     elif result:
@@ -124,7 +124,8 @@ def remove(name: str, workspace: WorkspaceOpt = None) -> None:
     print(f"Removed MCP server {name!r}.")
 
 
-def _check(paths: Any, configs: dict[str, Any], timeout: float) -> dict[str, str | list[str]]:
+def check_servers(paths: Any, configs: dict[str, Any], timeout: float) -> dict[str, str | list[str]]:
+    """Start each of `configs` once (`mcp.servers.check`): its tool names, or why it failed in one line."""
     import asyncio
 
     from nanoagent.mcp.cache import ToolCache

@@ -417,13 +417,13 @@ def telegram_get_me(api_base: str, token: str, timeout: float = 10.0) -> dict[st
 def _report_mcp(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
     """Each enabled MCP server started once, as `nanoagent mcp list` does, given the time the agent gives it
     (`timeout`): a slow machine is no reason to report a server as broken."""
-    from nanoagent.cli.mcp_cmd import _check
+    from nanoagent.cli.mcp_cmd import check_servers
     from nanoagent.cli.render import terminal_safe
 
     enabled = {name: server for name, server in config.mcp_servers.items() if server.enabled}
     if not enabled:
         return
-    for name, result in _check(paths, enabled, max(server.timeout for server in enabled.values())).items():
+    for name, result in check_servers(paths, enabled, max(server.timeout for server in enabled.values())).items():
         if isinstance(result, list):
             report(True, terminal_safe(f"mcp server {name}: connected, {len(result)} tool(s)"), "")
         else:
