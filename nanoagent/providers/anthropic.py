@@ -27,7 +27,8 @@ from nanoagent.providers.base import (
     ToolCall,
     ToolCallReady,
     UsageReport,
-    cannot_connect,
+    http_client,
+    post_lines,
     refused,
 )
 from nanoagent.usage import Usage
@@ -54,13 +55,10 @@ class AnthropicProvider:
 
     def _get_http(self) -> Any:
         if self._http is None:
-            import httpx
-
             from nanoagent import __version__
 
-            headers = {"x-api-key": self.api_key, "anthropic-version": API_VERSION,
-                       "user-agent": f"nanoagent/{__version__}"}
-            self._http = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.idle_timeout, connect=10.0))
+            self._http = http_client({"x-api-key": self.api_key, "anthropic-version": API_VERSION,
+                                      "user-agent": f"nanoagent/{__version__}"}, self.idle_timeout)
         return self._http
 
     def prepare(self) -> None:
@@ -68,22 +66,15 @@ class AnthropicProvider:
         self._get_http()
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
-        import httpx
-
         # The body goes as built (a test checks): no SDK walks every block of a long session to transform it.
         body = {**build_params(request), "stream": True}
-        try:
-            async with self._get_http().stream("POST", f"{self.url}/v1/messages", json=body) as resp:
-                if resp.status_code >= 400:
-                    text = (await resp.aread()).decode("utf-8", "replace")
-                    raise refused(resp.status_code, error_text(text), provider="anthropic", url=self.url,
-                                  headers=resp.headers)
-                async for event in _translate(_server_events(resp.aiter_lines()), self.url):
-                    yield event
-        except httpx.TimeoutException as e:
-            raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
-        except httpx.HTTPError as e:
-            raise cannot_connect(e, provider="anthropic", url=self.url) from e
+        async with post_lines(self._get_http(), f"{self.url}/v1/messages", body, provider="anthropic", base=self.url,
+                              idle_timeout=self.idle_timeout, status_error=self._status_error) as lines:
+            async for event in _translate(_server_events(lines), self.url):
+                yield event
+
+    def _status_error(self, status: int, text: str, headers: Any) -> ProviderError:
+        return refused(status, error_text(text), provider="anthropic", url=self.url, headers=headers)
 
     @property
     def url(self) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from datetime import UTC
 from typing import Any, Protocol
@@ -208,6 +209,32 @@ def cannot_connect(e: BaseException, *, provider: str, url: str) -> ProviderErro
         return ProviderError(f"cannot connect to {url} ({why}): check the network and {base_setting(provider)}",
                              reached=False)
     return ProviderError(f"connection to {url} failed: {root_cause(e)}", retryable=True)
+
+
+def http_client(headers: dict[str, str], idle_timeout: float) -> Any:
+    """The httpx client an HTTP provider streams with: `idle_timeout` seconds of silence at most, 10 s to connect."""
+    import httpx
+
+    return httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(idle_timeout, connect=10.0))
+
+
+@asynccontextmanager
+async def post_lines(client: Any, url: str, body: dict[str, Any], *, provider: str, base: str, idle_timeout: float,
+                     status_error: Callable[[int, str, Any], ProviderError]) -> AsyncIterator[AsyncIterator[str]]:
+    """POST `body` to `url` and give the streamed answer's lines; the response is closed on leaving. An error
+    status comes out as `status_error(status, body text, headers)`; a silence of `idle_timeout` and a failed
+    connection as ProviderErrors, also while the lines are read."""
+    import httpx
+
+    try:
+        async with client.stream("POST", url, json=body) as resp:
+            if resp.status_code >= 400:
+                raise status_error(resp.status_code, (await resp.aread()).decode("utf-8", "replace"), resp.headers)
+            yield resp.aiter_lines()
+    except httpx.TimeoutException as e:
+        raise ProviderError(f"no data from the model for {idle_timeout:.0f} s", retryable=True) from e
+    except httpx.HTTPError as e:
+        raise cannot_connect(e, provider=provider, url=base) from e
 
 
 def _unreachable(e: BaseException | None) -> str | None:

@@ -16,7 +16,8 @@ from nanoagent.providers.base import (
     ChatRequest,
     ProviderError,
     ProviderEvent,
-    cannot_connect,
+    http_client,
+    post_lines,
     refused,
 )
 from nanoagent.providers.openai_format import ChunkReader, stream_cut, to_openai_messages, to_openai_tools
@@ -32,18 +33,14 @@ class OpenAICompatProvider:
 
     def _get_client(self) -> Any:
         if self._client is None:
-            import httpx
-
-            headers = {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
-            self._client = httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(self.idle_timeout, connect=10.0))
+            self._client = http_client({"Authorization": f"Bearer {self.api_key}"} if self.api_key else {},
+                                       self.idle_timeout)
         return self._client
 
     def prepare(self) -> None:
         self._get_client()
 
     async def stream(self, request: ChatRequest) -> AsyncIterator[ProviderEvent]:
-        import httpx
-
         body: dict[str, Any] = {
             "model": request.model.split("/", 1)[1] if "/" in request.model else request.model,
             "messages": to_openai_messages(request),
@@ -55,17 +52,12 @@ class OpenAICompatProvider:
             body["tools"] = to_openai_tools(request)
         if request.temperature is not None:
             body["temperature"] = request.temperature
-        try:
-            async with self._get_client().stream("POST", f"{self.api_base}/chat/completions", json=body) as resp:
-                if resp.status_code >= 400:
-                    raise _status_error(resp.status_code, (await resp.aread()).decode("utf-8", "replace"), resp.headers,
-                                        self.name, self.api_base)
-                async for event in _parse_stream(resp.aiter_lines(), self.name, self.api_base):
-                    yield event
-        except httpx.TimeoutException as e:
-            raise ProviderError(f"no data from the model for {self.idle_timeout:.0f} s", retryable=True) from e
-        except httpx.HTTPError as e:
-            raise cannot_connect(e, provider=self.name, url=self.api_base) from e
+        async with post_lines(self._get_client(), f"{self.api_base}/chat/completions", body, provider=self.name,
+                              base=self.api_base, idle_timeout=self.idle_timeout,
+                              status_error=lambda status, text, headers: _status_error(
+                                  status, text, headers, self.name, self.api_base)) as lines:
+            async for event in _parse_stream(lines, self.name, self.api_base):
+                yield event
 
 
 def _status_error(status: int, text: str, headers: Any, provider: str, url: str) -> ProviderError:
