@@ -579,8 +579,7 @@ def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isola
 
 
 def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(term, llm, isolated_home):
-    from tests.conftest import fast_retries, write_config
-    from tests.test_providers_http import free_port
+    from tests.conftest import fast_retries, free_port, write_config
 
     write_config(isolated_home, fast_retries(maxRetries=0))
     llm.script(Reply(status=500, error_message="upstream exploded"), Reply(text="second time lucky"))
