@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import pty
+import socket
 import subprocess
 import sys
 import time
@@ -165,6 +166,13 @@ def write_config(home: Path, data: dict) -> Path:
     path = home / "config.json"
     path.write_text(json.dumps(data))
     return path
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (free when asked)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def fast_retries(**extra) -> dict:

@@ -11,16 +11,14 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 
 from nanoagent.cron.schedule import Schedule
 from nanoagent.cron.store import Job, JobStore
 from nanoagent.paths import Paths
-from tests.conftest import PATIENCE, ROOT, anthropic_env
+from tests.conftest import PATIENCE, ROOT, anthropic_env, start_gateway_process, wait_until
 from tests.llm_server import Reply
 
 
@@ -42,13 +40,6 @@ def start(*args: str, env: dict) -> subprocess.Popen:
                             stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def wait_for(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.process
 def test_two_ticks_started_together_run_a_due_job_once(llm):
     store = due_job()
@@ -57,7 +48,7 @@ def test_two_ticks_started_together_run_a_due_job_once(llm):
     env = anthropic_env(llm)
     first, second = start("cron", "tick", env=env), start("cron", "tick", env=env)
     try:
-        wait_for(lambda: llm.requests, "the run's model call")
+        wait_until(lambda: llm.requests, "the run's model call")
         time.sleep(0.3)  # both processes had time to look at the job
         release.set()
         outs = [p.communicate(timeout=PATIENCE) for p in (first, second)]
@@ -81,7 +72,7 @@ def test_a_tick_killed_mid_run_is_recorded_interrupted_by_the_next_and_not_repea
     env = anthropic_env(llm)
     killed = start("cron", "tick", env=env)
     try:
-        wait_for(lambda: llm.requests, "the run's model call")
+        wait_until(lambda: llm.requests, "the run's model call")
         running = store.read().get("tea")
         assert running is not None and running.running is not None and running.running.pid == killed.pid
         killed.send_signal(signal.SIGKILL)
@@ -101,17 +92,14 @@ def test_a_tick_killed_mid_run_is_recorded_interrupted_by_the_next_and_not_repea
 
 
 @pytest.mark.process
-def test_the_gateway_runs_a_due_job_and_a_crontab_tick_stands_aside(llm, isolated_home, tmp_path: Path):
+def test_the_gateway_runs_a_due_job_and_a_crontab_tick_stands_aside(llm, isolated_home):
     store = due_job()
     llm.script(Reply(text="Hello from the gateway."))
     env = anthropic_env(llm)
-    log_path = tmp_path / "gateway.err"
-    with open(log_path, "ab") as log:
-        gateway = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT,
-                                   env={**os.environ, **env}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                                   stderr=log)
+    log_path = isolated_home.parent / "gateway.stderr"  # where start_gateway_process logs
+    gateway = start_gateway_process({**os.environ, **env})
     try:
-        wait_for(lambda: (j := store.read().get("tea")) is not None and j.runs, "the gateway to run the job")
+        wait_until(lambda: (j := store.read().get("tea")) is not None and j.runs, "the gateway to run the job")
         tick = start("cron", "tick", "-v", env=env)
         out, _ = tick.communicate(timeout=PATIENCE)
         assert tick.returncode == 0 and "A scheduler is already running" in out

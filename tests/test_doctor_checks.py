@@ -4,13 +4,12 @@ Bot API), every MCP server (started, as `mcp list` does), and a scheduler when j
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import time
 
 import pytest
 
-from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, write_config
+from tests.conftest import PATIENCE, free_port, invoke, openai_env, start_gateway_process, write_config
 from tests.test_mcp import SERVERS
 
 KEY = {"ANTHROPIC_API_KEY": "sk-ant-" + "x" * 30}
@@ -77,12 +76,6 @@ def test_doctor_with_nothing_configured_checks_no_channel_server_or_scheduler_an
     code, lines = doctor()
     assert not any(word in line for line in lines for word in ("telegram", "mcp server", "scheduler"))
     assert lines[-1] in ("All good.", "1 thing(s) to fix.")  # the sandbox may not work on this machine
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.mark.process

@@ -22,7 +22,7 @@ import pytest
 
 from nanoagent.cli.interactive import ESC_WAIT
 from nanoagent.session.store import SessionStore
-from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, start_gateway_process
+from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, start_gateway_process, wait_until
 from tests.llm_server import Reply
 
 PROMPT = "›"
@@ -50,15 +50,21 @@ def way(request, llm, isolated_home):
 both_ways = pytest.mark.parametrize("way", ["in-process", "gateway"], indirect=True)
 
 
+def spawn_agent(llm, *args: str, width: int = 80, **env: str) -> pexpect.spawn:
+    """`nanoagent agent ARGS` in a pseudo-terminal 30 lines high and `width` wide, talking to `llm`; `env`
+    overrides any of its environment."""
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": str(width), "LINES": "30",
+           "PROMPT_TOOLKIT_NO_CPR": "1", **env}  # pexpect does not answer cursor-position requests
+    return pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", *args], cwd=str(ROOT), env=env,
+                         encoding="utf-8", timeout=PATIENCE, dimensions=(30, width))
+
+
 @pytest.fixture
 def term(llm, isolated_home, way):
     children = []
 
     def spawn(*args):
-        env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
-               "PROMPT_TOOLKIT_NO_CPR": "1"}  # pexpect does not answer cursor-position requests
-        child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", *args], cwd=str(ROOT), env=env,
-                              encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
+        child = spawn_agent(llm, *args)
         child.expect_exact(PROMPT)
         assert ("(through the gateway)" in child.before) == bool(way), child.before  # the way the test asked for
         children.append(child)
@@ -69,15 +75,8 @@ def term(llm, isolated_home, way):
         child.terminate(force=True)
 
 
-def wait_until(condition, what: str, timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, what
-        time.sleep(0.02)
-
-
 def wait_for_requests(llm, count, timeout=PATIENCE):
-    wait_until(lambda: len(llm.requests) >= count, "the model was never called", timeout)
+    wait_until(lambda: len(llm.requests) >= count, "the model to be called", timeout)
 
 
 def messages(home, key="cli:direct"):
@@ -206,10 +205,10 @@ def test_a_message_typed_during_a_turn_joins_it(term, llm, isolated_home):
     llm.script(Reply(tool_calls=[("exec", {"command": command})]), Reply(text="Handled both."))
     child = term()
     child.send("start something slow" + "\r")
-    wait_until((workspace / "started").exists, "the exec tool never started")
+    wait_until((workspace / "started").exists, "the exec tool to start")
     child.send("and also this" + "\r")
     history = isolated_home / "history" / "cli_history"  # the prompt writes a line there as it accepts it
-    wait_until(lambda: "+and also this" in history.read_text().splitlines(), "the prompt never took the message")
+    wait_until(lambda: "+and also this" in history.read_text().splitlines(), "the prompt to take the message")
     assert not (workspace / "release").exists() and len(llm.requests) == 1  # the tool is still running
     (workspace / "release").touch()
     child.expect_exact("joined the turn here: and also this")
@@ -330,10 +329,7 @@ def test_ctrl_c_while_a_tool_runs_kills_it_and_leaves_a_consistent_session(term,
     llm.script(Reply(tool_calls=[("exec", {"command": "sleep 30"})]), Reply(text="Back after the tool."))
     child = term()
     child.send("run the slow command" + "\r")
-    deadline = time.monotonic() + PATIENCE
-    while (sleeper := descendant_running(child.pid, "sleep 30")) is None:
-        assert time.monotonic() < deadline, "the exec tool never started sleep 30"
-        time.sleep(0.02)
+    sleeper = wait_until(lambda: descendant_running(child.pid, "sleep 30"), "the exec tool to start sleep 30")
     started = time.monotonic()
     child.sendcontrol("c")
     child.expect_exact("Cancelled.")
@@ -443,9 +439,7 @@ def test_esc_cancels_a_dream_that_shows_its_progress_and_memory_stays_as_it_was(
 @pytest.mark.process
 def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_home):
     llm.script(Reply(text="Some **bold** words.\n\n- first point\n- second point"))
-    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-m", "hi"], cwd=str(ROOT), env=env,
-                          encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
+    child = spawn_agent(llm, "-m", "hi")
     child.expect(pexpect.EOF)
     output = child.before
     assert "**" not in output and "bold" in output
@@ -566,10 +560,7 @@ def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isola
                ("third question", "third answer"), ("fourth question", "fourth answer " + "long " * 40),
                session="cli:project")
     _one_shots(llm, ("elsewhere", "ok"), session="cli:other")
-    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
-           "PROMPT_TOOLKIT_NO_CPR": "1"}
-    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "--resume"], cwd=str(ROOT), env=env,
-                          encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
+    child = spawn_agent(llm, "--resume")
     try:
         child.expect_exact("Continue which")
         child.send("2\r")
@@ -588,8 +579,7 @@ def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isola
 
 
 def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(term, llm, isolated_home):
-    from tests.conftest import fast_retries, write_config
-    from tests.test_providers_http import free_port
+    from tests.conftest import fast_retries, free_port, write_config
 
     write_config(isolated_home, fast_retries(maxRetries=0))
     llm.script(Reply(status=500, error_message="upstream exploded"), Reply(text="second time lucky"))
@@ -599,10 +589,7 @@ def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(ter
     child.expect_exact("/retry sends it once more")
     child.send("/retry" + "\r")
     child.expect_exact("second time lucky")
-    env = {**os.environ, **anthropic_env(llm), "ANTHROPIC_BASE_URL": f"http://127.0.0.1:{free_port()}",
-           "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
-    unreachable = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent", "-s", "cli:other"], cwd=str(ROOT),
-                                env=env, encoding="utf-8", timeout=PATIENCE, dimensions=(30, 100))
+    unreachable = spawn_agent(llm, "-s", "cli:other", width=100, ANTHROPIC_BASE_URL=f"http://127.0.0.1:{free_port()}")
     try:
         unreachable.expect_exact(PROMPT)
         unreachable.send("hello" + "\r")
@@ -633,11 +620,8 @@ def test_a_session_whose_model_is_unknown_opens_says_where_the_model_came_from_a
 
 @pytest.mark.process
 def test_a_terminal_whose_gateway_stops_says_so_at_once_and_answers_the_next_message_here(llm, isolated_home):
-    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "COLUMNS": "80", "LINES": "30",
-           "PROMPT_TOOLKIT_NO_CPR": "1"}
-    gateway = start_gateway_process(env)
-    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
-                          timeout=PATIENCE, dimensions=(30, 80))
+    gateway = start_gateway_process({**os.environ, **anthropic_env(llm)})
+    child = spawn_agent(llm)
     try:
         child.expect_exact(PROMPT)
         assert "(through the gateway)" in child.before

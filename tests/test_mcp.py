@@ -16,7 +16,7 @@ import pytest
 from nanoagent.agent.build import build_agent
 from nanoagent.config import load_config
 from nanoagent.paths import Paths
-from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, openai_env, write_config
+from tests.conftest import PATIENCE, ROOT, anthropic_env, free_port, invoke, openai_env, write_config
 from tests.llm_server import Reply
 from tests.mcp_servers import PNG
 
@@ -45,12 +45,6 @@ def tool_results(request) -> list[str]:
 
 def tool_names(request) -> list[str]:
     return [t["name"] for t in request.body["tools"]]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def start_http(port: int, kind: str = "basic", token: str | None = None) -> subprocess.Popen:

@@ -4,9 +4,8 @@ and a closed port, for each provider path: the Anthropic Messages API and the Op
 
 import pytest
 
-from tests.conftest import anthropic_env, invoke, openai_env, write_config
+from tests.conftest import anthropic_env, free_port, invoke, openai_env, write_config
 from tests.llm_server import Reply
-from tests.test_providers_http import free_port
 
 
 def litellm_env(server) -> dict:

@@ -3,7 +3,6 @@ API over httpx, and litellm."""
 
 import asyncio
 import os
-import socket
 import subprocess
 import sys
 
@@ -13,7 +12,7 @@ from nanoagent.config.schema import Config, ProviderConfig
 from nanoagent.providers import base as pb
 from nanoagent.providers.base import ChatRequest, ProviderError, ToolSpec
 from nanoagent.providers.registry import build_provider
-from tests.conftest import PATIENCE
+from tests.conftest import PATIENCE, free_port
 from tests.llm_server import Reply
 
 TOOLS = [ToolSpec("read_file", "Read a file.", {"type": "object", "properties": {"path": {"type": "string"}},
@@ -126,12 +125,6 @@ def test_a_stalled_stream_times_out(llm, model):
     with pytest.raises(ProviderError) as info:
         stream(llm, model, timeout=0.5, max_retries=0)
     assert "no data" in info.value.message or "cut off" in info.value.message
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.mark.parametrize("model", MODELS)

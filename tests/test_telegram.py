@@ -15,7 +15,6 @@ import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
-from pathlib import Path
 
 import pytest
 
@@ -32,7 +31,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
-from tests.conftest import PATIENCE, ROOT, invoke, openai_env, write_config
+from tests.conftest import PATIENCE, ROOT, invoke, openai_env, start_gateway_process, wait_until, write_config
 from tests.llm_server import Reply
 from tests.telegram_server import BOT, BotAPI, check_text
 
@@ -556,48 +555,28 @@ def test_a_turn_cut_by_a_gateway_shutdown_is_finished_after_the_restart(api):
 # --- the gateway ------------------------------------------------------------------------------------------
 
 
-def start_gateway(env: dict[str, str], log_path: Path) -> subprocess.Popen:
-    stderr = open(log_path, "ab")  # noqa: SIM115 - the child keeps it
-    proc = subprocess.Popen([sys.executable, "-m", "nanoagent", "gateway"], cwd=ROOT, env={**os.environ, **env},
-                            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=stderr)
-    stderr.close()
-    deadline = time.monotonic() + PATIENCE
-    while b"listening on" not in log_path.read_bytes():
-        assert proc.poll() is None, log_path.read_text()
-        assert time.monotonic() < deadline, log_path.read_text()
-        time.sleep(0.05)
-    return proc
-
-
-def wait_for(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.05)
-
-
 @pytest.mark.process
-def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(api, llm, isolated_home, tmp_path):
+def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(api, llm, isolated_home):
     write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "allowFrom": [ANN],
                                                            "apiBase": api.url}}})
     llm.script(Reply(text="never delivered", delay=2), Reply(text="The answer is 42."))
     env = {**openai_env(llm), "TELEGRAM_BOT_TOKEN": api.token}
     state = StateFile(isolated_home / "channels" / "telegram.json")
-    log_path = tmp_path / "gateway.err"
+    log_path = isolated_home.parent / "gateway.stderr"  # where start_gateway_process logs
 
-    first = start_gateway(env, log_path)
+    first = start_gateway_process({**os.environ, **env})
     try:
         api.message("what is the answer?")
-        wait_for(lambda: llm.requests, "the model call")
+        wait_until(lambda: llm.requests, "the model call")
     finally:
         first.kill()  # SIGKILL, mid-turn
         first.wait()
     assert state.read().inbox == [] and state.read().open_turns == ["telegram:42"]
 
-    second = start_gateway(env, log_path)
+    second = start_gateway_process({**os.environ, **env})
     try:
-        wait_for(lambda: any("The answer is 42." in t for t in api.texts(ANN)), "the answer")
-        wait_for(lambda: state.read().open_turns == [] and state.read().inbox == [], "the turn to close")
+        wait_until(lambda: any("The answer is 42." in t for t in api.texts(ANN)), "the answer")
+        wait_until(lambda: state.read().open_turns == [] and state.read().inbox == [], "the turn to close")
     finally:
         second.send_signal(signal.SIGTERM)
         assert second.wait(timeout=PATIENCE) == 0, log_path.read_text()
