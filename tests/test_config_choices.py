@@ -42,12 +42,14 @@ def test_settings_built_in_code_are_held_to_the_same_choices():
     assert ExecConfig(approve=None).approve is None and WebSearchConfig().provider == ""
 
 
-def test_telegram_ids_written_as_strings_of_digits_are_read_as_ids(tmp_path):
-    path = write_config(tmp_path, {"channels": {"telegram": {"allowFrom": ["1001", 1002, " 1003 "]}}})
-    assert load_config(path, env={})[0].channels.telegram.allow_from == [1001, 1002, 1003]
-    write_config(tmp_path, {"channels": {"telegram": {"allowFrom": ["@ann"]}}})
-    with pytest.raises(ConfigError, match=r"`channels\.telegram\.allowFrom\[0\]` must be a whole number or a string of "
-                                          "digits"):
+def test_allow_from_is_a_list_of_strings_for_every_channel_and_numbers_are_read_as_their_digits(tmp_path):
+    path = write_config(tmp_path, {"channels": {"telegram": {"allowFrom": ["1001", 1002, " 1003 "]},
+                                                "discord": {"allowFrom": [123456789012345678]}}})
+    config = load_config(path, env={})[0]
+    assert config.channels.telegram.allow_from == ["1001", "1002", " 1003 "]  # the channel normalises them
+    assert config.channels.discord.allow_from == ["123456789012345678"]
+    write_config(tmp_path, {"channels": {"slack": {"allowFrom": [True]}}})
+    with pytest.raises(ConfigError, match=r"`channels\.slack\.allowFrom\[0\]` must be a string"):
         load_config(path, env={})
     write_config(tmp_path, {"agents": {"defaults": {"maxTokens": "1000"}}})  # only ids take strings
     with pytest.raises(ConfigError, match="must be a whole number, got"):

@@ -30,7 +30,7 @@ ANN = 42
 
 def config_for(api: BotAPI) -> Config:
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[ANN], api_base=api.url)
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
     return config
 
 

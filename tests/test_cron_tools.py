@@ -76,7 +76,7 @@ def test_a_job_for_someone_elses_chat_is_refused():
 
 def test_the_message_tool_reaches_the_users_own_telegram_chat_and_refuses_others(api):
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[ANN], api_base=api.url)
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
     results = turn("cli:direct", ("message", {"text": "The download is **done**.", "to": "telegram"}),
                    ("message", {"text": "hi", "to": "telegram:999"}),
                    ("message", {"text": "hi", "to": "cli:direct"}), config=config)

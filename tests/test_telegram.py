@@ -81,7 +81,7 @@ async def running(api: BotAPI, provider: ScriptedProvider, timing: Timing = TIMI
                   **settings) -> AsyncIterator[TelegramChannel]:
     paths = Paths.from_env()
     hub = Hub(build_agent(Config(), paths, provider=provider))
-    config = TelegramConfig(**{"enabled": True, "token": api.token, "allow_from": [ANN], "api_base": api.url,
+    config = TelegramConfig(**{"enabled": True, "token": api.token, "allow_from": [str(ANN)], "api_base": api.url,
                                **settings})
     channel = TelegramChannel(config, paths, hub, timing)
     task = asyncio.create_task(channel.run())
@@ -611,7 +611,7 @@ def test_telegram_settings_come_from_config_and_the_token_from_the_environment_f
     telegram = config.channels.telegram
     assert warnings == []
     assert (telegram.token, telegram.allow_from, telegram.group_policy, telegram.streaming, telegram.api_base) == \
-        ("from-file", [1, 2], "all", False, "http://127.0.0.1:9")
+        ("from-file", ["1", "2"], "all", False, "http://127.0.0.1:9")
     assert load_config(path, env={"TELEGRAM_BOT_TOKEN": "from-env"})[0].channels.telegram.token == "from-env"
     assert Config().channels.telegram.api_base == "https://api.telegram.org"
 

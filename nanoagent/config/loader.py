@@ -148,6 +148,8 @@ def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str], 
             _type_error(dotted, "a number", value, path)
         return float(value)
     if tp is str:
+        if digits and isinstance(value, int) and not isinstance(value, bool):
+            return str(value)
         if not isinstance(value, str):
             _type_error(dotted, "a string", value, path)
         return value
@@ -188,8 +190,15 @@ def _apply_env(config: Config, env: typing.Mapping[str, str]) -> None:
                 pc.api_key = key
             if base:
                 pc.api_base = base
-    if env.get("TELEGRAM_BOT_TOKEN"):
-        config.channels.telegram.token = env["TELEGRAM_BOT_TOKEN"]
+    channels = config.channels
+    for variable, settings, name in (("TELEGRAM_BOT_TOKEN", channels.telegram, "token"),
+                                     ("DISCORD_BOT_TOKEN", channels.discord, "token"),
+                                     ("SLACK_BOT_TOKEN", channels.slack, "bot_token"),
+                                     ("SLACK_APP_TOKEN", channels.slack, "app_token"),
+                                     ("EMAIL_PASSWORD", channels.email.imap, "password"),
+                                     ("EMAIL_PASSWORD", channels.email.smtp, "password")):
+        if env.get(variable):
+            setattr(settings, name, env[variable])
 
 
 def save_config(path: Path, data: dict[str, Any]) -> None:

@@ -205,12 +205,17 @@ class GatewayConfig:
 GROUP_POLICIES = ("mention", "all", "off")
 
 
+def ids() -> Any:
+    """`allowFrom`: who may talk to a channel, as strings (the channel normalises them); a number is taken as its
+    digits, so Telegram's numeric ids may be written either way."""
+    return field(default_factory=list, metadata={"digits": True})
+
+
 @dataclass
 class TelegramConfig:
     enabled: bool = False
     token: str | None = None  # from @BotFather; the TELEGRAM_BOT_TOKEN variable overrides it
-    allow_from: list[int] = field(default_factory=list,  # numeric user ids ("1001" too); empty: nobody until paired
-                                  metadata={"digits": True})
+    allow_from: list[str] = ids()  # numeric user ids ("1001" or 1001); empty: nobody until paired
     group_policy: str = choice("mention", GROUP_POLICIES)  # in groups: mention (mentioned or replied to) | all | off
     streaming: bool = True  # edit the reply as it grows (at most about once a second); false: send it at the end
     api_base: str = "https://api.telegram.org"  # requests go to {apiBase}/bot{token}/{method}
@@ -220,8 +225,64 @@ class TelegramConfig:
 
 
 @dataclass
+class DiscordConfig:
+    enabled: bool = False
+    token: str | None = None  # the bot's token (Developer Portal > Bot); the DISCORD_BOT_TOKEN variable overrides it
+    allow_from: list[str] = ids()  # user ids (snowflakes); empty: nobody until paired
+    group_policy: str = choice("mention", GROUP_POLICIES)  # in guild channels: mention (or reply) | all | off
+    streaming: bool = True
+    api_base: str = "https://discord.com/api/v10"  # REST base; the gateway's URL comes from GET {apiBase}/gateway/bot
+
+    def __post_init__(self) -> None:
+        check_choices(self, "channels.discord")
+
+
+@dataclass
+class SlackConfig:
+    enabled: bool = False
+    bot_token: str | None = None  # xoxb-...; the SLACK_BOT_TOKEN variable overrides it
+    app_token: str | None = None  # xapp-... with connections:write, for Socket Mode; SLACK_APP_TOKEN overrides it
+    allow_from: list[str] = ids()  # member ids (U...); empty: nobody until paired
+    group_policy: str = choice("mention", GROUP_POLICIES)  # in channels: mention | all (every message) | off
+    streaming: bool = True
+    api_base: str = "https://slack.com/api/"  # the Web API's base URL
+
+    def __post_init__(self) -> None:
+        check_choices(self, "channels.slack")
+
+
+MAIL_SECURITY = ("tls", "starttls", "none")
+
+
+@dataclass
+class MailServerConfig:
+    host: str = ""
+    port: int = bounded(0, 0, 65535)  # 0: the usual port (IMAP 993 with tls, 143 otherwise; SMTP 465 with tls, 587)
+    user: str = ""
+    password: str | None = None  # the EMAIL_PASSWORD variable overrides it (both servers) when set
+    security: str = choice("tls", MAIL_SECURITY)  # tls | starttls | none (refused unless the host is loopback)
+
+    def __post_init__(self) -> None:
+        check_choices(self, "channels.email.imap/smtp")
+
+
+@dataclass
+class EmailConfig:
+    enabled: bool = False
+    imap: MailServerConfig = field(default_factory=MailServerConfig)
+    smtp: MailServerConfig = field(default_factory=lambda: MailServerConfig(security="starttls"))
+    address: str = ""  # the From address of replies; default: imap.user
+    allow_from: list[str] = ids()  # addresses, or "@example.com" for a whole domain; nobody else gets an answer
+    poll_seconds: int = bounded(60, 5, 86_400)  # how often to look for mail when the server has no IDLE
+    folder: str = "INBOX"
+
+
+@dataclass
 class ChannelsConfig:
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
+    discord: DiscordConfig = field(default_factory=DiscordConfig)
+    slack: SlackConfig = field(default_factory=SlackConfig)
+    email: EmailConfig = field(default_factory=EmailConfig)
 
 
 MCP_TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http", "sse": "sse"}

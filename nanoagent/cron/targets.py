@@ -71,7 +71,7 @@ class Access:
     approved: Callable[[], set[int]]
 
     @classmethod
-    def from_config(cls, allow_from: list[int], telegram_state: Path) -> Access:
+    def from_config(cls, allow_from: list[str], telegram_state: Path) -> Access:
         def approved() -> set[int]:
             from nanoagent.gateway.telegram_state import StateFile
 
@@ -80,7 +80,7 @@ class Access:
             except (NanoagentError, OSError):
                 return set()
 
-        return cls(tuple(allow_from), approved)
+        return cls(tuple(int(a) for a in allow_from if a.strip().lstrip("-").isdigit()), approved)
 
     def users(self) -> list[int]:
         return sorted({*self.allow_from, *self.approved()})

@@ -156,7 +156,7 @@ class TelegramChannel:
             raise
 
     def allowed(self, user_id: int) -> bool:
-        return user_id in self.settings.allow_from or user_id in self.state.read().allowed
+        return str(user_id) in {a.strip() for a in self.settings.allow_from} or user_id in self.state.read().allowed
 
     # --- the inbox: each change is written before the call returns ------------------------------------
 

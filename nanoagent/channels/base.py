@@ -1,0 +1,166 @@
+"""The contract a channel follows: what it tells the rest of nanoagent (`Channel`), and the connection to its app the
+shared engine drives (`Link`).
+
+The shared parts are written once, in `channels/`: the reply engine (a turn's events become one growing message,
+edited at most about once a second, continued in a new message past the app's limit, a typing indicator while the
+agent works, no empty bubbles, no duplicates), the exactly-once inbox (a message is acknowledged to the app only
+after it is on disk; a gateway killed mid-turn answers it once after a restart), access (`allowFrom` and pairing
+codes, per channel, in `channels/<name>.json`), and delivery to targets. A channel brings only what is its app's:
+its settings' meaning, its wire format, and its client.
+
+This module is light on purpose: the registry, cron and the CLI import it; no app library is imported here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from nanoagent.channels.keys import Place
+
+if TYPE_CHECKING:
+    from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
+
+
+@dataclass
+class FileIn:
+    """A file that came with a message, not yet downloaded."""
+
+    kind: str  # "photo" | "document" | "voice note" | "audio" | "video" | "file"
+    name: str | None  # the sender's file name, if the app gives one
+    size: int | None  # bytes, when the app says
+    ref: str  # the channel's handle to fetch it: a file id, a URL, a MIME part's index
+    media_type: str | None = None  # as the app states it (the bytes decide whether it is an image)
+
+
+@dataclass
+class Incoming:
+    """One message from the app, in the channel's words. Built by the `Link` from what the app sent, and again by
+    `Link.rebuild(raw)` from the inbox after a restart."""
+
+    id: str  # unique within the channel and stable across restarts: the inbox's key
+    place: Place  # the session it belongs to
+    user: str  # the sender's id, normalised as `allowFrom` is
+    name: str  # the sender's display name
+    text: str  # as sent, with the bot's mention removed
+    raw: dict[str, Any]  # JSON kept in the inbox until the message is handled
+    private: bool = True  # a direct message: pairing codes are offered only there
+    addressed: bool = True  # meant for the bot under the channel's groupPolicy (always in a private chat)
+    files: list[FileIn] = field(default_factory=list)
+
+
+@dataclass
+class Chunk:
+    """One message's worth of a reply: in the app's markup, and as plain text for when the app refuses the markup."""
+
+    body: str
+    plain: str
+
+
+@dataclass(frozen=True)
+class Question:
+    """A setting `nanoagent channels add` asks for on a terminal."""
+
+    path: str  # under channels.<name>, dotted: "token", "imap.host"
+    prompt: str
+    secret: bool = False
+    default: str = ""
+
+
+class Link(Protocol):
+    """One connection to the app, driven by the shared engine for one run of the channel's gateway component.
+
+    Calls that reach the app wait out its rate limits themselves (a 429's retry-after) and give None/False when a
+    call failed for good. With `persistent` they keep trying through network failures (a finished reply must
+    arrive); without it they give up at the first one (a streaming edit waits for the next)."""
+
+    async def connect(self) -> str:
+        """Sign in; who the bot is, for the log ("@name"). NanoagentError when the credentials are refused."""
+        ...
+
+    def receive(self) -> AsyncIterator[list[Incoming]]:
+        """New messages in the order they came, first catching up on any that came while nanoagent was down (from
+        the app's own queue, or its history after the last message handled, bounded). A message may come twice;
+        the engine keeps the first."""
+        ...
+
+    async def acknowledge(self, items: list[Incoming]) -> None:
+        """These are on disk now: the app may forget them (Telegram's offset, IMAP's \\Seen, a catch-up cursor)."""
+        ...
+
+    def rebuild(self, raw: dict[str, Any]) -> Incoming | None:
+        ...
+
+    async def send(self, place: Place, chunk: Chunk, persistent: bool) -> str | None:
+        """The new message's id; None when it could not be sent."""
+        ...
+
+    async def edit(self, place: Place, message_id: str, chunk: Chunk, persistent: bool) -> bool:
+        ...
+
+    async def delete(self, place: Place, message_id: str) -> None:
+        ...
+
+    async def typing(self, place: Place) -> None:
+        ...
+
+    async def download(self, file: FileIn) -> bytes | None:
+        ...
+
+    async def close(self) -> None:
+        ...
+
+
+class Channel(Protocol):
+    """What a channel tells the rest of nanoagent: `CHANNEL` in `channels/<name>/__init__.py`. Importing that module
+    imports no app library; `link`, `verify` and `deliver` import it when called."""
+
+    name: str  # the session keys' prefix and the key under `channels.` in config.json
+    title: str  # as people write it: "Telegram"
+    hint: str  # how replies render there, one line for the model beside the runtime block's `channel:`
+    limit: int  # characters one message holds
+    edits: bool  # sent messages can be edited, so replies stream (email: no)
+    pairing: bool  # unknown senders in a private chat get a pairing code (email: no, they get nothing)
+
+    def settings(self, config: Config) -> Any:
+        """`config.channels.<name>`."""
+        ...
+
+    def enabled(self, settings: Any) -> bool:
+        ...
+
+    def problem(self, settings: Any) -> str | None:
+        """What keeps the enabled channel from starting, in one line with the fix (no token, the extra not
+        installed); None when nothing does."""
+        ...
+
+    def allowed(self, settings: Any, user: str) -> bool:
+        """Is `user` (a sender id as `Incoming.user`) let in by `allowFrom` (pairing approvals are checked apart)?"""
+        ...
+
+    def home(self, user: str) -> Place | None:
+        """A user's private chat, where the app derives it from their id (Telegram: the same number); None when
+        it is known only once they wrote."""
+        ...
+
+    def split(self, markdown: str) -> list[Chunk]:
+        """The reply in the app's markup, split under `limit`; code blocks kept whole or closed and reopened."""
+        ...
+
+    def link(self, settings: Any, paths: Paths) -> Link:
+        ...
+
+    async def verify(self, settings: Any) -> str:
+        """One API call with the credentials: who the bot is ("@name"), or NanoagentError saying what is wrong."""
+        ...
+
+    async def deliver(self, settings: Any, place: Place, text: str) -> None:
+        """Send `text` (Markdown) to `place` from a process with no gateway (`cron tick`); DeliveryError when it
+        did not arrive."""
+        ...
+
+    def questions(self) -> list[Question]:
+        """What `nanoagent channels add <name>` asks."""
+        ...
