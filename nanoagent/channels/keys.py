@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 MAX_ID = 64
-_ID = r"[\w.@+=-]{1,%d}" % MAX_ID
+_ID = rf"[\w.@+=-]{{1,{MAX_ID}}}"
 KEY = re.compile(rf"([a-z][a-z0-9_]{{0,31}}):({_ID})(?::({_ID}))?")
 T = TypeVar("T")
 
