@@ -1,0 +1,228 @@
+"""A channel's own state: `$NANOAGENT_HOME/channels/<name>.json`, format version 2, mode 0600.
+
+- `inbox`: messages taken from the app but not yet handled, each the `raw` JSON of an `Incoming` under `"id"` (a
+  string). A message is acknowledged to the app only once it is here. It is handled once it is in its session file
+  (the loop writes it at the start of a turn, or when it joins a running one), or once it was answered without a turn
+  (a command, a pairing code, a message that is ignored). After a restart the inbox is replayed: nothing is lost.
+- `seen`: the ids of the latest messages taken (at most `MAX_SEEN`), so one the app sends again is not taken twice.
+- `cursor`: the channel's own bookmarks (Telegram's last update id, a chat's last message handled for catch-up,
+  IMAP's last UID), strings by name.
+- `open_turns`: sessions whose turn started but whose reply has not reached the chat yet. After a restart the reply
+  is delivered from the session file if the turn finished there, else the turn is resumed.
+- `allowed` (user id -> name) and `pairing` (pending codes): the people `nanoagent pairing approve` let in, besides
+  config's `channels.<name>.allowFrom`. An approval holds for this channel only.
+
+Version 1 was Telegram's file (numeric ids, `last_update_id`); it is read and written back as version 2.
+
+The gateway and `nanoagent pairing` both write it, each read-modify-write under the file's lock; every write is
+atomic. Light on purpose: the CLI and cron import it, never an app's library.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import atomic_write, file_lock
+
+if TYPE_CHECKING:
+    from nanoagent.paths import Paths
+
+VERSION = 2
+CODE_TTL = 3600.0  # seconds a pairing code stays valid
+MAX_PENDING = 50  # pending codes kept at most; past it no new one is made: strangers cannot grow the file
+MAX_SEEN = 1000  # ids of taken messages remembered, to drop one the app sends again
+CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread
+LOCK_TIMEOUT = 5.0
+
+T = TypeVar("T")
+
+
+@dataclass
+class Pairing:
+    code: str
+    user: str  # the sender's id in the app
+    chat: str  # the private chat the code was sent to
+    name: str
+    created: float
+
+    def expired(self, now: float) -> bool:
+        return now - self.created > CODE_TTL
+
+
+@dataclass
+class ChannelState:
+    inbox: list[dict[str, Any]] = field(default_factory=list)
+    seen: list[str] = field(default_factory=list)
+    cursor: dict[str, str] = field(default_factory=dict)
+    open_turns: list[str] = field(default_factory=list)
+    allowed: dict[str, str] = field(default_factory=dict)
+    pairing: list[Pairing] = field(default_factory=list)
+
+    # --- the inbox ------------------------------------------------------------------------------
+
+    def take(self, raws: list[dict[str, Any]]) -> list[str]:
+        """Put messages (each with a string "id") in the inbox; the ids of those not taken before."""
+        seen = set(self.seen)
+        fresh = []
+        for raw in raws:
+            if raw["id"] not in seen:
+                seen.add(raw["id"])
+                fresh.append(raw)
+        self.inbox.extend(fresh)
+        self.seen = [*self.seen, *(raw["id"] for raw in fresh)][-MAX_SEEN:]
+        return [raw["id"] for raw in fresh]
+
+    def handled(self, ids: set[str]) -> None:
+        self.inbox = [raw for raw in self.inbox if raw["id"] not in ids]
+
+    # --- pairing ---------------------------------------------------------------------------------
+
+    def pair(self, user: str, chat: str, name: str, now: float) -> str | None:
+        """A new pairing code for an unknown user; None when they have one that is still valid (it was sent
+        already: a stranger's every message must not get an answer), or when MAX_PENDING codes are pending: those
+        who wrote first keep theirs, so a flood of strangers cannot push out a friend's code. A place frees up when
+        a code is approved, denied or expires."""
+        self.pairing = [p for p in self.pairing if not p.expired(now)]
+        if any(p.user == user for p in self.pairing) or self.pairing_full():
+            return None
+        code = "".join(secrets.choice(CODE_ALPHABET) for _ in range(8))
+        self.pairing = [*self.pairing, Pairing(code, user, chat, name, now)]
+        return code
+
+    def pairing_full(self) -> bool:
+        return len(self.pairing) >= MAX_PENDING
+
+    def pending(self, code: str, now: float) -> Pairing:
+        wanted = normalize_code(code)
+        found = next((p for p in self.pairing if p.code == wanted), None)
+        if found is None or found.expired(now):
+            why = "has expired (codes last an hour)" if found else "is not pending"
+            raise NanoagentError(f"The pairing code {code} {why}; ask them to message the bot again for a new one, "
+                                 "and see `nanoagent pairing list`.")
+        return found
+
+    def approve(self, code: str, now: float) -> Pairing:
+        found = self.pending(code, now)
+        self.pairing.remove(found)
+        self.allowed[found.user] = found.name
+        return found
+
+    def deny(self, code: str, now: float) -> Pairing:
+        """Drop a pending code: its holder stays out (and gets a new code only after this one would have expired)."""
+        found = self.pending(code, now)
+        self.pairing.remove(found)
+        return found
+
+    def revoke(self, user: str) -> bool:
+        return self.allowed.pop(user, None) is not None
+
+    # --- the file's shape -----------------------------------------------------------------------
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": VERSION, "inbox": self.inbox, "seen": self.seen, "cursor": self.cursor,
+            "open_turns": self.open_turns, "allowed": self.allowed,
+            "pairing": [{"code": p.code, "user": p.user, "chat": p.chat, "name": p.name, "created": p.created}
+                        for p in self.pairing],
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, path: Path) -> ChannelState:
+        """The one tolerant reader: a value of the wrong shape is left out, never a reason to stop."""
+        if not isinstance(data, dict):
+            raise NanoagentError(f"{path} must hold a JSON object; move it away and restart the gateway (pending "
+                                 "pairing codes and approvals are lost).")
+        version = data.get("version")
+        if isinstance(version, int) and version > VERSION:
+            raise NanoagentError(f"{path} was written by a newer nanoagent (version {version}); upgrade nanoagent.")
+        state = cls()
+        if version == 1:
+            _from_version_1(state, data)
+        state.inbox = [m for m in [*state.inbox, *_list(data.get("inbox"))]
+                       if isinstance(m, dict) and isinstance(m.get("id"), str)]
+        seen = [s for s in _list(data.get("seen")) if isinstance(s, str)]
+        state.seen = [*seen, *(m["id"] for m in state.inbox if m["id"] not in seen)][-MAX_SEEN:]  # taken: seen
+        cursor = data.get("cursor")
+        if isinstance(cursor, dict):
+            state.cursor.update({k: v for k, v in cursor.items() if isinstance(v, str)})
+        state.open_turns = [k for k in _list(data.get("open_turns")) if isinstance(k, str)]
+        allowed = data.get("allowed")
+        if isinstance(allowed, dict):
+            state.allowed = {str(k): str(v) for k, v in allowed.items()}
+        for p in _list(data.get("pairing")):
+            user, chat = _id(p.get("user", p.get("user_id"))), _id(p.get("chat", p.get("chat_id")))
+            if isinstance(p.get("code"), str) and user and chat and isinstance(p.get("created"), int | float):
+                state.pairing.append(Pairing(p["code"], user, chat, str(p.get("name", "")), float(p["created"])))
+        return state
+
+
+def _from_version_1(state: ChannelState, data: dict[str, Any]) -> None:
+    """Telegram's file before every channel shared the format: updates keyed by a numeric `update_id`, and the last
+    one taken in `last_update_id`."""
+    for update in _list(data.get("inbox")):
+        if isinstance(update, dict) and _id(update.get("update_id")):
+            state.inbox.append({**update, "id": _id(update["update_id"])})
+    if _id(data.get("last_update_id")):
+        state.cursor["last_update_id"] = _id(data["last_update_id"])
+    data.pop("inbox", None)
+
+
+def _id(value: Any) -> str:
+    """An id written as a number or a string, as a string; "" for anything else."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return str(value)
+    return value if isinstance(value, str) and value else ""
+
+
+class StateFile:
+    def __init__(self, path: Path):
+        self.path = path
+
+    def read(self) -> ChannelState:
+        try:
+            text = self.path.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            return ChannelState()
+        except (OSError, UnicodeDecodeError) as e:
+            raise NanoagentError(f"Cannot read {self.path}: {e}; fix its permissions or move it away.") from None
+        if not text.strip():
+            return ChannelState()
+        try:
+            data = json.loads(text)
+        except ValueError as e:
+            raise NanoagentError(f"{self.path} is not valid JSON ({e}); fix it or move it away (pending pairing "
+                                 "codes and approvals are lost).") from None
+        return ChannelState.from_json(data, self.path)
+
+    def update(self, change: Callable[[ChannelState], T]) -> T:
+        """Read, change and write the state under its lock; returns what `change` returned. The lock is held for a
+        read and a small atomic write, so a wait for it is short."""
+        busy = NanoagentError(f"{self.path} stayed locked for {LOCK_TIMEOUT:g} s; is a `nanoagent pairing` command "
+                              "stuck? End it and try again.")
+        with file_lock(self.path.with_name(self.path.name + ".lock"), LOCK_TIMEOUT, busy):
+            state = self.read()
+            result = change(state)
+            atomic_write(self.path, json.dumps(state.to_json(), ensure_ascii=False, indent=1) + "\n", mode=0o600)
+            return result
+
+
+def state_file(paths: Paths, channel: str) -> StateFile:
+    return StateFile(paths.channels_dir / f"{channel}.json")
+
+
+def normalize_code(code: str) -> str:
+    return "".join(c for c in code.upper() if c.isalnum())
+
+
+def show_code(code: str) -> str:
+    return f"{code[:4]}-{code[4:]}" if len(code) == 8 else code
+
+
+def _list(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
