@@ -20,7 +20,9 @@ import pytest
 
 from nanoagent.agent.build import build_agent
 from nanoagent.agent.loop import CANCELLED
-from nanoagent.channels.engine import ChannelRunner, Timing
+from nanoagent.channels.base import DeliveryError
+from nanoagent.channels.engine import ChannelRunner, Timing, channel_component
+from nanoagent.channels.keys import Place
 from nanoagent.channels.media import media_name
 from nanoagent.channels.state import state_file
 from nanoagent.channels.telegram import CHANNEL
@@ -659,3 +661,62 @@ def test_a_flood_of_strangers_cannot_push_out_a_friends_pending_pairing_code(api
 
     asyncio.run(scenario())
     assert sum('"telegram_pairing_full"' in line for line in channel_log) == 11
+
+
+def test_the_gateway_refuses_an_allow_from_entry_that_is_not_a_telegram_user_id(isolated_home):
+    write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "token": "1:x", "allowFrom": ["@ann"]}}})
+    ran = invoke("gateway", env={"OPENAI_API_KEY": "sk-test", "NANOAGENT_MODEL": "openai/gpt-test"})
+    assert ran.returncode == 1
+    assert ran.error_lines[-1] == ("Error: channels.telegram.allowFrom holds '@ann', which is not a Telegram user id: "
+                                   "write the number (a message to @userinfobot shows yours).")
+
+
+def test_the_component_says_whether_it_is_connected_and_as_whom(api):
+    paths = Paths.from_env()
+    hub = Hub(build_agent(Config(), paths, provider=ScriptedProvider([])))
+    settings = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    component = channel_component(CHANNEL, settings, paths, hub, TIMING)
+    wrong = channel_component(CHANNEL, TelegramConfig(enabled=True, token="9:wrong", api_base=api.url), paths, hub,
+                              TIMING)
+
+    async def scenario():
+        task = asyncio.create_task(component.run())
+        await until(lambda: component.health, "the component's health")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        with pytest.raises(TelegramUnauthorized):
+            await wrong.run()
+
+    asyncio.run(scenario())
+    assert component.health == "connected as @nano_test_bot"
+    assert wrong.health.startswith("failing: Telegram rejected the bot token")
+
+
+def test_a_delivery_outside_the_gateway_is_telegram_html_through_the_same_client(api):
+    settings = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    api.fail("sendMessage", 429, "Too Many Requests: retry after 0.3", retry_after=0.3)
+
+    async def scenario():
+        started = time.monotonic()
+        await CHANNEL.deliver(settings, Place("telegram", "42", "17"), "It is **time**.")
+        waited = time.monotonic() - started
+        await CHANNEL.deliver(settings, Place("telegram", "42"), "Here is REJECT-HTML **bold**.")
+        return waited
+
+    waited = asyncio.run(scenario())
+    assert waited >= 0.3
+    assert [(m.raw, m.parse_mode, m.thread_id) for m in api.chat(ANN)] == [
+        ("It is <b>time</b>.", "HTML", 17), ("Here is REJECT-HTML **bold**.", None, None)]
+
+
+def test_a_delivery_that_cannot_arrive_says_why(api):
+    settings = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    api.fail("sendMessage", 400, "Bad Request: chat not found")
+    with pytest.raises(DeliveryError, match="Telegram refused the message to chat 5: Chat not found"):
+        asyncio.run(CHANNEL.deliver(settings, Place("telegram", "5"), "hello"))
+    api.down()
+    with pytest.raises(DeliveryError, match=r"Telegram could not be reached \(NetworkError\)"):
+        asyncio.run(CHANNEL.deliver(settings, Place("telegram", "5"), "hello", backoff=(0.01,)))
+    with pytest.raises(DeliveryError, match="no Telegram bot token"):
+        asyncio.run(CHANNEL.deliver(TelegramConfig(enabled=True), Place("telegram", "5"), "hello"))
