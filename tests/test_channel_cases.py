@@ -78,6 +78,22 @@ def test_an_allowed_sender_gets_the_reply_and_a_stranger_no_model_call(stand_in)
         assert stranger == []
 
 
+def test_in_a_group_the_owners_mention_is_answered_and_a_stranger_gets_no_code(stand_in):
+    provider = ScriptedProvider(["It is noon."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.stranger, "what time is it?", private=False)
+            stand_in.write(stand_in.owner, "what time is it?", private=False)
+            await until(lambda: provider.requests and settled(runner) and not runner.hub.running(), "the answer")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
+    assert asked.endswith(": what time is it?")  # the sender's name first: a group has several people
+    assert stand_in.shown(stand_in.stranger) == []  # pairing codes only in a private chat
+
+
 def test_a_stranger_approved_by_pairing_is_answered(stand_in):
     if not registry.get(stand_in.channel).pairing:
         pytest.skip(f"{stand_in.channel} does not pair")
