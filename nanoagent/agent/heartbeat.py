@@ -25,6 +25,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanoagent import messages as msg
 from nanoagent.agent.turn import TurnCall
+from nanoagent.channels import registry
 from nanoagent.config.schema import Config, active_window
 from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import Paths
@@ -35,10 +36,11 @@ from nanoagent.usage import Usage
 
 SESSION = "heartbeat"
 NOTHING_TO_REPORT = "HEARTBEAT_OK"
-CHAT_PREFIXES = ("telegram:", "cli:")  # sessions a person talks in, so a reply can reach them there
+# sessions a person talks in (every registered channel's, and the terminal's), so a reply can reach them there
+CHAT_PREFIXES = tuple(f"{name}:" for name in (*registry.names(), "cli"))
 STATE_VERSION = 1
 
-Deliver = Callable[[str, str], Awaitable[None]]  # (target such as "telegram:123" or "cli:direct", text)
+Deliver = Callable[[str, str], Awaitable[None]]  # (target such as "<channel>:<chat>" or "cli:direct", text)
 
 
 class HeartbeatStatus(StrEnum):
@@ -165,7 +167,7 @@ def within_active_hours(hours: str, moment: datetime) -> bool:
 
 
 def latest_chat(store: SessionStore) -> str | None:
-    """The chat a person used last: the most recently written telegram: or cli: session."""
+    """The chat a person used last: the most recently written session of a channel or a terminal."""
     latest: tuple[float, str] | None = None
     for key in store.keys():
         if not key.startswith(CHAT_PREFIXES):

@@ -41,7 +41,7 @@ class GatewayBusy(NanoagentError):
 
 @dataclass(frozen=True)
 class Component:
-    """A channel or service the gateway runs for its whole life (Telegram, the HTTP endpoint, the cron scheduler).
+    """A channel or service the gateway runs for its whole life (a chat app's channel, the HTTP endpoint, the cron scheduler).
     `run` returns only when cancelled; an exception is a crash, and the supervisor restarts it."""
 
     name: str
