@@ -14,8 +14,8 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
-from nanoagent.channels import registry
 from nanoagent.memory.history import HistoryEntry, HistoryLog
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message, wrap_untrusted
 from nanoagent.skills import SkillsLoader

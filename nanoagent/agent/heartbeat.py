@@ -23,9 +23,9 @@ from enum import StrEnum
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
 from nanoagent.agent.turn import TurnCall
-from nanoagent.channels import registry
 from nanoagent.config.schema import Config, active_window
 from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import Paths

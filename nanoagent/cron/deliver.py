@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
-from nanoagent.channels import registry
 from nanoagent.channels.base import DeliveryError
 from nanoagent.cron.targets import TERMINAL, Target
 from nanoagent.errors import NanoagentError

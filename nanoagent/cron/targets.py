@@ -13,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from nanoagent.channels import keys, registry
+import nanoagent.channels.keys as keys
+import nanoagent.channels.registry as registry
 from nanoagent.channels.keys import Place
 from nanoagent.errors import NanoagentError
 

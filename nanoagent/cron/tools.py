@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import Any, Literal
 
-from nanoagent.channels import registry
+import nanoagent.channels.registry as registry
 from nanoagent.cron.deliver import DeliveryError, Outbox
 from nanoagent.cron.schedule import ScheduleError, format_time, make_schedule, relative, zone
 from nanoagent.cron.scheduler import scheduler_seen, utc_now
