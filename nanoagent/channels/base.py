@@ -18,16 +18,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nanoagent.channels.keys import Place
-from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
-
-
-class DeliveryError(NanoagentError):
-    """A message did not reach its place; the text says why and, where there is one, the fix (no token, a chat that
-    no longer exists)."""
 
 
 @dataclass
