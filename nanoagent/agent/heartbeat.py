@@ -36,8 +36,6 @@ from nanoagent.usage import Usage
 
 SESSION = "heartbeat"
 NOTHING_TO_REPORT = "HEARTBEAT_OK"
-# sessions a person talks in (every registered channel's, and the terminal's), so a reply can reach them there
-CHAT_PREFIXES = tuple(f"{name}:" for name in (*registry.names(), "cli"))
 STATE_VERSION = 1
 
 Deliver = Callable[[str, str], Awaitable[None]]  # (target such as "<channel>:<chat>" or "cli:direct", text)
@@ -169,8 +167,9 @@ def within_active_hours(hours: str, moment: datetime) -> bool:
 def latest_chat(store: SessionStore) -> str | None:
     """The chat a person used last: the most recently written session of a channel or a terminal."""
     latest: tuple[float, str] | None = None
+    prefixes = chat_prefixes()
     for key in store.keys():
-        if not key.startswith(CHAT_PREFIXES):
+        if not key.startswith(prefixes):
             continue
         try:
             mtime = store.path_for(key).stat().st_mtime
@@ -179,6 +178,11 @@ def latest_chat(store: SessionStore) -> str | None:
         if latest is None or mtime > latest[0]:
             latest = (mtime, key)
     return latest[1] if latest else None
+
+
+def chat_prefixes() -> tuple[str, ...]:
+    """Sessions a person talks in (every registered channel's, and the terminal's), so a reply can reach them there."""
+    return tuple(f"{name}:" for name in (*registry.names(), "cli"))
 
 
 def session_delivery(store: SessionStore) -> Deliver:
