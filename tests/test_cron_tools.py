@@ -104,6 +104,19 @@ def test_the_message_tool_reaches_the_users_own_chat_by_the_channels_name_and_re
     assert "That is this conversation" in results[2]
 
 
+def test_the_message_tool_reaches_the_users_own_telegram_chat_through_the_bot_api(api):
+    from nanoagent.config.schema import TelegramConfig
+
+    config = Config()
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    results = turn("cli:direct", ("message", {"text": "The download is **done**.", "to": "telegram"}),
+                   ("message", {"text": "hi", "to": "telegram:999"}), config=config)
+    assert "Sent to telegram:42." in results[0]
+    assert api.texts(ANN) == ["The download is done."] and api.chat(ANN)[0].raw == "The download is <b>done</b>."
+    assert "telegram:999 is not one of the user's own chats (Telegram: telegram:42;" in results[1]
+    assert api.texts(999) == []
+
+
 def test_someone_approved_by_pairing_has_their_private_chat_counted_as_the_users_own(loft):
     state_file(Paths.from_env(), "pigeon").update(lambda state: state.allowed.update({"7": "Bea"}))
     results = turn("cli:direct", ("message", {"text": "Hello Bea.", "to": "pigeon:7"}),

@@ -123,7 +123,7 @@ def add(
     from nanoagent.cron.schedule import format_time, make_schedule, relative
     from nanoagent.cron.scheduler import scheduler_seen, utc_now
     from nanoagent.cron.store import Job, new_job_id
-    from nanoagent.cron.targets import Access
+    from nanoagent.cron.targets import Access, target_text
 
     paths, config, store = _store()
     if not message.strip():
@@ -139,7 +139,7 @@ def add(
     access.check(target, "")
 
     def change(jobs: JobsFile) -> Job:
-        job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=str(target),
+        job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=target_text(target),
                   name=name.strip(), missed=missed, timeout=timeout, created=now, created_by="cli",
                   next_run=schedule.next_after(now))
         jobs.jobs.append(job)
