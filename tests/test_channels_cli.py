@@ -78,6 +78,8 @@ def test_channels_add_asks_checks_the_token_and_writes_config_json_private_keepi
     assert "Next: start the gateway: `nanoagent gateway`." in ran.stdout
     assert "`nanoagent pairing approve CODE` lets you in" in ran.stdout
     assert fifth_channel.TOKEN not in ran.stdout + ran.stderr
+    assert [log for log in (isolated_home / "logs").rglob("*") if log.is_file()
+            and fifth_channel.TOKEN in log.read_text(errors="replace")] == []
 
 
 def test_channels_add_again_keeps_a_secret_on_enter_and_shows_it_nowhere(isolated_home, terminal):
