@@ -13,15 +13,38 @@ This module is light on purpose: the registry, cron and the CLI import it; no ap
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
 from nanoagent.channels.keys import Place
+from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
+
+
+class DeliveryError(NanoagentError):
+    """A message could not be delivered; the message says why (a chat that no longer exists, no bot token...)."""
+
+
+@dataclass(frozen=True)
+class Timing:
+    """A channel's clocks and intervals, given to the engine and to the channel's link, so tests never wait a real
+    second (nor a real minute of an API that is down)."""
+
+    interval: float = 1.0  # seconds between two edits of a streaming reply
+    typing: float = 4.0  # seconds between typing indicators (Telegram shows one for 5 s)
+    poll: int = 30  # long-poll timeout, seconds, for a link that polls
+    backoff: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after failed calls, the last one repeated
+    clock: Callable[[], float] = time.monotonic
+    now: Callable[[], float] = time.time  # wall clock: pairing codes' age, media file names
+
+    def pause(self, failures: int) -> float:
+        """The wait after `failures` failed calls in a row (0: after the first)."""
+        return self.backoff[min(failures, len(self.backoff) - 1)]
 
 
 @dataclass
@@ -149,7 +172,8 @@ class Channel(Protocol):
         """The reply in the app's markup, split under `limit`; code blocks kept whole or closed and reopened."""
         ...
 
-    def link(self, settings: Any, paths: Paths) -> Link:
+    def link(self, settings: Any, paths: Paths, timing: Timing) -> Link:
+        """The connection for one run of the gateway component; `timing.backoff` paces its retries."""
         ...
 
     async def verify(self, settings: Any) -> str:
