@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from nanoagent.channels import registry
-from nanoagent.channels.base import Chunk, Question
+from nanoagent.channels.base import Chunk, DeliveryError, Question
 from nanoagent.config import schema
 from nanoagent.errors import NanoagentError
 
@@ -63,7 +63,7 @@ class Fifth:
         return [Chunk(markdown[i:i + self.limit], markdown[i:i + self.limit])
                 for i in range(0, len(markdown), self.limit)]
 
-    def link(self, settings: FifthConfig, paths: Any) -> Any:
+    def link(self, settings: FifthConfig, paths: Any, timing: Any) -> Any:
         raise NotImplementedError("the command line never connects")
 
     async def verify(self, settings: FifthConfig) -> str:
@@ -80,7 +80,7 @@ class Fifth:
             raise NanoagentError(f"cannot reach {settings.api_base} ({e.reason})") from None
 
     async def deliver(self, settings: FifthConfig, place: Any, text: str) -> None:
-        raise NotImplementedError
+        raise DeliveryError("the fifth channel delivers nothing outside a gateway")
 
     def questions(self) -> list[Question]:
         return [Question("apiBase", "API base URL", default="https://fifth.invalid"),
