@@ -8,7 +8,6 @@ The stand-in answers `GET /me` with the bot's name when the `Authorization` head
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import threading
 from collections.abc import Iterator
@@ -97,18 +96,10 @@ class ChannelsWithFifth(schema.ChannelsConfig):
 
 
 def register(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The fifth channel registered beside the channels this checkout has, and its settings accepted under
-    `channels.fifth` in config.json."""
-    only_present(monkeypatch)
+    """The fifth channel registered beside the others, and its settings accepted under `channels.fifth` in
+    config.json."""
     monkeypatch.setitem(registry.REGISTRY, "fifth", __name__)
     monkeypatch.setattr(schema, "ChannelsConfig", ChannelsWithFifth)
-
-
-def only_present(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The registry without the channels whose folder this checkout does not have yet (a branch made before they
-    were merged); once every channel is merged this changes nothing."""
-    present = {name: module for name, module in registry.REGISTRY.items() if importlib.util.find_spec(module)}
-    monkeypatch.setattr(registry, "REGISTRY", present)
 
 
 class _Api(BaseHTTPRequestHandler):

@@ -10,16 +10,10 @@ import time
 
 import pytest
 
-from tests import fifth_channel
 from tests.conftest import PATIENCE, free_port, invoke, openai_env, start_gateway_process, write_config
 from tests.test_mcp import SERVERS
 
 KEY = {"ANTHROPIC_API_KEY": "sk-ant-" + "x" * 30}
-
-
-@pytest.fixture(autouse=True)
-def registered_channels(monkeypatch: pytest.MonkeyPatch) -> None:
-    fifth_channel.only_present(monkeypatch)
 
 
 def doctor() -> tuple[int, list[str]]:

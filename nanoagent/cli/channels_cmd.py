@@ -29,17 +29,29 @@ def channel_named(name: str) -> Channel:
     """The registered channel `name`, or one line listing the registered ones."""
     from nanoagent.channels import registry
 
-    try:
-        return registry.get(name)
-    except registry.UnknownChannel:
-        raise NanoagentError(f"There is no channel named {name!r}; the channels are {', '.join(registry.names())}."
-                             ) from None
+    if name not in registry.REGISTRY or (channel := _installed(name)) is None:
+        known = ", ".join(c.name for c in registered()) or "none (reinstall nanoagent)"
+        raise NanoagentError(f"There is no channel named {name!r}; the channels are {known}.")
+    return channel
 
 
 def registered() -> list[Channel]:
+    """Every registered channel this install has, in the registry's order."""
     from nanoagent.channels import registry
 
-    return [registry.get(name) for name in registry.names()]
+    return [channel for name in registry.names() if (channel := _installed(name)) is not None]
+
+
+def _installed(name: str) -> Channel | None:
+    """The channel, or None when its folder is not part of this install (as the gateway command skips it)."""
+    from nanoagent.channels import registry
+
+    try:
+        return registry.get(name)
+    except ModuleNotFoundError as e:
+        if e.name != registry.REGISTRY[name]:
+            raise
+        return None
 
 
 def check_channel(channel: Channel, settings: Any) -> tuple[bool, str]:
@@ -83,7 +95,7 @@ def list_channels(workspace: WorkspaceOpt = None) -> None:
     paths, config = setup(workspace)
     gateway = _gateway_status(paths)
     channels = registered()
-    width = max(len(c.name) for c in channels)
+    width = max((len(c.name) for c in channels), default=0)
     for channel in channels:
         print(f"{channel.name:<{width}}  {_state(channel, config, gateway)}")
 
