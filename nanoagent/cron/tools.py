@@ -3,7 +3,8 @@ one of the user's own chats now).
 
 Both take the conversation they are called from out of the turn's own scope (`current_turn`), never from state
 two turns share: a job made in a chat (`telegram:42`) replies there by default, one made in the terminal writes to
-that terminal session. Targets follow `cron/targets.py`; the channels the schemas name are the registry's. Times are read in the user's time zone and said back resolved, with the zone.
+that terminal session. Targets follow `cron/targets.py`; the channels the schemas name are the registry's. Times
+are read in the user's time zone and said back resolved, with the zone.
 """
 
 from __future__ import annotations
@@ -172,7 +173,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
             raise ToolError(str(e)) from None
         except DeliveryError as e:
             raise ToolError(f"Not delivered: {e}.") from None
-        return f"Sent to {target_text(target)}."
+        return f"Sent to {target.key}."
 
     return [cron, message]
 
