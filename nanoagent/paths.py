@@ -67,7 +67,7 @@ class Paths(Frozen):
 
     @property
     def channels_dir(self) -> Path:
-        """Each channel's own state (Telegram: pairing codes, approved users, the update inbox)."""
+        """Each channel's own state (`channels/<name>.json`: pairing codes, approved users, the inbox)."""
         return self.home / "channels"
 
     @property

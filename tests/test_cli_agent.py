@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+import nanoagent.channels.registry as registry
 from nanoagent.session.store import SessionStore
 from tests.conftest import (
     PATIENCE,
@@ -58,7 +59,9 @@ def test_sessions_are_separate_by_key(llm, isolated_home):
     assert invoke("agent", "-m", "two", "-s", "telegram:42", env=env).returncode == 0
     assert len(session_messages(isolated_home, "cli:work")) == 2
     assert len(session_messages(isolated_home, "telegram:42")) == 2
-    assert "channel: telegram\nchat_id: 42" in session_messages(isolated_home, "telegram:42")[0]["content"]
+    hint = registry.get("telegram").hint  # how replies render there, beside the channel's name
+    opening = session_messages(isolated_home, "telegram:42")[0]["content"]
+    assert f"channel: telegram\nformat: {hint}\nchat_id: 42" in opening
 
 
 def test_system_prompt_stays_byte_identical_between_turns(llm, isolated_home):

@@ -1,3 +1,4 @@
+import asyncio
 from datetime import UTC, datetime
 
 import pytest
@@ -42,10 +43,41 @@ def test_system_prompt_has_no_clock_so_it_stays_identical(tmp_path, monkeypatch)
 def test_runtime_context_goes_at_the_start_of_the_user_message(tmp_path):
     builder = ContextBuilder(tmp_path, True, ToolRegistry())
     now = datetime(2026, 11, 22, 14, 5, tzinfo=UTC)
-    message = builder.user_message("hello", "telegram", "42", now=now)
+    message = builder.user_message("hello", "cli", "direct", now=now)
     assert message["content"].startswith("<runtime_context>\ntime: 2026-11-22 14:05 Sunday (UTC)\n"
-                                         "channel: telegram\nchat_id: 42\n</runtime_context>")
+                                         "channel: cli\nchat_id: direct\n</runtime_context>")
     assert strip_runtime_context(message["content"]) == "hello"
+
+
+def test_in_a_channels_session_the_runtime_block_says_how_replies_render_there(tmp_path, monkeypatch):
+    from tests import pigeon_channel
+
+    pigeon_channel.register(monkeypatch)
+    builder = ContextBuilder(tmp_path, True, ToolRegistry())
+    now = datetime(2026, 11, 22, 14, 5, tzinfo=UTC)
+    message = builder.user_message("hello", "pigeon", "42", now=now, notices=["job done"])
+    assert message["content"].startswith(
+        "<runtime_context>\ntime: 2026-11-22 14:05 Sunday (UTC)\nchannel: pigeon\n"
+        f"format: {pigeon_channel.CHANNEL.hint}\nchat_id: 42\n"
+        "notice (since the last turn; not from the user): job done\n</runtime_context>")
+    assert strip_runtime_context(message["content"]) == "hello"
+
+
+def test_a_turn_in_a_channels_session_shows_the_model_the_channels_format_hint(tmp_path, monkeypatch):
+    from nanoagent.agent.build import build_agent
+    from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
+    from nanoagent.providers.scripted import ScriptedProvider
+    from tests import pigeon_channel
+
+    pigeon_channel.register(monkeypatch)
+    provider = ScriptedProvider(["Hi!", "Hi again!"])
+    loop = build_agent(Config(), Paths.from_env(), provider=provider)
+    asyncio.run(loop.handle("hello", "pigeon:42"))
+    asyncio.run(loop.handle("hello", "cli:direct"))
+    in_channel, in_terminal = (str(request.messages[-1]["content"]) for request in provider.requests)
+    assert f"channel: pigeon\nformat: {pigeon_channel.CHANNEL.hint}\nchat_id: 42\n" in in_channel
+    assert "format:" not in in_terminal
 
 
 def test_history_starts_at_a_user_message_and_drops_orphaned_tool_results():

@@ -57,7 +57,7 @@ def test_bad_input_is_one_line_and_a_non_zero_exit(isolated_home):
         ("--every", "often"): "is not a duration",
         ("--at", "2001-01-01 09:00"): "is in the past",
         ("--cron", "0 9 * * *", "--tz", "Atlantis/Capital"): "Unknown time zone 'Atlantis/Capital'",
-        ("--every", "1h", "--to", "email:me"): "Cannot deliver to 'email:me'",
+        ("--every", "1h", "--to", "fax:me"): "Cannot deliver to 'fax:me'",
         ("--every", "1h", "--to", "telegram:999"): "telegram:999 is not one of the user's own chats",
         ("--every", "1h", "--at", "10:00"): "Give exactly one schedule",
     }

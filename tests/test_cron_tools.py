@@ -1,19 +1,38 @@
 """The agent's cron and message tools, driven by scripted turns: the job goes to the chat it was asked from, times
-are said back resolved in the user's zone, and messages reach only the user's own chats."""
+are said back resolved in the user's zone, and messages reach only the user's own chats, in whichever channel (Pigeon,
+the tests' channel, stands for any registered one)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from pathlib import Path
+
+import pytest
 
 from nanoagent.agent.build import build_agent
-from nanoagent.config.schema import Config, TelegramConfig
+from nanoagent.channels.state import state_file
+from nanoagent.config.schema import Config
 from nanoagent.cron.store import JobStore
 from nanoagent.messages import is_tool
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
+from tests import pigeon_channel
 
 ANN = 42
+
+
+@pytest.fixture
+def loft(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Pigeon registered; its app's folder."""
+    pigeon_channel.register(monkeypatch)
+    return tmp_path / "loft"
+
+
+def pigeon_config(loft: Path, allow_from: tuple[str, ...] = (str(ANN),)) -> Config:
+    config = Config()
+    pigeon_channel.configure(config, loft, list(allow_from))
+    return config
 
 
 def turn(key: str, *calls: tuple[str, dict], config: Config | None = None) -> list[str]:
@@ -29,15 +48,15 @@ def jobs():
     return JobStore(Paths.from_env().cron_jobs_file).read().jobs
 
 
-def test_a_job_made_in_a_telegram_chat_replies_there_and_the_tool_says_the_resolved_time():
-    config = Config()
+def test_a_job_made_in_a_channels_chat_replies_there_and_the_tool_says_the_resolved_time(loft):
+    config = pigeon_config(loft)
     config.agents.defaults.timezone = "Europe/Berlin"
-    [result] = turn("telegram:42", ("cron", {"action": "add", "message": "Remind the user to call mom.",
-                                              "at": "2099-05-04 09:00", "name": "mom"}), config=config)
+    [result] = turn("pigeon:42", ("cron", {"action": "add", "message": "Remind the user to call mom.",
+                                            "at": "2099-05-04 09:00", "name": "mom"}), config=config)
     [job] = jobs()
-    assert job.target == "telegram:42" and job.created_by == "telegram:42" and job.name == "mom"
+    assert job.target == "pigeon:42" and job.created_by == "pigeon:42" and job.name == "mom"
     assert f"Added job {job.id}." in result
-    assert "next run Mon 2099-05-04 09:00 CEST" in result and "replies go to telegram:42" in result
+    assert "next run Mon 2099-05-04 09:00 CEST" in result and "replies go to pigeon:42" in result
     assert "No scheduler has run lately" in result  # and it tells the model the job needs one
 
 
@@ -68,26 +87,73 @@ def test_bad_schedules_come_back_to_the_model_as_errors_it_can_fix():
     assert jobs() == []
 
 
-def test_a_job_for_someone_elses_chat_is_refused():
+def test_a_job_for_someone_elses_chat_is_refused_naming_the_users_own(loft):
     [result] = turn("cli:direct", ("cron", {"action": "add", "message": "spam", "every": "1h",
-                                            "to": "telegram:999"}))
-    assert "telegram:999 is not one of the user's own chats" in result and jobs() == []
+                                            "to": "pigeon:999"}), config=pigeon_config(loft))
+    assert "pigeon:999 is not one of the user's own chats (Pigeon: pigeon:42; terminal sessions cli:<name>)" in result
+    assert jobs() == []
 
 
-def test_the_message_tool_reaches_the_users_own_telegram_chat_and_refuses_others(api):
-    config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
-    results = turn("cli:direct", ("message", {"text": "The download is **done**.", "to": "telegram"}),
-                   ("message", {"text": "hi", "to": "telegram:999"}),
-                   ("message", {"text": "hi", "to": "cli:direct"}), config=config)
-    assert "Sent to telegram:42." in results[0]
-    assert api.texts(ANN) == ["The download is done."]
-    assert "not one of the user's own chats" in results[1]
+def test_the_message_tool_reaches_the_users_own_chat_by_the_channels_name_and_refuses_others(loft):
+    results = turn("cli:direct", ("message", {"text": "The download is **done**.", "to": "pigeon"}),
+                   ("message", {"text": "hi", "to": "pigeon:999"}),
+                   ("message", {"text": "hi", "to": "cli:direct"}), config=pigeon_config(loft))
+    assert "Sent to pigeon:42." in results[0]
+    assert pigeon_channel.arrived(loft, "pigeon:42") == ["The download is **done**."]
+    assert "not one of the user's own chats" in results[1] and pigeon_channel.arrived(loft, "pigeon:999") == []
     assert "That is this conversation" in results[2]
 
 
-def test_the_message_tool_writes_to_a_terminal_session_as_the_agents_note():
-    [result] = turn("telegram:42", ("message", {"text": "Build finished.", "to": "cli:direct"}))
+def test_the_message_tool_reaches_the_users_own_telegram_chat_through_the_bot_api(api):
+    from nanoagent.config.schema import TelegramConfig
+
+    config = Config()
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    results = turn("cli:direct", ("message", {"text": "The download is **done**.", "to": "telegram"}),
+                   ("message", {"text": "hi", "to": "telegram:999"}), config=config)
+    assert "Sent to telegram:42." in results[0]
+    assert api.texts(ANN) == ["The download is done."] and api.chat(ANN)[0].raw == "The download is <b>done</b>."
+    assert "telegram:999 is not one of the user's own chats (Telegram: telegram:42;" in results[1]
+    assert api.texts(999) == []
+
+
+def test_someone_approved_by_pairing_has_their_private_chat_counted_as_the_users_own(loft):
+    state_file(Paths.from_env(), "pigeon").update(lambda state: state.allowed.update({"7": "Bea"}))
+    results = turn("cli:direct", ("message", {"text": "Hello Bea.", "to": "pigeon:7"}),
+                   ("message", {"text": "Hello?", "to": "pigeon"}), config=pigeon_config(loft))
+    assert "Sent to pigeon:7." in results[0] and pigeon_channel.arrived(loft, "pigeon:7") == ["Hello Bea."]
+    assert "Say which Pigeon chat: pigeon:42, pigeon:7" in results[1]  # a channel's name alone needs one user
+
+
+def test_a_channels_name_alone_without_anyone_allowed_says_how_to_let_someone_in(loft):
+    [result] = turn("cli:direct", ("message", {"text": "hi", "to": "pigeon"}), config=pigeon_config(loft, ()))
+    assert "nobody with a private chat is allowed in Pigeon yet (channels.pigeon.allowFrom, or `nanoagent pairing " \
+           "approve`)" in result
+
+
+def test_a_target_that_is_no_place_names_the_registered_channels(loft):
+    results = turn("cli:direct", ("message", {"text": "hi", "to": "fax:42"}),
+                   ("message", {"text": "hi", "to": "none"}), config=pigeon_config(loft))
+    assert "Cannot deliver to 'fax:42': use <channel>:<chat id>" in results[0] and "pigeon" in results[0]
+    assert "Say where: to=<channel>:<chat id>" in results[1] and "pigeon" in results[1]
+
+
+def test_the_tools_schemas_name_the_registered_channels(loft):
+    import nanoagent.channels.registry as registry
+    from nanoagent.agent.build import build_outbox
+    from nanoagent.cron.targets import Access
+    from nanoagent.cron.tools import cron_tools
+
+    paths, config = Paths.from_env(), Config()
+    tools = cron_tools(JobStore(paths.cron_jobs_file), build_outbox(config, paths), Access(config, paths), None)
+    for tool in tools:
+        to = tool.spec().parameters["properties"]["to"]["description"]
+        assert f"<channel>:<chat id> (<channel>: {', '.join(registry.names())})" in to and "pigeon" in to, tool.name
+
+
+def test_the_message_tool_writes_to_a_terminal_session_as_the_agents_note(loft):
+    [result] = turn("pigeon:42", ("message", {"text": "Build finished.", "to": "cli:direct"}),
+                    config=pigeon_config(loft))
     assert "Sent to cli:direct." in result
     lines = [json.loads(x) for x in Paths.from_env().session_file("cli:direct").read_text().splitlines()]
     [note] = [r["message"] for r in lines if r["type"] == "message"]

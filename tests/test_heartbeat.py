@@ -139,15 +139,19 @@ def test_a_reply_goes_to_the_configured_target():
     assert result.status is HeartbeatStatus.DELIVERED and result.target == "telegram:42"
 
 
-def test_without_a_target_a_reply_goes_to_the_most_recently_active_chat():
+def test_without_a_target_a_reply_goes_to_the_most_recently_active_chat_in_any_channel(monkeypatch):
+    from tests import pigeon_channel
+
+    pigeon_channel.register(monkeypatch)  # a channel added by a registry line counts as one a person talks in
     paths = workspace()
     chat(paths, "cli:direct", 1000)
-    chat(paths, "telegram:7", 2000)
+    chat(paths, "pigeon:7", 2000)
     chat(paths, "cron:job1", 3000)  # not chats a person talks in, however recent
     chat(paths, "http:default", 3000)
+    chat(paths, "fax:9", 3000)  # no registered channel
     deliveries = Deliveries()
     beat(paths, ScriptedProvider([f"example.com is down. {NOTHING_TO_REPORT}"]), deliver=deliveries)
-    assert deliveries == [("telegram:7", "example.com is down.")]
+    assert deliveries == [("pigeon:7", "example.com is down.")]
 
 
 def test_with_no_chat_and_no_target_the_reply_is_kept_in_the_result():

@@ -72,7 +72,7 @@ def build_agent(
     providers = Providers(provider_for)
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
     outbox = outbox or build_outbox(config, paths, warn)
-    access = Access.from_config(config.channels.telegram.allow_from, paths.channels_dir / "telegram.json")
+    access = Access(config, paths)
     exec_config = exec_settings(config, paths)
     tools = ToolRegistry([
         *file_tools(agent_edits(memory_git, warn)),
@@ -111,8 +111,9 @@ def build_agent(
 
 
 def build_outbox(config: Config, paths: Paths, warn: Callable[[str], None] = lambda message: None) -> Outbox:
-    """Where scheduled replies and the message tool deliver: Telegram's Bot API and the sessions' logs."""
-    return Outbox(SessionStore(paths.sessions_dir, warn=warn), config.channels.telegram)
+    """Where scheduled replies and the message tool deliver: every channel through the registry, and the sessions'
+    logs."""
+    return Outbox(SessionStore(paths.sessions_dir, warn=warn), config)
 
 
 def mcp_servers(config: Config, paths: Paths, tools: ToolRegistry, warn: Callable[[str], None]) -> McpServers | None:

@@ -1,4 +1,4 @@
-"""Slash commands, shared by `agent -m`, interactive sessions and every gateway channel (Telegram, HTTP).
+"""Slash commands, shared by `agent -m`, interactive sessions and every gateway channel (the chat apps, HTTP).
 
 A command is declared once, with its help line and whether it may run while a turn is
 running in the same session (read-only). `Commands` gets only what the commands need,

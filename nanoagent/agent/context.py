@@ -2,8 +2,8 @@
 
 The system prompt holds nothing that changes from turn to turn (no clock), so it
 and the tool list stay byte-identical and the provider's prompt cache keeps
-hitting. Time, channel and chat go in a runtime block at the start of the user
-message instead.
+hitting. Time, channel (with how replies render there) and chat go in a runtime
+block at the start of the user message instead.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
 from nanoagent.memory.history import HistoryEntry, HistoryLog
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message, wrap_untrusted
@@ -109,12 +110,15 @@ class ContextBuilder:
     def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None,
                      images: list[msg.ImageBlock] | None = None, notices: Sequence[str] = ()) -> msg.UserMessage:
         """The user's text after the runtime block. `notices` (background results) go inside the block: they are
-        not the user's words, and `strip_runtime_context` leaves the user's text alone."""
+        not the user's words, and `strip_runtime_context` leaves the user's text alone. In a channel's session a
+        `format:` line beside `channel:` says how replies render there (the channel's `hint`)."""
         now = now or self._now()
         stamp = now.strftime("%Y-%m-%d %H:%M %A") + f" ({now.tzname() or 'local time'})"
         extra = "".join(f"notice (since the last turn; not from the user): {n.replace(RUNTIME_CLOSE, '&lt;/runtime_context>')}\n"
                         for n in notices)
-        block = f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\nchat_id: {chat_id}\n{extra}{RUNTIME_CLOSE}\n\n"
+        hint = f"format: {registry.get(channel).hint}\n" if channel in registry.names() else ""
+        block = (f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\n{hint}chat_id: {chat_id}\n{extra}"
+                 f"{RUNTIME_CLOSE}\n\n")
         return msg.user(block + text, images or ())
 
     def _now(self) -> datetime:

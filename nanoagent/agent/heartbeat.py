@@ -23,6 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
 from nanoagent.agent.turn import TurnCall
 from nanoagent.config.schema import Config, active_window
@@ -35,10 +36,9 @@ from nanoagent.usage import Usage
 
 SESSION = "heartbeat"
 NOTHING_TO_REPORT = "HEARTBEAT_OK"
-CHAT_PREFIXES = ("telegram:", "cli:")  # sessions a person talks in, so a reply can reach them there
 STATE_VERSION = 1
 
-Deliver = Callable[[str, str], Awaitable[None]]  # (target such as "telegram:123" or "cli:direct", text)
+Deliver = Callable[[str, str], Awaitable[None]]  # (target such as "<channel>:<chat>" or "cli:direct", text)
 
 
 class HeartbeatStatus(StrEnum):
@@ -165,10 +165,11 @@ def within_active_hours(hours: str, moment: datetime) -> bool:
 
 
 def latest_chat(store: SessionStore) -> str | None:
-    """The chat a person used last: the most recently written telegram: or cli: session."""
+    """The chat a person used last: the most recently written session of a channel or a terminal."""
     latest: tuple[float, str] | None = None
+    prefixes = chat_prefixes()
     for key in store.keys():
-        if not key.startswith(CHAT_PREFIXES):
+        if not key.startswith(prefixes):
             continue
         try:
             mtime = store.path_for(key).stat().st_mtime
@@ -177,6 +178,11 @@ def latest_chat(store: SessionStore) -> str | None:
         if latest is None or mtime > latest[0]:
             latest = (mtime, key)
     return latest[1] if latest else None
+
+
+def chat_prefixes() -> tuple[str, ...]:
+    """Sessions a person talks in (every registered channel's, and the terminal's), so a reply can reach them there."""
+    return tuple(f"{name}:" for name in (*registry.names(), "cli"))
 
 
 def session_delivery(store: SessionStore) -> Deliver:

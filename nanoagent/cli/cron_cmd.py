@@ -109,7 +109,8 @@ def add(
     at: Annotated[str | None, typer.Option("--at", help="One time: \"2026-05-04 09:00\", 09:00, \"in 20 minutes\".")] = None,
     tz: Annotated[str | None, typer.Option("--tz", help="Time zone (default: agents.defaults.timezone, else this "
                                                         "machine's).")] = None,
-    to: Annotated[str, typer.Option("--to", help="telegram:<chat id>[:<topic>], cli:<session>, or none.")] = "cli:direct",
+    to: Annotated[str, typer.Option("--to", help="<channel>:<chat id>[:<thread>] (e.g. telegram:123), a channel's name "
+                                                 "alone (your own chat there), cli:<session>, or none.")] = "cli:direct",
     name: Annotated[str, typer.Option("--name", help="A short name.")] = "",
     missed: Annotated[str, typer.Option("--missed", help="Runs missed while nothing ran: once or skip.")] = "once",
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds a run may take (default "
@@ -122,7 +123,7 @@ def add(
     from nanoagent.cron.schedule import format_time, make_schedule, relative
     from nanoagent.cron.scheduler import scheduler_seen, utc_now
     from nanoagent.cron.store import Job, new_job_id
-    from nanoagent.cron.targets import Access
+    from nanoagent.cron.targets import Access, target_text
 
     paths, config, store = _store()
     if not message.strip():
@@ -133,12 +134,12 @@ def add(
         raise NanoagentError("--timeout must be from 1 to 86400 seconds.")
     now = utc_now()
     schedule, note = make_schedule(cron, every, at, tz, config.defaults.timezone, now)
-    access = Access.from_config(config.channels.telegram.allow_from, paths.channels_dir / "telegram.json")
+    access = Access(config, paths)
     target = access.resolve(to)
     access.check(target, "")
 
     def change(jobs: JobsFile) -> Job:
-        job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=str(target),
+        job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=target_text(target),
                   name=name.strip(), missed=missed, timeout=timeout, created=now, created_by="cli",
                   next_run=schedule.next_after(now))
         jobs.jobs.append(job)

@@ -25,7 +25,7 @@ def heartbeat(
 
     With no task in HEARTBEAT.md it makes no model call. A reply worth sending is printed and, when its
     target (heartbeat.target, else your most recently active chat) is a terminal session, added there;
-    Telegram gets it from the gateway's own heartbeats.
+    a chat app gets it from the gateway's own heartbeats.
 
     Example: nanoagent heartbeat --force
     """
@@ -37,7 +37,7 @@ def heartbeat(
     terminal = session_delivery(SessionStore(paths.sessions_dir, warn=warn))
 
     async def deliver(target: str, text: str) -> None:
-        if target.startswith("cli:"):  # Telegram is the gateway's to reach; the reply is printed below either way
+        if target.startswith("cli:"):  # chat apps are the gateway's to reach; the reply is printed below either way
             await terminal(target, text)
 
     result = run_main(run_heartbeat(config, paths, deliver, ignore_hours=force, warn=warn))

@@ -1,106 +1,114 @@
 """Where a scheduled reply or a message goes, and which places count as the user's own.
 
-A target is `telegram:<chat id>` (a forum topic: `telegram:<chat id>:<topic id>`), `cli:<session>` (a terminal
-session's log, e.g. `cli:direct`), or `none`. The user's own: Telegram chats of the people in `allowFrom` or
-approved by pairing (their private chats), terminal sessions, and the chat the current conversation is in.
+A target is a place in the one key grammar (`channels/keys.py`): `<channel>:<chat>[:<thread>]` in any registered
+channel, `cli:<session>` (a terminal session's log, e.g. `cli:direct`), or `none` (None here). A channel's name
+alone means the user's private chat there when there is exactly one. The user's own places: in each channel, the
+private chats (`Channel.home`) of the people in its `allowFrom` or approved by pairing (its state file), terminal
+sessions, and the chat the current conversation is in. A channel is asked through the registry only when a target
+names it, so a target in the terminal imports none.
 """
 
 from __future__ import annotations
 
-import re
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
+from typing import TYPE_CHECKING
 
+import nanoagent.channels.keys as keys
+import nanoagent.channels.registry as registry
+from nanoagent.channels.keys import Place
 from nanoagent.errors import NanoagentError
 
-_TELEGRAM = re.compile(r"telegram:(-?\d+)(?::(\d+))?")
-_CLI = re.compile(r"cli:([\w.-]{1,100})")
+if TYPE_CHECKING:
+    from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
+
+TERMINAL = "cli"  # terminal sessions: `cli:<session>`
+Target = Place | None  # None: `none`, deliver nowhere (the job only acts)
 
 
 class TargetError(NanoagentError):
     pass
 
 
-@dataclass(frozen=True)
-class Target:
-    channel: str  # telegram | cli | none
-    chat: str = ""
-    thread: int | None = None
-
-    @property
-    def key(self) -> str:
-        """The session the target's conversation lives in ("" for none)."""
-        if self.channel == "none":
-            return ""
-        return f"{self.channel}:{self.chat}" + (f":{self.thread}" if self.thread else "")
-
-    def __str__(self) -> str:
-        return self.key or "none"
+def target_text(target: Target) -> str:
+    """A target as it is written and stored: its key, or "none"."""
+    return target.key if target is not None else "none"
 
 
-NONE = Target("none")
+def usage() -> str:
+    """How to write a target, naming the registered channels."""
+    return (f"use <channel>:<chat id> (<channel>:<chat id>:<thread id> for a thread; <channel> is one of "
+            f"{', '.join(registry.names())}), cli:<session> such as cli:direct, or none")
 
 
 def parse_target(text: str) -> Target:
+    """A target as written in full (a stored job's target, `--to`); TargetError saying how to write one."""
     value = text.strip()
     if value.lower() in ("none", ""):
-        return NONE
-    if match := _TELEGRAM.fullmatch(value):
-        return Target("telegram", match.group(1), int(match.group(2)) if match.group(2) else None)
-    if match := _CLI.fullmatch(value):
-        return Target("cli", match.group(1))
-    raise TargetError(f"Cannot deliver to {text!r}: use telegram:<chat id> (telegram:<chat id>:<topic id> for a "
-                      "forum topic), cli:<session> such as cli:direct, or none.")
+        return None
+    place = keys.parse(value)
+    if place is None or place.channel not in (TERMINAL, *registry.names()):
+        raise TargetError(f"Cannot deliver to {text!r}: {usage()}.")
+    return place
 
 
-def target_of_session(key: str) -> Target | None:
-    """The target a conversation's own chat is; None for sessions that are no chat (cron:, heartbeat, http:...)."""
+def target_of_session(key: str) -> Place | None:
+    """The place a conversation's own chat is; None for sessions that are no chat (cron:, heartbeat, http:...)."""
     try:
-        target = parse_target(key)
+        return parse_target(key)
     except TargetError:
         return None
-    return target if target.channel != "none" else None
 
 
 @dataclass(frozen=True)
 class Access:
-    """Who counts as the user: `allowFrom` and the people approved by pairing (read at each check)."""
+    """Who counts as the user, per channel: read at each check from config and the channels' state files."""
 
-    allow_from: tuple[int, ...]
-    approved: Callable[[], set[int]]
+    config: Config
+    paths: Paths
 
-    @classmethod
-    def from_config(cls, allow_from: list[str], telegram_state: Path) -> Access:
-        def approved() -> set[int]:
-            from nanoagent.channels.state import StateFile
+    def places(self, name: str) -> list[Place]:
+        """The user's private chats in channel `name`: the homes of the people in its `allowFrom` and of those
+        approved by pairing (people whose private chat the app does not derive from their id have none)."""
+        channel = registry.get(name)
+        users = [*channel.settings(self.config).allow_from, *self._approved(name)]
+        found: list[Place] = []
+        for user in users:
+            place = channel.home(str(user))
+            if place is not None and place not in found:
+                found.append(place)
+        return found
 
-            try:
-                return {int(user) for user in StateFile(telegram_state).read().allowed if user.isdigit()}
-            except (NanoagentError, OSError):
-                return set()
+    def _approved(self, name: str) -> list[str]:
+        from nanoagent.channels.state import state_file
 
-        return cls(tuple(int(a) for a in allow_from if a.strip().lstrip("-").isdigit()), approved)
-
-    def users(self) -> list[int]:
-        return sorted({*self.allow_from, *self.approved()})
+        try:
+            return list(state_file(self.paths, name).read().allowed)
+        except (NanoagentError, OSError):
+            return []
 
     def check(self, target: Target, current: str) -> None:
         """Refuse a target that is not one of the user's own places (TargetError says which are)."""
-        if target.channel in ("none", "cli") or target.key == current:
+        if target is None or target.channel == TERMINAL or target.key == current:
             return
-        if target.channel == "telegram" and int(target.chat) in self.users():
+        own = self.places(target.channel)
+        if any(place.chat == target.chat for place in own):  # a thread in their chat is theirs too
             return
-        own = ", ".join(f"telegram:{u}" for u in self.users()) or "none yet"
-        raise TargetError(f"{target} is not one of the user's own chats (Telegram: {own}; terminal sessions "
+        title = registry.get(target.channel).title
+        listed = ", ".join(place.key for place in own) or "none yet"
+        raise TargetError(f"{target} is not one of the user's own chats ({title}: {listed}; terminal sessions "
                           "cli:<name>). Only those, and the chat this conversation is in, can be written to.")
 
     def resolve(self, text: str) -> Target:
-        """A target as written; "telegram" alone means the user's private chat when there is exactly one user."""
-        if text.strip().lower() == "telegram":
-            users = self.users()
-            if len(users) != 1:
-                raise TargetError("Say which Telegram chat: " + (", ".join(f"telegram:{u}" for u in users)
-                                                                 if users else "nobody is allowed in Telegram yet."))
-            return Target("telegram", str(users[0]))
+        """A target as written; a channel's name alone means the user's private chat there when there is exactly
+        one."""
+        name = text.strip().lower()
+        if name in registry.names():
+            own = self.places(name)
+            if len(own) != 1:
+                title = registry.get(name).title
+                raise TargetError(f"Say which {title} chat: " + (", ".join(place.key for place in own) if own else
+                                  f"nobody with a private chat is allowed in {title} yet (channels.{name}.allowFrom, "
+                                  "or `nanoagent pairing approve`)."))
+            return own[0]
         return parse_target(text)

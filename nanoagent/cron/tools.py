@@ -2,21 +2,23 @@
 one of the user's own chats now).
 
 Both take the conversation they are called from out of the turn's own scope (`current_turn`), never from state
-two turns share: a job made in Telegram chat 42 replies there by default, one made in the terminal writes to that
-terminal session. Times are read in the user's time zone and said back resolved, with the zone.
+two turns share: a job made in a chat (`telegram:42`) replies there by default, one made in the terminal writes to
+that terminal session. Targets follow `cron/targets.py`; the channels the schemas name are the registry's. Times
+are read in the user's time zone and said back resolved, with the zone.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
+import nanoagent.channels.registry as registry
 from nanoagent.cron.deliver import DeliveryError, Outbox
 from nanoagent.cron.schedule import ScheduleError, format_time, make_schedule, relative, zone
 from nanoagent.cron.scheduler import scheduler_seen, utc_now
 from nanoagent.cron.store import Job, JobNotFound, JobsFile, JobStore, StoreCorrupt, new_job_id
-from nanoagent.cron.targets import NONE, Access, Target, TargetError, target_of_session
+from nanoagent.cron.targets import Access, Target, TargetError, parse_target, target_of_session, target_text
 from nanoagent.tools.base import Tool, ToolContext, ToolError, current_turn, tool
 
 NOT_RUNNING = ("No scheduler has run lately: jobs run only while `nanoagent gateway` runs, or when a crontab line "
@@ -32,8 +34,8 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
         key = current_turn.get().session_key
         if key.startswith("cron:"):
             job = jobs.get(key.removeprefix("cron:"))
-            return outbox_target(job) if job else NONE
-        return target_of_session(key) or NONE
+            return outbox_target(job) if job else None
+        return target_of_session(key)
 
     def pick_target(to: str | None, jobs: JobsFile) -> Target:
         if to is None:
@@ -43,6 +45,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
         return target
 
     @tool()
+    @naming_channels
     def cron(ctx: ToolContext, action: Literal["add", "list", "update", "remove"], message: str | None = None,
              cron: str | None = None, every: str | None = None, at: str | None = None, tz: str | None = None,
              to: str | None = None, name: str | None = None, job_id: str | None = None,
@@ -58,7 +61,8 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
             every: Interval: 30s, 15m, 2h, 1d.
             at: One time: "2026-05-04 09:00", "09:00", "tomorrow 8:30", "in 20 minutes".
             tz: IANA zone for cron and at (default: the user's).
-            to: telegram:<chat id>, "telegram", cli:direct, or none (only acts).
+            to: <channel>:<chat id> (<channel>: CHANNELS), a channel's name alone (the user's own chat there),
+                cli:direct, or none (only acts).
             name: A short name.
             job_id: For update and remove.
             enabled: update: false pauses, true resumes.
@@ -87,7 +91,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
 
         def change(jobs: JobsFile) -> Job:
             job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule,
-                      target=str(pick_target(to, jobs)), name=(name or "").strip(), missed=missed or "once",
+                      target=target_text(pick_target(to, jobs)), name=(name or "").strip(), missed=missed or "once",
                       created=now, created_by=current_turn.get().session_key or "agent",
                       next_run=schedule.next_after(now))
             jobs.jobs.append(job)
@@ -108,7 +112,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
             if name is not None:
                 job.name = name.strip()
             if to is not None:
-                job.target = str(pick_target(to, jobs))
+                job.target = target_text(pick_target(to, jobs))
             if missed is not None:
                 job.missed = missed
             if new_schedule is not None:
@@ -142,24 +146,26 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
         return " ".join(parts)
 
     @tool()
+    @naming_channels
     async def message(ctx: ToolContext, text: str, to: str | None = None) -> str:
-        """Send a message now to one of the user's own chats, e.g. "tell me on Telegram when it is done" or from a
+        """Send a message now to one of the user's own chats, e.g. "message me when it is done" or from a
         scheduled run. Not for answering this conversation: your reply does that.
 
         Args:
             text: The message (Markdown).
-            to: telegram:<chat id>, "telegram" (the user's own chat) or cli:direct; in a scheduled run, the job's
-                target by default.
+            to: <channel>:<chat id> (<channel>: CHANNELS), a channel's name alone (the user's own chat there) or
+                cli:direct; in a scheduled run, the job's target by default.
         """
         key = current_turn.get().session_key
         try:
             if to is None:
-                target = own_target(store.read()) if key.startswith("cron:") else NONE
-                if target.channel == "none":
-                    raise ToolError("Say where: to=telegram:<chat id>, \"telegram\" or cli:direct.")
+                target = own_target(store.read()) if key.startswith("cron:") else None
             else:
                 target = access.resolve(to)
                 access.check(target, "")
+            if target is None:
+                raise ToolError(f"Say where: to=<channel>:<chat id>, a channel's name alone (the user's own chat "
+                                f"there) or cli:direct; the channels are {', '.join(registry.names())}.")
             if target.key == key:
                 raise ToolError("That is this conversation: just write it in your reply.")
             await outbox.send(target, text, f"Message from {key or 'the agent'}")
@@ -167,18 +173,22 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
             raise ToolError(str(e)) from None
         except DeliveryError as e:
             raise ToolError(f"Not delivered: {e}.") from None
-        return f"Sent to {target}."
+        return f"Sent to {target.key}."
 
     return [cron, message]
 
 
-def outbox_target(job: Job) -> Target:
-    from nanoagent.cron.targets import parse_target
+def naming_channels(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """The tool's docstring with CHANNELS replaced by the registered channels' names, so its schema lists them."""
+    fn.__doc__ = (fn.__doc__ or "").replace("CHANNELS", ", ".join(registry.names()))
+    return fn
 
+
+def outbox_target(job: Job) -> Target:
     try:
         return parse_target(job.target)
     except TargetError:
-        return NONE
+        return None
 
 
 def describe_jobs(jobs: list[Job], now: datetime, tz: object) -> str:
