@@ -114,7 +114,7 @@ class ChannelState:
         return found
 
     def deny(self, code: str, now: float) -> Pairing:
-        """Drop a pending code: its holder stays out (and gets a new code only after this one would have expired)."""
+        """Drop a pending code: its holder stays out; writing again gets them a new code, which can be denied too."""
         found = self.pending(code, now)
         self.pairing.remove(found)
         return found
