@@ -4,18 +4,22 @@ terminal: here its terminal check answers yes and its reader takes the answers f
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
+import sys
 import time
+from pathlib import Path
 
+import pexpect
 import pytest
 
 from nanoagent.channels.state import state_file
 from nanoagent.cli import channels_cmd
 from nanoagent.paths import Paths
 from tests import fifth_channel
-from tests.conftest import invoke, write_config
+from tests.conftest import PATIENCE, invoke, write_config
 
 
 @pytest.fixture(autouse=True)
@@ -80,6 +84,30 @@ def test_channels_add_asks_checks_the_token_and_writes_config_json_private_keepi
     assert fifth_channel.TOKEN not in ran.stdout + ran.stderr
     assert [log for log in (isolated_home / "logs").rglob("*") if log.is_file()
             and fifth_channel.TOKEN in log.read_text(errors="replace")] == []
+
+
+@pytest.mark.process
+def test_channels_add_on_a_real_terminal_hides_the_token_checks_it_and_writes_config(isolated_home, api):
+    write_config(isolated_home, {"channels": {"telegram": {"apiBase": api.url}}})  # the Bot API stand-in
+    shown = io.StringIO()
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "channels", "add", "telegram"],
+                          cwd=str(Path(__file__).parent.parent), encoding="utf-8", timeout=PATIENCE,
+                          dimensions=(30, 120), env={**os.environ, "TERM": "xterm-256color",
+                                                     "PROMPT_TOOLKIT_NO_CPR": "1"})
+    child.logfile_read = shown
+    try:
+        child.expect(r"[Tt]oken[^\n]*:")
+        child.sendline(api.token)
+        child.expect(r"user id[^\n]*:")
+        child.sendline("1001")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, shown.getvalue()
+    assert "Checked: Telegram knows these credentials (@" in shown.getvalue()
+    assert api.token not in shown.getvalue()
+    assert config(isolated_home)["channels"]["telegram"] == {"apiBase": api.url, "token": api.token,
+                                                             "allowFrom": ["1001"], "enabled": True}
 
 
 def test_channels_add_again_keeps_a_secret_on_enter_and_shows_it_nowhere(isolated_home, terminal):
