@@ -15,6 +15,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
+from nanoagent.channels.base import Question
 from nanoagent.channels.state import state_file
 from nanoagent.cli import channels_cmd
 from nanoagent.paths import Paths
@@ -119,6 +120,21 @@ def test_channels_add_again_keeps_a_secret_on_enter_and_shows_it_nowhere(isolate
                                                       "Bot token [Enter keeps the current one]: "]
     assert config(isolated_home)["channels"]["fifth"] == {"apiBase": url, "token": fifth_channel.TOKEN,
                                                           "enabled": True}
+
+
+def test_channels_add_writes_a_nested_setting_where_the_file_spells_it_in_snake_case_too(isolated_home, terminal,
+                                                                                        monkeypatch):
+    questions = [Question("imap.host", "IMAP server"), Question("imap.loginName", "Login")]
+    fifth_channel.register_also(monkeypatch, "mailish", pairing=False, questions=lambda self: questions)
+    write_config(isolated_home, {"channels": {"mailish": {"imap": {"login_name": "old", "port": 993}}}})
+    ran = invoke("channels", "add", "mailish", input="imap.example.com\nada\nn\n")
+    assert ran.returncode == 1  # the check (the fifth's: no token) failed, and nothing was saved without a yes
+    assert "The check failed: no token: set channels.fifth.token" in ran.stdout
+    ran = invoke("channels", "add", "mailish", input="imap.example.com\nada\ny\n")
+    assert ran.returncode == 0, ran.stderr
+    assert config(isolated_home)["channels"]["mailish"] == {
+        "imap": {"port": 993, "host": "imap.example.com", "loginName": "ada"}, "enabled": True}
+    assert "Only senders in channels.mailish.allowFrom get an answer (Mailish has no pairing)." in ran.stdout
 
 
 def test_channels_add_with_a_refused_token_writes_nothing_unless_told_to(isolated_home, terminal):
