@@ -129,13 +129,14 @@ def stand_in() -> Iterator[str]:
         server.server_close()
 
 
-def register_also(monkeypatch: pytest.MonkeyPatch, name: str, pairing: bool = True) -> None:
+def register_also(monkeypatch: pytest.MonkeyPatch, name: str, pairing: bool = True, **more: Any) -> None:
     """One more registered channel like the fifth (sharing its settings) under `name`: a second channel that pairs,
-    or one that does not (`pairing=False`, as email)."""
+    or one that does not (`pairing=False`, as email); `more` replaces other attributes (`questions`)."""
     import sys
     import types
 
     module = types.ModuleType(f"tests.channel_{name}")
-    module.CHANNEL = type(name.title(), (Fifth,), {"name": name, "title": name.title(), "pairing": pairing})()  # type: ignore[attr-defined]
+    attributes = {"name": name, "title": name.title(), "pairing": pairing, **more}
+    module.CHANNEL = type(name.title(), (Fifth,), attributes)()  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, module.__name__, module)
     monkeypatch.setitem(registry.REGISTRY, name, module.__name__)

@@ -4,18 +4,23 @@ terminal: here its terminal check answers yes and its reader takes the answers f
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import stat
+import sys
 import time
+from pathlib import Path
 
+import pexpect
 import pytest
 
+from nanoagent.channels.base import Question
 from nanoagent.channels.state import state_file
 from nanoagent.cli import channels_cmd
 from nanoagent.paths import Paths
 from tests import fifth_channel
-from tests.conftest import invoke, write_config
+from tests.conftest import PATIENCE, invoke, write_config
 
 
 @pytest.fixture(autouse=True)
@@ -82,6 +87,30 @@ def test_channels_add_asks_checks_the_token_and_writes_config_json_private_keepi
             and fifth_channel.TOKEN in log.read_text(errors="replace")] == []
 
 
+@pytest.mark.process
+def test_channels_add_on_a_real_terminal_hides_the_token_checks_it_and_writes_config(isolated_home, api):
+    write_config(isolated_home, {"channels": {"telegram": {"apiBase": api.url}}})  # the Bot API stand-in
+    shown = io.StringIO()
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "channels", "add", "telegram"],
+                          cwd=str(Path(__file__).parent.parent), encoding="utf-8", timeout=PATIENCE,
+                          dimensions=(30, 120), env={**os.environ, "TERM": "xterm-256color",
+                                                     "PROMPT_TOOLKIT_NO_CPR": "1"})
+    child.logfile_read = shown
+    try:
+        child.expect(r"[Tt]oken[^\n]*:")
+        child.sendline(api.token)
+        child.expect(r"user id[^\n]*:")
+        child.sendline("1001")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    assert child.exitstatus == 0, shown.getvalue()
+    assert "Checked: Telegram knows these credentials (@" in shown.getvalue()
+    assert api.token not in shown.getvalue()
+    assert config(isolated_home)["channels"]["telegram"] == {"apiBase": api.url, "token": api.token,
+                                                             "allowFrom": ["1001"], "enabled": True}
+
+
 def test_channels_add_again_keeps_a_secret_on_enter_and_shows_it_nowhere(isolated_home, terminal):
     with fifth_channel.stand_in() as url:
         write_config(isolated_home, {"channels": {"fifth": {"apiBase": url, "token": fifth_channel.TOKEN}}})
@@ -91,6 +120,21 @@ def test_channels_add_again_keeps_a_secret_on_enter_and_shows_it_nowhere(isolate
                                                       "Bot token [Enter keeps the current one]: "]
     assert config(isolated_home)["channels"]["fifth"] == {"apiBase": url, "token": fifth_channel.TOKEN,
                                                           "enabled": True}
+
+
+def test_channels_add_writes_a_nested_setting_where_the_file_spells_it_in_snake_case_too(isolated_home, terminal,
+                                                                                        monkeypatch):
+    questions = [Question("imap.host", "IMAP server"), Question("imap.loginName", "Login")]
+    fifth_channel.register_also(monkeypatch, "mailish", pairing=False, questions=lambda self: questions)
+    write_config(isolated_home, {"channels": {"mailish": {"imap": {"login_name": "old", "port": 993}}}})
+    ran = invoke("channels", "add", "mailish", input="imap.example.com\nada\nn\n")
+    assert ran.returncode == 1  # the check (the fifth's: no token) failed, and nothing was saved without a yes
+    assert "The check failed: no token: set channels.fifth.token" in ran.stdout
+    ran = invoke("channels", "add", "mailish", input="imap.example.com\nada\ny\n")
+    assert ran.returncode == 0, ran.stderr
+    assert config(isolated_home)["channels"]["mailish"] == {
+        "imap": {"port": 993, "host": "imap.example.com", "loginName": "ada"}, "enabled": True}
+    assert "Only senders in channels.mailish.allowFrom get an answer (Mailish has no pairing)." in ran.stdout
 
 
 def test_channels_add_with_a_refused_token_writes_nothing_unless_told_to(isolated_home, terminal):
