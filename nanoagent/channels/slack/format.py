@@ -74,7 +74,8 @@ def from_slack(text: str, bot_user: str = "") -> str:
         if sigil == "!":
             return f"@{label or target.split('^')[0]}"
         url = target.removeprefix("mailto:")
-        return url if not label or label in (url, target) else f"{label} ({url})"
+        bare = url.split("://", 1)[-1].rstrip("/")
+        return url if not label or label.rstrip("/") in (url, target, bare) else f"{label} ({url})"
 
     return unescape(SPECIAL.sub(special, text)).strip()
 
