@@ -5,6 +5,7 @@ acknowledge."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import time
@@ -19,7 +20,7 @@ from nanoagent.channels.base import Chunk, FileIn, Incoming, Timing
 from nanoagent.channels.keys import Place
 from nanoagent.channels.slack.format import LIMIT, from_slack, markdown_to_mrkdwn, split_markdown
 from nanoagent.channels.slack.link import SlackLink
-from nanoagent.channels.state import state_file
+from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.config.schema import SlackConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.paths import Paths
@@ -86,8 +87,8 @@ class Driver:
 
     async def run(self) -> None:
         async for batch in self.link.receive():
-            raws = [i.raw for i in batch]
-            fresh = set(state_file(self.paths, "slack").update(lambda s, raws=raws: s.take(raws)))
+            fresh = set(state_file(self.paths, "slack").update(functools.partial(ChannelState.take,
+                                                                                 raws=[i.raw for i in batch])))
             self.got.extend(i for i in batch if i.id in fresh)
             if self.store:
                 await self.link.acknowledge(batch)
