@@ -77,6 +77,7 @@ class Message:
 class Envelope:
     id: str
     payload: dict[str, Any]
+    kind: str = "events_api"
     attempts: int = 0
     sent_at: float = 0.0  # time.monotonic() of the last attempt
     acked_at: float | None = None
@@ -196,12 +197,15 @@ class SlackAPI:
 
     def event(self, event: dict[str, Any]) -> str:
         """An events_api envelope for `event`, sent now if a websocket is connected; its envelope id."""
+        return self.send_envelope("events_api", {
+            "token": "verification-token", "team_id": TEAM, "api_app_id": "A0APP", "event": event,
+            "type": "event_callback", "event_id": f"Ev{self._next_envelope + 1:08d}", "event_time": int(time.time())})
+
+    def send_envelope(self, kind: str, payload: dict[str, Any]) -> str:
+        """An envelope of `kind` (events_api, slash_commands, interactive), sent now if a websocket is connected."""
         with self.lock:
             self._next_envelope += 1
-            envelope = Envelope(f"env-{self._next_envelope}", {
-                "token": "verification-token", "team_id": TEAM, "api_app_id": "A0APP", "event": event,
-                "type": "event_callback", "event_id": f"Ev{self._next_envelope:08d}",
-                "event_time": int(time.time())})
+            envelope = Envelope(f"env-{self._next_envelope}", payload, kind=kind)
             self.envelopes.append(envelope)
         asyncio.run_coroutine_threadsafe(self._deliver(envelope), self.loop).result(10)
         return envelope.id
@@ -311,7 +315,7 @@ class SlackAPI:
         sockets = [ws for ws in self._sockets if not ws.closed]
         if not sockets or self.is_down:
             return  # a failed attempt: nobody listening
-        message = {"envelope_id": envelope.id, "type": "events_api", "accepts_response_payload": False,
+        message = {"envelope_id": envelope.id, "type": envelope.kind, "accepts_response_payload": False,
                    "retry_attempt": envelope.attempts - 1,
                    "retry_reason": "timeout" if envelope.attempts > 1 else "", "payload": envelope.payload}
         try:

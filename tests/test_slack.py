@@ -354,14 +354,30 @@ def test_edits_deletes_and_the_thinking_status_in_a_thread(slack: SlackAPI, tmp_
         await driver.link.typing(incoming.place)
         assert slack.statuses == [(GENERAL, ts, "is thinking…")]
         sent = await driver.link.send(incoming.place, Chunk("draft", "draft"), persistent=False)
-        assert sent and await driver.link.edit(incoming.place, sent, Chunk("final", "final"), persistent=True)
-        assert slack.thread(GENERAL, ts) == ["final"] and slack.edits() == 1
+        assert sent and await driver.link.edit(incoming.place, sent, Chunk("more", "more"), persistent=True)
+        assert slack.statuses == [(GENERAL, ts, "is thinking…")]  # the post cleared it, as Slack does
+        await driver.link.typing(incoming.place)  # a tool runs
+        assert await driver.link.edit(incoming.place, sent, Chunk("final", "final"), persistent=True)
+        assert slack.statuses[-1] == (GENERAL, ts, "")  # an edit does not clear it: the link does
+        assert slack.thread(GENERAL, ts) == ["final"] and slack.edits() == 2
         await driver.link.delete(incoming.place, sent)
         assert slack.thread(GENERAL, ts) == []
         slack.fail("assistant.threads.setStatus", "missing_scope")
         await driver.link.typing(incoming.place)
         await driver.link.typing(incoming.place)  # refused once: not asked again
-        assert len([c for c in slack.calls if c.method == "assistant.threads.setStatus"]) == 2
+        assert len([c for c in slack.calls if c.method == "assistant.threads.setStatus"]) == 4
+        await driver.link.typing(Place("slack", f"D{OWNER}"))  # a DM outside threads has no indicator at all
+
+    scenario(slack, tmp_path, body)
+
+
+def test_a_slash_command_is_a_message_of_the_chat_it_was_typed_in(slack: SlackAPI, tmp_path: Any) -> None:
+    async def body(driver: Driver) -> None:
+        slack.send_envelope("slash_commands", {"command": "/stop", "text": "", "user_id": OWNER,
+                                               "channel_id": f"D{OWNER}", "trigger_id": "1.2.abc"})
+        [incoming] = await driver.next()
+        assert (incoming.place.key, incoming.text, incoming.private) == (f"slack:D{OWNER}", "/stop", True)
+        await until(lambda: len(slack.acked()) == 1, "the command acknowledged")
 
     scenario(slack, tmp_path, body)
 

@@ -90,6 +90,8 @@ class SlackLink:
         self.bot_user = ""
         self.bot_id = ""
         self.status_works = True
+        self.statused: set[Place] = set()  # threads showing STATUS since the app last posted there
+        self.order = asyncio.Lock()  # events are queued in the order they came, whatever their lookups take
         self.tasks: set[asyncio.Task[None]] = set()
         self.api: WebAPI | None = None
         self.socket: SocketModeClient | None = None
@@ -146,16 +148,22 @@ class SlackLink:
         if not isinstance(envelope, str):
             return
         self.received[envelope] = time.monotonic()
-        event = (message.get("payload") or {}).get("event") if kind == "events_api" else None
-        incoming = await self._from_event(event) if isinstance(event, dict) else None
-        if incoming is None or incoming.id in self.done:
-            await self._ack([envelope])
-            return
-        waiting = self.pending.setdefault(incoming.id, [])
-        waiting.append(envelope)
-        self.timers[envelope] = asyncio.get_running_loop().call_later(self.ack_deadline, self._late, envelope)
-        if len(waiting) == 1:
-            await self.queue.put([incoming])
+        payload = message.get("payload") or {}
+        async with self.order:  # taken before any other await: the SDK starts one task per message, in order
+            if kind == "events_api" and isinstance(payload.get("event"), dict):
+                incoming = await self._from_event(payload["event"])
+            elif kind == "slash_commands":
+                incoming = await self._from_command(payload, envelope)
+            else:
+                incoming = None
+            if incoming is None or incoming.id in self.done:
+                await self._ack([envelope])
+                return
+            waiting = self.pending.setdefault(incoming.id, [])
+            waiting.append(envelope)
+            self.timers[envelope] = asyncio.get_running_loop().call_later(self.ack_deadline, self._late, envelope)
+            if len(waiting) == 1:
+                await self.queue.put([incoming])
 
     async def _on_close(self, message: Any) -> None:
         log.info(_record("slack_disconnected"))
@@ -176,6 +184,18 @@ class SlackLink:
             return None
         im = event.get("channel_type") == "im" or (kind == "message" and channel.startswith("D"))
         return await self._incoming(event, channel, im, mentioned=kind == "app_mention")
+
+    async def _from_command(self, payload: dict[str, Any], envelope: str) -> Incoming | None:
+        """A slash command registered in the app (`/stop`, `/new`...): Slack keeps messages starting with `/` for
+        itself, so nanoagent's commands come this way. It applies to the chat it was typed in (a DM's session;
+        commands have no thread)."""
+        command, channel, user = payload.get("command"), payload.get("channel_id"), payload.get("user_id")
+        if not (isinstance(command, str) and isinstance(channel, str) and isinstance(user, str)):
+            return None
+        raw = {"id": f"{channel}:{payload.get('trigger_id') or envelope}", "channel": channel, "thread": "",
+               "user": user.upper(), "name": await self._name(user), "im": channel.startswith("D"),
+               "text": f"{command} {payload.get('text') or ''}".strip(), "files": []}
+        return self.rebuild(raw)
 
     async def _incoming(self, message: dict[str, Any], channel: str, im: bool,
                         mentioned: bool = False) -> Incoming | None:
@@ -312,35 +332,44 @@ class SlackLink:
     # --- what goes out ---------------------------------------------------------------------------------------------
 
     async def send(self, place: Place, chunk: Chunk, persistent: bool) -> str | None:
+        """Slack reads any text as mrkdwn (it refuses none), so `chunk.plain` is not needed here."""
         thread: dict[str, Any] = {"thread_ts": place.thread} if place.thread else {}
         response = await self._api().quietly("chat_postMessage", persistent, channel=place.chat, text=chunk.body,
-                                       unfurl_links=False, unfurl_media=False, **thread)
-        if response is None and chunk.plain != chunk.body:
-            response = await self._api().quietly("chat_postMessage", persistent, channel=place.chat, text=chunk.plain,
-                                           mrkdwn=False, unfurl_links=False, unfurl_media=False, **thread)
+                                             unfurl_links=False, unfurl_media=False, **thread)
+        if response is not None:
+            self.statused.discard(place)  # Slack clears the thread's status when the app posts
         return str(response["ts"]) if response is not None and response.get("ts") else None
 
     async def edit(self, place: Place, message_id: str, chunk: Chunk, persistent: bool) -> bool:
         response = await self._api().quietly("chat_update", persistent, channel=place.chat, ts=message_id,
-                                       text=chunk.body)
+                                             text=chunk.body)
+        if place in self.statused:  # an edit does not clear the status as a new message does
+            await self._status(place, "")
         return response is not None
 
     async def delete(self, place: Place, message_id: str) -> None:
         await self._api().quietly("chat_delete", False, channel=place.chat, ts=message_id)
 
     async def typing(self, place: Place) -> None:
-        if not place.thread or not self.status_works:
-            return
+        if place.thread and self.status_works:
+            await self._status(place, STATUS)
+
+    async def _status(self, place: Place, status: str) -> None:
         from slack_sdk.errors import SlackApiError
 
         try:
-            await self._api().call("assistant_threads_setStatus", persistent=False, wait=False, channel_id=place.chat,
-                             thread_ts=place.thread, status=STATUS)
+            await self._api().call("assistant_threads_setStatus", persistent=False, wait=False,
+                                   channel_id=place.chat, thread_ts=place.thread, status=status)
         except SlackApiError as e:
             self.status_works = False  # an app without the AI feature: no indicator this run
             log.info(_record("slack_status_off", error=_error(e)))
         except _network_errors():
             pass
+        else:
+            if status:
+                self.statused.add(place)
+            else:
+                self.statused.discard(place)
 
     async def download(self, file: FileIn) -> bytes | None:
         """The file's bytes, fetched with the bot token, and only from Slack (or `apiBase`'s host)."""
