@@ -231,11 +231,19 @@ def test_an_envelope_the_engine_is_slow_to_store_is_acknowledged_before_slack_re
             [envelope] = await until(slack.acked, "the early ack")
             assert envelope.acked_at is not None and envelope.acked_at - envelope.sent_at < 3.0
             assert envelope.attempts == 1
-            assert state_file(link.paths, "slack").read().cursor == {}  # a restart still reads it from history
+            # a restart reads the history from just before it: the chat had no cursor yet
+            assert state_file(link.paths, "slack").read().cursor == {f"D{OWNER}": f"{float(incoming.raw['ts']) - 1e-6:.6f}"}
         finally:
             await link.close()
 
     asyncio.run(live())
+
+    async def restart() -> None:
+        async with running(slack, home(tmp_path / "home2")) as driver:
+            [again] = await driver.next()
+            assert again.text == "slow"
+
+    asyncio.run(restart())
 
 
 def test_an_envelope_not_acknowledged_is_delivered_again_to_the_next_connection(slack: SlackAPI,

@@ -161,22 +161,30 @@ class SlackLink:
                 return
             waiting = self.pending.setdefault(incoming.id, [])
             waiting.append(envelope)
-            self.timers[envelope] = asyncio.get_running_loop().call_later(self.ack_deadline, self._late, envelope)
+            self.timers[envelope] = asyncio.get_running_loop().call_later(self.ack_deadline, self._late, envelope,
+                                                                          incoming)
             if len(waiting) == 1:
                 await self.queue.put([incoming])
 
     async def _on_close(self, message: Any) -> None:
         log.info(_record("slack_disconnected"))
 
-    def _late(self, envelope: str) -> None:
-        """The engine has not stored it yet: acknowledge so Slack stops resending; the cursor has not passed it, so
-        a restart still reads it from the history."""
+    def _late(self, envelope: str, item: Incoming) -> None:
+        """The engine has not stored it yet: acknowledge so Slack stops resending. The cursor has not passed it, so
+        a restart still reads it from the history; a chat with no cursor yet gets one just before it first."""
         self.timers.pop(envelope, None)
-        for waiting in self.pending.values():
-            if envelope in waiting:
-                waiting.remove(envelope)
+        if envelope in self.pending.get(item.id, []):
+            self.pending[item.id].remove(envelope)
         log.warning(_record("slack_ack_early", after=self.ack_deadline))
-        self._spawn(self._ack([envelope]))
+        ts = str(item.raw.get("ts") or "")
+        before = {place: f"{_float(ts) - 0.000001:.6f}" for place in _places(item) if place not in self.cursor}
+        self.cursor.update(before)
+        self._spawn(self._ack_early(envelope, before))
+
+    async def _ack_early(self, envelope: str, before: dict[str, str]) -> None:
+        if before:
+            await asyncio.to_thread(self.state.update, lambda state: _start_cursor(state.cursor, before))
+        await self._ack([envelope])
 
     async def _from_event(self, event: dict[str, Any]) -> Incoming | None:
         kind, channel = event.get("type"), event.get("channel")
@@ -251,14 +259,10 @@ class SlackLink:
                     timer.cancel()
                 envelopes.append(envelope)
             self.done[item.id] = None
-            channel, ts = item.raw.get("channel"), item.raw.get("ts")
-            if isinstance(channel, str) and isinstance(ts, str):
-                places = [f"{channel}:{item.place.thread}"] if item.place.thread else []
-                if not item.place.thread or item.place.thread == ts:
-                    places.append(channel)  # a message outside threads (or starting one): the chat's cursor
-                for place in places:
-                    if _later(ts, moved.get(place) or self.cursor.get(place)):
-                        moved[place] = ts
+            ts = str(item.raw.get("ts") or "")
+            for place in _places(item):
+                if _later(ts, moved.get(place) or self.cursor.get(place)):
+                    moved[place] = ts
         while len(self.done) > KEEP_IDS:
             self.done.popitem(last=False)
         await self._ack(envelopes)
@@ -500,6 +504,22 @@ def _file(data: dict[str, Any]) -> FileIn | None:
     size = data.get("size")
     return FileIn(kind=kind, name=str(data.get("name") or "") or None,
                   size=size if isinstance(size, int) else None, ref=url, media_type=media)
+
+
+def _places(item: Incoming) -> list[str]:
+    """The cursors a message moves: its thread's, and its chat's when it is outside threads (or starts one)."""
+    ts = item.raw.get("ts")
+    if not isinstance(ts, str) or not ts:
+        return []  # a slash command: not in any history
+    places = [f"{item.place.chat}:{item.place.thread}"] if item.place.thread else []
+    if not item.place.thread or item.place.thread == ts:
+        places.append(item.place.chat)
+    return places
+
+
+def _start_cursor(cursor: dict[str, str], before: dict[str, str]) -> None:
+    for place, ts in before.items():
+        cursor.setdefault(place, ts)
 
 
 def _move_cursor(cursor: dict[str, str], moved: dict[str, str], now: float) -> None:
