@@ -102,9 +102,14 @@ class SlackLink:
         from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
         self.api = api = WebAPI(self.settings, self.timing)
-        me = await api.checked("auth_test", "botToken")
+        try:
+            me = await api.checked("auth_test", "botToken")
+            opened = await api.checked("apps_connections_open", "appToken", app_token=self.settings.app_token)
+        except BaseException:
+            await api.close()
+            self.api = None
+            raise
         self.bot_user, self.bot_id = str(me.get("user_id") or ""), str(me.get("bot_id") or "")
-        opened = await api.checked("apps_connections_open", "appToken", app_token=self.settings.app_token)
         self.cursor = (await asyncio.to_thread(self.state.read)).cursor.copy()
         self.socket = SocketModeClient(self.settings.app_token or "", logger=_quiet(), web_client=api.web,
                                        ping_interval=self.ping_interval, auto_reconnect_enabled=True)
