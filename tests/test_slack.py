@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from nanoagent.channels import registry
-from nanoagent.channels.base import Chunk, FileIn, Incoming, Timing
+from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing
 from nanoagent.channels.keys import Place
 from nanoagent.channels.slack.format import LIMIT, from_slack, markdown_to_mrkdwn, split_markdown
 from nanoagent.channels.slack.link import SlackLink
@@ -446,6 +446,9 @@ def test_channel_problems_name_the_missing_setting() -> None:
 def test_deliver_posts_through_the_web_api_into_the_thread(slack: SlackAPI) -> None:
     asyncio.run(CHANNEL.deliver(settings(slack), Place("slack", GENERAL, "1.000001"), "**done**"))
     assert slack.thread(GENERAL, "1.000001") == ["*done*"]
+    slack.fail("chat.postMessage", "channel_not_found")
+    with pytest.raises(DeliveryError, match="channel_not_found"):
+        asyncio.run(CHANNEL.deliver(settings(slack), Place("slack", "C0GONE"), "hello"))
 
 
 # --- mrkdwn ------------------------------------------------------------------------------------------------------
