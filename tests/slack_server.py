@@ -381,6 +381,8 @@ class SlackAPI:
 
     def _api_chat_postMessage(self, params: dict[str, Any]) -> dict[str, Any]:
         text, channel = str(params.get("text") or ""), str(params.get("channel") or "")
+        if channel.startswith("U"):
+            channel = f"D{channel}"  # a person's id: their DM with the app
         problem = _check_text(text)
         if problem:
             return {"ok": False, "error": problem}
@@ -410,6 +412,12 @@ class SlackAPI:
             return {"ok": False, "error": "message_not_found"}
         message.deleted = True
         return {"ok": True, "channel": message.channel, "ts": message.ts}
+
+    def _api_conversations_open(self, params: dict[str, Any]) -> dict[str, Any]:
+        user = str(params.get("users") or "")
+        if user not in NAMES:
+            return {"ok": False, "error": "user_not_found"}
+        return {"ok": True, "channel": {"id": f"D{user}"}}
 
     def _api_conversations_history(self, params: dict[str, Any]) -> dict[str, Any]:
         channel = str(params.get("channel"))
@@ -479,4 +487,8 @@ def _check_text(text: str) -> str:
     return ""
 
 
-__all__ = ["APP_TOKEN", "BOT_ID", "BOT_TOKEN", "BOT_USER", "GENERAL", "OWNER", "STRANGER", "SlackAPI"]
+class StandIn(SlackAPI):
+    """The Slack stand-in as the shared channel cases (channel_harness.StandIn) use it."""
+
+
+__all__ = ["APP_TOKEN", "BOT_ID", "BOT_TOKEN", "BOT_USER", "GENERAL", "OWNER", "STRANGER", "SlackAPI", "StandIn"]

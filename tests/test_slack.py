@@ -126,7 +126,7 @@ def test_a_direct_message_is_a_private_message_of_its_dm_session(slack: SlackAPI
     async def body(driver: Driver) -> None:
         slack.write(OWNER, "hello &lt;there&gt;")
         [incoming] = await driver.next()
-        assert incoming.place == Place("slack", f"D{OWNER}")
+        assert incoming.place == Place("slack", OWNER) == CHANNEL.home(OWNER)  # a DM is its person's place
         assert (incoming.user, incoming.name, incoming.text, incoming.private) == (OWNER, "Ann", "hello <there>", True)
         assert CHANNEL.allowed(settings(slack), incoming.user) and not CHANNEL.allowed(settings(slack), STRANGER)
 
@@ -293,7 +293,7 @@ def test_messages_written_while_the_link_was_away_are_read_from_the_history_once
         async with running(slack, paths) as driver:
             caught = await driver.next(2)
             assert {(i.place.key, i.text) for i in caught} == {
-                (f"slack:{GENERAL}:{thread}", "while away, in the thread"), (f"slack:D{OWNER}", "while away, a DM")}
+                (f"slack:{GENERAL}:{thread}", "while away, in the thread"), (f"slack:{OWNER}", "while away, a DM")}
             await asyncio.sleep(0.3)
             assert len(driver.got) == 2
 
@@ -330,7 +330,7 @@ def test_a_long_reply_is_split_under_slacks_limit_and_arrives_whole(slack: Slack
     text += "\n\n```\n" + "\n".join(f"print({i})" for i in range(600)) + "\n```"
 
     async def body(driver: Driver) -> None:
-        place = Place("slack", f"D{OWNER}")
+        place = Place("slack", OWNER)  # the DM is opened from the person's id
         for chunk in CHANNEL.split(text):
             assert await driver.link.send(place, chunk, persistent=True)
         shown = slack.shown(OWNER)
@@ -343,7 +343,7 @@ def test_a_long_reply_is_split_under_slacks_limit_and_arrives_whole(slack: Slack
 
 def test_a_rate_limit_is_waited_out_for_its_retry_after(slack: SlackAPI, tmp_path: Any, slack_log: list[str]) -> None:
     async def body(driver: Driver) -> None:
-        place = Place("slack", f"D{OWNER}")
+        place = Place("slack", f"D{OWNER}")  # a DM channel's id works as well
         slack.rate_limit(1, 1.0)
         assert await driver.link.send(place, Chunk("hi", "hi"), persistent=False)
         first, second = [c for c in slack.calls if c.method == "chat.postMessage"]
@@ -384,7 +384,7 @@ def test_a_slash_command_is_a_message_of_the_chat_it_was_typed_in(slack: SlackAP
         slack.send_envelope("slash_commands", {"command": "/stop", "text": "", "user_id": OWNER,
                                                "channel_id": f"D{OWNER}", "trigger_id": "1.2.abc"})
         [incoming] = await driver.next()
-        assert (incoming.place.key, incoming.text, incoming.private) == (f"slack:D{OWNER}", "/stop", True)
+        assert (incoming.place.key, incoming.text, incoming.private) == (f"slack:{OWNER}", "/stop", True)
         await until(lambda: len(slack.acked()) == 1, "the command acknowledged")
 
     scenario(slack, tmp_path, body)
@@ -440,12 +440,14 @@ def test_channel_problems_name_the_missing_setting() -> None:
     assert "SLACK_BOT_TOKEN" in (CHANNEL.problem(SlackConfig(enabled=True)) or "")
     assert "SLACK_APP_TOKEN" in (CHANNEL.problem(SlackConfig(enabled=True, bot_token="xoxb-1")) or "")
     assert CHANNEL.problem(SlackConfig(enabled=True, bot_token="xoxb-1", app_token="xapp-1")) is None
-    assert CHANNEL.home(OWNER) is None and CHANNEL.edits and CHANNEL.pairing
+    assert CHANNEL.edits and CHANNEL.pairing and CHANNEL.home(" u0ann ") == Place("slack", OWNER)
 
 
 def test_deliver_posts_through_the_web_api_into_the_thread(slack: SlackAPI) -> None:
     asyncio.run(CHANNEL.deliver(settings(slack), Place("slack", GENERAL, "1.000001"), "**done**"))
     assert slack.thread(GENERAL, "1.000001") == ["*done*"]
+    asyncio.run(CHANNEL.deliver(settings(slack), Place("slack", STRANGER), "a note"))  # a DM before they wrote
+    assert slack.shown(STRANGER) == ["a note"]
     slack.fail("chat.postMessage", "channel_not_found")
     with pytest.raises(DeliveryError, match="channel_not_found"):
         asyncio.run(CHANNEL.deliver(settings(slack), Place("slack", "C0GONE"), "hello"))

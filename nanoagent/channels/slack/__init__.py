@@ -48,7 +48,13 @@ class SlackChannel:
         return user.strip().upper() in {a.strip().upper() for a in settings.allow_from}
 
     def home(self, user: str) -> Place | None:
-        return None  # a DM's channel id is known only once the person wrote
+        """A person's DM is their id's place (`slack:U123`): the link finds the DM channel from it."""
+        from nanoagent.channels.keys import make
+
+        try:
+            return make(self.name, user.strip().upper())
+        except ValueError:
+            return None
 
     def split(self, markdown: str) -> list[Chunk]:
         from nanoagent.channels.slack.format import split_markdown

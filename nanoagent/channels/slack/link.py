@@ -4,7 +4,9 @@
 What arrives: `message` events in a DM are private messages; in channels (public, private, group DMs) the bot
 answers `app_mention`s, or every message with `groupPolicy: "all"`, or none with `"off"`; a reply in a thread the bot
 already serves needs no mention. A reply goes into the message's thread, and each thread is a session
-`slack:<channel>:<thread_ts>`; a DM outside threads is `slack:<channel>`. The bot's own messages, other bots',
+`slack:<channel>:<thread_ts>`; a DM is the person's own place, `slack:<user id>` (a thread in it
+`slack:<user id>:<thread_ts>`), as `home` gives it, so a target `slack:U123` reaches them before they wrote; the DM
+channel's id comes from their messages or `conversations.open`. The bot's own messages, other bots',
 edits, deletions and joins are ignored; files come as `FileIn`s to fetch from `url_private` with the bot token.
 
 Exactly once: an envelope is acknowledged on the websocket only once the engine put its message in the inbox
@@ -25,7 +27,8 @@ threads shows nothing.
 Rate limits: a `ratelimited` 429 is waited out for its Retry-After, then the call is made again; SDK retries are off.
 
 Scopes the app needs: connections:write (the app token), chat:write, users:read, files:read, app_mentions:read,
-im:history, channels:history, groups:history, mpim:history (events and catch-up).
+im:history, channels:history, groups:history, mpim:history (events and catch-up), im:write (a DM opened for a
+reply or a delivery to a person's id).
 """
 
 from __future__ import annotations
@@ -86,6 +89,7 @@ class SlackLink:
         self.done: OrderedDict[str, None] = OrderedDict()  # message ids acknowledged
         self.cursor: dict[str, str] = {}  # "<channel>" or "<channel>:<thread_ts>" -> last ts handled
         self.names: dict[str, str] = {}
+        self.dms: dict[str, str] = {}  # a person's id -> the DM channel's id
         self.hellos = 0
         self.bot_user = ""
         self.bot_id = ""
@@ -232,11 +236,15 @@ class SlackLink:
         return self.rebuild(raw)
 
     def rebuild(self, raw: dict[str, Any]) -> Incoming | None:
+        """A DM's place is its person's id (as `home` gives it); the DM's own channel id is kept for replies."""
         try:
-            place = keys.make(NAME, raw["channel"], raw.get("thread") or None)
+            im, user, channel = bool(raw.get("im")), str(raw["user"]), str(raw["channel"])
+            place = keys.make(NAME, user if im else channel, raw.get("thread") or None)
+            if im:
+                self.dms[user] = channel
             files = [FileIn(**f) for f in raw.get("files") or []]
             return Incoming(id=str(raw["id"]), place=place, user=str(raw["user"]), name=str(raw.get("name") or ""),
-                            text=str(raw.get("text") or ""), raw=raw, private=bool(raw.get("im")), files=files)
+                            text=str(raw.get("text") or ""), raw=raw, private=im, files=files)
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -343,21 +351,39 @@ class SlackLink:
     async def send(self, place: Place, chunk: Chunk, persistent: bool) -> str | None:
         """Slack reads any text as mrkdwn (it refuses none), so `chunk.plain` is not needed here."""
         thread: dict[str, Any] = {"thread_ts": place.thread} if place.thread else {}
-        response = await self._api().quietly("chat_postMessage", persistent, channel=place.chat, text=chunk.body,
-                                             unfurl_links=False, unfurl_media=False, **thread)
+        channel = await self._conversation(place, persistent)
+        response = channel and await self._api().quietly("chat_postMessage", persistent, channel=channel,
+                                                         text=chunk.body, unfurl_links=False, unfurl_media=False,
+                                                         **thread)
         if response is not None:
             self.statused.discard(place)  # Slack clears the thread's status when the app posts
-        return str(response["ts"]) if response is not None and response.get("ts") else None
+        return str(response["ts"]) if response and response.get("ts") else None
 
     async def edit(self, place: Place, message_id: str, chunk: Chunk, persistent: bool) -> bool:
-        response = await self._api().quietly("chat_update", persistent, channel=place.chat, ts=message_id,
-                                             text=chunk.body)
+        channel = await self._conversation(place, persistent)
+        response = channel and await self._api().quietly("chat_update", persistent, channel=channel, ts=message_id,
+                                                         text=chunk.body)
         if place in self.statused:  # an edit does not clear the status as a new message does
             await self._status(place, "")
-        return response is not None
+        return bool(response is not None and channel)
 
     async def delete(self, place: Place, message_id: str) -> None:
-        await self._api().quietly("chat_delete", False, channel=place.chat, ts=message_id)
+        channel = await self._conversation(place, False)
+        if channel:
+            await self._api().quietly("chat_delete", False, channel=channel, ts=message_id)
+
+    async def _conversation(self, place: Place, persistent: bool) -> str | None:
+        """The conversation a place is in: its chat, or for a person's id their DM channel (from their messages,
+        else conversations.open); None when Slack would not open it."""
+        from slack_sdk.errors import SlackApiError
+
+        try:
+            return await self._api().conversation(place.chat, self.dms, persistent)
+        except SlackApiError as e:
+            log.warning(_record("slack_call_failed", method="conversations_open", error=_error(e)))
+        except _network_errors() as e:
+            log.warning(_record("slack_call_failed", method="conversations_open", error=type(e).__name__))
+        return None
 
     async def typing(self, place: Place) -> None:
         if place.thread and self.status_works:
@@ -366,9 +392,12 @@ class SlackLink:
     async def _status(self, place: Place, status: str) -> None:
         from slack_sdk.errors import SlackApiError
 
+        channel = await self._conversation(place, False)
+        if not channel:
+            return
         try:
             await self._api().call("assistant_threads_setStatus", persistent=False, wait=False,
-                                   channel_id=place.chat, thread_ts=place.thread, status=status)
+                                   channel_id=channel, thread_ts=place.thread, status=status)
         except SlackApiError as e:
             self.status_works = False  # an app without the AI feature: no indicator this run
             log.info(_record("slack_status_off", error=_error(e)))
@@ -436,6 +465,15 @@ class WebAPI:
 
     async def close(self) -> None:
         await self.session.close()
+
+    async def conversation(self, chat: str, dms: dict[str, str], persistent: bool) -> str:
+        """`chat` itself when it names a conversation (C, G, D...); for a person's id (U, W) their DM channel."""
+        if chat[:1] not in ("U", "W"):
+            return chat
+        if chat not in dms:
+            opened = await self.call("conversations_open", persistent, users=chat)
+            dms[chat] = str((opened.get("channel") or {}).get("id") or "")
+        return dms[chat] or chat
 
     async def checked(self, method: str, setting: str, **kwargs: Any) -> dict[str, Any]:
         """A call made while connecting: credentials Slack refuses become one line naming the setting."""
@@ -516,9 +554,10 @@ def _places(item: Incoming) -> list[str]:
     ts = item.raw.get("ts")
     if not isinstance(ts, str) or not ts:
         return []  # a slash command: not in any history
-    places = [f"{item.place.chat}:{item.place.thread}"] if item.place.thread else []
+    channel = str(item.raw.get("channel") or "")  # the conversation's id, a DM's too: the history is read there
+    places = [f"{channel}:{item.place.thread}"] if item.place.thread else []
     if not item.place.thread or item.place.thread == ts:
-        places.append(item.place.chat)
+        places.append(channel)
     return places
 
 
@@ -600,9 +639,10 @@ async def deliver(settings: SlackConfig, place: Place, chunks: list[Chunk]) -> N
 
     api = WebAPI(settings, Timing())
     try:
+        channel = await api.conversation(place.chat, {}, persistent=False)
         for chunk in chunks:
             thread: dict[str, Any] = {"thread_ts": place.thread} if place.thread else {}
-            await api.call("chat_postMessage", persistent=False, channel=place.chat, text=chunk.body,
+            await api.call("chat_postMessage", persistent=False, channel=channel, text=chunk.body,
                            unfurl_links=False, unfurl_media=False, **thread)
     except SlackApiError as e:
         raise DeliveryError(f"Slack refused the message to {place} ({_error(e)}); check that the bot is in that "
