@@ -8,6 +8,8 @@ import asyncio
 import functools
 import json
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -474,3 +476,11 @@ def test_a_code_block_longer_than_a_message_is_closed_and_reopened() -> None:
 def test_text_from_slack_reads_as_the_person_meant_it() -> None:
     assert from_slack("<@U0BOT> see <https://x.com|x.com> and <https://y.com|docs>, ping <@U7|ann> in <#C1|gen>"
                       " &amp; &lt;3", "U0BOT") == "see https://x.com and docs (https://y.com), ping @ann in #gen & <3"
+
+
+@pytest.mark.process
+def test_the_channel_and_its_format_load_without_slack_sdk_or_aiohttp() -> None:
+    code = ("import sys; from nanoagent.channels import registry; c = registry.get('slack'); c.split('**x**'); "
+            "print([m for m in sys.modules if m.startswith(('slack_sdk', 'aiohttp'))])")
+    ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PATIENCE, check=True)
+    assert ran.stdout.strip() == "[]"
