@@ -324,6 +324,18 @@ def test_a_reconnect_catches_up_on_what_came_while_the_socket_was_away(slack: Sl
     scenario(slack, tmp_path, body)
 
 
+def test_slacks_disconnect_message_is_followed_by_a_new_connection(slack: SlackAPI, tmp_path: Any) -> None:
+    async def body(driver: Driver) -> None:
+        slack.disconnect()  # refresh_requested, as Slack sends every few hours
+        await until(lambda: slack.connections >= 2, "the new connection")
+        await until(lambda: sum(1 for c in slack.calls if c.method == "apps.connections.open") >= 2, "a new URL")
+        slack.write(OWNER, "still there?")
+        [incoming] = await driver.next()
+        assert incoming.text == "still there?"
+
+    scenario(slack, tmp_path, body)
+
+
 # --- what goes out ------------------------------------------------------------------------------------------------
 
 
