@@ -400,6 +400,11 @@ def test_a_slash_command_is_a_message_of_the_chat_it_was_typed_in(slack: SlackAP
         [incoming] = await driver.next()
         assert (incoming.place.key, incoming.text, incoming.private) == (f"slack:{OWNER}", "/stop", True)
         await until(lambda: len(slack.acked()) == 1, "the command acknowledged")
+        slack.send_envelope("slash_commands", {"command": "/nanoagent", "text": "status", "user_id": OWNER,
+                                               "channel_id": f"D{OWNER}", "trigger_id": "1.3.abc"})
+        slack.write(OWNER, " /usage")  # a leading space keeps Slack from taking it for a command
+        _, status, usage = await driver.next(3)
+        assert (status.text, usage.text) == ("/status", "/usage")
 
     scenario(slack, tmp_path, body)
 

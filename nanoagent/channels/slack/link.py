@@ -68,6 +68,7 @@ SUBTYPES = {None, "file_share", "thread_broadcast"}  # message subtypes a person
 REFUSED = {"invalid_auth", "not_authed", "account_inactive", "token_revoked", "token_expired", "not_allowed_token_type",
            "missing_scope", "no_permission"}
 STATUS = "is thinking…"
+UMBRELLA = {"/nanoagent", "/nano"}  # slash commands whose first word is nanoagent's command
 DEFAULT_TIMING = Timing()
 
 
@@ -203,15 +204,18 @@ class SlackLink:
         return await self._incoming(event, channel, im, mentioned=kind == "app_mention")
 
     async def _from_command(self, payload: dict[str, Any], envelope: str) -> Incoming | None:
-        """A slash command registered in the app (`/stop`, `/new`...): Slack keeps messages starting with `/` for
-        itself, so nanoagent's commands come this way. It applies to the chat it was typed in (a DM's session;
-        commands have no thread)."""
+        """A slash command registered in the app: Slack keeps messages starting with `/` for itself, so nanoagent's
+        commands come this way (or as a message starting with a space). `/nanoagent stop` is `/stop` (Slack's own
+        `/status` cannot be taken over); `/new`, `/stop`... registered as themselves pass as typed. It applies to the
+        chat it was typed in (commands have no thread)."""
         command, channel, user = payload.get("command"), payload.get("channel_id"), payload.get("user_id")
         if not (isinstance(command, str) and isinstance(channel, str) and isinstance(user, str)):
             return None
+        text = str(payload.get("text") or "").strip()
+        text = f"/{text}" if command in UMBRELLA and text else f"{command} {text}".strip()
         raw = {"id": f"{channel}:{payload.get('trigger_id') or envelope}", "channel": channel, "thread": "",
-               "user": user.upper(), "name": await self._name(user), "im": channel.startswith("D"),
-               "text": f"{command} {payload.get('text') or ''}".strip(), "files": []}
+               "user": user.upper(), "name": await self._name(user), "im": channel.startswith("D"), "text": text,
+               "files": []}
         return self.rebuild(raw)
 
     async def _incoming(self, message: dict[str, Any], channel: str, im: bool,
