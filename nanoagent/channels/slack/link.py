@@ -15,9 +15,13 @@ state file. Slack redelivers an envelope not acknowledged within 3 s, and drops 
 when no socket is connected): after a restart or a reconnect the link reads each known chat's history
 (`conversations.history`, `conversations.replies`) after its cursor, bounded to the last hour. Because that catch-up
 covers a message the cursor has not passed, an envelope still waiting for the engine after `ACK_DEADLINE` seconds is
-acknowledged anyway: Slack stops resending it, and a restart still finds it in the history. A message may therefore
-come twice (an event, a redelivery, the history): its id is `<channel>:<ts>` however it came, and the engine keeps
-the first.
+acknowledged anyway: Slack stops resending it, and a restart still finds it in the history (a chat with no cursor
+yet gets one just before it). A message may therefore come twice (an event, a redelivery, the history): its id is
+`<channel>:<ts>` however it came, and the engine keeps the first. A chat the bot never heard from has no cursor, so
+what is written there while nothing listens is not read back: Slack has no "new messages anywhere" call.
+
+Commands: Slack takes a message starting with `/` for one of its own commands, so nanoagent's come as a slash command
+registered in the app (`/nanoagent stop`, scope `commands`; no request URL in Socket Mode), or typed after a space.
 
 Typing: Slack's Web API has no typing indicator for bots; in a thread the link sets the assistant status
 (`assistant.threads.setStatus`, "is thinking…"), which apps with the Agents & AI Apps feature show and Slack clears
