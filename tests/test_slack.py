@@ -483,6 +483,10 @@ def test_markdown_becomes_mrkdwn_with_slacks_special_characters_escaped() -> Non
         "• one\n• two `a&lt;b`\n\n```\nif a &lt; b and c:\n    pass\n```")
 
 
+def test_a_heading_is_one_bold_line_even_with_bold_inside() -> None:
+    assert markdown_to_mrkdwn("## The **big** plan ##\n1. first\n   - nested") == "*The big plan*\n1. first\n   • nested"
+
+
 def test_a_code_block_longer_than_a_message_is_closed_and_reopened() -> None:
     chunks = split_markdown("intro\n\n```\n" + "\n".join(f"line {i}" for i in range(1500)) + "\n```")
     assert len(chunks) >= 3 and all(len(c.body) <= LIMIT and len(c.plain) <= LIMIT for c in chunks)

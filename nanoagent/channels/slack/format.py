@@ -35,6 +35,7 @@ CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
 BARE_URL = re.compile(r"(?:https?)://[^\s<>\"]+")
 BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
+BOLD_MARK = re.compile(r"\*\*|__")
 STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^_\n]+?)(?<!\s)_(?![\w_])")
 HOLE = re.compile(r"\x00(\d+)\x00")
@@ -148,8 +149,8 @@ def _text_mrkdwn(lines: list[str]) -> str:
 
 def _line_mrkdwn(line: str) -> str:
     heading = HEADING.match(line)
-    if heading:
-        return f"*{inline_mrkdwn(heading.group(1))}*"
+    if heading:  # bold already: emphasis inside would close it early
+        return "*" + inline_mrkdwn(BOLD_MARK.sub("", heading.group(1))) + "*"
     if RULE.match(line):
         return "──────────"
     if TABLE_RULE.match(line) and "|" in line:
