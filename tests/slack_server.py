@@ -110,6 +110,7 @@ class SlackAPI:
         self.statuses: list[tuple[str, str, str]] = []  # assistant.threads.setStatus: channel, thread, status
         self.connections = 0  # websocket connections made so far
         self.is_down = False
+        self.socket_refused = False  # the websocket alone refuses (the Web API answers)
         self._clock = 0
         self._next_envelope = 0
         self._sockets: list[web.WebSocketResponse] = []
@@ -281,7 +282,7 @@ class SlackAPI:
     # --- the websocket ----------------------------------------------------------------------------------------
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
-        if self.is_down:
+        if self.is_down or self.socket_refused:
             return web.Response(status=503, text="down")
         ws = web.WebSocketResponse(autoping=True)
         await ws.prepare(request)

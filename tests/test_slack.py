@@ -438,6 +438,19 @@ def test_a_refused_token_is_one_line_naming_the_setting(slack: SlackAPI, tmp_pat
     asyncio.run(main())
 
 
+def test_a_websocket_that_never_opens_is_an_error_not_a_hang(slack: SlackAPI, tmp_path: Any) -> None:
+    async def main() -> None:
+        slack.socket_refused = True
+        link = SlackLink(settings(slack), home(tmp_path), TIMING, connect_timeout=0.5)
+        try:
+            with pytest.raises(NanoagentError, match="Socket Mode websocket did not open"):
+                await link.connect()
+        finally:
+            await link.close()
+
+    asyncio.run(main())
+
+
 def test_the_log_holds_no_token_and_no_message_text(slack: SlackAPI, tmp_path: Any, slack_log: list[str]) -> None:
     async def body(driver: Driver) -> None:
         slack.rate_limit(1, 0.1)

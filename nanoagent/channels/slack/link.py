@@ -62,6 +62,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nanoagent.channels.slack")
 
 NAME = "slack"
+CONNECT_TIMEOUT = 30.0  # seconds for the websocket to open
 ACK_DEADLINE = 2.5  # seconds an envelope may wait for the engine before it is acknowledged anyway (Slack waits 3)
 CATCH_UP = 3600.0  # seconds of history read after a restart or a reconnect
 KEEP_CURSORS = 7 * 86_400.0  # a chat or thread quiet for longer is forgotten (no catch-up there)
@@ -78,13 +79,14 @@ DEFAULT_TIMING = Timing()
 
 class SlackLink:
     def __init__(self, settings: SlackConfig, paths: Paths, timing: Timing = DEFAULT_TIMING,
-                 ack_deadline: float = ACK_DEADLINE):
+                 ack_deadline: float = ACK_DEADLINE, connect_timeout: float = CONNECT_TIMEOUT):
         self.settings = settings
         self.paths = paths
         self.timing = timing
         # the websocket's ping, and the wait before reconnecting: the backoff's last step, at most 10 s
         self.ping_interval = min(10.0, timing.backoff[-1])
         self.ack_deadline = ack_deadline
+        self.connect_timeout = connect_timeout
         self.now = timing.now
         self.state = state_file(paths, NAME)
         self.queue: asyncio.Queue[list[Incoming]] = asyncio.Queue()
@@ -125,7 +127,11 @@ class SlackLink:
         self.socket.message_listeners.append(self._on_message)
         self.socket.on_close_listeners.append(self._on_close)
         self.socket.wss_uri = str(opened["url"])
-        await self.socket.connect()
+        try:  # the SDK retries a websocket that will not open forever: a run that never starts says so instead
+            await asyncio.wait_for(self.socket.connect(), self.connect_timeout)
+        except TimeoutError:
+            raise NanoagentError(f"Slack's Socket Mode websocket did not open in {self.connect_timeout:g} s; check that "
+                                 "this machine reaches wss-primary.slack.com.") from None
         return f"@{me.get('user') or self.bot_user}"
 
     async def close(self) -> None:
