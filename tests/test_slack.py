@@ -402,9 +402,11 @@ def test_a_slash_command_is_a_message_of_the_chat_it_was_typed_in(slack: SlackAP
         await until(lambda: len(slack.acked()) == 1, "the command acknowledged")
         slack.send_envelope("slash_commands", {"command": "/nanoagent", "text": "status", "user_id": OWNER,
                                                "channel_id": f"D{OWNER}", "trigger_id": "1.3.abc"})
+        slack.send_envelope("slash_commands", {"command": "/nanoagent", "text": "", "user_id": OWNER,
+                                               "channel_id": f"D{OWNER}", "trigger_id": "1.4.abc"})
         slack.write(OWNER, " /usage")  # a leading space keeps Slack from taking it for a command
-        _, status, usage = await driver.next(3)
-        assert (status.text, usage.text) == ("/status", "/usage")
+        _, status, bare, usage = await driver.next(4)
+        assert (status.text, bare.text, usage.text) == ("/status", "/help", "/usage")
 
     scenario(slack, tmp_path, body)
 

@@ -222,7 +222,10 @@ class SlackLink:
         if not (isinstance(command, str) and isinstance(channel, str) and isinstance(user, str)):
             return None
         text = str(payload.get("text") or "").strip()
-        text = f"/{text}" if command in UMBRELLA and text else f"{command} {text}".strip()
+        if command in UMBRELLA:
+            text = f"/{text.removeprefix('/')}" if text else "/help"
+        else:
+            text = f"{command} {text}".strip()
         raw = {"id": f"{channel}:{payload.get('trigger_id') or envelope}", "channel": channel, "thread": "",
                "user": user.upper(), "name": await self._name(user), "im": channel.startswith("D"), "text": text,
                "files": []}
