@@ -1,5 +1,6 @@
-"""`doctor` checks what is configured, not only that it is written down: the Telegram token (getMe at the configured
-Bot API), every MCP server (started, as `mcp list` does), and a scheduler when jobs exist."""
+"""`doctor` checks what is configured, not only that it is written down: every enabled channel's credentials (one
+call to its API, e.g. the Telegram token with getMe at the configured Bot API), every MCP server (started, as `mcp
+list` does), and a scheduler when jobs exist."""
 
 from __future__ import annotations
 
@@ -30,11 +31,11 @@ def test_doctor_reports_a_bogus_telegram_token_and_passes_a_good_one(isolated_ho
                                                            "apiBase": api.url}}})
     code, lines = doctor()
     assert code == 1 and "All good." not in lines
-    assert line_with(lines, "telegram:").startswith("FIX   telegram: Telegram refused the bot token (HTTP 401")
+    assert line_with(lines, "telegram:") == "FIX   telegram: Telegram rejected the bot token: copy it again from @BotFather."
     assert "123:bogus" not in "\n".join(lines)
     write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "token": api.token, "apiBase": api.url}}})
     code, lines = doctor()
-    assert line_with(lines, "telegram:").startswith("ok    telegram: the token works (bot @")
+    assert line_with(lines, "telegram:").startswith("ok    telegram: the credentials work (@")
 
 
 def test_doctor_reports_an_unreachable_bot_api(isolated_home):
@@ -42,7 +43,8 @@ def test_doctor_reports_an_unreachable_bot_api(isolated_home):
                                                            "apiBase": "http://127.0.0.1:9"}}})
     code, lines = doctor()
     assert code == 1
-    assert line_with(lines, "telegram:").startswith("FIX   telegram: cannot reach http://127.0.0.1:9")
+    assert line_with(lines, "telegram:").startswith("FIX   telegram: Telegram could not check the token (NetworkError")
+    assert line_with(lines, "telegram:").endswith("check your network and channels.telegram.apiBase.")
     assert "123:abc" not in "\n".join(lines)
 
 

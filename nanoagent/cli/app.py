@@ -52,7 +52,7 @@ if TYPE_CHECKING:
 SECTIONS = (
     ("Talk", ("agent", "sessions")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
-    ("Always on", ("gateway", "pairing", "cron", "heartbeat", "mcp")),
+    ("Always on", ("gateway", "channels", "pairing", "cron", "heartbeat", "mcp")),
     ("Setup", ("onboard", "status", "doctor", "skills", "usage")),
 )
 
@@ -63,6 +63,7 @@ LAZY_GROUPS = {
     "sessions": "nanoagent.cli.sessions_cmd:sessions_app",
     "memory": "nanoagent.cli.memory_cmd:memory_app",
     "gateway": "nanoagent.cli.gateway_cmd:gateway_app",
+    "channels": "nanoagent.cli.channels_cmd:channels_app",
     "pairing": "nanoagent.cli.pairing_cmd:pairing_app",
     "cron": "nanoagent.cli.cron_cmd:cron_app",
     "mcp": "nanoagent.cli.mcp_cmd:mcp_app",

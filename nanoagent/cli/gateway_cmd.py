@@ -163,8 +163,9 @@ def status(workspace: WorkspaceOpt = None) -> None:
     uptime = time.time() - float(info.get("started") or time.time())
     running = ", ".join(info.get("running") or []) or "none"
     print(f"gateway running: pid {info.get('pid')}, up {uptime:.0f} s, socket {paths.gateway_socket}")
-    print(f"turns running: {running}; clients: {info.get('clients')}; "
-          f"channels: {', '.join(info.get('components') or []) or 'none'}")
+    health = info.get("health") or {}
+    components = [f"{name} ({health[name]})" if health.get(name) else name for name in info.get("components") or []]
+    print(f"turns running: {running}; clients: {info.get('clients')}; channels: {', '.join(components) or 'none'}")
 
 
 async def _ask_status(socket: Path) -> dict:

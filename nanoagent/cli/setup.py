@@ -335,7 +335,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     _report_sandbox(report, config)
     _report_skills(report, paths)
     if config is not None:
-        _report_telegram(report, config)
+        _report_channels(report, config)
         _report_gateway(report, config, paths)
         _report_mcp(report, config, paths)
     _report_scheduler(report, config, paths)
@@ -343,33 +343,26 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     return problems == 0
 
 
-def _report_telegram(report: Callable[[bool, str, str], None], config: Config) -> None:
-    """Whether the bot token works: getMe at the configured Bot API, as the channel's first call."""
-    import importlib.util
+def _report_channels(report: Callable[[bool, str, str], None], config: Config) -> None:
+    """Every enabled channel, through the registry: what keeps it from starting (`problem`), else its credentials
+    checked with one call to its app (`verify`), as the channel's first call when the gateway starts it."""
+    from nanoagent.cli.channels_cmd import check_channel, registered
 
-    telegram = config.channels.telegram
-    if not telegram.enabled and not telegram.token:
-        return
-    if not telegram.token:
-        report(False, "telegram: channels.telegram.enabled is true but there is no bot token",
-               "set TELEGRAM_BOT_TOKEN or channels.telegram.token (create a bot with @BotFather in Telegram)")
-        return
-    if telegram.enabled and importlib.util.find_spec("telegram") is None:
-        report(False, "telegram: the channel needs python-telegram-bot", "pip install 'nanoagent[telegram]'")
-    answer = telegram_get_me(telegram.api_base, telegram.token)
-    if isinstance(answer, str):
-        refused = answer.startswith("Telegram refused")
-        report(False, f"telegram: {answer}", "copy the token from @BotFather into TELEGRAM_BOT_TOKEN or "
-               "channels.telegram.token" if refused else "check the network, or channels.telegram.apiBase")
-        return
-    off = "" if telegram.enabled else "; channels.telegram.enabled is false, so the gateway does not start the channel"
-    report(True, f"telegram: the token works (bot @{answer.get('username', '?')}){off}", "")
+    for channel in registered():
+        settings = channel.settings(config)
+        if channel.enabled(settings):
+            ok, text = check_channel(channel, settings)
+            report(ok, f"{channel.name}: " + (f"the credentials work ({text})" if ok else text),
+                   f"fix channels.{channel.name} in config.json, or `nanoagent channels add {channel.name}` "
+                   f"(README, {channel.title})")
 
 
 def _report_gateway(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
     """Channels serve nobody without a running gateway; the HTTP endpoint is asked for /health where it listens."""
-    wanted = [name for name, on in (("channels.telegram", config.channels.telegram.enabled),
-                                    ("gateway.http", config.gateway.http.enabled)) if on]
+    from nanoagent.cli.channels_cmd import registered
+
+    wanted = [f"channels.{c.name}" for c in registered() if c.enabled(c.settings(config))]
+    wanted += ["gateway.http"] if config.gateway.http.enabled else []
     if not wanted:
         return
     from nanoagent.gateway.oneshot import gateway_answers
@@ -391,27 +384,6 @@ def _report_gateway(report: Callable[[bool, str, str], None], config: Config, pa
             ok = False
         report(ok, f"http endpoint: {url} " + ("answers" if ok else "does not answer"),
                "restart the gateway; its log says why the endpoint did not start (e.g. the port is taken)")
-
-
-def telegram_get_me(api_base: str, token: str, timeout: float = 10.0) -> dict[str, Any] | str:
-    """The bot's getMe answer, or why there is none in one line (never holding the token)."""
-    import logging
-
-    import httpx
-
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # it logs each URL, and ours hold the token
-    try:
-        response = httpx.post(f"{api_base.rstrip('/')}/bot{token}/getMe", json={}, timeout=timeout)
-        data = response.json()
-    except httpx.HTTPError as e:
-        return f"cannot reach {api_base} ({type(e).__name__}: {str(e).replace(token, '<token>')[:120]})"
-    except ValueError:
-        return f"{api_base} did not answer getMe as the Bot API does (HTTP {response.status_code})"
-    if response.status_code in (401, 404) or (isinstance(data, dict) and data.get("error_code") == 401):
-        return f"Telegram refused the bot token (HTTP {response.status_code} from {api_base})"
-    if not isinstance(data, dict) or not data.get("ok") or not isinstance(data.get("result"), dict):
-        return f"{api_base} did not answer getMe as the Bot API does (HTTP {response.status_code})"
-    return data["result"]
 
 
 def _report_mcp(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:

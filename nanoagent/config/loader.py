@@ -70,9 +70,16 @@ def load_config(path: Path, env: typing.Mapping[str, str] | None = None) -> tupl
                 ) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path} must hold a JSON object at the top level; fix it or run `nanoagent onboard`.")
-    config = _build(Config, data, "", path, warnings)
+    return config_from(data, path, env, warnings), warnings
+
+
+def config_from(data: dict[str, Any], path: Path, env: typing.Mapping[str, str] | None = None,
+                warnings: list[str] | None = None) -> Config:
+    """The config that `data` (config.json's contents, not yet written to `path`) would be, checked as
+    `load_config` checks the file, with the environment's overrides (`env={}`: none)."""
+    config = _build(Config, data, "", path, [] if warnings is None else warnings)
     _apply_env(config, os.environ if env is None else env)
-    return config, warnings
+    return config
 
 
 def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -> Any:

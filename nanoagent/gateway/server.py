@@ -39,14 +39,16 @@ class GatewayBusy(NanoagentError):
     pass
 
 
-@dataclass
+@dataclass(eq=False)
 class Component:
-    """A channel or service the gateway runs for its whole life (Telegram, the HTTP endpoint, the cron scheduler).
-    `run` returns only when cancelled; an exception is a crash, and the supervisor restarts it."""
+    """A channel or service the gateway runs for its whole life (a chat channel, the HTTP endpoint, the cron
+    scheduler). `run` returns only when cancelled; an exception is a crash, and the supervisor restarts it.
+    `health` is what the component says of itself, set by it as it runs ("" unknown, "connected as @bot",
+    "failing: <reason>"); the status answer carries it to `gateway status` and `nanoagent channels list`."""
 
     name: str
     run: Callable[[], Awaitable[None]]
-    health: str = ""  # "" unknown, "connected as @bot", "failing: <reason>"
+    health: str = ""
 
 
 @dataclass
@@ -141,10 +143,11 @@ class Gateway:
 
     def status(self) -> dict[str, Any]:
         """What `{"type": "status"}` answers. `clients` counts the connections watching a session (that said
-        hello), not probes or the one asking."""
+        hello), not probes or the one asking; `health` maps a component's name to its `health`, where it set one."""
         watching = sum(1 for connection in self._clients.values() if connection.watching)
         return {"type": "status", "pid": os.getpid(), "started": self._started, "running": self.hub.running(),
-                "clients": watching, "components": [c.name for c in self.components]}
+                "clients": watching, "components": [c.name for c in self.components],
+                "health": {c.name: c.health for c in self.components if c.health}}
 
 
 class Connection:

@@ -1,0 +1,114 @@
+"""Adding a channel needs only its module and a registry line: a fifth channel registered by the test
+(`tests/fifth_channel.py`) shows up in `channels list` (with the running gateway's view of it), in `pairing`, in
+`channels add` and in `doctor`, with nothing in the command line naming it."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from nanoagent.agent.build import build_agent
+from nanoagent.channels.state import state_file
+from nanoagent.config.schema import Config
+from nanoagent.gateway.hub import Hub
+from nanoagent.gateway.server import Component, Gateway
+from nanoagent.paths import Paths
+from nanoagent.providers.scripted import ScriptedProvider
+from tests import fifth_channel
+from tests.conftest import PATIENCE, invoke, write_config
+
+
+@pytest.fixture(autouse=True)
+def fifth(monkeypatch: pytest.MonkeyPatch) -> None:
+    fifth_channel.register(monkeypatch)
+
+
+def row(listing: str, name: str) -> str:
+    return next(line for line in listing.splitlines() if line.split()[0] == name)
+
+
+def test_a_fifth_channel_is_listed_not_configured_then_enabled_without_a_gateway(isolated_home):
+    listed = invoke("channels", "list")
+    assert listed.returncode == 0, listed.stderr
+    assert row(listed.stdout, "fifth").split(None, 1)[1] == "not configured (`nanoagent channels add fifth`)"
+    write_config(isolated_home, {"channels": {"fifth": {"token": "x"}}})
+    assert row(invoke("channels", "list").stdout, "fifth").split(None, 1)[1] == \
+        "configured, not enabled (set channels.fifth.enabled to true)"
+    write_config(isolated_home, {"channels": {"fifth": {"token": "x", "enabled": True}}})
+    assert row(invoke("channels", "list").stdout, "fifth").split(None, 1)[1] == \
+        "enabled; no gateway is running (start `nanoagent gateway`)"
+    write_config(isolated_home, {"channels": {"fifth": {"enabled": True}}})
+    assert row(invoke("channels", "list").stdout, "fifth").split(None, 1)[1] == \
+        "enabled, cannot start: no token: set channels.fifth.token (`nanoagent channels add fifth`)"
+
+
+def test_channels_list_shows_the_running_gateways_health_of_the_fifth_channel(isolated_home):
+    write_config(isolated_home, {"channels": {"fifth": {"token": "x", "enabled": True}}})
+    paths = Paths.from_env()
+    connected = asyncio.Event()
+
+    async def run() -> None:
+        component.health = "connected as @fifthbot"
+        connected.set()
+        await asyncio.Event().wait()
+
+    component = Component("fifth", run)
+
+    async def scenario() -> tuple[str, str, str]:
+        server = Gateway(Hub(build_agent(Config(), paths, provider=ScriptedProvider([]))), paths,
+                         components=[component], grace=1)
+        serving = asyncio.create_task(server.serve(handle_signals=False))
+        try:
+            await asyncio.wait_for(connected.wait(), PATIENCE)
+            healthy = await asyncio.to_thread(invoke, "channels", "list")
+            component.health = "failing: Fifth refused the token (HTTP 401)"
+            failing = await asyncio.to_thread(invoke, "channels", "list")
+            status = await asyncio.to_thread(invoke, "gateway", "status")
+        finally:
+            server.stop()
+            await asyncio.wait_for(serving, PATIENCE)
+        return healthy.stdout, failing.stdout, status.stdout
+
+    healthy, failing, status = asyncio.run(scenario())
+    assert row(healthy, "fifth").split(None, 1)[1] == "enabled, connected as @fifthbot"
+    assert row(failing, "fifth").split(None, 1)[1] == "enabled, failing: Fifth refused the token (HTTP 401)"
+    assert "channels: fifth (failing: Fifth refused the token (HTTP 401))" in status
+
+
+def test_a_fifth_channel_pairs_through_the_pairing_commands(isolated_home):
+    paths = Paths.from_env()
+    code = state_file(paths, "fifth").update(lambda state: state.pair("u-42", "chat-42", "Ada", time.time()))
+    assert code is not None
+    listed = invoke("pairing", "list")
+    assert f"{code[:4]}-{code[4:]}  fifth  Ada (user id u-42)" in listed.stdout
+    approved = invoke("pairing", "approve", code)
+    assert approved.returncode == 0, approved.stderr
+    assert approved.stdout == "Approved Ada (Fifth user id u-42) on Fifth: their next message there reaches the agent.\n"
+    assert state_file(paths, "fifth").read().allowed == {"u-42": "Ada"}
+    listed = invoke("pairing", "list")
+    assert "No pending pairing codes." in listed.stdout and "  fifth  u-42  Ada" in listed.stdout
+    assert invoke("pairing", "revoke", "u-42").returncode == 0
+    assert state_file(paths, "fifth").read().allowed == {}
+
+
+def test_doctor_checks_an_enabled_fifth_channels_credentials_with_its_api(isolated_home):
+    with fifth_channel.stand_in() as url:
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": "wrong", "apiBase": url}}})
+        ran = invoke("doctor")
+        assert ran.returncode == 1
+        line = next(line for line in ran.stdout.splitlines() if "fifth:" in line)
+        assert line == "FIX   fifth: Fifth refused the token (HTTP 401); copy it again from Fifth's settings"
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_channel.TOKEN,
+                                                            "apiBase": url}}})
+        ran = invoke("doctor")
+    assert "ok    fifth: the credentials work (@fifthbot)" in ran.stdout.splitlines()
+    assert fifth_channel.TOKEN not in ran.stdout + ran.stderr
+
+
+def test_doctor_says_an_enabled_fifth_channel_serves_nobody_without_a_gateway(isolated_home):
+    write_config(isolated_home, {"channels": {"fifth": {"enabled": True}}})
+    lines = invoke("doctor").stdout.splitlines()
+    assert "FIX   fifth: no token: set channels.fifth.token (`nanoagent channels add fifth`)" in lines
+    assert any(line.startswith("FIX   gateway: not running, so channels.fifth (enabled in config)") for line in lines)
