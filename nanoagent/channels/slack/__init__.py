@@ -82,7 +82,9 @@ class SlackChannel:
     def questions(self) -> list[Question]:
         return [Question("botToken", "Bot token (xoxb-..., under OAuth & Permissions)", secret=True),
                 Question("appToken", "App-level token with connections:write (xapp-..., under Basic Information)",
-                         secret=True)]
+                         secret=True),
+                Question("allowFrom", "Your Slack member id (U..., your profile's ⋯ menu, Copy member ID; Enter to "
+                                      "pair instead)")]
 
 
 CHANNEL = SlackChannel()
