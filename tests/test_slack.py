@@ -26,7 +26,7 @@ from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.config.schema import SlackConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.paths import Paths
-from tests.conftest import PATIENCE
+from tests.conftest import PATIENCE, invoke, write_config
 from tests.slack_server import APP_TOKEN, BOT_TOKEN, BOT_USER, GENERAL, OWNER, STRANGER, SlackAPI
 
 TIMING = Timing(interval=0.1, typing=0.3, backoff=(0.05, 0.1, 0.2))
@@ -520,3 +520,26 @@ def test_the_channel_and_its_format_load_without_slack_sdk_or_aiohttp() -> None:
             "print([m for m in sys.modules if m.startswith(('slack_sdk', 'aiohttp'))])")
     ran = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PATIENCE, check=True)
     assert ran.stdout.strip() == "[]"
+
+
+def test_channels_add_slack_asks_both_tokens_checks_them_with_auth_test_and_writes_config(
+        slack: SlackAPI, isolated_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[tuple[str, bool]] = []
+    answers = iter([BOT_TOKEN, APP_TOKEN, OWNER])
+
+    def read(prompt: str, secret: bool) -> str:
+        asked.append((prompt, secret))
+        return next(answers)
+
+    monkeypatch.setattr("nanoagent.cli.oneshot.stdin_is_terminal", lambda: True)
+    monkeypatch.setattr("nanoagent.cli.channels_cmd.read_answer", read)
+    write_config(isolated_home, {"channels": {"slack": {"apiBase": slack.api_base}}})
+    ran = invoke("channels", "add", "slack")
+    assert ran.returncode == 0, ran.stderr
+    assert [secret for _, secret in asked] == [True, True, False]
+    assert "Checked: Slack knows these credentials (@nano)." in ran.stdout
+    written = json.loads((isolated_home / "config.json").read_text())["channels"]["slack"]
+    assert written == {"apiBase": slack.api_base, "botToken": BOT_TOKEN, "appToken": APP_TOKEN, "allowFrom": [OWNER],
+                       "enabled": True}
+    assert [c.method for c in slack.calls] == ["auth.test"]
+    assert BOT_TOKEN not in ran.stdout + ran.stderr and APP_TOKEN not in ran.stdout + ran.stderr
