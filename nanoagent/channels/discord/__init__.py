@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from nanoagent.channels.base import Chunk, Question
+from nanoagent.channels.base import Chunk, Question, Timing
 from nanoagent.channels.keys import Place
 
 if TYPE_CHECKING:
@@ -55,10 +55,10 @@ class DiscordChannel:
 
         return split(markdown, self.limit)
 
-    def link(self, settings: DiscordConfig, paths: Paths) -> DiscordLink:
+    def link(self, settings: DiscordConfig, paths: Paths, timing: Timing) -> DiscordLink:
         from nanoagent.channels.discord.link import DiscordLink
 
-        return DiscordLink(settings, paths)
+        return DiscordLink(settings, paths, timing)
 
     async def verify(self, settings: DiscordConfig) -> str:
         from nanoagent.channels.discord.link import verify

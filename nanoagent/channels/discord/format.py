@@ -138,7 +138,7 @@ def _parts(block: Block, limit: int) -> list[str]:
     parts: list[str] = []
     group: list[str] = []
     size = 0
-    for line in (piece for line in block.lines for piece in _cut(line, budget)):
+    for line in (piece for whole_line in block.lines for piece in _cut(whole_line, budget)):
         if group and size + 1 + units(line) > budget:
             parts.append(block.text(group))
             group, size = [], 0
