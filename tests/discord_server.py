@@ -97,6 +97,7 @@ class DiscordAPI:
         self.limited: list[float] = []  # retry_after of the next send/edit calls to refuse with a 429
         self.is_down = False
         self.sessions: dict[str, _Session] = {}
+        self.resumed = 0
         self.port = 0
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self.loop.run_forever, name="discord stand-in", daemon=True)
@@ -160,6 +161,19 @@ class DiscordAPI:
 
     def dm(self, user: str) -> str:
         return self._sync(lambda: self._dm(user)["id"])
+
+    def drop(self) -> None:
+        """Close every gateway websocket as a network drop would (code 4000: the session may be resumed)."""
+        async def drop() -> None:
+            for session in self.sessions.values():
+                ws, session.ws = session.ws, None
+                if ws is not None:
+                    await ws.close(code=4000)
+
+        self._run(drop())
+
+    def resumes(self) -> int:
+        return self._sync(lambda: self.resumed)
 
     def calls_to(self, method: str, path_part: str) -> list[Call]:
         return self._sync(lambda: [c for c in self.calls if c.method == method and path_part in c.path])
@@ -316,6 +330,7 @@ class DiscordAPI:
                         await ws.send_json({"op": 9, "d": False, "s": None, "t": None})
                         continue
                     session.ws = ws
+                    self.resumed += 1
                     for sent in [s for s in session.sent if s["s"] > int(data.get("seq") or 0)]:
                         await ws.send_json(sent)
                     await self._send(session, "RESUMED", {})

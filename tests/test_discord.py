@@ -209,6 +209,20 @@ def test_an_incoming_rebuilt_from_its_raw_json_is_the_same_message(api, tmp_path
     asyncio.run(main())
 
 
+def test_after_a_dropped_connection_the_session_is_resumed_and_what_came_meanwhile_arrives_once(api, tmp_path):
+    async def main() -> None:
+        async with connected(api, tmp_path) as (_, inbox):
+            await inbox.until(await write(api, api.owner, "before"))
+            await asyncio.to_thread(api.drop)
+            meanwhile = await write(api, api.owner, "while dropped")
+            await until(lambda: api.resumes(), "a RESUME")
+            after = await write(api, api.owner, "after")
+            got = await inbox.until(after)
+        assert [m.id for m in got] == [meanwhile, after]
+
+    asyncio.run(main())
+
+
 # --- catching up after a restart ---------------------------------------------------------------------------------
 
 
