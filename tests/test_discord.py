@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -397,3 +399,11 @@ def test_a_line_longer_than_a_message_is_cut_and_nothing_is_empty():
     chunks = split("word " * 1000 + "\n\n\n\n")
     assert all(0 < units(c.body) <= 2000 for c in chunks) and "".join(c.body for c in chunks).split() == ["word"] * 1000
     assert split("") == [] and split("   \n\n") == []
+
+
+@pytest.mark.process
+def test_the_channel_and_its_format_load_without_discord_py():
+    code = ("import sys; from nanoagent.channels import registry; c = registry.get('discord'); c.split('# hi'); "
+            "print(sorted(m for m in ('discord', 'aiohttp') if m in sys.modules))")
+    found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PATIENCE, check=True)
+    assert found.stdout.strip() == "[]"
