@@ -114,7 +114,7 @@ def test_a_direct_message_arrives_as_a_private_message_from_its_sender_in_the_dm
             sent = await write(api, api.owner, "hello there")
             [got] = await inbox.until(sent)
         assert (got.place, got.user, got.name, got.text, got.private) == (
-            make("discord", api.dm(api.owner)), api.owner, "Ann", "hello there", True)
+            make("discord", api.owner), api.owner, "Ann", "hello there", True)
 
     asyncio.run(main())
 
@@ -237,7 +237,7 @@ def test_after_a_restart_each_known_chat_is_caught_up_from_its_cursor_once_withi
             await inbox.until(in_thread)
             assert first
         cursor = state_file(Paths(tmp_path, tmp_path / "workspace"), "discord").read().cursor
-        assert cursor == {f"discord:{api.dm(api.owner)}": first, f"discord:{api.general}:{thread}": in_thread}
+        assert cursor == {f"discord:{api.owner}": first, f"discord:{api.general}:{thread}": in_thread}
         missed = [await write(api, api.owner, "while down 1"), await write(api, api.owner, "while down 2")]
         missed_thread = await write(api, api.owner, "thread while down", channel=thread)
         async with connected(api, tmp_path) as (_, inbox):
@@ -271,7 +271,7 @@ def test_a_long_reply_goes_out_in_messages_under_2000_characters_and_discord_ref
 
     async def main() -> None:
         async with connected(api, tmp_path) as (link, _):
-            place = make("discord", api.dm(api.owner))
+            place = make("discord", api.owner)
             chunks = CHANNEL.split(reply)
             ids = [await link.send(place, chunk, persistent=True) for chunk in chunks]
             assert all(ids)
@@ -289,7 +289,7 @@ def test_a_long_reply_goes_out_in_messages_under_2000_characters_and_discord_ref
 def test_a_429_is_waited_out_for_its_retry_after_and_the_message_then_sent_once(api, tmp_path, logged):
     async def main() -> None:
         async with connected(api, tmp_path) as (link, _):
-            place = make("discord", api.dm(api.owner))
+            place = make("discord", api.owner)
             api.rate_limit(1, 0.6)
             assert await link.send(place, Chunk("patience", "patience"), persistent=False)
         refused, sent = api.calls_to("POST", "/messages")
@@ -303,7 +303,7 @@ def test_a_429_is_waited_out_for_its_retry_after_and_the_message_then_sent_once(
 def test_while_discord_fails_a_persistent_send_keeps_trying_and_arrives_and_a_streaming_edit_gives_up(api, tmp_path):
     async def main() -> None:
         async with connected(api, tmp_path) as (link, _):
-            place = make("discord", api.dm(api.owner))
+            place = make("discord", api.owner)
             first = await link.send(place, Chunk("one", "one"), persistent=True)
             api.down(True)
             assert await link.edit(place, str(first), Chunk("one more", "one more"), persistent=False) is False
@@ -321,7 +321,7 @@ def test_while_discord_fails_a_persistent_send_keeps_trying_and_arrives_and_a_st
 def test_typing_and_delete_reach_discord(api, tmp_path):
     async def main() -> None:
         async with connected(api, tmp_path) as (link, _):
-            place = make("discord", api.dm(api.owner))
+            place = make("discord", api.owner)
             await link.typing(place)
             sent = await link.send(place, Chunk("gone soon", "gone soon"), persistent=True)
             await link.delete(place, str(sent))
@@ -343,7 +343,7 @@ def test_a_refused_token_says_where_to_put_the_right_one_and_the_token_is_never_
             await CHANNEL.verify(settings(api, token="wrong-token"))
         async with connected(api, tmp_path) as (link, inbox):
             await inbox.until(await write(api, api.owner, "secret words"))
-            await link.send(make("discord", api.dm(api.owner)), Chunk("answer", "answer"), persistent=True)
+            await link.send(make("discord", api.owner), Chunk("answer", "answer"), persistent=True)
 
     asyncio.run(main())
     assert logged and not [line for line in logged if api.token in line or "wrong-token" in line]
@@ -355,11 +355,15 @@ def test_verify_asks_who_the_bot_is(api):
     assert [c.path for c in api.calls] == ["/users/@me"]
 
 
-def test_deliver_sends_over_rest_alone_to_a_dm_or_opens_the_dm_of_a_user_id(api):
-    dm = api.dm(api.owner)
-    asyncio.run(CHANNEL.deliver(settings(api), make("discord", dm), "the **report**"))
+def test_deliver_over_rest_alone_opens_the_dm_of_a_user_or_posts_in_a_channel_or_thread(api):
+    thread = api.thread("news")
+    asyncio.run(CHANNEL.deliver(settings(api), CHANNEL.home(api.owner), "the **report**"))  # type: ignore[arg-type]
     asyncio.run(CHANNEL.deliver(settings(api), make("discord", api.owner), "x" * 2500))
+    asyncio.run(CHANNEL.deliver(settings(api), make("discord", api.general), "to the channel"))
+    asyncio.run(CHANNEL.deliver(settings(api), make("discord", api.general, thread), "to the thread"))
     assert api.shown(api.owner) == ["the **report**", "x" * 2000, "x" * 500]
+    assert [m["content"] for m in api.messages(api.general)] == ["to the channel"]
+    assert [m["content"] for m in api.messages(thread)] == ["to the thread"]
     assert api.calls_to("POST", "/users/@me/channels") and api.sessions == {}
     with pytest.raises(DeliveryError, match="discord:1234"):
         asyncio.run(CHANNEL.deliver(settings(api), make("discord", "1234"), "nowhere"))
@@ -372,7 +376,7 @@ def test_the_channel_is_registered_and_says_what_keeps_it_from_starting():
     assert channel.problem(DiscordConfig(enabled=True, token="t")) is None
     assert channel.allowed(DiscordConfig(allow_from=["123"]), "123")
     assert not channel.allowed(DiscordConfig(allow_from=["123"]), "1234")
-    assert channel.home("123") is None
+    assert channel.home("123") == make("discord", "123")
 
 
 # --- the format ----------------------------------------------------------------------------------------------------

@@ -11,7 +11,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from nanoagent.channels.base import Chunk, Question, Timing
-from nanoagent.channels.keys import Place
+from nanoagent.channels.keys import Place, make
 
 if TYPE_CHECKING:
     from nanoagent.channels.discord.link import DiscordLink
@@ -48,7 +48,11 @@ class DiscordChannel:
         return user.strip() in {str(a).strip() for a in settings.allow_from}
 
     def home(self, user: str) -> Place | None:
-        return None  # a DM channel's id is not the user's: known once they wrote, or opened by `deliver`
+        """A DM's place is its person's id (the DM channel's own id is asked of Discord when a message goes there)."""
+        try:
+            return make(self.name, user.strip())
+        except ValueError:
+            return None
 
     def split(self, markdown: str) -> list[Chunk]:
         from nanoagent.channels.discord.format import split

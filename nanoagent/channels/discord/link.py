@@ -6,7 +6,9 @@ threads and channels are known), guild messages, direct messages and message con
 Developer Portal). discord.py waits out a 429's `retry_after` itself and resumes the websocket after a drop.
 
 Places (`keys.Place`):
-- a direct message is `discord:<DM channel id>`;
+- a direct message is `discord:<user id>`, as on Telegram: the person's private chat is known from their id alone
+  (`CHANNEL.home`), so a target `discord:<user id>` reaches them before they wrote; the DM channel's id is asked of
+  Discord (`POST /users/@me/channels`) when it is not known from their messages;
 - a guild channel is `discord:<channel id>`, one session for the channel;
 - a thread is `discord:<parent channel id>:<thread id>`. A thread is a channel of its own on Discord (the reply is
   sent to the thread's id); it is keyed under its parent so `discord:<channel>:*` names a channel's threads and a
@@ -65,8 +67,9 @@ class DiscordLink:
         self.client: discord.Client | None = None
         self.queue: asyncio.Queue[Any] = asyncio.Queue()  # discord.Message, _CATCH_UP, or the run's exception
         self.runner: asyncio.Task[None] | None = None
-        self.places: dict[int, tuple[Place, bool] | None] = {}  # channel id -> (place, private); None: not ours
+        self.places: dict[int, tuple[Place | None, bool] | None] = {}  # channel id -> (place, private); None: not ours
         self.given: dict[int, None] = {}  # ids given lately (a message live and in the catch-up comes once)
+        self.dms: dict[int, int] = {}  # user id -> their DM channel's id
         self.closing = False
 
     # --- connecting ------------------------------------------------------------------------------------
@@ -161,7 +164,7 @@ class DiscordLink:
                 continue
             after = discord.Object(max(int(last), since))
             try:
-                channel = await self._channel(int(place.thread or place.chat))
+                channel = await self._channel(await self._destination(place))
                 if channel is None:
                     continue
                 async for message in channel.history(limit=CATCH_UP_MESSAGES, after=after, oldest_first=True):
@@ -169,7 +172,7 @@ class DiscordLink:
                     if incoming is not None:
                         found.append(incoming)
             except (TimeoutError, discord.HTTPException, OSError) as e:
-                log.warning(_record("discord_catch_up_failed", place=key, error=type(e).__name__))
+                log.warning(_record("discord_catch_up_failed", error=type(e).__name__))
         if found:
             log.info(_record("discord_caught_up", messages=len(found)))
         return found
@@ -187,7 +190,10 @@ class DiscordLink:
         where = await self._where(message.channel)
         if where is None:
             return None
-        place, private = where
+        found, private = where
+        if private:
+            self.dms[message.author.id] = message.channel.id
+        place = found if found is not None else make(NAME, message.author.id)
         if not private and not _addressed(self.settings.group_policy, message, me):
             return None
         text = re.sub(rf"<@!?{me}>", " ", message.content)
@@ -201,13 +207,13 @@ class DiscordLink:
                          for f in files]}
         return _rebuilt(raw)
 
-    async def _where(self, channel: Any) -> tuple[Place, bool] | None:
-        """A message's channel as a place, and whether it is a DM; channels the cache does not know are asked of
-        Discord once."""
+    async def _where(self, channel: Any) -> tuple[Place | None, bool] | None:
+        """A message's channel as a place, and whether it is a DM (whose place is its sender's); channels the cache
+        does not know are asked of Discord once."""
         import discord
 
         if isinstance(channel, discord.DMChannel):
-            return make(NAME, channel.id), True
+            return None, True
         if isinstance(channel, discord.Thread):
             return make(NAME, channel.parent_id, channel.id), False
         if isinstance(channel, discord.abc.GuildChannel):
@@ -257,14 +263,14 @@ class DiscordLink:
 
     async def send(self, place: Place, chunk: Chunk, persistent: bool) -> str | None:
         async def call() -> str:
-            message = await self._messageable(place).send(chunk.body)
+            message = await (await self._target(place)).send(chunk.body)
             return str(message.id)
 
         return await self._call("send", place, call, persistent)
 
     async def edit(self, place: Place, message_id: str, chunk: Chunk, persistent: bool) -> bool:
         async def call() -> bool:
-            await self._messageable(place).get_partial_message(int(message_id)).edit(content=chunk.body)
+            await (await self._target(place)).get_partial_message(int(message_id)).edit(content=chunk.body)
             return True
 
         return bool(await self._call("edit", place, call, persistent))
@@ -274,7 +280,7 @@ class DiscordLink:
 
         async def call() -> bool:
             try:
-                await self._messageable(place).get_partial_message(int(message_id)).delete()
+                await (await self._target(place)).get_partial_message(int(message_id)).delete()
             except discord.NotFound:
                 pass  # gone already
             return True
@@ -283,7 +289,7 @@ class DiscordLink:
 
     async def typing(self, place: Place) -> None:
         async def call() -> bool:
-            await self._messageable(place).typing()
+            await (await self._target(place)).typing()
             return True
 
         await self._call("typing", place, call, persistent=False)
@@ -298,9 +304,27 @@ class DiscordLink:
             log.warning(_record("discord_download_failed", error=type(e).__name__))
             return None
 
-    def _messageable(self, place: Place) -> discord.PartialMessageable:
+    async def _target(self, place: Place) -> discord.PartialMessageable:
         assert self.client is not None
-        return self.client.get_partial_messageable(int(place.thread or place.chat))
+        return self.client.get_partial_messageable(await self._destination(place))
+
+    async def _destination(self, place: Place) -> int:
+        """The id of the channel a place's messages go to: a thread's own, a guild channel's, a user's DM."""
+        import discord
+
+        assert self.client is not None
+        if place.thread:
+            return int(place.thread)
+        chat = int(place.chat)
+        if chat not in self.dms:
+            known = self.client.get_channel(chat)
+            if known is not None and not isinstance(known, discord.DMChannel):
+                return chat  # a guild channel
+            found = await _open_dm(self.client, chat)
+            if found is None:
+                return chat  # no user: a channel the cache does not hold
+            self.dms[chat] = found
+        return self.dms[chat]
 
     async def _call(self, what: str, place: Place, call: Callable[[], Awaitable[T]], persistent: bool) -> T | None:
         """A REST call; discord.py waits out 429s. A refusal (4xx) is final; a failure of Discord or the network is
@@ -315,11 +339,11 @@ class DiscordLink:
             except discord.DiscordServerError as e:
                 error: str = f"{e.status}"
             except discord.HTTPException as e:
-                log.warning(_record("discord_refused", call=what, place=place.key, status=e.status, code=e.code))
+                log.warning(_record("discord_refused", call=what, status=e.status, code=e.code))
                 return None
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 error = type(e).__name__
-            log.warning(_record("discord_call_failed", call=what, place=place.key, error=error, failures=failures + 1))
+            log.warning(_record("discord_call_failed", call=what, error=error, failures=failures + 1))
             if not persistent or self.closing:
                 return None
             await asyncio.sleep(self.timing.pause(failures))
@@ -347,22 +371,18 @@ async def verify(settings: DiscordConfig) -> str:
 
 
 async def deliver(settings: DiscordConfig, place: Place, chunks: list[Chunk]) -> None:
-    """Send the chunks to `place` over REST. A place whose chat is a user's id (`discord:<user id>`) gets them in that
-    user's DM, opened with `POST /users/@me/channels`. DeliveryError when they did not arrive."""
+    """Send the chunks to `place` over REST: a user's DM (`discord:<user id>`, opened with `POST /users/@me/channels`),
+    a channel or a thread. DeliveryError when they did not arrive."""
     import discord
 
     client = _client(settings)
     try:
         await client.login(_token(settings))
-        target: Any = client.get_partial_messageable(int(place.thread or place.chat))
-        for i, chunk in enumerate(chunks):
-            try:
-                await target.send(chunk.body)
-            except discord.NotFound:
-                if i or place.thread:
-                    raise
-                target = await client.create_dm(discord.Object(int(place.chat)))  # a user's id: their DM
-                await target.send(chunk.body)
+        destination = int(place.thread) if place.thread else (await _open_dm(client, int(place.chat)) or
+                                                              int(place.chat))
+        target = client.get_partial_messageable(destination)
+        for chunk in chunks:
+            await target.send(chunk.body)
     except discord.LoginFailure:
         raise DeliveryError(REFUSED) from None
     except (TimeoutError, discord.HTTPException, OSError) as e:
@@ -408,6 +428,19 @@ async def _login(client: discord.Client, settings: DiscordConfig) -> None:
                                  "channels.discord.apiBase") from None
         raise
     DiscordWebSocket.DEFAULT_GATEWAY = yarl.URL(url)
+
+
+async def _open_dm(client: discord.Client, user: int) -> int | None:
+    """The id of the DM channel with `user` (Discord gives the same one each time); None when `user` is no user's
+    id. A failure of Discord or the network is raised, to be retried."""
+    import discord
+
+    try:
+        return (await client.create_dm(discord.Object(user))).id
+    except discord.DiscordServerError:
+        raise
+    except discord.HTTPException:
+        return None
 
 
 def _token(settings: DiscordConfig) -> str:
