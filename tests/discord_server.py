@@ -6,6 +6,11 @@ An aiohttp server in a thread of its own serves the REST routes discord.py calls
 catch-up, typing, a DM channel opened with `POST /users/@me/channels`, attachments by URL) and the gateway websocket
 (HELLO, IDENTIFY -> READY and GUILD_CREATE, heartbeat ACKs, RESUME replaying what a session missed, dispatches).
 
+Discord keeps no queue for a bot: what is written while no gateway session is connected is only in the history, which
+is why the channel catches up from it after a restart. Before the bot was ever online, though, a person's message is
+held until the first session is ready and only then written (the shared cases write as soon as the channel starts, as
+a person would once the bot shows online; Telegram's and Slack's servers queue such a message).
+
 Like Discord: ids are snowflakes carrying their time; a message holds at most 2,000 characters and is never empty;
 a 429 carries the JSON body and headers Discord sends (`retry_after`, `X-RateLimit-*`, `Via`); dispatches follow the
 intents given at IDENTIFY (guild messages, DMs, THREAD_CREATE with GUILDS), and a guild message's content is blank
@@ -97,6 +102,7 @@ class DiscordAPI:
         self.limited: list[float] = []  # retry_after of the next send/edit calls to refuse with a 429
         self.is_down = False
         self.sessions: dict[str, _Session] = {}
+        self.held: list[Callable[[], Any]] = []  # writes made before the bot was ever online, made at its first READY
         self.resumed = 0
         self.port = 0
         self.loop = asyncio.new_event_loop()
@@ -123,7 +129,19 @@ class DiscordAPI:
               document: tuple[str, bytes] | None = None, at: float | None = None) -> str:
         """A person sends a message: a DM (`private`), else in the guild's #general (or `channel`, a thread),
         mentioning the bot unless `mention` is False; `reply_to` a message id answers it; `at` backdates it. Its id."""
-        return self._sync(lambda: self._write(user, text, private, image, channel, mention, reply_to, document, at))
+        message_id = snowflake(at)
+
+        def made() -> Any:
+            return self._write(message_id, user, text, private, image, channel, mention, reply_to, document)
+
+        def write() -> Any:
+            if self.sessions or self.resumed:
+                return made()
+            self.held.append(made)
+            return None
+
+        self._sync(write)
+        return message_id
 
     def shown(self, user: str) -> list[str]:
         """The bot's messages in the person's DM as they look now, oldest first."""
@@ -347,6 +365,9 @@ class DiscordAPI:
             "shard": [0, 1]})
         if session.intents & GUILDS:
             await self._send(session, "GUILD_CREATE", self._guild())
+        held, self.held = self.held, []
+        for write in held:
+            await write()
 
     def _guild(self) -> dict[str, Any]:
         everyone = {"id": self.guild, "name": "@everyone", "permissions": "1024", "position": 0, "color": 0,
@@ -391,10 +412,12 @@ class DiscordAPI:
         self.loop.create_task(self._dispatch("THREAD_CREATE", {**self.channels[cid], "newly_created": True}))
         return cid
 
-    def _message(self, cid: str, author: dict[str, Any], content: str, at: float | None = None,
+    def _message(self, cid: str, author: dict[str, Any], content: str, message_id: str | None = None,
                  **extra: Any) -> dict[str, Any]:
         channel = self.channels[cid]
-        message = {"id": snowflake(at), "channel_id": cid, "author": author, "content": content, "timestamp": _iso(at),
+        message_id = message_id or snowflake()
+        at = ((int(message_id) >> 22) + EPOCH_MS) / 1000
+        message = {"id": message_id, "channel_id": cid, "author": author, "content": content, "timestamp": _iso(at),
                    "edited_timestamp": None, "tts": False, "mention_everyone": False, "mentions": [],
                    "mention_roles": [], "attachments": [], "embeds": [], "pinned": False, "type": 0, "flags": 0,
                    **extra}
@@ -405,9 +428,9 @@ class DiscordAPI:
         channel["last_message_id"] = message["id"]
         return message
 
-    async def _write(self, user: str, text: str, private: bool, image: bytes | None, channel: str | None,
-                     mention: bool, reply_to: str | None, document: tuple[str, bytes] | None,
-                     at: float | None) -> str:
+    async def _write(self, message_id: str, user: str, text: str, private: bool, image: bytes | None,
+                     channel: str | None, mention: bool, reply_to: str | None,
+                     document: tuple[str, bytes] | None) -> None:
         cid = self._dm(user)["id"] if private and channel is None else channel or self.general
         guild = bool(self.channels[cid].get("guild_id"))
         content = f"<@{self.bot['id']}> {text}" if guild and mention else text
@@ -419,9 +442,8 @@ class DiscordAPI:
         files = ([("image.png", image, "image/png")] if image is not None else []) + \
                 ([(document[0], document[1], "text/plain; charset=utf-8")] if document is not None else [])
         extra["attachments"] = [self._attach(cid, name, data, kind) for name, data, kind in files]
-        message = self._message(cid, self.users[user], content, at, **extra)
+        message = self._message(cid, self.users[user], content, message_id=message_id, **extra)
         await self._dispatch("MESSAGE_CREATE", message)
-        return str(message["id"])
 
     def _attach(self, cid: str, name: str, data: bytes, kind: str) -> dict[str, Any]:
         aid = snowflake()
