@@ -30,6 +30,7 @@ from nanoagent.channels.telegram.format import markdown_to_html, split_markdown,
 from nanoagent.channels.telegram.link import TelegramUnauthorized
 from nanoagent.config.loader import load_config
 from nanoagent.config.schema import Config, TelegramConfig
+from nanoagent.errors import NanoagentError
 from nanoagent.gateway.hub import Hub
 from nanoagent.messages import is_user, strip_runtime_context
 from nanoagent.paths import Paths
@@ -720,3 +721,11 @@ def test_a_delivery_that_cannot_arrive_says_why(api):
         asyncio.run(CHANNEL.deliver(settings, Place("telegram", "5"), "hello", backoff=(0.01,)))
     with pytest.raises(DeliveryError, match="no Telegram bot token"):
         asyncio.run(CHANNEL.deliver(TelegramConfig(enabled=True), Place("telegram", "5"), "hello"))
+
+
+def test_verify_names_the_bot_or_says_the_token_was_rejected(api):
+    good = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    assert asyncio.run(CHANNEL.verify(good)) == "@nano_test_bot"
+    wrong = TelegramConfig(enabled=True, token="9:wrong", api_base=api.url)
+    with pytest.raises(NanoagentError, match="Telegram rejected the bot token: copy it again from @BotFather."):
+        asyncio.run(CHANNEL.verify(wrong))
