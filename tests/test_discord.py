@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -24,9 +26,15 @@ from nanoagent.channels.keys import make
 from nanoagent.channels.state import state_file
 from nanoagent.config.schema import DiscordConfig
 from nanoagent.errors import NanoagentError
+from nanoagent.messages import is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
-from tests.conftest import PATIENCE
+from nanoagent.providers.scripted import ScriptedProvider
+from nanoagent.session.store import SessionStore
+from tests.channel_harness import running, settled
+from tests.channel_harness import until as until_sync_state
+from tests.conftest import PATIENCE, openai_env, start_gateway_process, wait_until, write_config
 from tests.discord_server import DiscordAPI
+from tests.llm_server import Reply
 
 TIMING = Timing(interval=0.1, typing=0.3, backoff=(0.05, 0.1, 0.2))
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
@@ -377,6 +385,69 @@ def test_the_channel_is_registered_and_says_what_keeps_it_from_starting():
     assert channel.allowed(DiscordConfig(allow_from=["123"]), "123")
     assert not channel.allowed(DiscordConfig(allow_from=["123"]), "1234")
     assert channel.home("123") == make("discord", "123")
+
+
+# --- through the shared engine ------------------------------------------------------------------------------------
+
+
+def test_nanoagents_commands_work_as_text_in_a_dm_and_after_a_mention_in_a_guild_channel(api):
+    provider = ScriptedProvider(["First answer."])
+
+    async def scenario() -> None:
+        async with running(api, provider) as runner:
+            api.write(api.owner, "hello")
+            await until_sync_state(lambda: api.shown(api.owner) == ["First answer."], "the answer")
+            for command in ("/status", "/usage", "/help", "/new"):
+                before = len(api.shown(api.owner))
+                api.write(api.owner, command)
+                await until_sync_state(lambda: len(api.shown(api.owner)) > before, command)  # noqa: B023
+            api.write(api.owner, "/help", private=False)  # "@Nano /help" in #general
+            await until_sync_state(lambda: api.messages(api.general)[-1]["author"]["id"] == api.bot["id"],
+                                   "/help in the guild")
+            await until_sync_state(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    answer, archive = provider.requests  # no command made a model call but /new's archive of the conversation
+    assert "[user] hello\n[assistant] First answer." in text_of(archive.messages[-1])
+    status, usage, help_text, new = api.shown(api.owner)[1:]
+    assert "/new" in help_text and "/stop" in help_text
+    assert help_text == api.messages(api.general)[-1]["content"]
+    assert f"session:  discord:{api.owner} (2 messages" in status and "1 calls" in usage
+    assert new.startswith("Started a fresh conversation.")
+
+
+@pytest.mark.process
+def test_a_message_written_while_the_gateway_was_killed_is_answered_once_from_the_history(llm, isolated_home):
+    """Discord does not send it again: the restarted gateway reads it from the DM's history after its cursor."""
+    api = DiscordAPI()
+    try:
+        write_config(isolated_home, {"channels": {"discord": api.settings()}})
+        llm.script(Reply(text="First answer."), Reply(text="Second answer."))
+        env = {**os.environ, **openai_env(llm)}
+        state = state_file(Paths.from_env(), "discord")
+        first = start_gateway_process(env)
+        try:
+            api.write(api.owner, "first question")
+            wait_until(lambda: api.shown(api.owner) == ["First answer."], "the first answer")
+            wait_until(lambda: not state.read().open_turns and not state.read().inbox, "the first turn to close")
+        finally:
+            first.kill()  # SIGKILL: the gateway session is gone, never resumed
+            first.wait()
+        api.write(api.owner, "asked while it was down")
+        second = start_gateway_process(env)
+        try:
+            wait_until(lambda: api.shown(api.owner) == ["First answer.", "Second answer."], "the second answer")
+            wait_until(lambda: not state.read().open_turns and not state.read().inbox, "the second turn to close")
+            api.write(api.owner, "and now?")  # live again: whatever was to arrive twice came before this one
+            wait_until(lambda: len(llm.requests) == 3, "the third model call")
+        finally:
+            second.send_signal(signal.SIGTERM)
+            assert second.wait(timeout=PATIENCE) == 0
+        session = SessionStore(Paths.from_env().sessions_dir).load(f"discord:{api.owner}")
+        asked = [strip_runtime_context(text_of(m)) for m in session.messages if is_user(m)]
+        assert asked == ["first question", "asked while it was down", "and now?"]
+    finally:
+        api.close()
 
 
 # --- the format ----------------------------------------------------------------------------------------------------
