@@ -10,16 +10,13 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from nanoagent.channels.base import Chunk, Question, Timing
+from nanoagent.channels.base import Chunk, Link, Question, Timing
 from nanoagent.channels.keys import Place, make
 
 if TYPE_CHECKING:
-    from nanoagent.channels.discord.link import DiscordLink
     from nanoagent.config.schema import Config, DiscordConfig
     from nanoagent.paths import Paths
 
-NO_TOKEN = ("channels.discord.enabled is true but there is no bot token: set DISCORD_BOT_TOKEN or "
-            "channels.discord.token (Developer Portal > your app > Bot > Reset Token)")
 NO_EXTRA = "the Discord channel needs discord.py: pip install 'nanoagent[discord]'"
 
 
@@ -39,6 +36,8 @@ class DiscordChannel:
 
     def problem(self, settings: DiscordConfig) -> str | None:
         if not settings.token:
+            from nanoagent.channels.discord.link import NO_TOKEN
+
             return NO_TOKEN
         if importlib.util.find_spec("discord") is None:
             return NO_EXTRA
@@ -59,7 +58,7 @@ class DiscordChannel:
 
         return split(markdown, self.limit)
 
-    def link(self, settings: DiscordConfig, paths: Paths, timing: Timing) -> DiscordLink:
+    def link(self, settings: DiscordConfig, paths: Paths, timing: Timing) -> Link:
         from nanoagent.channels.discord.link import DiscordLink
 
         return DiscordLink(settings, paths, timing)

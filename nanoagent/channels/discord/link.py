@@ -52,6 +52,8 @@ CATCH_UP = 3600.0  # seconds of history read after a restart, at most
 CATCH_UP_MESSAGES = 500  # messages read per place, at most
 GIVEN = 2000  # ids of messages given lately, remembered to give each once
 EPOCH_MS = 1420070400000  # Discord's epoch: a snowflake is its milliseconds since then, shifted left 22 bits
+NO_TOKEN = ("channels.discord.enabled is true but there is no bot token: set DISCORD_BOT_TOKEN or "
+            "channels.discord.token (Developer Portal > your app > Bot > Reset Token)")
 REFUSED = ("Discord refused the bot token: copy it again from the Developer Portal (your app > Bot > Reset Token) "
            "into DISCORD_BOT_TOKEN or channels.discord.token")
 _CATCH_UP = object()  # queued when a new gateway session is ready: read what was missed first
@@ -445,8 +447,6 @@ async def _open_dm(client: discord.Client, user: int) -> int | None:
 
 def _token(settings: DiscordConfig) -> str:
     if not settings.token:
-        from nanoagent.channels.discord import NO_TOKEN
-
         raise NanoagentError(NO_TOKEN)
     return settings.token
 
