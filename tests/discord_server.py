@@ -101,6 +101,7 @@ class DiscordAPI:
         self.edit_count = 0
         self.limited: list[float] = []  # retry_after of the next send/edit calls to refuse with a 429
         self.is_down = False
+        self.content_intent = True  # the Message Content intent is turned on in the Developer Portal
         self.sessions: dict[str, _Session] = {}
         self.held: list[Callable[[], Any]] = []  # writes made before the bot was ever online, made at its first READY
         self.resumed = 0
@@ -338,6 +339,9 @@ class DiscordAPI:
                 elif op == 2:
                     if data.get("token") != self.token:
                         await ws.close(code=4004, message=b"Authentication failed.")
+                        break
+                    if int(data.get("intents") or 0) & MESSAGE_CONTENT and not self.content_intent:
+                        await ws.close(code=4014, message=b"Disallowed intent(s).")
                         break
                     session = _Session(uuid.uuid4().hex, int(data.get("intents") or 0), ws)
                     self.sessions[session.id] = session

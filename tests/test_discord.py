@@ -358,6 +358,21 @@ def test_a_refused_token_says_where_to_put_the_right_one_and_the_token_is_never_
     assert not [line for line in logged if "secret words" in line and "discord_" in line]
 
 
+def test_without_the_message_content_intent_allowed_the_link_stops_saying_where_to_turn_it_on(api, tmp_path):
+    api.content_intent = False
+
+    async def main() -> None:
+        link = DiscordLink(settings(api), Paths(tmp_path, tmp_path / "workspace"), TIMING)
+        try:
+            await link.connect()
+            with pytest.raises(NanoagentError, match="Message Content Intent"):
+                await asyncio.wait_for(link.receive().__anext__(), PATIENCE)
+        finally:
+            await link.close()
+
+    asyncio.run(main())
+
+
 def test_verify_asks_who_the_bot_is(api):
     assert asyncio.run(CHANNEL.verify(settings(api))) == "@nano"
     assert [c.path for c in api.calls] == ["/users/@me"]
