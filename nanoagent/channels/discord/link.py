@@ -77,19 +77,33 @@ class DiscordLink:
     # --- connecting ------------------------------------------------------------------------------------
 
     async def connect(self) -> str:
+        """Sign in over REST and open the websocket; returns once the gateway session is ready, or raises what kept
+        it from being so (while discord.py retries an unreachable gateway, it waits)."""
         client = _client(self.settings)
         self.client = client
+        ready = asyncio.Event()
 
         async def on_message(message: discord.Message) -> None:
             self.queue.put_nowait(message)
 
-        async def on_connect() -> None:
+        async def on_connect() -> None:  # each new session (READY), not a RESUME
+            ready.set()
             self.queue.put_nowait(_CATCH_UP)
 
         client.event(on_message)
         client.event(on_connect)
         await _login(client, self.settings)
         self.runner = asyncio.create_task(self._run(client), name="discord gateway")
+        waiting = asyncio.create_task(ready.wait())
+        try:
+            await asyncio.wait({waiting, self.runner}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.cancel()
+        if not ready.is_set():
+            failure = next((item for item in _drain(self.queue) if isinstance(item, BaseException)),
+                           NanoagentError("the Discord gateway connection closed"))
+            await self.close()
+            raise failure
         assert client.user is not None
         log.info(_record("discord_connected", bot_id=str(client.user.id)))
         return f"@{client.user.name}"
@@ -487,6 +501,13 @@ def _rebuilt(raw: dict[str, Any]) -> Incoming:
              for f in raw.get("files") or []]
     return Incoming(id=str(raw["id"]), place=place, user=str(raw["user"]), name=str(raw.get("name") or ""),
                     text=str(raw.get("text") or ""), raw=raw, private=bool(raw.get("private")), files=files)
+
+
+def _drain(queue: asyncio.Queue[Any]) -> list[Any]:
+    items = []
+    while not queue.empty():
+        items.append(queue.get_nowait())
+    return items
 
 
 def _snowflake(at: float) -> int:
