@@ -430,6 +430,31 @@ def test_nanoagents_commands_work_as_text_in_a_dm_and_after_a_mention_in_a_guild
     assert new.startswith("Started a fresh conversation.")
 
 
+def test_a_mention_in_a_thread_is_answered_in_the_thread_in_a_session_of_its_own(api):
+    provider = ScriptedProvider(["In the thread.", "In the channel."])
+
+    def last(channel: str) -> str:
+        return "".join(m["content"] for m in api.messages(channel)[-1:])
+
+    async def scenario() -> str:
+        async with running(api, provider) as runner:
+            thread = api.thread("plans")
+            api.write(api.owner, "here?", channel=thread)
+            await until_sync_state(lambda: last(thread) == "In the thread.", "the reply in the thread")
+            api.write(api.owner, "and here?", private=False)
+            await until_sync_state(lambda: last(api.general) == "In the channel.", "the reply in the channel")
+            await until_sync_state(lambda: settled(runner), "the inbox to empty")
+            return thread
+
+    thread = asyncio.run(scenario())
+    sessions = SessionStore(Paths.from_env().sessions_dir)
+    asked = [strip_runtime_context(text_of(m)) for m in sessions.load(f"discord:{api.general}:{thread}").messages
+             if is_user(m)]
+    assert asked == ["Ann: here?"]
+    assert [strip_runtime_context(text_of(m)) for m in sessions.load(f"discord:{api.general}").messages
+            if is_user(m)] == ["Ann: and here?"]
+
+
 @pytest.mark.process
 def test_a_message_written_while_the_gateway_was_killed_is_answered_once_from_the_history(llm, isolated_home):
     """Discord does not send it again: the restarted gateway reads it from the DM's history after its cursor."""
