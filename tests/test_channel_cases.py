@@ -31,6 +31,7 @@ from tests.llm_server import Reply
 # channel name -> the module whose StandIn plays its app
 STAND_INS = {
     "telegram": "tests.telegram_server",
+    "discord": "tests.discord_server",
     "slack": "tests.slack_server",
 }
 
