@@ -72,6 +72,7 @@ class BotAPI:
         self.calls: list[Call] = []
         self.shown: dict[tuple[int, int], Shown] = {}
         self.failures: list[Failure] = []
+        self.limited: list[float] = []  # retry_after of each send or edit call still to be refused with a 429
         self.unknown: set[str] = set()
         self.reject_marker = "REJECT-HTML"
         self.files: dict[str, tuple[str, bytes]] = {}
@@ -208,6 +209,11 @@ class BotAPI:
         call = Call(method, params, time.monotonic())
         with self.cond:
             self.calls.append(call)
+            if self.limited and method in ("sendMessage", "editMessageText"):
+                retry_after = self.limited.pop(0)
+                call.status = 429
+                return 429, {"ok": False, "error_code": 429, "description": f"Too Many Requests: retry after "
+                             f"{retry_after:g}", "parameters": {"retry_after": retry_after}}
             failure = next((f for f in self.failures if f.method == method), None)
             if failure is not None:
                 failure.times -= 1
@@ -408,4 +414,47 @@ def _params(raw: bytes, content_type: str | None) -> dict[str, Any]:
     return params
 
 
-__all__ = ["BOT", "BotAPI", "Shown", "check_text"]
+class StandIn:
+    """Telegram for the shared channel cases (tests/channel_harness.py): the Bot API stand-in and its people."""
+
+    channel = "telegram"
+    owner = "42"
+    stranger = "99"
+    group = -1009
+
+    def __init__(self) -> None:
+        self.api = BotAPI()
+
+    def settings(self) -> dict[str, Any]:
+        return {"enabled": True, "token": self.api.token, "allowFrom": [self.owner], "apiBase": self.api.url}
+
+    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None) -> str:
+        if private:
+            return str(self.api.message(caption=text, user_id=int(user), photo=image) if image is not None
+                       else self.api.message(text, user_id=int(user)))
+        text = f"@{BOT['username']} {text}"
+        return str(self.api.message(caption=text, user_id=int(user), chat_id=self.group, chat_type="supergroup",
+                                    photo=image) if image is not None
+                   else self.api.message(text, user_id=int(user), chat_id=self.group, chat_type="supergroup"))
+
+    def shown(self, user: str) -> list[str]:
+        return self.api.texts(int(user))
+
+    def edits(self) -> int:
+        return len(self.api.calls_to("editMessageText"))
+
+    def rate_limit(self, calls: int, retry_after: float) -> None:
+        with self.api.cond:
+            self.api.limited += [retry_after] * calls
+
+    def down(self, down: bool) -> None:
+        if down:
+            self.api.down()
+        else:
+            self.api.up()
+
+    def close(self) -> None:
+        self.api.close()
+
+
+__all__ = ["BOT", "BotAPI", "Shown", "StandIn", "check_text"]

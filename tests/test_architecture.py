@@ -11,10 +11,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 # entry wins: cron's store, schedules, scheduler, delivery and tools sit with the tools (build_agent registers the
 # tools); a job as an agent turn is agent/cron_runs.py; the gateway's cron component is gateway/cron.py. Channels are
 # gateway components, but their contract, registry, key grammar and state files are foundation: cron, the agent and
-# the CLI reach a channel through the registry, which imports it by name.
+# the CLI reach a channel through the registry, which imports it by name. A channel's own folder (its CHANNEL, format
+# and link) is foundation too; the engine that runs it as a component (channels.engine, reply, inbox) is gateway.
 LAYERS = {"providers": 1, "session": 2, "tools": 2, "cron": 2, "mcp": 3, "memory": 3, "agent": 4,
           "gateway": 5, "channels": 5, "channels.base": 0, "channels.keys": 0, "channels.registry": 0,
-          "channels.state": 0, "gateway.telegram_format": 0, "gateway.telegram_state": 0, "cli": 6, "__main__": 6}
+          "channels.state": 0, "channels.telegram": 0, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")

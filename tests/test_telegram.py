@@ -20,12 +20,18 @@ import pytest
 
 from nanoagent.agent.build import build_agent
 from nanoagent.agent.loop import CANCELLED
+from nanoagent.channels.base import DeliveryError
+from nanoagent.channels.engine import ChannelRunner, Timing, channel_component
+from nanoagent.channels.keys import Place
+from nanoagent.channels.media import media_name
+from nanoagent.channels.state import state_file
+from nanoagent.channels.telegram import CHANNEL
+from nanoagent.channels.telegram.format import markdown_to_html, split_markdown, units
+from nanoagent.channels.telegram.link import TelegramUnauthorized
 from nanoagent.config.loader import load_config
 from nanoagent.config.schema import Config, TelegramConfig
+from nanoagent.errors import NanoagentError
 from nanoagent.gateway.hub import Hub
-from nanoagent.gateway.telegram import TelegramChannel, TelegramUnauthorized, Timing, media_name
-from nanoagent.gateway.telegram_format import markdown_to_html, split_markdown, units
-from nanoagent.gateway.telegram_state import StateFile
 from nanoagent.messages import is_user, strip_runtime_context
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
@@ -48,7 +54,7 @@ def channel_log():
         def emit(self, record: logging.LogRecord) -> None:
             records.append(record.getMessage())
 
-    logger = logging.getLogger("nanoagent.gateway.telegram")
+    logger = logging.getLogger("nanoagent.channels.telegram")
     handler, level = Keep(), logger.level
     logger.addHandler(handler)
     logger.setLevel(logging.INFO)
@@ -78,12 +84,12 @@ class Slow(ScriptedProvider):
 
 @contextlib.asynccontextmanager
 async def running(api: BotAPI, provider: ScriptedProvider, timing: Timing = TIMING,
-                  **settings) -> AsyncIterator[TelegramChannel]:
+                  **settings) -> AsyncIterator[ChannelRunner]:
     paths = Paths.from_env()
     hub = Hub(build_agent(Config(), paths, provider=provider))
     config = TelegramConfig(**{"enabled": True, "token": api.token, "allow_from": [str(ANN)], "api_base": api.url,
                                **settings})
-    channel = TelegramChannel(config, paths, hub, timing)
+    channel = ChannelRunner(CHANNEL, config, paths, hub, timing)
     task = asyncio.create_task(channel.run())
     try:
         yield channel
@@ -101,11 +107,16 @@ async def until(check: Callable[[], object], what: str, timeout: float = PATIENC
         await asyncio.sleep(0.02)
 
 
-def settled(channel: TelegramChannel, api: BotAPI) -> bool:
+def taken(channel: ChannelRunner) -> int:
+    """The last update the channel took and told Telegram to forget."""
+    return int(channel.state.read().cursor.get("last_update_id", "0"))
+
+
+def settled(channel: ChannelRunner, api: BotAPI) -> bool:
     """Every update the stand-in has was taken, none is left in the inbox, and no turn waits for its reply to reach
     the chat."""
     state = channel.state.read()
-    return state.last_update_id >= api.last_update_id and not state.inbox and not state.open_turns
+    return taken(channel) >= api.last_update_id and not state.inbox and not state.open_turns
 
 
 def user_texts(key: str) -> list[str]:
@@ -144,7 +155,7 @@ def test_a_stranger_gets_one_pairing_code_and_no_model_call_until_approved(api):
             api.message("hello?", user_id=stranger, name="Bob")
             await until(lambda: api.texts(stranger), "the pairing code")
             again = api.message("hello again?", user_id=stranger, name="Bob")
-            await until(lambda: channel.state.read().last_update_id >= again and settled(channel, api), "the second message")
+            await until(lambda: taken(channel) >= again and settled(channel, api), "the second message")
             assert len(api.texts(stranger)) == 1  # one code, not one per message
             code = re.search(r"nanoagent pairing approve (\S+)", api.texts(stranger)[0]).group(1)
             assert provider.requests == []
@@ -213,9 +224,9 @@ def test_a_message_sent_while_the_agent_works_joins_the_running_turn(api):
             api.message("first thing")
             await until(provider.started.is_set, "the model call")
             joined = api.message("and a second thing")
-            await until(lambda: channel.state.read().last_update_id >= joined and
-                        channel.waiting["telegram:42"], "the second message to reach the hub")
-            assert [u["update_id"] for u in channel.state.read().inbox] == [joined]  # not in the session yet
+            await until(lambda: taken(channel) >= joined and
+                        channel.inbox.waiting["telegram:42"], "the second message to reach the hub")
+            assert [u["id"] for u in channel.state.read().inbox] == [str(joined)]  # not in the session yet
             hold.set()
             await until(lambda: settled(channel, api) and api.texts(ANN), "the reply")
         return provider
@@ -271,7 +282,7 @@ def test_split_cuts_at_paragraphs_then_lines_then_inside_a_line_that_is_too_long
     assert "\n".join(c.plain for c in chunks) == lines
     giant = "word " * 2000
     chunks = split_markdown(giant)
-    assert all(units(c.html) <= 4096 for c in chunks) and "".join(c.plain for c in chunks) == giant.rstrip()
+    assert all(units(c.body) <= 4096 for c in chunks) and "".join(c.plain for c in chunks) == giant.rstrip()
     assert split_markdown("") == [] and split_markdown("\n\n  \n") == [] and split_markdown("```python") == []
 
 
@@ -423,8 +434,8 @@ def test_saved_file_names_have_no_folders_no_leading_dots_and_keep_a_safe_extens
     assert media_name("document", "../../etc/.passwd", None, 0) == ("passwd", "")
     assert media_name("document", "..\\..\\report final.PDF", None, 0) == ("report final", "pdf")
     assert media_name("document", "a/b/c$(rm -rf).txt", None, 0) == ("c__rm -rf_", "txt")
-    assert media_name("voice note", None, "voice/file_9.oga", 0) == ("voice-note-19700101-000000", "oga")
-    assert media_name("document", "...", "documents/file_3", 0) == ("document-19700101-000000", "")
+    assert media_name("voice note", None, "audio/ogg", 0) == ("voice-note-19700101-000000", "oga")
+    assert media_name("document", "...", None, 0) == ("document-19700101-000000", "")
 
 
 # --- trouble ----------------------------------------------------------------------------------------------
@@ -483,7 +494,7 @@ def test_a_rejected_token_stops_the_channel_with_the_fix_in_the_log_and_no_token
     paths = Paths.from_env()
     hub = Hub(build_agent(Config(), paths, provider=ScriptedProvider([])))
     wrong = "999:not-the-token"
-    channel = TelegramChannel(TelegramConfig(enabled=True, token=wrong, api_base=api.url), paths, hub, TIMING)
+    channel = ChannelRunner(CHANNEL, TelegramConfig(enabled=True, token=wrong, api_base=api.url), paths, hub, TIMING)
     with pytest.raises(TelegramUnauthorized):
         asyncio.run(channel.run())
     assert any("TELEGRAM_BOT_TOKEN (from @BotFather)" in r for r in channel_log)
@@ -492,11 +503,11 @@ def test_a_rejected_token_stops_the_channel_with_the_fix_in_the_log_and_no_token
 
 def test_an_update_taken_before_a_restart_is_handled_once_even_if_telegram_sends_it_again(api):
     update_id = api.message("are you there?")
-    raw = {"update_id": update_id, "message": {
+    raw = {"id": str(update_id), "update_id": update_id, "message": {
         "message_id": 3, "date": 1, "chat": {"id": ANN, "type": "private"},
         "from": {"id": ANN, "is_bot": False, "first_name": "Ann"}, "text": "are you there?"}}
-    state = StateFile(Paths.from_env().channels_dir / "telegram.json")
-    state.update(lambda s: (s.inbox.append(raw), setattr(s, "last_update_id", update_id)))
+    state = state_file(Paths.from_env(), "telegram")
+    state.update(lambda s: (s.take([raw]), s.cursor.update(last_update_id=str(update_id))))
     provider = ScriptedProvider(["yes"], default="a second answer")
 
     async def scenario():
@@ -514,7 +525,7 @@ def test_a_reply_finished_on_disk_but_not_delivered_is_sent_after_a_restart_with
     session = store.load("telegram:42")
     store.add_messages(session, [{"role": "user", "content": "what is 6 x 7?"},
                                  {"role": "assistant", "content": "It is **42**."}], sync=True)
-    StateFile(paths.channels_dir / "telegram.json").update(lambda s: s.open_turns.append("telegram:42"))
+    state_file(paths, "telegram").update(lambda s: s.open_turns.append("telegram:42"))
     provider = ScriptedProvider([])
 
     async def scenario():
@@ -561,7 +572,7 @@ def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(api,
                                                            "apiBase": api.url}}})
     llm.script(Reply(text="never delivered", delay=2), Reply(text="The answer is 42."))
     env = {**openai_env(llm), "TELEGRAM_BOT_TOKEN": api.token}
-    state = StateFile(isolated_home / "channels" / "telegram.json")
+    state = state_file(Paths.from_env(), "telegram")
     log_path = isolated_home.parent / "gateway.stderr"  # where start_gateway_process logs
 
     first = start_gateway_process({**os.environ, **env})
@@ -626,7 +637,7 @@ def test_nanoagent_help_does_not_import_the_telegram_library():
 
 
 def test_a_flood_of_strangers_cannot_push_out_a_friends_pending_pairing_code(api, channel_log):
-    from nanoagent.gateway.telegram_state import CODE_TTL, MAX_PENDING
+    from nanoagent.channels.state import CODE_TTL, MAX_PENDING
 
     clock = [time.time()]  # the wall clock, moved on by hand below (`pairing approve` reads the real one)
     timing = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2), now=lambda: clock[0])
@@ -638,7 +649,7 @@ def test_a_flood_of_strangers_cannot_push_out_a_friends_pending_pairing_code(api
             await until(lambda: api.texts(friend), "the friend's code")
             for stranger in strangers:  # within the hour
                 last = api.message("let me in", user_id=stranger, name=f"S{stranger}")
-            await until(lambda: channel.state.read().last_update_id >= last and settled(channel, api), "the flood",
+            await until(lambda: taken(channel) >= last and settled(channel, api), "the flood",
                         timeout=PATIENCE)
             coded = [s for s in strangers if api.texts(s)]
             assert coded == list(strangers)[:MAX_PENDING - 1]  # those who wrote first; the rest get nothing
@@ -651,3 +662,70 @@ def test_a_flood_of_strangers_cannot_push_out_a_friends_pending_pairing_code(api
 
     asyncio.run(scenario())
     assert sum('"telegram_pairing_full"' in line for line in channel_log) == 11
+
+
+def test_the_gateway_refuses_an_allow_from_entry_that_is_not_a_telegram_user_id(isolated_home):
+    write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "token": "1:x", "allowFrom": ["@ann"]}}})
+    ran = invoke("gateway", env={"OPENAI_API_KEY": "sk-test", "NANOAGENT_MODEL": "openai/gpt-test"})
+    assert ran.returncode == 1
+    assert ran.error_lines[-1] == ("Error: channels.telegram.allowFrom holds '@ann', which is not a Telegram user id: "
+                                   "write the number (a message to @userinfobot shows yours).")
+
+
+def test_the_component_says_whether_it_is_connected_and_as_whom(api):
+    paths = Paths.from_env()
+    hub = Hub(build_agent(Config(), paths, provider=ScriptedProvider([])))
+    settings = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    component = channel_component(CHANNEL, settings, paths, hub, TIMING)
+    wrong = channel_component(CHANNEL, TelegramConfig(enabled=True, token="9:wrong", api_base=api.url), paths, hub,
+                              TIMING)
+
+    async def scenario():
+        task = asyncio.create_task(component.run())
+        await until(lambda: component.health, "the component's health")
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        with pytest.raises(TelegramUnauthorized):
+            await wrong.run()
+
+    asyncio.run(scenario())
+    assert component.health == "connected as @nano_test_bot"
+    assert wrong.health.startswith("failing: Telegram rejected the bot token")
+
+
+def test_a_delivery_outside_the_gateway_is_telegram_html_through_the_same_client(api):
+    settings = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    api.fail("sendMessage", 429, "Too Many Requests: retry after 0.3", retry_after=0.3)
+
+    async def scenario():
+        started = time.monotonic()
+        await CHANNEL.deliver(settings, Place("telegram", "42", "17"), "It is **time**.")
+        waited = time.monotonic() - started
+        await CHANNEL.deliver(settings, Place("telegram", "42"), "Here is REJECT-HTML **bold**.")
+        return waited
+
+    waited = asyncio.run(scenario())
+    assert waited >= 0.3
+    assert [(m.raw, m.parse_mode, m.thread_id) for m in api.chat(ANN)] == [
+        ("It is <b>time</b>.", "HTML", 17), ("Here is REJECT-HTML **bold**.", None, None)]
+
+
+def test_a_delivery_that_cannot_arrive_says_why(api):
+    settings = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    api.fail("sendMessage", 400, "Bad Request: chat not found")
+    with pytest.raises(DeliveryError, match="Telegram refused the message to chat 5: Chat not found"):
+        asyncio.run(CHANNEL.deliver(settings, Place("telegram", "5"), "hello"))
+    api.down()
+    with pytest.raises(DeliveryError, match=r"Telegram could not be reached \(NetworkError\)"):
+        asyncio.run(CHANNEL.deliver(settings, Place("telegram", "5"), "hello", backoff=(0.01,)))
+    with pytest.raises(DeliveryError, match="no Telegram bot token"):
+        asyncio.run(CHANNEL.deliver(TelegramConfig(enabled=True), Place("telegram", "5"), "hello"))
+
+
+def test_verify_names_the_bot_or_says_the_token_was_rejected(api):
+    good = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
+    assert asyncio.run(CHANNEL.verify(good)) == "@nano_test_bot"
+    wrong = TelegramConfig(enabled=True, token="9:wrong", api_base=api.url)
+    with pytest.raises(NanoagentError, match="Telegram rejected the bot token: copy it again from @BotFather."):
+        asyncio.run(CHANNEL.verify(wrong))

@@ -70,7 +70,7 @@ class Incoming:
     text: str  # as sent, with the bot's mention removed
     raw: dict[str, Any]  # JSON kept in the inbox until the message is handled
     private: bool = True  # a direct message: pairing codes are offered only there
-    addressed: bool = True  # meant for the bot under the channel's groupPolicy (always in a private chat)
+    addressed: bool = True  # meant for the bot under groupPolicy (in a private chat: unless a command for another bot)
     files: list[FileIn] = field(default_factory=list)
 
 

@@ -18,8 +18,11 @@ from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
+    from nanoagent.gateway.hub import Hub
+    from nanoagent.gateway.server import Component
+    from nanoagent.paths import Paths
 
-gateway_app = App(help="Keep the agent running for terminals, programs and Telegram.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
+gateway_app = App(help="Keep the agent running for terminals, programs and chat apps.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
                           invoke_without_command=True)
 
 UNIT = """[Unit]
@@ -67,11 +70,7 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
                                          max_image_bytes=config.tools.attachments.max_image_bytes))
         serving += (f" and {url(gateway_config.http.host, gateway_config.http.port)} (the OpenAI-compatible "
                     "endpoint; its token is in run/http-token)")
-    if config.channels.telegram.enabled:
-        from nanoagent.gateway.telegram import telegram_component
-
-        components.append(telegram_component(config.channels.telegram, paths, hub,
-                                             max_image_bytes=config.tools.attachments.max_image_bytes))
+    components += _channels(config, paths, hub)
     if config.cron.enabled:
         from nanoagent.gateway.cron import cron_component
 
@@ -93,6 +92,31 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
 
     _log_to_stderr()  # from here on: a refusal before this is one line, not also a log line
     asyncio.run(server.serve(ready))
+
+
+def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
+    """A component for every enabled channel of the registry; a channel that cannot start (no token, its extra not
+    installed) stops the gateway before it starts, with the one line that says how to fix it."""
+    from nanoagent.channels import registry
+    from nanoagent.channels.engine import channel_component
+
+    components = []
+    for name in registry.names():
+        try:
+            channel = registry.get(name)
+        except ModuleNotFoundError as e:
+            if e.name != registry.REGISTRY[name]:
+                raise
+            continue  # registered, but its folder is not part of this install
+        settings = channel.settings(config)
+        if not channel.enabled(settings):
+            continue
+        problem = channel.problem(settings)
+        if problem is not None:
+            raise NanoagentError(problem)
+        components.append(channel_component(channel, settings, paths, hub,
+                                            max_image_bytes=config.tools.attachments.max_image_bytes))
+    return components
 
 
 def _settings(config: Config) -> dict[str, str]:

@@ -14,17 +14,17 @@ import typer
 from nanoagent.cli.common import App, setup
 
 if TYPE_CHECKING:
-    from nanoagent.gateway.telegram_state import StateFile
+    from nanoagent.channels.state import StateFile
 
 pairing_app = App(help="Let people talk to the agent on Telegram, by pairing code.\n\nExample: nanoagent pairing list",
                           no_args_is_help=True)
 
 
 def _state_file() -> StateFile:
-    from nanoagent.gateway.telegram_state import StateFile
+    from nanoagent.channels.state import state_file
 
     paths, _ = setup(None)
-    return StateFile(paths.channels_dir / "telegram.json")
+    return state_file(paths, "telegram")
 
 
 @pairing_app.command("approve")
@@ -35,7 +35,7 @@ def approve(code: Annotated[str, typer.Argument(help="The code the bot sent them
     """
     now = time.time()
     found = _state_file().update(lambda state: state.approve(code, now))
-    print(f"Approved {found.name or 'user'} (Telegram user id {found.user_id}): their next message reaches the agent.")
+    print(f"Approved {found.name or 'user'} (Telegram user id {found.user}): their next message reaches the agent.")
 
 
 @pairing_app.command("list")
@@ -46,14 +46,14 @@ def list_codes() -> None:
 
     Example: nanoagent pairing list
     """
-    from nanoagent.gateway.telegram_state import show_code
+    from nanoagent.channels.state import show_code
 
     state = _state_file().read()
     now = time.time()
     pending = [p for p in state.pairing if not p.expired(now)]
     print("pending codes:" if pending else "No pending pairing codes.")
     for p in pending:
-        print(f"  {show_code(p.code)}  {p.name or '-'} (user id {p.user_id}), {int((now - p.created) // 60)} min ago")
+        print(f"  {show_code(p.code)}  {p.name or '-'} (user id {p.user}), {int((now - p.created) // 60)} min ago")
     print("approved:" if state.allowed else "Nobody approved by pairing yet.")
     for user_id, name in sorted(state.allowed.items()):
         print(f"  {user_id}  {name or '-'}")
@@ -68,7 +68,7 @@ def revoke(user_id: Annotated[int, typer.Argument(help="Their Telegram user id (
 
     Example: nanoagent pairing revoke 123456789
     """
-    if _state_file().update(lambda state: state.revoke(user_id)):
+    if _state_file().update(lambda state: state.revoke(str(user_id))):
         print(f"Revoked user {user_id}: their messages no longer reach the agent.")
     else:
         print(f"User {user_id} was not approved by pairing; see `nanoagent pairing list` (and allowFrom in "

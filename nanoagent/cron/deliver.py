@@ -74,7 +74,7 @@ class Outbox:
     async def _telegram(self, chat_id: int, thread: int | None, text: str) -> None:
         import httpx
 
-        from nanoagent.gateway.telegram_format import split_markdown
+        from nanoagent.channels.telegram.format import split_markdown
 
         token = self.telegram.token
         if not token:
@@ -83,7 +83,7 @@ class Outbox:
         url = f"{self.telegram.api_base.rstrip('/')}/bot{token}/sendMessage"
         async with httpx.AsyncClient(timeout=self.timeout) as client:
             for chunk in split_markdown(text):
-                body: dict[str, object] = {"chat_id": chat_id, "text": chunk.html, "parse_mode": "HTML"}
+                body: dict[str, object] = {"chat_id": chat_id, "text": chunk.body, "parse_mode": "HTML"}
                 if thread:
                     body["message_thread_id"] = thread
                 answer = await self._call(client, url, body)

@@ -73,10 +73,10 @@ class Access:
     @classmethod
     def from_config(cls, allow_from: list[str], telegram_state: Path) -> Access:
         def approved() -> set[int]:
-            from nanoagent.gateway.telegram_state import StateFile
+            from nanoagent.channels.state import StateFile
 
             try:
-                return set(StateFile(telegram_state).read().allowed)
+                return {int(user) for user in StateFile(telegram_state).read().allowed if user.isdigit()}
             except (NanoagentError, OSError):
                 return set()
 

@@ -39,13 +39,14 @@ class GatewayBusy(NanoagentError):
     pass
 
 
-@dataclass(frozen=True)
+@dataclass
 class Component:
     """A channel or service the gateway runs for its whole life (Telegram, the HTTP endpoint, the cron scheduler).
     `run` returns only when cancelled; an exception is a crash, and the supervisor restarts it."""
 
     name: str
     run: Callable[[], Awaitable[None]]
+    health: str = ""  # "" unknown, "connected as @bot", "failing: <reason>"
 
 
 @dataclass

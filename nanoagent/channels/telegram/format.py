@@ -16,6 +16,8 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from nanoagent.channels.base import Chunk
+
 LIMIT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
 FENCE = re.compile(r"^\s{0,3}(```+|~~~+)\s*([\w+#.-]*)[^\n`]*$")
 HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
@@ -32,14 +34,6 @@ HOLE = re.compile(r"\x00(\d+)\x00")
 TAG = re.compile(r"<[^>]*>")
 
 
-@dataclass(frozen=True)
-class Chunk:
-    """One message: its HTML, and the Markdown source to send instead when Telegram rejects the HTML."""
-
-    html: str
-    plain: str
-
-
 def units(text: str) -> int:
     """Length as Telegram counts it: UTF-16 code units (an emoji outside the BMP counts two)."""
     return len(text.encode("utf-16-le")) // 2
@@ -50,7 +44,8 @@ def markdown_to_html(text: str) -> str:
 
 
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:
-    """The messages `text` becomes: each under `limit` as HTML and as plain text; none empty."""
+    """The messages `text` becomes: each under `limit` as HTML (`Chunk.body`) and as plain text (its Markdown
+    source, sent instead when Telegram rejects the HTML); none empty."""
     packer = _Packer(limit)
     for block in parse_blocks(text):
         packer.add(block)

@@ -1,0 +1,333 @@
+"""The gateway side every channel shares: a channel's `Link` run as a gateway component, each chat as a session.
+
+An adapter with two faces. A message from the app becomes a message for its session (`Incoming.place`) through
+`Hub.send`, with nobody to approve commands (`ask=None`: a command that needs a yes is refused). Every turn of such
+a session, whoever started it, comes back as the app's messages through the reply engine (`reply.py`).
+
+Who may talk: the ids `channel.allowed` lets in (config's `allowFrom`) and the people `nanoagent pairing approve`
+let in for this channel (its state file). Anyone else gets a pairing code in a private chat, once, where the channel
+pairs, and nothing else (no model call). In groups only allowed users are answered, and only messages the link
+marks as addressed to the bot (`groupPolicy`).
+
+No message is lost or answered twice when the gateway is killed: a message is acknowledged to the app only once it
+is in the inbox of the state file, leaves the inbox only once it is in its session file, and a turn whose reply did
+not reach the chat is finished after the restart (`inbox.py`). Each chat's messages are handled in order by a worker
+of its own; chats do not wait for each other.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+from collections.abc import Coroutine
+from typing import Any
+
+from nanoagent.agent.commands import STOP_COMMANDS
+from nanoagent.agent.loop import CANCELLED
+from nanoagent.attachments import sniff
+from nanoagent.channels import keys
+from nanoagent.channels.base import Channel, FileIn, Incoming, Link, Timing
+from nanoagent.channels.inbox import Inbox, Waiting
+from nanoagent.channels.keys import Place
+from nanoagent.channels.media import media_name, save_media
+from nanoagent.channels.reply import Face, send_text
+from nanoagent.channels.state import show_code, state_file
+from nanoagent.errors import NanoagentError
+from nanoagent.gateway.hub import Hub, HubClosed
+from nanoagent.gateway.server import Component
+from nanoagent.messages import ImageBlock, calls_of, image_block, is_assistant, is_user
+from nanoagent.paths import Paths
+
+__all__ = ["ChannelRunner", "Timing", "channel_component"]
+
+MEDIA_LIMIT_MB = 20  # files over this are named, not downloaded (Telegram's Bot API cannot fetch more)
+START = "Hi! Send me a message and I will answer. /help lists the commands."
+RESUME = ("(nanoagent restarted before your answer to my last message was finished and delivered. Carry on from "
+          "where you were and answer it.)")
+FAILED_BEFORE_RESTART = "Your last message failed before nanoagent restarted; /retry sends it once more."
+DEFAULT_TIMING = Timing()
+
+
+def channel_component(channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
+                      max_image_bytes: int = 5_000_000) -> Component:
+    """The channel as a gateway component; its `health` says whether it is connected, and as whom."""
+    runner = ChannelRunner(channel, settings, paths, hub, timing, max_image_bytes)
+    component = Component(channel.name, runner.run)
+    runner.component = component
+    return component
+
+
+class ChannelRunner:
+    """What outlives one run of the component (the supervisor restarts a run that crashed): the inbox and its
+    state file, and which messages this process gave the hub."""
+
+    def __init__(self, channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
+                 max_image_bytes: int = 5_000_000):
+        self.channel = channel
+        self.settings = settings
+        self.paths = paths
+        self.hub = hub
+        self.timing = timing
+        self.max_image_bytes = max_image_bytes  # an image over this goes by name only
+        self.state = state_file(paths, channel.name)
+        self.inbox = Inbox(self.state)
+        self.log = logging.getLogger(f"nanoagent.channels.{channel.name}")
+        self.component: Component | None = None
+
+    def record(self, event: str, **fields: Any) -> str:
+        """A structured log line: the event and its fields; never message contents or a token."""
+        return json.dumps({"event": f"{self.channel.name}_{event}", **fields}, ensure_ascii=False)
+
+    def health(self, text: str) -> None:
+        if self.component is not None:
+            self.component.health = text
+
+    async def run(self) -> None:
+        # httpx logs each URL at INFO: an app's URLs may hold its token
+        logging.getLogger("httpx").setLevel(logging.WARNING)
+        try:
+            await _Run(self, self.channel.link(self.settings, self.paths, self.timing)).run()
+        except NanoagentError as e:  # ours say what to fix, and hold no token or message
+            self.log.error(self.record("failed", error=str(e)))
+            self.health(f"failing: {e}")
+            raise
+        except Exception as e:
+            self.health(f"failing: {type(e).__name__}")
+            raise
+
+    def allowed(self, user: str) -> bool:
+        return self.channel.allowed(self.settings, user) or user in self.state.read().allowed
+
+
+class _Run:
+    """One run of the channel: the link, the tasks, and each session's face in the chat."""
+
+    def __init__(self, runner: ChannelRunner, link: Link):
+        self.runner = runner
+        self.link = link
+        self.channel = runner.channel
+        self.hub = runner.hub
+        self.inbox = runner.inbox
+        self.log = runner.log
+        self.faces: dict[str, Face] = {}
+        self.queues: dict[Place, asyncio.Queue[Incoming]] = {}
+        self.group = asyncio.TaskGroup()
+
+    async def run(self) -> None:
+        try:
+            bot = await self.link.connect()
+            self.runner.health(f"connected as {bot}")
+            self.log.info(self.runner.record("started", bot=bot))
+            async with self.group:
+                self.resume()
+                self.replay()
+                await self.receive()
+        finally:
+            for face in self.faces.values():
+                face.unwatch()
+            try:
+                await self.link.close()
+            except Exception:  # noqa: BLE001 - closing the connection; nothing left to do if it fails
+                pass
+
+    # --- receiving ------------------------------------------------------------------------------------
+
+    async def receive(self) -> None:
+        async for batch in self.link.receive():
+            fresh = self.inbox.take([item.raw | {"id": item.id} for item in batch])  # on disk before the app is told
+            await self.link.acknowledge(batch)
+            for item in batch:
+                if item.id in fresh:
+                    fresh.discard(item.id)  # the same message twice in one batch: the first only
+                    self.dispatch(item)
+
+    def replay(self) -> None:
+        """Messages taken before a restart and not yet handled, in the order they came."""
+        for raw in self.inbox.state.read().inbox:
+            if raw["id"] in self.inbox.given:
+                continue
+            item = self.link.rebuild(raw)
+            if item is None:
+                self.inbox.handled(raw["id"])
+            else:
+                self.dispatch(item)
+
+    def dispatch(self, item: Incoming) -> None:
+        """Each chat's messages are handled in order, by a worker of its own; chats do not wait for each other."""
+        chat = Place(item.place.channel, item.place.chat)
+        queue = self.queues.get(chat)
+        if queue is None:
+            queue = self.queues[chat] = asyncio.Queue()
+            self.group.create_task(self.worker(queue), name=f"{self.channel.name} chat {chat.chat}")
+        queue.put_nowait(item)
+
+    async def worker(self, queue: asyncio.Queue[Incoming]) -> None:
+        while True:
+            item = await queue.get()
+            try:
+                await self.handle(item)
+            except Exception as e:  # noqa: BLE001 - one bad message must not stop the chat, nor come back forever
+                self.log.error(self.runner.record("message_failed", id=item.id, error=type(e).__name__))
+                self.inbox.handled(item.id)
+
+    async def handle(self, item: Incoming) -> None:
+        if not item.addressed:
+            self.inbox.handled(item.id)
+            return
+        if not self.runner.allowed(item.user):
+            if item.private and self.channel.pairing:
+                await self.pair(item)
+            self.inbox.handled(item.id)
+            return
+        face = self.face(item.place)
+        text = item.text.strip()
+        if text.startswith("/"):
+            self.spawn(self.command(item, face, _command(text)), f"{self.channel.name} command {face.key}")
+            return
+        saved = [await self.attach(file) for file in item.files]
+        body = "\n".join(p for p in [text, *(line for line, _ in saved)] if p).strip()
+        if not body:
+            self.inbox.handled(item.id)
+            return
+        if not item.private:
+            body = f"{item.name}: {body}"
+        images = [image for _, image in saved if image is not None]
+        if images and not self.hub.loop.takes_images(face.key):  # the message goes on, naming the saved files
+            model = self.hub.loop.model_for(self.hub.loop.session(face.key))
+            await face.say(f"{model} does not take images, so it gets your message with the file's name, not the "
+                           "picture. /model switches to one that does.")
+            images = []
+        waiting = self.inbox.give(face.key, item.id, body, images)
+        self.spawn(self.send(face, waiting), f"{self.channel.name} message {face.key}")
+
+    async def send(self, face: Face, waiting: Waiting) -> None:
+        """Give the hub one message. Its turn (or the turn it joins) is shown by the session's face, which watches
+        every turn of the session: this call only reports what went wrong."""
+        try:
+            await self.hub.send(face.key, waiting.text, ask=None, images=waiting.images)
+        except HubClosed:
+            self.inbox.forget(face.key, waiting, handled=False)  # stays in the inbox: handled after the restart
+        except NanoagentError as e:
+            self.inbox.forget(face.key, waiting, handled=True)
+            face.failed(str(e))
+
+    async def command(self, item: Incoming, face: Face, command: str) -> None:
+        name = command.split()[0]
+        if name == "/start":
+            await face.say(START)
+            self.inbox.handled(item.id)
+            return
+        try:
+            result = await self.hub.send(face.key, command, ask=None)
+        except HubClosed:
+            return  # stays in the inbox
+        except NanoagentError as e:
+            reply = str(e)
+        else:
+            reply = result.reply if result is not None and result.result is None else ""  # a turn shows itself
+        if reply:
+            await face.say(reply)
+        if name in STOP_COMMANDS:
+            self.inbox.dropped(face.key)
+        self.inbox.handled(item.id)
+
+    async def pair(self, item: Incoming) -> None:
+        now = self.runner.timing.now()
+        code, turned_away = self.inbox.state.update(lambda s: (
+            code := s.pair(item.user, item.place.chat, item.name, now),
+            code is None and all(p.user != item.user for p in s.pairing)))
+        if code is None:  # they have a code already, or as many as are kept are pending: say nothing more
+            if turned_away:
+                self.log.info(self.runner.record("pairing_full", user=item.user))
+            return
+        self.log.info(self.runner.record("pairing_code", user=item.user))
+        shown = show_code(code)
+        await send_text(self.link, self.channel, Place(item.place.channel, item.place.chat), (
+            f"I don't know you yet, so I can't pass your messages on. Your pairing code is {shown} (valid for an "
+            f"hour). Ask the owner of this bot to run:\n\nnanoagent pairing approve {shown}"))
+
+    # --- media ----------------------------------------------------------------------------------------
+
+    async def attach(self, file: FileIn) -> tuple[str, ImageBlock | None]:
+        """A file saved under the workspace's media/: a line for the message text, naming it, and for a photo or
+        an image document (told by its bytes) within the size cap, its reference, so the model sees the picture."""
+        kind = file.kind
+        limit = MEDIA_LIMIT_MB * 1024 * 1024
+        too_big = f"[{kind} not saved: it is over the {MEDIA_LIMIT_MB} MB limit]"
+        if (file.size or 0) > limit:
+            return too_big, None
+        data = await self.link.download(file)
+        if data is None:
+            return f"[{kind} could not be downloaded from {self.channel.title}]", None
+        if len(data) > limit:
+            return too_big, None
+        stem, ext = media_name(kind, file.name, file.media_type, self.runner.timing.now())
+        path = await asyncio.to_thread(save_media, self.runner.paths.workspace / "media", stem, ext, data)
+        line = f"[{kind} saved as media/{path.name}]"
+        media_type = sniff(data[:16]) if kind in ("photo", "document", "file") else None
+        if media_type is None or len(data) > self.runner.max_image_bytes:
+            return line, None
+        digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
+        return line, image_block(f"media/{path.name}", digest, media_type, path.name)
+
+    # --- sessions -------------------------------------------------------------------------------------
+
+    def face(self, place: Place) -> Face:
+        face = self.faces.get(place.key)
+        if face is None:
+            streaming = bool(getattr(self.runner.settings, "streaming", True))
+            face = self.faces[place.key] = Face(place, self.link, self.channel, self.hub, self.inbox,
+                                                self.runner.timing, streaming)
+            self.group.create_task(face.show(), name=f"{self.channel.name} replies {place.key}")
+        return face
+
+    def resume(self) -> None:
+        """Turns whose reply did not reach the chat before the gateway stopped: deliver it from the session file
+        when the turn finished there, else finish the turn."""
+        for key in self.inbox.waiting:  # given to the hub by an earlier run of this process: watch for them
+            place = keys.parse(key)
+            if self.inbox.waiting[key] and place is not None:
+                self.face(place)
+        for key in self.inbox.state.read().open_turns:
+            place = keys.parse(key)
+            if place is None or place.channel != self.channel.name:
+                self.inbox.answered(key)
+                continue
+            face = self.face(place)
+            if self.hub.busy(key):
+                continue  # still running here: this run only restarted the channel
+            session = self.hub.loop.session(key)
+            last_user = max((i for i, m in enumerate(session.messages) if is_user(m)), default=-1)
+            last = session.messages[-1] if session.messages else None
+            if last_user in session.failed():
+                face.replay(FAILED_BEFORE_RESTART)
+            elif last is not None and is_assistant(last) and not calls_of(last) and last["content"].strip() \
+                    and last["content"] != CANCELLED:
+                face.replay(last["content"])
+            else:
+                self.spawn(self.send_resume(face), f"{self.channel.name} resume {key}")
+
+    async def send_resume(self, face: Face) -> None:
+        try:
+            await self.hub.send(face.key, RESUME, ask=None)
+        except HubClosed:
+            pass
+        except NanoagentError as e:
+            face.failed(str(e))
+
+    def spawn(self, work: Coroutine[Any, Any, None], name: str) -> None:
+        async def guarded() -> None:
+            try:
+                await work
+            except Exception as e:  # noqa: BLE001 - one message's failure is that message's alone
+                self.log.error(self.runner.record("task_failed", task=name.split()[1], error=type(e).__name__))
+
+        self.group.create_task(guarded(), name=name)
+
+
+def _command(text: str) -> str:
+    """`/name args` with the name in lower case."""
+    name, _, rest = text.partition(" ")
+    return f"{name.lower()} {rest.strip()}".strip()

@@ -1,0 +1,125 @@
+"""What the shared channel cases (test_channel_cases.py) need from a channel's stand-in, and how they run a channel.
+
+Each channel's stand-in module (`tests/<name>_server.py`; email: `tests/mail_servers.py`) defines a class `StandIn`
+following the Protocol below: a local server speaking the app's API over real sockets, with a person on the other
+side who writes to the bot and reads what it shows. `running` runs the channel against it through the shared engine,
+with the settings the stand-in gives, read by the config loader as config.json would be.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import AsyncIterator, Callable
+from typing import Any, Protocol
+
+from nanoagent.agent.build import build_agent
+from nanoagent.channels import registry
+from nanoagent.channels.engine import ChannelRunner, Timing
+from nanoagent.config.loader import load_config
+from nanoagent.config.schema import Config
+from nanoagent.gateway.hub import Hub
+from nanoagent.paths import Paths
+from nanoagent.providers.base import TextDelta
+from nanoagent.providers.scripted import ScriptedProvider
+from tests.conftest import PATIENCE, write_config
+
+# fast clocks: edits a tenth of a second apart, retries after 50 ms, so no case waits a real second (or minute)
+TIMING = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2))
+
+
+class StandIn(Protocol):
+    """A channel's app, played locally: its API over real sockets, and the people who write to the bot."""
+
+    channel: str  # the channel's name in the registry: "discord"
+    owner: str  # a user id in allowFrom
+    stranger: str  # a user not allowed
+
+    def settings(self) -> dict[str, Any]:
+        """`channels.<name>` of config.json (camelCase) pointing at the stand-in: enabled, allowFrom=[owner], the
+        credentials it accepts."""
+        ...
+
+    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None) -> str:
+        """A person sends a message (a DM; or in a group or channel, mentioning the bot), with an image attached
+        when given; the message's id."""
+        ...
+
+    def shown(self, user: str) -> list[str]:
+        """The bot's messages in that person's DM as they look now (after edits, as text), oldest first."""
+        ...
+
+    def edits(self) -> int:
+        """Edits of the bot's messages so far."""
+        ...
+
+    def rate_limit(self, calls: int, retry_after: float) -> None:
+        """The next `calls` send or edit calls are refused with the app's rate limit (a 429 and its retry-after)."""
+        ...
+
+    def down(self, down: bool) -> None:
+        """While down, every API call fails (503, or the connection refused); up again on the same address."""
+        ...
+
+    def close(self) -> None:
+        ...
+
+
+class Slow(ScriptedProvider):
+    """Streams its replies in words, waiting `pause` seconds between them; held at each call until `hold` is set
+    (when given); `started` is set by each call."""
+
+    def __init__(self, *replies: str, pause: float = 0.0, hold: asyncio.Event | None = None):
+        super().__init__(replies)
+        self.pause = pause
+        self.hold = hold
+        self.started = asyncio.Event()
+
+    async def stream(self, request):  # type: ignore[no-untyped-def]
+        self.started.set()
+        if self.hold is not None:
+            await self.hold.wait()
+        async for event in super().stream(request):
+            if isinstance(event, TextDelta) and self.pause:
+                await asyncio.sleep(self.pause)
+            yield event
+
+
+def settings_of(stand_in: StandIn, **overrides: Any) -> Any:
+    """The channel's settings as the gateway would have them from a config.json holding the stand-in's."""
+    paths = Paths.from_env()
+    path = write_config(paths.home, {"channels": {stand_in.channel: {**stand_in.settings(), **overrides}}})
+    config, _ = load_config(path, env={})
+    return registry.get(stand_in.channel).settings(config)
+
+
+@contextlib.asynccontextmanager
+async def running(stand_in: StandIn, provider: ScriptedProvider, timing: Timing = TIMING,
+                  **overrides: Any) -> AsyncIterator[ChannelRunner]:
+    """The channel running through the shared engine against the stand-in, the agent on `provider`."""
+    paths = Paths.from_env()
+    settings = settings_of(stand_in, **overrides)
+    hub = Hub(build_agent(Config(), paths, provider=provider))
+    runner = ChannelRunner(registry.get(stand_in.channel), settings, paths, hub, timing)
+    task = asyncio.create_task(runner.run())
+    try:
+        yield runner
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(0.02)
+
+
+def settled(runner: ChannelRunner) -> bool:
+    """Nothing is left in the inbox and no turn waits for its reply to reach the chat."""
+    state = runner.state.read()
+    return not state.inbox and not state.open_turns

@@ -1,0 +1,253 @@
+"""The cases every channel passes, run for each channel's stand-in through the shared engine (channel_harness.py):
+the channel's real library against a local stand-in of its API over real sockets, the agent on the ScriptedProvider
+(the kill -9 case: `nanoagent gateway` itself against the local LLM server).
+
+A new channel adds its stand-in module to STAND_INS (its `StandIn` class follows channel_harness.StandIn)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import importlib
+import json
+import os
+import re
+import signal
+import time
+
+import pytest
+
+from nanoagent.agent.loop import CANCELLED
+from nanoagent.channels import registry
+from nanoagent.channels.state import state_file
+from nanoagent.messages import is_user, strip_runtime_context, text_of
+from nanoagent.paths import Paths
+from nanoagent.providers.scripted import ScriptedProvider
+from nanoagent.session.store import SessionStore
+from tests.channel_harness import Slow, StandIn, running, settled, until
+from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, wait_until, write_config
+from tests.llm_server import Reply
+
+# channel name -> the module whose StandIn plays its app
+STAND_INS = {
+    "telegram": "tests.telegram_server",
+}
+
+PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
+
+
+@pytest.fixture(params=list(STAND_INS))
+def stand_in(request: pytest.FixtureRequest):
+    made: StandIn = importlib.import_module(STAND_INS[request.param]).StandIn()
+    yield made
+    made.close()
+
+
+def user_texts(key: str) -> list[str]:
+    session = SessionStore(Paths.from_env().sessions_dir).load(key)
+    return [strip_runtime_context(text_of(m)) for m in session.messages if is_user(m)]
+
+
+def dm(stand_in: StandIn, user: str) -> str:
+    """The session key of a person's private chat with the bot."""
+    place = registry.get(stand_in.channel).home(user)
+    assert place is not None
+    return place.key
+
+
+def test_an_allowed_sender_gets_the_reply_and_a_stranger_no_model_call(stand_in):
+    provider = ScriptedProvider(["Hello, owner."])
+    channel = registry.get(stand_in.channel)
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.stranger, "let me in")
+            stand_in.write(stand_in.owner, "hi there")
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Hello, owner."], "the owner's reply")
+            if channel.pairing:
+                await until(lambda: stand_in.shown(stand_in.stranger), "the stranger's pairing code")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    assert len(provider.requests) == 1
+    assert user_texts(dm(stand_in, stand_in.owner)) == ["hi there"]
+    stranger = stand_in.shown(stand_in.stranger)
+    if channel.pairing:
+        assert len(stranger) == 1 and "nanoagent pairing approve" in stranger[0]
+    else:
+        assert stranger == []
+
+
+def test_in_a_group_the_owners_mention_is_answered_and_a_stranger_gets_no_code(stand_in):
+    provider = ScriptedProvider(["It is noon."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.stranger, "what time is it?", private=False)
+            stand_in.write(stand_in.owner, "what time is it?", private=False)
+            await until(lambda: provider.requests and settled(runner) and not runner.hub.running(), "the answer")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
+    assert asked.endswith(": what time is it?")  # the sender's name first: a group has several people
+    assert stand_in.shown(stand_in.stranger) == []  # pairing codes only in a private chat
+
+
+def test_a_stranger_approved_by_pairing_is_answered(stand_in):
+    if not registry.get(stand_in.channel).pairing:
+        pytest.skip(f"{stand_in.channel} does not pair")
+    provider = ScriptedProvider(["Welcome in."])
+
+    async def scenario():
+        async with running(stand_in, provider):
+            stand_in.write(stand_in.stranger, "hello?")
+            await until(lambda: stand_in.shown(stand_in.stranger), "the pairing code")
+            code = re.search(r"nanoagent pairing approve (\S+)", stand_in.shown(stand_in.stranger)[0]).group(1)
+            ran = await asyncio.to_thread(invoke, "pairing", "approve", code)
+            assert ran.returncode == 0, ran.stderr
+            stand_in.write(stand_in.stranger, "now?")
+            await until(lambda: stand_in.shown(stand_in.stranger)[-1:] == ["Welcome in."], "the agent's reply")
+
+    asyncio.run(scenario())
+    assert user_texts(dm(stand_in, stand_in.stranger)) == ["now?"]
+    approved = json.loads(state_file(Paths.from_env(), stand_in.channel).path.read_text())["allowed"]
+    assert list(approved) == [stand_in.stranger]
+
+
+def test_a_20000_character_reply_arrives_whole_in_several_messages(stand_in):
+    paragraphs = [f"Paragraph {i}: " + " ".join(f"word{j}" for j in range(72)) for i in range(40)]
+    reply = "\n\n".join(paragraphs)
+    assert len(reply) > 20_000
+    channel = registry.get(stand_in.channel)
+
+    async def scenario():
+        async with running(stand_in, ScriptedProvider([reply])) as runner:
+            stand_in.write(stand_in.owner, "write a lot")
+            await until(lambda: settled(runner) and stand_in.shown(stand_in.owner), "the whole reply")
+
+    asyncio.run(scenario())
+    shown = stand_in.shown(stand_in.owner)
+    assert len(shown) >= len(reply) // channel.limit + 1
+    visible = "\n".join(shown)
+    assert [visible.count(f"Paragraph {i}: ") for i in range(40)] == [1] * 40  # none lost, none shown twice
+    assert " ".join(visible.split()) == " ".join(reply.split())
+
+
+def test_a_reply_streams_by_editing_where_the_app_edits(stand_in):
+    reply = " ".join(f"w{i}" for i in range(60))
+    channel = registry.get(stand_in.channel)
+
+    async def scenario():
+        async with running(stand_in, Slow(reply, pause=0.01)) as runner:
+            stand_in.write(stand_in.owner, "stream please")
+            await until(lambda: settled(runner) and stand_in.shown(stand_in.owner) == [reply], "the whole reply")
+
+    asyncio.run(scenario())
+    assert (stand_in.edits() > 0) == channel.edits
+
+
+def test_a_rate_limit_is_waited_out_as_long_as_the_app_says(stand_in):
+    wait = 0.5
+
+    async def scenario():
+        async with running(stand_in, ScriptedProvider(["after the wait"])) as runner:
+            stand_in.rate_limit(1, wait)
+            started = time.monotonic()
+            stand_in.write(stand_in.owner, "hi")
+            await until(lambda: stand_in.shown(stand_in.owner), "the reply")
+            arrived = time.monotonic() - started
+            await until(lambda: settled(runner), "the inbox to empty")
+        return arrived
+
+    arrived = asyncio.run(scenario())
+    assert arrived >= wait
+    assert stand_in.shown(stand_in.owner) == ["after the wait"]
+
+
+def test_a_reply_ready_while_the_api_is_down_arrives_once_it_is_back(stand_in):
+    async def scenario():
+        hold = asyncio.Event()
+        provider = Slow("the answer", hold=hold)
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "a question")
+            await until(provider.started.is_set, "the model call")
+            stand_in.down(True)
+            hold.set()  # the answer is ready while the app is away
+            key = dm(stand_in, stand_in.owner)
+            await until(lambda: not runner.hub.busy(key), "the turn to end")
+            stand_in.down(False)
+            await until(lambda: stand_in.shown(stand_in.owner) == ["the answer"], "the answer")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    assert user_texts(dm(stand_in, stand_in.owner)) == ["a question"]
+
+
+def test_an_image_reaches_the_model_as_an_image(stand_in):
+    provider = ScriptedProvider(["A single pixel."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "what is this?", image=PNG)
+            await until(lambda: stand_in.shown(stand_in.owner) == ["A single pixel."], "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    last = [m for m in request.messages if is_user(m)][-1]
+    images = [b for b in last["content"] if isinstance(b, dict) and b.get("type") == "image_data"]
+    assert [base64.b64decode(b["data"]) for b in images] == [PNG]
+    assert "what is this?" in text_of(last)
+
+
+def test_stop_mid_turn_ends_the_turn(stand_in):
+    async def scenario():
+        provider = Slow("never said", hold=asyncio.Event())
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "a long job")
+            await until(provider.started.is_set, "the model call")
+            stand_in.write(stand_in.owner, "/stop")
+            await until(lambda: "Stopped the running turn." in stand_in.shown(stand_in.owner), "/stop")
+            await until(lambda: settled(runner) and not runner.hub.running(), "the turn to end")
+
+    asyncio.run(scenario())
+    session = SessionStore(Paths.from_env().sessions_dir).load(dm(stand_in, stand_in.owner))
+    assert session.messages[-1]["content"] == CANCELLED
+    assert "never said" not in "".join(stand_in.shown(stand_in.owner))
+
+
+@pytest.mark.process
+def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(stand_in, llm, isolated_home):
+    write_config(isolated_home, {"channels": {stand_in.channel: stand_in.settings()}})
+    llm.script(Reply(text="never delivered", delay=2), Reply(text="The answer is 42."))
+    env = {**os.environ, **openai_env(llm)}
+    state = state_file(Paths.from_env(), stand_in.channel)
+    log_path = isolated_home.parent / "gateway.stderr"  # where start_gateway_process logs
+
+    first = start_gateway_process(env)
+    try:
+        stand_in.write(stand_in.owner, "what is the answer?")
+        wait_until(lambda: llm.requests, "the model call")
+    finally:
+        first.kill()  # SIGKILL, mid-turn
+        first.wait()
+    key = dm(stand_in, stand_in.owner)
+    assert state.read().inbox == [] and state.read().open_turns == [key]
+
+    second = start_gateway_process(env)
+    try:
+        wait_until(lambda: any("The answer is 42." in t for t in stand_in.shown(stand_in.owner)), "the answer")
+        wait_until(lambda: state.read().open_turns == [] and state.read().inbox == [], "the turn to close")
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=PATIENCE) == 0, log_path.read_text()
+
+    assert stand_in.shown(stand_in.owner) == ["The answer is 42."]
+    assert len(llm.requests) == 2
+    assert user_texts(key).count("what is the answer?") == 1
+    logs = log_path.read_text() + "".join(p.read_text() for p in (isolated_home / "logs").iterdir())
+    assert "what is the answer" not in logs
+    secrets = [v for v in json.dumps(stand_in.settings()).split('"') if len(v) >= 12 and "://" not in v]
+    assert not any(secret in logs for secret in secrets)  # tokens and passwords are never logged
+
