@@ -353,14 +353,17 @@ class EmailLink:
         refs = mail.MSGID.findall(str(msg.get("References") or ""))
         subject = str(msg.get("Subject") or "")
         text = mail.text_of(msg)
-        if root == msgid and subject.strip():
-            text = f"Subject: {subject.strip()}\n\n{text}"
+        first_line = text.strip().split("\n", 1)[0].strip()
+        if root == msgid and subject.strip() and subject.strip() != first_line:
+            text = f"Subject: {subject.strip()}\n\n{text}"  # a thread's first mail: its subject says what it is about
+        others = [a for a in mail.recipients(msg) if a.lower() not in (self.own.lower(), address)]
         files = mail.files_of(msg, uid)
         if files:
             self.cache[uid] = data
             while len(self.cache) > 20:
                 self.cache.pop(next(iter(self.cache)))
         raw = {"id": msgid, "uid": uid, "validity": self.validity, "place": place.key, "user": address,
+               "private": not others,
                "name": name or address, "text": text, "subject": subject, "references": [*refs, msgid],
                "files": [{"kind": f.kind, "name": f.name, "size": f.size, "ref": f.ref, "media_type": f.media_type}
                          for f in files]}
@@ -375,7 +378,8 @@ class EmailLink:
         refs = [r for r in raw.get("references", []) if isinstance(r, str)]
         self._remember(place.chat, raw["user"], str(raw.get("subject", "")), raw["id"], refs)
         return Incoming(id=raw["id"], place=place, user=raw["user"], name=str(raw.get("name") or raw["user"]),
-                        text=str(raw.get("text", "")), raw=raw, private=True, addressed=True, files=files)
+                        text=str(raw.get("text", "")), raw=raw, private=raw.get("private") is not False,
+                        addressed=True, files=files)
 
     def _remember(self, thread: str, to: str, subject: str, last: str, refs: list[str]) -> None:
         """The thread as a reply to `last` needs it, kept in memory and in the state's cursor."""

@@ -183,4 +183,5 @@ def compose(own: str, to: str, subject: str, plain: str, html: str, thread: Thre
 
 
 def recipients(msg: Message) -> list[str]:
-    return [a for _, a in getaddresses([str(msg.get("To") or "")]) if a]
+    """Everyone the mail went to (To and Cc), lower-cased."""
+    return [a.lower() for _, a in getaddresses([str(msg.get("To") or ""), str(msg.get("Cc") or "")]) if a]
