@@ -20,11 +20,13 @@ import re
 import select
 import socket
 import socketserver
+import ssl
 import threading
 import time
 from dataclasses import dataclass, field
 from email.message import EmailMessage
 from email.utils import make_msgid, parseaddr
+from pathlib import Path
 from typing import Any
 
 from aiosmtpd.controller import Controller
@@ -85,9 +87,11 @@ class ImapServer:
     """The IMAP stand-in on 127.0.0.1, one thread per connection."""
 
     def __init__(self, mailbox: Mailbox | None = None, *, idle: bool = True, user: str = USER,
-                 password: str = PASSWORD):
+                 password: str = PASSWORD, tls: ssl.SSLContext | None = None, starttls: bool = False):
         self.mailbox = mailbox or Mailbox()
         self.idle = idle
+        self.tls = tls  # with starttls: offered by STARTTLS, else TLS from the first byte
+        self.starttls = starttls
         self.user, self.password = user, password
         self.commands: list[str] = []  # every command's name as received ("LOGIN", "UID FETCH", ...)
         self.logins = 0
@@ -126,8 +130,10 @@ def _imap_handler(server: ImapServer) -> type[socketserver.BaseRequestHandler]:
                 return
             server._conns.add(sock)
             try:
+                if server.tls is not None and not server.starttls:
+                    sock = server.tls.wrap_socket(sock, server_side=True)
                 _Session(server, sock).run()
-            except OSError:
+            except (OSError, ssl.SSLError):
                 pass
             finally:
                 server._conns.discard(sock)
@@ -141,6 +147,7 @@ class _Session:
         self.buffer = b""
         self.authed = False
         self.known = 0  # messages the client was told exist
+        self.secure = server.tls is not None and not server.starttls
 
     def run(self) -> None:
         self.out("* OK [CAPABILITY IMAP4rev1] stand-in ready")
@@ -163,8 +170,17 @@ class _Session:
 
     def command(self, tag: str, name: str, args: list[str]) -> bool:
         caps = "IMAP4rev1 AUTH=PLAIN" + (" IDLE" if self.server.idle else "")
+        offers_tls = self.server.tls is not None and not self.secure
+        if offers_tls:
+            caps += " STARTTLS LOGINDISABLED"
         if name == "CAPABILITY":
             self.out(f"* CAPABILITY {caps}", f"{tag} OK CAPABILITY completed")
+        elif name == "STARTTLS" and offers_tls and self.server.tls is not None:
+            self.out(f"{tag} OK begin TLS now")
+            self.sock = self.server.tls.wrap_socket(self.sock, server_side=True)
+            self.secure = True
+        elif name == "LOGIN" and offers_tls:
+            self.out(f"{tag} NO [PRIVACYREQUIRED] STARTTLS first")
         elif name == "LOGIN":
             user, password = (_unquote(a) for a in (args + ["", ""])[:2])
             if user == self.server.user and password == self.server.password:
@@ -277,7 +293,10 @@ class _Session:
                         self.out(f"{tag} OK IDLE terminated")
                         return True
                     continue
-                ready, _, _ = select.select([self.sock, wake_r], [], [])
+                pending = isinstance(self.sock, ssl.SSLSocket) and self.sock.pending() > 0
+                ready, _, _ = select.select([self.sock, wake_r], [], [], 0 if pending else None)
+                if pending:
+                    ready.append(self.sock)
                 if wake_r in ready:
                     wake_r.recv(64)
                     self.exists()
@@ -364,7 +383,8 @@ class Received:
 class SmtpServer:
     """aiosmtpd on 127.0.0.1 in its own thread, recording every message; AUTH LOGIN/PLAIN without TLS (loopback)."""
 
-    def __init__(self, *, user: str = USER, password: str = PASSWORD):
+    def __init__(self, *, user: str = USER, password: str = PASSWORD, tls: ssl.SSLContext | None = None,
+                 starttls: bool = False):
         self.user, self.password = user, password
         self.received: list[Received] = []
         self.attempts = 0  # MAIL FROM commands seen, refused ones included
@@ -374,8 +394,14 @@ class SmtpServer:
         self.refuse_until = 0.0
         self.cond = threading.Condition()
         self.port = _free_port()
+        if tls is None:
+            kwargs: dict[str, Any] = {"auth_require_tls": False}
+        elif starttls:
+            kwargs = {"tls_context": tls, "require_starttls": True}
+        else:
+            kwargs = {"ssl_context": tls, "auth_require_tls": False}  # TLS from the first byte: aiosmtpd cannot tell
         self.controller = Controller(self, hostname="127.0.0.1", port=self.port, ready_timeout=10,
-                                     auth_require_tls=False, authenticator=self._authenticate)
+                                     authenticator=self._authenticate, **kwargs)
         self.controller.start()
 
     def _authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
@@ -515,6 +541,37 @@ class MailStandIn:
 
 def address_of(header: str) -> str:
     return parseaddr(header)[1].lower()
+
+
+def certificate(folder: Path) -> ssl.SSLContext:
+    """A server context with a self-signed certificate for 127.0.0.1 and localhost; `folder/cert.pem` is what a
+    client trusts (SSL_CERT_FILE)."""
+    import datetime
+    import ipaddress
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost"),
+                                                        x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    (folder / "cert.pem").write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    (folder / "key.pem").write_bytes(key.private_bytes(serialization.Encoding.PEM,
+                                                       serialization.PrivateFormat.PKCS8,
+                                                       serialization.NoEncryption()))
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(folder / "cert.pem", folder / "key.pem")
+    return context
 
 
 StandIn = MailStandIn  # the name the shared channel cases look for

@@ -418,3 +418,49 @@ def test_the_stand_in_settings_load_through_config(tmp_path: Path, mail):
     settings = CHANNEL.settings(load_config(path)[0])
     assert settings.imap.port == mail.imap.port and settings.allow_from == [mail.owner]
     assert CHANNEL.problem(settings) is None
+
+
+@pytest.mark.parametrize(("imap", "smtp"), [("tls", "starttls"), ("starttls", "tls")])
+def test_tls_and_starttls_carry_the_login_and_the_mail(tmp_path: Path, monkeypatch, imap: str, smtp: str):
+    pytest.importorskip("cryptography")
+    from tests.mail_servers import ImapServer, SmtpServer, certificate
+
+    context = certificate(tmp_path)
+    monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))  # the client trusts the test's certificate
+    mail = MailStandIn()
+    mail.imap.close()
+    mail.smtp.close()
+    mail.imap = ImapServer(tls=context, starttls=imap == "starttls")
+    mail.smtp = SmtpServer(tls=context, starttls=smtp == "starttls")
+    try:
+        settings = config(mail)
+        settings.imap.security, settings.smtp.security = imap, smtp
+        assert CHANNEL.problem(settings) is None
+        assert asyncio.run(CHANNEL.verify(settings)) == USER
+        mail.deliver(letter(mail.owner, "over TLS"))
+
+        async def scenario() -> None:
+            link = EmailLink(settings, Paths.from_env(), FAST)
+            async with running(link) as batches:
+                [incoming] = await next_batch(batches)
+                await link.acknowledge([incoming])
+                await answer(link, incoming, "secure")
+                await wait_for(lambda: "IDLE" in mail.imap.commands)
+                mail.deliver(letter(mail.owner, "pushed over TLS"))
+                [pushed] = await next_batch(batches)
+                assert pushed.text.endswith("pushed over TLS")
+
+        asyncio.run(scenario())
+        assert [r.text() for r in mail.smtp.wait(1)] == ["secure\n"]
+        if imap == "starttls":
+            assert mail.imap.commands[:3] == ["CAPABILITY", "STARTTLS", "CAPABILITY"]
+    finally:
+        mail.close()
+
+
+def test_a_server_without_starttls_is_refused_rather_than_sent_the_password_in_clear(mail):
+    settings = config(mail)
+    settings.imap.security = "starttls"
+    with pytest.raises(NanoagentError, match="does not offer STARTTLS"):
+        asyncio.run(CHANNEL.verify(settings))
+    assert "LOGIN" not in mail.imap.commands

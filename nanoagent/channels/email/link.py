@@ -97,8 +97,13 @@ async def smtp_send(server: MailServerConfig, msg: EmailMessage | None, timeout:
             raise ConnectionError(f"SMTP {e.code}") from None
         raise Refused(f"The SMTP server {server.host} refused the mail ({e.code}); check channels.email.smtp and "
                       "the recipient's address.") from None
-    except (TimeoutError, aiosmtplib.SMTPException) as e:
+    except aiosmtplib.SMTPException as e:
+        if "AUTH" in str(e):  # no login offered on this connection (many servers offer it only after STARTTLS)
+            raise Refused(f"The SMTP server {server.host} offers no login on this connection; check "
+                          "channels.email.smtp.security and port.") from None
         raise ConnectionError(type(e).__name__) from None
+    except TimeoutError:
+        raise ConnectionError("SMTP timeout") from None
 
 
 # --- IMAP ------------------------------------------------------------------------------------------------------------
