@@ -129,6 +129,8 @@ def test_a_whole_domain_in_allow_from_lets_its_senders_in_whatever_their_case(ma
     assert (incoming.user, incoming.name) == ("friend@example.com", "Friend")
     assert CHANNEL.allowed(config(mail, allow_from=["@example.com"]), "friend@example.com")
     assert not CHANNEL.allowed(config(mail, allow_from=["@example.com"]), "friend@example.com.evil.net")
+    assert not CHANNEL.allowed(config(mail, allow_from=["*", "@"]), "friend@example.com")
+    assert CHANNEL.home("@example.com") is None and CHANNEL.home("Friend@Example.com").key == "email:friend@example.com"
 
 
 def test_lists_automatic_mail_bulk_mail_and_our_own_mail_get_no_answer(mail):

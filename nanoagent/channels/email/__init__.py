@@ -65,9 +65,11 @@ class EmailChannel:
 
     def home(self, user: str) -> keys.Place | None:
         """A person's own place is their address: mail sent there starts a new thread."""
+        from nanoagent.channels.email.mail import ADDRESS
+
         try:
-            return keys.make(self.name, user.strip().lower()) if "@" in user else None
-        except ValueError:
+            return keys.make(self.name, user.strip().lower()) if ADDRESS.fullmatch(user.strip()) else None
+        except ValueError:  # an address a session key cannot hold
             return None
 
     def split(self, markdown: str) -> list[Chunk]:

@@ -258,6 +258,7 @@ class EmailLink:
         self.after = 0  # the cursor: every UID up to it was passed over or acknowledged
         self.validity = ""
         self.pending: set[int] = set()  # UIDs handed to the engine, not acknowledged yet
+        self.passed: set[int] = set()  # UIDs passed over but above the cursor (a lower one is still pending)
         self.to_mark: set[int] = set()  # acknowledged UIDs still to be marked \Seen
         self.top = 0  # the highest UID looked at
         self.wake = asyncio.Event()
@@ -289,6 +290,7 @@ class EmailLink:
         imap = await Imap.open(self.settings.imap, self.settings.folder, TIMEOUT)
         if imap.validity != self.validity:  # a new mailbox, or the server renumbered it: start over
             self.validity, self.after, self.top = imap.validity, 0, 0
+            self.pending, self.to_mark, self.passed = set(), set(), set()
             self._save_cursor()
         return imap
 
@@ -327,7 +329,8 @@ class EmailLink:
             await imap.close()
 
     async def _check(self, imap: Imap) -> list[Incoming]:
-        uids = [u for u in await imap.unseen(self.after) if u not in self.pending and u not in self.to_mark]
+        known = self.pending | self.to_mark | self.passed
+        uids = [u for u in await imap.unseen(self.after) if u not in known]
         if not uids:
             self._settle(imap_top=self.top)
             return []
@@ -340,6 +343,8 @@ class EmailLink:
             if incoming is not None:
                 self.pending.add(uid)
                 batch.append(incoming)
+            else:
+                self.passed.add(uid)
         self._settle(imap_top=self.top)
         return batch
 
@@ -418,6 +423,7 @@ class EmailLink:
         low = min([*self.pending, *self.to_mark], default=imap_top + 1) - 1
         if low > self.after:
             self.after = low
+            self.passed = {uid for uid in self.passed if uid > low}
             self._save_cursor()
 
     def _save_cursor(self) -> None:

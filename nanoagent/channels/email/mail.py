@@ -62,11 +62,14 @@ def ignored(msg: Message, own: str) -> str | None:
     return None
 
 
+ADDRESS = re.compile(r"[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+")
+
+
 def allowed(allow_from: list[str], address: str) -> bool:
     """Is `address` in `allowFrom`: an address, or `@domain` for everyone at that domain (case-insensitive)."""
     address = address.strip().lower()
     for entry in (e.strip().lower() for e in allow_from):
-        if entry == "*" or entry == address or (entry.startswith("@") and address.endswith(entry)):
+        if entry == address or (len(entry) > 1 and entry.startswith("@") and address.endswith(entry)):
             return True
     return False
 
