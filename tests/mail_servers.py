@@ -90,6 +90,7 @@ class ImapServer:
                  password: str = PASSWORD, tls: ssl.SSLContext | None = None, starttls: bool = False):
         self.mailbox = mailbox or Mailbox()
         self.idle = idle
+        self.refuse_idle = False  # IDLE offered in CAPABILITY, then answered NO (servers that misconfigure it)
         self.tls = tls  # with starttls: offered by STARTTLS, else TLS from the first byte
         self.starttls = starttls
         self.user, self.password = user, password
@@ -275,8 +276,8 @@ class _Session:
         self.out(f"{tag} OK STORE completed")
 
     def idle(self, tag: str) -> bool:
-        if not self.server.idle:
-            self.out(f"{tag} BAD IDLE not offered")
+        if not self.server.idle or self.server.refuse_idle:
+            self.out(f"{tag} NO IDLE not available")
             return True
         wake_r, wake_w = socket.socketpair()
         with self.box.lock:

@@ -235,6 +235,20 @@ def test_without_idle_the_mailbox_is_looked_at_every_poll_seconds():
         mail.close()
 
 
+def test_a_server_that_offers_idle_but_refuses_it_is_polled(mail):
+    mail.imap.refuse_idle = True
+
+    async def scenario() -> Incoming:
+        async with running(new_link(mail, poll_seconds=0.2)) as batches:
+            await wait_for(lambda: "IDLE" in mail.imap.commands)
+            mail.deliver(letter(mail.owner, "polled anyway"))
+            [incoming] = await next_batch(batches)
+            return incoming
+
+    assert asyncio.run(scenario()).text.endswith("polled anyway")
+    assert mail.imap.logins == 1  # no reconnecting over it
+
+
 def test_an_image_attachment_comes_as_a_photo_whose_bytes_the_link_downloads_even_after_a_restart(mail):
     mail.deliver(letter(mail.owner, "look at this", image=PNG,
                         attachments=[("notes.txt", "text/plain", b"line one\n")]))

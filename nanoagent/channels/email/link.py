@@ -116,6 +116,7 @@ class Imap:
         self.client = client
         self.lost = lost
         self.validity = validity
+        self.idle_refused = False
 
     @classmethod
     async def open(cls, server: MailServerConfig, folder: str, timeout: float = TIMEOUT) -> Imap:
@@ -173,7 +174,7 @@ class Imap:
 
     @property
     def idle(self) -> bool:
-        return bool(self.client.has_capability("IDLE"))
+        return bool(self.client.has_capability("IDLE")) and not self.idle_refused
 
     async def unseen(self, after: int) -> list[int]:
         response = await self.client.uid_search("UID", f"{after + 1}:*", "UNSEEN", charset=None)
@@ -205,7 +206,8 @@ class Imap:
         idle = None
         try:
             if self.idle:
-                idle = await self.client.idle_start(timeout=IDLE_RENEW)
+                idle = await self._idle_start()
+            if idle is not None:
                 waits.add(asyncio.ensure_future(self.client.wait_server_push(timeout=IDLE_RENEW + 60)))
                 await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
             else:
@@ -219,6 +221,19 @@ class Imap:
                     await asyncio.wait_for(idle, self.client.timeout)
         if self.lost.is_set():
             raise ConnectionError("IMAP connection lost")
+
+    async def _idle_start(self) -> Any:
+        """IDLE begun; None when the server refused it after offering it: this connection polls from then on."""
+        import aioimaplib
+
+        try:
+            return await self.client.idle_start(timeout=IDLE_RENEW)
+        except aioimaplib.Abort:
+            if self.lost.is_set():
+                raise ConnectionError("IMAP connection lost") from None
+            self.idle_refused = True
+            log.warning(record("email_idle_refused"))
+            return None
 
     def _check(self, response: Any, what: str) -> None:
         if self.lost.is_set():
