@@ -480,3 +480,26 @@ def test_a_server_without_starttls_is_refused_rather_than_sent_the_password_in_c
     with pytest.raises(NanoagentError, match="does not offer STARTTLS"):
         asyncio.run(CHANNEL.verify(settings))
     assert "LOGIN" not in mail.imap.commands
+
+
+def test_through_the_engine_an_answer_to_the_reply_continues_the_same_session(mail):
+    from nanoagent.providers.scripted import ScriptedProvider
+    from tests.channel_harness import running as engine_running
+    from tests.channel_harness import settled, until
+    from tests.test_channel_cases import user_texts
+
+    provider = ScriptedProvider(["First **answer**.", "Second answer."])
+
+    async def scenario() -> None:
+        async with engine_running(mail, provider) as runner:
+            mail.write(mail.owner, "first question")
+            await until(lambda: len(mail.shown(mail.owner)) == 1, "the first reply")
+            mail.write(mail.owner, "a follow-up\n\nOn Tue, bot wrote:\n> First answer.")
+            await until(lambda: len(mail.shown(mail.owner)) == 2 and settled(runner), "the second reply")
+
+    asyncio.run(scenario())
+    assert mail.shown(mail.owner) == ["First answer.", "Second answer."]
+    assert user_texts(mail.session(mail.owner)) == ["first question", "a follow-up"]
+    subjects = [r.message["Subject"] for r in mail.smtp.received]
+    assert subjects == ["Re: first question", "Re: first question"]
+    assert all(mail.imap.mailbox.seen(uid) for uid in (1, 2))

@@ -298,7 +298,7 @@ class EmailLink:
         except _imap_errors() as e:
             raise NanoagentError(f"Cannot reach the mail servers ({type(e).__name__}); check channels.email.imap "
                                  "and smtp (host, port, security).") from None
-        log.info(record("email_started", idle=self.imap.idle))
+        log.info(record("email_mailbox_open", idle=self.imap.idle))
         return self.own
 
     async def _open(self) -> Imap:
