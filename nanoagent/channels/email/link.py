@@ -290,6 +290,7 @@ class EmailLink:
         self.after = int(data.cursor.get("uid", "0") or 0)
         self.threads = {k.removeprefix("thread:"): t for k, v in data.cursor.items()
                         if k.startswith("thread:") and (t := _thread(v)) is not None}
+        self.roots = {msgid: t.references[0] for t in self.threads.values() for msgid in t.references}
         try:
             self.imap = await self._open()
             await smtp_send(self.settings.smtp, None, TIMEOUT)
@@ -409,7 +410,7 @@ class EmailLink:
     def _remember(self, thread: str, to: str, subject: str, last: str, refs: list[str]) -> None:
         """The thread as a reply to `last` needs it, kept in memory and in the state's cursor."""
         known = self.threads.get(thread)
-        if known is not None and known.last == last:
+        if known is not None and last in known.references:  # seen in this thread already (a replay after a restart)
             return
         if known is None:
             known = mail.Thread(to, subject, last, refs)
