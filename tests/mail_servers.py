@@ -389,6 +389,7 @@ class SmtpServer:
         self.user, self.password = user, password
         self.received: list[Received] = []
         self.attempts = 0  # MAIL FROM commands seen, refused ones included
+        self.logins = 0
         self.refused = 0
         self.is_down = False
         self.refuse_next = 0
@@ -408,6 +409,7 @@ class SmtpServer:
     def _authenticate(self, server: Any, session: Any, envelope: Any, mechanism: str, data: Any) -> AuthResult:
         ok = (isinstance(data, LoginPassword) and data.login.decode() == self.user
               and data.password.decode() == self.password)
+        self.logins += ok
         return AuthResult(success=ok, handled=False)  # not handled: aiosmtpd answers 535
 
     async def handle_MAIL(self, server: Any, session: Any, envelope: Any, address: str, options: list[str]) -> str:

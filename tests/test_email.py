@@ -503,3 +503,14 @@ def test_through_the_engine_an_answer_to_the_reply_continues_the_same_session(ma
     subjects = [r.message["Subject"] for r in mail.smtp.received]
     assert subjects == ["Re: first question", "Re: first question"]
     assert all(mail.imap.mailbox.seen(uid) for uid in (1, 2))
+
+
+def test_without_an_smtp_login_of_its_own_smtp_takes_the_mailboxs(mail):
+    settings = config(mail)
+    settings.smtp.user, settings.smtp.password = "", None
+    assert CHANNEL.problem(settings) is None
+    asyncio.run(CHANNEL.deliver(settings, CHANNEL.home(mail.owner), "hello"))
+    assert mail.smtp.logins == 1 and len(mail.smtp.wait(1)) == 1
+    settings.imap.password = "wrong"
+    with pytest.raises(NanoagentError, match="check channels.email.imap.user and password"):
+        asyncio.run(CHANNEL.deliver(settings, CHANNEL.home(mail.owner), "hello"))

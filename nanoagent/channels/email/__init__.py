@@ -90,7 +90,7 @@ class EmailChannel:
         try:
             imap = await Imap.open(settings.imap, settings.folder, TIMEOUT)
             await imap.close()
-            await smtp_send(settings.smtp, None, TIMEOUT)
+            await smtp_send(settings, None, TIMEOUT)
         except Refused:
             raise
         except _imap_errors() as e:
@@ -109,9 +109,7 @@ class EmailChannel:
             Question("imap.host", "IMAP server (host name)"),
             Question("imap.user", "Mailbox login (usually the address)"),
             Question("imap.password", "Mailbox password (an app password where the provider offers one)", secret=True),
-            Question("smtp.host", "SMTP server (host name)"),
-            Question("smtp.user", "SMTP login (usually the address)"),
-            Question("smtp.password", "SMTP password", secret=True),
+            Question("smtp.host", "SMTP server (host name; it takes the mailbox login unless smtp.user is set)"),
             Question("allowFrom", "Who may write (addresses or @domain, separated by commas)"),
         ]
 

@@ -70,28 +70,34 @@ class Refused(NanoagentError):
 # --- SMTP ------------------------------------------------------------------------------------------------------------
 
 
-async def smtp_send(server: MailServerConfig, msg: EmailMessage | None, timeout: float = TIMEOUT) -> None:
-    """One SMTP session: connect (TLS or STARTTLS unless `none`), log in when a user is set, send `msg` (None: only
-    check that the server takes the login). Refused for a refused login or a permanent (5xx) refusal; OSError for
+async def smtp_send(settings: EmailConfig, msg: EmailMessage | None, timeout: float = TIMEOUT) -> None:
+    """One SMTP session: connect (TLS or STARTTLS unless `none`), log in, send `msg` (None: only check that the server
+    takes the login). Without `smtp.user` it logs in with the mailbox's login when the server offers a login, and sends
+    without one when it offers none (a relay). Refused for a refused login or a permanent (5xx) refusal; OSError for
     what may pass (a connection refused, a 4xx answer)."""
     import aiosmtplib
 
+    server = settings.smtp
+    user, password = (server.user, server.password) if server.user else (settings.imap.user, settings.imap.password)
     port = server.port or (465 if server.security == "tls" else 587)
     client = aiosmtplib.SMTP(hostname=server.host, port=port, use_tls=server.security == "tls",
                              start_tls=server.security == "starttls", timeout=timeout)
     try:
         await client.connect()
         try:
-            if server.user:
-                await client.login(server.user, server.password or "")
+            if client.is_ehlo_or_helo_needed:
+                await client.ehlo()  # what the server offers, a login among it
+            if server.user or (user and client.supports_extension("auth")):
+                await client.login(user, password or "")
             if msg is not None:
                 await client.send_message(msg)
         finally:
             with contextlib.suppress(aiosmtplib.SMTPException, OSError, asyncio.TimeoutError):
                 await client.quit()
     except aiosmtplib.SMTPAuthenticationError:
-        raise Refused(f"The SMTP server {server.host} refused the login for {server.user!r}; check "
-                      "channels.email.smtp.user and password (or EMAIL_PASSWORD).") from None
+        where = "smtp" if server.user else "imap"  # without smtp.user, the mailbox's login is the one refused
+        raise Refused(f"The SMTP server {server.host} refused the login for {user!r}; check "
+                      f"channels.email.{where}.user and password (or EMAIL_PASSWORD).") from None
     except aiosmtplib.SMTPResponseException as e:
         if 400 <= e.code < 500:
             raise ConnectionError(f"SMTP {e.code}") from None
@@ -293,7 +299,7 @@ class EmailLink:
         self.roots = {msgid: t.references[0] for t in self.threads.values() for msgid in t.references}
         try:
             self.imap = await self._open()
-            await smtp_send(self.settings.smtp, None, TIMEOUT)
+            await smtp_send(self.settings, None, TIMEOUT)
         except Refused:
             raise
         except _imap_errors() as e:
@@ -483,7 +489,7 @@ class EmailLink:
         failures = 0
         while True:
             try:
-                await smtp_send(self.settings.smtp, msg, TIMEOUT)
+                await smtp_send(self.settings, msg, TIMEOUT)
                 break
             except Refused as e:
                 log.error(record("email_send_refused", error=str(e)))
@@ -569,7 +575,7 @@ async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: 
         to = thread.to if thread else place.chat
         msg = mail.compose(own, to, fmt.new_subject(chunk.plain), chunk.plain, chunk.body, thread)
         try:
-            await smtp_send(settings.smtp, msg, TIMEOUT)
+            await smtp_send(settings, msg, TIMEOUT)
         except Refused as e:
             raise DeliveryError(str(e)) from None
         except OSError as e:
