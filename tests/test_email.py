@@ -514,3 +514,14 @@ def test_without_an_smtp_login_of_its_own_smtp_takes_the_mailboxs(mail):
     settings.imap.password = "wrong"
     with pytest.raises(NanoagentError, match="check channels.email.imap.user and password"):
         asyncio.run(CHANNEL.deliver(settings, CHANNEL.home(mail.owner), "hello"))
+
+
+def test_a_command_in_a_threads_first_mail_is_read_as_a_command(mail):
+    mail.deliver(letter(mail.owner, "/status", subject="how are you doing"))
+
+    async def scenario() -> Incoming:
+        async with running(new_link(mail)) as batches:
+            [incoming] = await next_batch(batches)
+            return incoming
+
+    assert asyncio.run(scenario()).text == "/status"

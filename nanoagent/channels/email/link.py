@@ -386,8 +386,9 @@ class EmailLink:
         subject = str(msg.get("Subject") or "")
         text = mail.text_of(msg)
         first_line = text.strip().split("\n", 1)[0].strip()
-        if root == msgid and subject.strip() and subject.strip() != first_line:
-            text = f"Subject: {subject.strip()}\n\n{text}"  # a thread's first mail: its subject says what it is about
+        if root == msgid and subject.strip() not in ("", first_line) and not first_line.startswith("/"):
+            # a thread's first mail: its subject says what it is about (a command, though, is sent as it is)
+            text = f"Subject: {subject.strip()}\n\n{text}"
         others = [a for a in mail.recipients(msg) if a.lower() not in (self.own.lower(), address)]
         files = mail.files_of(msg, uid)
         if files:
