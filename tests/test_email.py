@@ -133,12 +133,15 @@ def test_a_whole_domain_in_allow_from_lets_its_senders_in_whatever_their_case(ma
     assert CHANNEL.home("@example.com") is None and CHANNEL.home("Friend@Example.com").key == "email:friend@example.com"
 
 
-def test_lists_automatic_mail_bulk_mail_and_our_own_mail_get_no_answer(mail):
+def test_lists_automatic_bulk_forged_and_our_own_mail_get_no_answer(mail):
     passed = [mail.deliver(letter(mail.owner, "digest", headers={"List-Id": "<news.example.com>"})),
               mail.deliver(letter(mail.owner, "I am away", headers={"Auto-Submitted": "auto-replied"})),
               mail.deliver(letter(mail.owner, "offer", headers={"Precedence": "bulk"})),
               mail.deliver(letter(USER, "a loop", to=USER))]
-    wanted = letter(mail.owner, "a person", headers={"Auto-Submitted": "no"})
+    passed.append(mail.deliver(letter(mail.owner, "forged", headers={
+        "Authentication-Results": "mx.example.org; spf=fail smtp.mailfrom=example.com; dkim=none; dmarc=fail"})))
+    wanted = letter(mail.owner, "a person", headers={
+        "Auto-Submitted": "no", "Authentication-Results": "mx.example.org; spf=pass; dkim=pass; dmarc=pass"})
     mail.deliver(wanted)
 
     async def scenario() -> list[Incoming]:

@@ -59,7 +59,27 @@ def ignored(msg: Message, own: str) -> str | None:
         return "own_address"
     if address.split("@")[0] in ("mailer-daemon", "postmaster") or msg.get_content_type() == "multipart/report":
         return "bounce"
+    if forged(msg):
+        return "failed_authentication"
     return None
+
+
+RESULT = re.compile(r"\b(dmarc|dkim|spf)\s*=\s*([a-z]+)", re.I)
+
+
+def forged(msg: Message) -> bool:
+    """Did the receiving server find the sender forged? Its `Authentication-Results` (the topmost one, which it adds)
+    saying DMARC failed, or SPF failed with no DKIM signature passing. Only failures are believed: a sender can write
+    a header saying "pass" where the server adds none, but gains nothing by writing "fail"."""
+    headers = msg.get_all("Authentication-Results") or []
+    if not headers:
+        return False
+    results: dict[str, set[str]] = {}
+    for method, result in RESULT.findall(str(headers[0])):
+        results.setdefault(method.lower(), set()).add(result.lower())
+    if "fail" in results.get("dmarc", set()):
+        return True
+    return bool(results.get("spf", set()) & {"fail"}) and "pass" not in results.get("dkim", set())
 
 
 ADDRESS = re.compile(r"[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+")
