@@ -248,9 +248,11 @@ class Imap:
             raise ConnectionError(f"IMAP {what} {response.result}")
 
     async def close(self) -> None:
-        with contextlib.suppress(Exception):
-            if not self.lost.is_set() and self.client.get_state() in ("AUTH", "SELECTED"):
-                await asyncio.wait_for(self.client.logout(), 5)
+        protocol = self.client.protocol
+        busy = protocol.pending_sync_command is not None or any(protocol.pending_async_commands.values())
+        with contextlib.suppress(Exception):  # a polite LOGOUT when the connection is free; else it is just closed
+            if not busy and not self.lost.is_set() and self.client.get_state() in ("AUTH", "SELECTED"):
+                await asyncio.wait_for(self.client.logout(), 2)
         transport = getattr(self.client.protocol, "transport", None)
         if transport is not None:
             transport.close()
