@@ -528,3 +528,15 @@ def test_a_command_in_a_threads_first_mail_is_read_as_a_command(mail):
             return incoming
 
     assert asyncio.run(scenario()).text == "/status"
+
+
+def test_a_huge_mail_is_cut_with_a_note_saying_how_much_was_left_out(mail):
+    mail.deliver(letter(mail.owner, "x" * 60_000))
+
+    async def scenario() -> Incoming:
+        async with running(new_link(mail)) as batches:
+            [incoming] = await next_batch(batches)
+            return incoming
+
+    text = asyncio.run(scenario()).text
+    assert text.endswith("[the rest of the mail, 10,000 characters, was left out]") and len(text) < 50_100

@@ -25,6 +25,7 @@ NAME = "email"
 MSGID = re.compile(r"<[^<>\s]+>")
 MAX_REFERENCES = 20  # references a reply carries: the root and the latest ones
 BULK = frozenset({"bulk", "list", "junk"})
+MAX_TEXT = 50_000  # characters of a mail's text the model reads
 
 
 def thread_hash(root: str) -> str:
@@ -157,7 +158,10 @@ def text_of(msg: EmailMessage) -> str:
     text = str(content).replace("\r\n", "\n")
     if body.get_content_type() == "text/html":
         text = fmt.html_text(text)
-    return fmt.without_quote(text)
+    text = fmt.without_quote(text)
+    if len(text) > MAX_TEXT:  # kept in the channel's inbox file and sent to the model whole: bounded
+        text = text[:MAX_TEXT] + f"\n[the rest of the mail, {len(text) - MAX_TEXT:,} characters, was left out]"
+    return text
 
 
 def files_of(msg: EmailMessage, uid: int) -> list[FileIn]:
