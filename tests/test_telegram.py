@@ -694,6 +694,36 @@ def test_the_component_says_whether_it_is_connected_and_as_whom(api):
     assert wrong.health.startswith("failing: Telegram rejected the bot token")
 
 
+def test_the_components_health_says_failing_while_the_bot_api_is_down_and_connected_once_it_is_back(api,
+                                                                                                        channel_log):
+    paths = Paths.from_env()
+    hub = Hub(build_agent(Config(), paths, provider=ScriptedProvider([])))
+    component = channel_component(CHANNEL, TelegramConfig(enabled=True, token=api.token, api_base=api.url), paths,
+                                  hub, TIMING)
+    seen: list[str] = []
+
+    async def scenario():
+        task = asyncio.create_task(component.run())
+        try:
+            await until(lambda: component.health == "connected as @nano_test_bot", "connected")
+            api.down()  # the long poll in flight is dropped, and every call after it refused
+            await until(lambda: component.health.startswith("failing: "), "the health to say failing")
+            seen.append(component.health)
+            api.up()
+            await until(lambda: component.health == "connected as @nano_test_bot", "connected again")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(scenario())
+    [failing] = seen
+    assert failing.startswith("failing: Telegram's Bot API unreachable: ")
+    assert len(failing) > len("failing: Telegram's Bot API unreachable: ")  # the reason, not only that it failed
+    assert api.token not in failing and api.token.partition(":")[2] not in failing
+    assert all(api.token not in r for r in channel_log)
+
+
 def test_a_delivery_outside_the_gateway_is_telegram_html_through_the_same_client(api):
     settings = TelegramConfig(enabled=True, token=api.token, api_base=api.url)
     api.fail("sendMessage", 429, "Too Many Requests: retry after 0.3", retry_after=0.3)

@@ -18,6 +18,7 @@ of its own; chats do not wait for each other.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import hashlib
 import json
 import logging
@@ -75,6 +76,8 @@ class ChannelRunner:
         self.inbox = Inbox(self.state)
         self.log = logging.getLogger(f"nanoagent.channels.{channel.name}")
         self.component: Component | None = None
+        self.bot = ""  # who the link signed in as, this run
+        self.problem: str | None = None  # what the link last reported failing, until a call succeeds
 
     def record(self, event: str, **fields: Any) -> str:
         """A structured log line: the event and its fields; never message contents or a token."""
@@ -84,11 +87,23 @@ class ChannelRunner:
         if self.component is not None:
             self.component.health = text
 
+    def report(self, problem: str | None) -> None:
+        """The link's word on its calls (`Timing.report`): "failing: <problem>" while they fail, "connected as
+        @bot" again once one succeeds."""
+        if problem == self.problem:
+            return
+        self.problem = problem
+        health = f"failing: {problem}" if problem else f"connected as {self.bot}" if self.bot else ""
+        self.log.log(logging.WARNING if problem else logging.INFO, self.record("health", health=health))
+        self.health(health)
+
     async def run(self) -> None:
         # httpx logs each URL at INFO: an app's URLs may hold its token
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        self.bot, self.problem = "", None
         try:
-            await _Run(self, self.channel.link(self.settings, self.paths, self.timing)).run()
+            link = self.channel.link(self.settings, self.paths, dataclasses.replace(self.timing, report=self.report))
+            await _Run(self, link).run()
         except NanoagentError as e:  # ours say what to fix, and hold no token or message
             self.log.error(self.record("failed", error=str(e)))
             self.health(f"failing: {e}")
@@ -117,7 +132,8 @@ class _Run:
 
     async def run(self) -> None:
         try:
-            bot = await self.link.connect()
+            bot = self.runner.bot = await self.link.connect()
+            self.runner.problem = None
             self.runner.health(f"connected as {bot}")
             self.log.info(self.runner.record("started", bot=bot))
             async with self.group:
