@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
+import inspect
 import json
 import os
 import re
@@ -199,6 +200,25 @@ def test_an_image_reaches_the_model_as_an_image(stand_in):
     images = [b for b in last["content"] if isinstance(b, dict) and b.get("type") == "image_data"]
     assert [base64.b64decode(b["data"]) for b in images] == [PNG]
     assert "what is this?" in text_of(last)
+
+
+def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
+    if "file" not in inspect.signature(stand_in.write).parameters:
+        pytest.skip(f"the {stand_in.channel} stand-in cannot attach a file yet")
+    provider = ScriptedProvider(["Two lines."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "how long is it?", file=("notes.txt", b"alpha\nbeta\n"))
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Two lines."], "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
+    assert asked == ('<attached_file name="notes.txt">\nThe user attached this file.\n\nalpha\nbeta\n</attached_file>'
+                     "\n\nhow long is it?")  # as `nanoagent agent -a notes.txt` marks it
+    assert not (Paths.from_env().workspace / "media").exists()
 
 
 def test_stop_mid_turn_ends_the_turn(stand_in):
