@@ -15,6 +15,7 @@ import os
 import re
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -23,9 +24,10 @@ from nanoagent.channels import registry
 from nanoagent.channels.state import state_file
 from nanoagent.messages import is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
+from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
-from tests.channel_harness import Slow, StandIn, running, settled, until
+from tests.channel_harness import TIMING, Slow, StandIn, running, settled, until
 from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, wait_until, write_config
 from tests.llm_server import Reply
 
@@ -146,6 +148,42 @@ def test_a_reply_streams_by_editing_where_the_app_edits(stand_in):
 
     asyncio.run(scenario())
     assert (stand_in.edits() > 0) == channel.edits
+
+
+class FirstWordThenHold(ScriptedProvider):
+    """Streams the first word of its reply, then holds the rest until `hold` is set; `first` is when it gave it."""
+
+    def __init__(self, reply: str, hold: asyncio.Event):
+        super().__init__([reply])
+        self.hold = hold
+        self.first = 0.0
+
+    async def stream(self, request):  # type: ignore[no-untyped-def]
+        async for event in super().stream(request):
+            yield event
+            if isinstance(event, TextDelta) and not self.first:
+                self.first = time.monotonic()
+                await self.hold.wait()
+
+
+def test_a_replys_first_message_is_sent_at_the_first_token_not_after_the_edit_interval(stand_in):
+    if not registry.get(stand_in.channel).edits:
+        pytest.skip(f"{stand_in.channel} sends only the finished reply")
+    interval = 600.0  # far past the wait below: a first message held for the interval would never come
+
+    async def scenario():
+        provider = FirstWordThenHold("Thinking about it for a while.", asyncio.Event())
+        async with running(stand_in, provider, timing=replace(TIMING, interval=interval)):
+            stand_in.write(stand_in.owner, "a hard one")
+            await until(lambda: stand_in.shown(stand_in.owner), "the reply's first message")
+            arrived = time.monotonic() - provider.first
+            shown = stand_in.shown(stand_in.owner)
+            provider.hold.set()
+        return arrived, shown
+
+    arrived, shown = asyncio.run(scenario())
+    assert [text.strip() for text in shown] == ["Thinking"]  # the first word alone: the rest was not streamed yet
+    assert arrived < 10  # one call to the app, on a busy machine; not the 600 s interval
 
 
 def test_a_rate_limit_is_waited_out_as_long_as_the_app_says(stand_in):
