@@ -429,13 +429,14 @@ class StandIn:
         return {"enabled": True, "token": self.api.token, "allowFrom": [self.owner], "apiBase": self.api.url}
 
     def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
-              file: tuple[str, bytes] | None = None) -> str:
+              file: tuple[str, str, bytes] | None = None) -> str:
         where: dict[str, Any] = {} if private else {"chat_id": self.group, "chat_type": "supergroup"}
         if not private:
             text = f"@{BOT['username']} {text}"
         if image is None and file is None:
             return str(self.api.message(text, user_id=int(user), **where))
-        return str(self.api.message(caption=text, user_id=int(user), photo=image, document=file, **where))
+        document = (file[0], file[2]) if file is not None else None  # Telegram states no type for a document here
+        return str(self.api.message(caption=text, user_id=int(user), photo=image, document=document, **where))
 
     def shown(self, user: str) -> list[str]:
         return self.api.texts(int(user))

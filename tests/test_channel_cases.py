@@ -247,7 +247,7 @@ def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
 
     async def scenario():
         async with running(stand_in, provider) as runner:
-            stand_in.write(stand_in.owner, "how long is it?", file=("notes.txt", b"alpha\nbeta\n"))
+            stand_in.write(stand_in.owner, "how long is it?", file=("notes.txt", "text/plain", b"alpha\nbeta\n"))
             await until(lambda: stand_in.shown(stand_in.owner) == ["Two lines."], "the reply")
             await until(lambda: settled(runner), "the inbox to empty")
 
