@@ -147,7 +147,7 @@ class BotAPI:
                                 {"file_id": big, "file_unique_id": big + "u", "width": 99, "height": 99,
                                  "file_size": len(photo)}]
         if document is not None:
-            file_id = self.add_file("documents/file_3", document[1])
+            file_id = self.add_file(f"documents/file_{len(self.files)}", document[1])  # a path of its own
             message["document"] = {"file_id": file_id, "file_unique_id": file_id + "u", "file_name": document[0],
                                    "file_size": file_size or len(document[1])}
         if voice is not None:
@@ -428,14 +428,15 @@ class StandIn:
     def settings(self) -> dict[str, Any]:
         return {"enabled": True, "token": self.api.token, "allowFrom": [self.owner], "apiBase": self.api.url}
 
-    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None) -> str:
-        if private:
-            return str(self.api.message(caption=text, user_id=int(user), photo=image) if image is not None
-                       else self.api.message(text, user_id=int(user)))
-        text = f"@{BOT['username']} {text}"
-        return str(self.api.message(caption=text, user_id=int(user), chat_id=self.group, chat_type="supergroup",
-                                    photo=image) if image is not None
-                   else self.api.message(text, user_id=int(user), chat_id=self.group, chat_type="supergroup"))
+    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
+              file: tuple[str, str, bytes] | None = None) -> str:
+        where: dict[str, Any] = {} if private else {"chat_id": self.group, "chat_type": "supergroup"}
+        if not private:
+            text = f"@{BOT['username']} {text}"
+        if image is None and file is None:
+            return str(self.api.message(text, user_id=int(user), **where))
+        document = (file[0], file[2]) if file is not None else None  # Telegram states no type for a document here
+        return str(self.api.message(caption=text, user_id=int(user), photo=image, document=document, **where))
 
     def shown(self, user: str) -> list[str]:
         return self.api.texts(int(user))

@@ -9,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
+import inspect
 import json
 import os
 import re
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
@@ -22,9 +24,10 @@ from nanoagent.channels import registry
 from nanoagent.channels.state import state_file
 from nanoagent.messages import is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
+from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
-from tests.channel_harness import Slow, StandIn, running, settled, until
+from tests.channel_harness import TIMING, Slow, StandIn, running, settled, until
 from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, wait_until, write_config
 from tests.llm_server import Reply
 
@@ -153,6 +156,42 @@ def test_a_reply_streams_by_editing_where_the_app_edits(stand_in):
     assert (stand_in.edits() > 0) == channel.edits
 
 
+class FirstWordThenHold(ScriptedProvider):
+    """Streams the first word of its reply, then holds the rest until `hold` is set; `first` is when it gave it."""
+
+    def __init__(self, reply: str, hold: asyncio.Event):
+        super().__init__([reply])
+        self.hold = hold
+        self.first = 0.0
+
+    async def stream(self, request):  # type: ignore[no-untyped-def]
+        async for event in super().stream(request):
+            yield event
+            if isinstance(event, TextDelta) and not self.first:
+                self.first = time.monotonic()
+                await self.hold.wait()
+
+
+def test_a_replys_first_message_is_sent_at_the_first_token_not_after_the_edit_interval(stand_in):
+    if not registry.get(stand_in.channel).edits:
+        pytest.skip(f"{stand_in.channel} sends only the finished reply")
+    interval = 600.0  # far past the wait below: a first message held for the interval would never come
+
+    async def scenario():
+        provider = FirstWordThenHold("Thinking about it for a while.", asyncio.Event())
+        async with running(stand_in, provider, timing=replace(TIMING, interval=interval)):
+            stand_in.write(stand_in.owner, "a hard one")
+            await until(lambda: stand_in.shown(stand_in.owner), "the reply's first message")
+            arrived = time.monotonic() - provider.first
+            shown = stand_in.shown(stand_in.owner)
+            provider.hold.set()
+        return arrived, shown
+
+    arrived, shown = asyncio.run(scenario())
+    assert [text.strip() for text in shown] == ["Thinking"]  # the first word alone: the rest was not streamed yet
+    assert arrived < 10  # one call to the app, on a busy machine; not the 600 s interval
+
+
 def test_a_rate_limit_is_waited_out_as_long_as_the_app_says(stand_in):
     wait = 0.5
 
@@ -205,6 +244,25 @@ def test_an_image_reaches_the_model_as_an_image(stand_in):
     images = [b for b in last["content"] if isinstance(b, dict) and b.get("type") == "image_data"]
     assert [base64.b64decode(b["data"]) for b in images] == [PNG]
     assert "what is this?" in text_of(last)
+
+
+def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
+    if "file" not in inspect.signature(stand_in.write).parameters:
+        pytest.skip(f"the {stand_in.channel} stand-in cannot attach a file yet")
+    provider = ScriptedProvider(["Two lines."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "how long is it?", file=("notes.txt", "text/plain", b"alpha\nbeta\n"))
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Two lines."], "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
+    assert asked == ('<attached_file name="notes.txt">\nThe user attached this file.\n\nalpha\nbeta\n</attached_file>'
+                     "\n\nhow long is it?")  # as `nanoagent agent -a notes.txt` marks it
+    assert not (Paths.from_env().workspace / "media").exists()
 
 
 def test_stop_mid_turn_ends_the_turn(stand_in):
