@@ -13,7 +13,7 @@ from pathlib import Path
 from nanoagent.fsutil import atomic_write
 from nanoagent.paths import PROTECTED_FILES, is_protected
 from nanoagent.resources import skills_dir
-from nanoagent.tools.base import FunctionTool, ToolContext, ToolError, tool
+from nanoagent.tools.base import FunctionTool, ToolContext, ToolError, current_turn, tool
 
 MAX_LINE_CHARS = 2000
 MAX_LIST = 1000
@@ -38,6 +38,9 @@ def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Pat
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
         candidate = ctx.workspace / candidate
+    for alias, target in current_turn.get().aliases:
+        if os.path.normpath(candidate) == os.path.normpath(ctx.workspace / alias):
+            candidate = ctx.workspace / target
     if ctx.restrict_to_workspace:
         real = Path(os.path.realpath(candidate))  # follows symlinks, even when the tail does not exist yet
         if not _inside(real, _allowed_roots(ctx, read_only)):
