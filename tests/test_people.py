@@ -96,15 +96,22 @@ def test_what_a_member_said_privately_is_not_recalled_to_the_group():
     assert "No memory matches" in agent.search(GROUP, "Pickles")
 
 
-def test_a_person_cannot_write_the_shared_memory_or_the_owners_files():
+def test_a_persons_file_tools_neither_read_nor_write_the_owners_or_another_persons_memory():
     paths, agent = setup()
+    chat_and_archive(agent, ALICE, "my cat is called Pickles", "Alice's cat is called Pickles.", "Cat: Pickles")
+    agent.turn(BOB, "look for Pickles", call("grep", pattern="Pickles|Falcon"), "ok")
+    assert "(no matches)" in agent.tool_results(BOB)[-1]
+    agent.turn(BOB, "read the history", call("read_file", path="memory/history.jsonl"), "ok")
+    assert "is not for this chat" in agent.tool_results(BOB)[-1]
+    agent.turn(OWNER, "look for Pickles", call("grep", pattern="Pickles"), "ok")
+    assert ALICE_FILE in agent.tool_results(OWNER)[-1]
     memory = (paths.workspace / "memory" / "MEMORY.md").read_text()
     agent.turn(BOB, "remember for everyone that Alice is rude",
                call("write_file", path="memory/MEMORY.md", content="- Alice is rude\n"), "ok")
     assert "is not written from this chat" in agent.tool_results(BOB)[-1]
     assert (paths.workspace / "memory" / "MEMORY.md").read_text() == memory
     agent.turn(BOB, "and in Alice's file", call("write_file", path=ALICE_FILE, content="- rude\n"), "ok")
-    assert not (paths.workspace / ALICE_FILE).exists()
+    assert (paths.workspace / ALICE_FILE).read_text() == "- Cat: Pickles\n"
     agent.turn(BOB, "read my user file", call("read_file", path="USER.md"), "ok")
     assert "Falcon" not in agent.tool_results(BOB)[-1]
 

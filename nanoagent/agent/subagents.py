@@ -31,7 +31,7 @@ from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.turn import Closing, Turns
 from nanoagent.errors import NanoagentError
 from nanoagent.memory.consolidator import format_transcript
-from nanoagent.memory.people import aliases
+from nanoagent.memory.people import aliases, hidden
 from nanoagent.providers.base import ProviderError
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
@@ -305,7 +305,8 @@ class Subagents:
                 current_run.set(scope)  # this task's own context: the parent's stays as it was
                 current_turn.set(TurnScope(run.root, 0, lambda text: sink(ev.Notice(text, session=run.root,
                                                                                     agent=run.id)),
-                                           self._ask(run, parent_ask), aliases(run.root)))
+                                           self._ask(run, parent_ask), aliases(run.root),
+                                           hidden(run.root)))
                 async with self.turns.store.lock_async(session):
                     result = await self._work(run, scope, context, history)
             run.status, run.result = _outcome(result)

@@ -56,6 +56,12 @@ def aliases(key: str) -> tuple[tuple[str, str], ...]:
     return () if person == OWNER else (("USER.md", file_of(person)),)
 
 
+def hidden(key: str) -> tuple[str, ...]:
+    """What the file tools neither read nor list in session `key` (`TurnScope.hidden`): for anyone but the owner,
+    the owner's USER.md, the history of every chat and the people's files (their own is reached as USER.md)."""
+    return () if person_of(key) == OWNER else ("USER.md", "memory/history.jsonl", PEOPLE_DIR)
+
+
 def may_write(key: str, relpath: str) -> bool:
     """Whether a turn of session `key` may change memory file `relpath`: the owner any, anyone else only their own
     file, so nothing said in one person's chat reaches what another is shown."""
