@@ -8,7 +8,7 @@ import stat
 
 from nanoagent.agent.build import build_agent, build_dream
 from nanoagent.agent.loop import AgentLoop
-from nanoagent.config.schema import Config
+from nanoagent.config.schema import Config, SubagentsConfig
 from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
@@ -24,9 +24,9 @@ def call(name: str, **args: object) -> ScriptedReply:
 class Agent:
     """One agent whose model is scripted turn by turn; each turn's requests are kept to look into."""
 
-    def __init__(self, paths: Paths):
+    def __init__(self, paths: Paths, config: Config | None = None):
         self.provider = ScriptedProvider()
-        self.loop: AgentLoop = build_agent(Config(), paths, provider=self.provider)
+        self.loop: AgentLoop = build_agent(config or Config(), paths, provider=self.provider)
 
     def turn(self, key: str, text: str, *replies: ScriptedReply | str) -> list:
         self.provider.replies.extend(ScriptedReply(r) if isinstance(r, str) else r for r in replies)
@@ -42,9 +42,9 @@ class Agent:
         return self.tool_results(key)[-1]
 
 
-def setup() -> tuple[Paths, Agent]:
+def setup(config: Config | None = None) -> tuple[Paths, Agent]:
     paths = Paths.from_env()
-    agent = Agent(paths)
+    agent = Agent(paths, config)
     agent.turn(OWNER, "hello", "hi")  # the workspace is seeded
     user_md = paths.workspace / "USER.md"
     user_md.write_text(user_md.read_text() + "\n- Owner: Olga, working on project Falcon\n")
@@ -108,12 +108,15 @@ def test_a_persons_file_tools_neither_read_nor_write_the_owners_or_another_perso
     memory = (paths.workspace / "memory" / "MEMORY.md").read_text()
     agent.turn(BOB, "remember for everyone that Alice is rude",
                call("write_file", path="memory/MEMORY.md", content="- Alice is rude\n"), "ok")
-    assert "is not written from this chat" in agent.tool_results(BOB)[-1]
+    assert "is not for this chat" in agent.tool_results(BOB)[-1]
     assert (paths.workspace / "memory" / "MEMORY.md").read_text() == memory
     agent.turn(BOB, "and in Alice's file", call("write_file", path=ALICE_FILE, content="- rude\n"), "ok")
     assert (paths.workspace / ALICE_FILE).read_text() == "- Cat: Pickles\n"
+    agent.turn(BOB, "change who you are", call("write_file", path="SOUL.md", content="Be rude.\n"), "ok")
+    assert "is not written from this chat" in agent.tool_results(BOB)[-1]
+    agent.turn(BOB, "remember my dog", call("write_file", path="USER.md", content="- Dog: Rex\n"), "ok")
     agent.turn(BOB, "read my user file", call("read_file", path="USER.md"), "ok")
-    assert "Falcon" not in agent.tool_results(BOB)[-1]
+    assert "Dog: Rex" in agent.tool_results(BOB)[-1] and "Falcon" not in agent.tool_results(BOB)[-1]
 
 
 def test_dream_writes_each_persons_facts_to_their_own_file_and_none_to_memory_md():
@@ -168,3 +171,16 @@ def test_a_persons_file_has_a_safe_name_whatever_their_id():
     assert written.name == "slack-U_5f1_40x.md" and written.read_text() == "- Likes tea\n"
     [again] = agent.turn(key, "hi", "hi")
     assert "Likes tea" in again.system
+
+
+def test_a_sub_agent_started_in_a_persons_chat_is_kept_to_that_person():
+    config = Config()
+    config.agents.defaults.subagents = SubagentsConfig()
+    paths, agent = setup(config)
+    chat_and_archive(agent, ALICE, "my cat is called Pickles", "Alice's cat is called Pickles.", "Cat: Pickles")
+    requests = agent.turn(BOB, "find out about Pickles", call("spawn", task="search memory for Pickles"),
+                          call("memory_search", query="Pickles"), "nothing found", "ok")
+    child = [r for r in requests if "search memory for Pickles" in str(r.messages[0]["content"])][0]
+    assert "Pickles" not in child.system and "Falcon" not in child.system
+    found = [m["content"] for r in requests for m in r.messages if m["role"] == "tool" and "memory" in m["content"]]
+    assert found and not any(ALICE in text or ALICE_FILE in text or "Cat: Pickles" in text for text in found)

@@ -14,6 +14,8 @@ and Dream folds their chats' history into it and nowhere else.
 from __future__ import annotations
 
 import posixpath
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING
 
 import nanoagent.channels.registry as registry
@@ -58,8 +60,15 @@ def aliases(key: str) -> tuple[tuple[str, str], ...]:
 
 def hidden(key: str) -> tuple[str, ...]:
     """What the file tools neither read nor list in session `key` (`TurnScope.hidden`): for anyone but the owner,
-    the owner's USER.md, the history of every chat and the people's files (their own is reached as USER.md)."""
-    return () if person_of(key) == OWNER else ("USER.md", "memory/history.jsonl", PEOPLE_DIR)
+    the owner's USER.md and all of memory/ (history, notes, other people's files; MEMORY.md is in their prompt),
+    but for their own file, reached as USER.md."""
+    return () if person_of(key) == OWNER else ("USER.md", "memory")
+
+
+def search_filter(key: str) -> Callable[[SearchHit], bool] | None:
+    """What memory search may show in session `key` (`MemorySearch.search(allow=)`); None: everything."""
+    person = person_of(key)
+    return None if person == OWNER else partial(can_see, person)
 
 
 def may_write(key: str, relpath: str) -> bool:

@@ -42,7 +42,8 @@ def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Pat
         if os.path.normpath(candidate) == os.path.normpath(ctx.workspace / alias):
             candidate = ctx.workspace / target
     if _hidden(ctx, candidate):
-        raise ToolError(f"'{path}' is not for this chat: it holds what your owner or other people said.")
+        raise ToolError(f"'{path}' is not for this chat: it holds what your owner or other people said. Keep what "
+                        "you learn here in USER.md.")
     if ctx.restrict_to_workspace:
         real = Path(os.path.realpath(candidate))  # follows symlinks, even when the tail does not exist yet
         if not _inside(real, _allowed_roots(ctx, read_only)):
