@@ -79,7 +79,8 @@ CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight of the very top ranks
 # SQLite errors that mean the index's place is unusable (a directory, read-only, full): removing it is the fix.
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
-MAX_FILTERED = 2000  # a filtered search looks at most this many of the best matches
+FILTERED_FIRST = 256  # a filtered search first asks the ranking for this many matches, then eight times more
+MAX_FILTERED = 2000  # and looks at most at this many of the best
 TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 
 
@@ -208,14 +209,14 @@ class MemorySearch:
         """The best `limit` matches for `query`, best first. Any text is a valid query; none raises. With `allow`,
         only hits it accepts (the ranking is asked for more until `limit` of them or no more matches).
         Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
-        if allow is not None:
-            wanted = limit
+        if allow is not None:  # ranking costs about the same for 8 or 256 (every match is scored): ask for more
+            wanted = max(limit, FILTERED_FIRST)
             while True:
                 hits = self.search(query, wanted)
                 kept = [h for h in hits if allow(h)]
                 if len(kept) >= limit or len(hits) < wanted or wanted >= MAX_FILTERED:
                     return kept[:limit]
-                wanted = min(wanted * 4, MAX_FILTERED)
+                wanted = min(wanted * 8, MAX_FILTERED)
         with self._lock, self._explained():
             try:
                 return self._search(query, limit)
