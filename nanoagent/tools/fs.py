@@ -64,9 +64,9 @@ def _hidden(ctx: ToolContext, path: Path) -> bool:
     real = Path(os.path.realpath(path))
     if not _inside(real, (root,)):
         return False
-    rel = real.relative_to(root).as_posix()
-    return rel not in {target for _, target in turn.aliases} and any(
-        rel == h or rel.startswith(f"{h}/") for h in turn.hidden)
+    rel = real.relative_to(root).as_posix().casefold()  # a case-insensitive file system has other names for it
+    return rel not in {target.casefold() for _, target in turn.aliases} and any(
+        rel == h.casefold() or rel.startswith(f"{h.casefold()}/") for h in turn.hidden)
 
 
 def _allowed_roots(ctx: ToolContext, read_only: bool) -> tuple[Path, ...]:
