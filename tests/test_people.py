@@ -9,6 +9,7 @@ import stat
 from nanoagent.agent.build import build_agent, build_dream
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.config.schema import Config, SubagentsConfig
+from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
@@ -169,6 +170,8 @@ def test_a_persons_file_has_a_safe_name_whatever_their_id():
     agent.turn(key, "remember me", call("write_file", path="USER.md", content="- Likes tea\n"), "ok")
     [written] = (paths.workspace / "memory" / "people").iterdir()
     assert written.name == "slack-U_5f1_40x.md" and written.read_text() == "- Likes tea\n"
+    newest = MemoryGit(paths.workspace, paths.memory_git_dir).log(1)[0]  # recorded like USER.md, undoable
+    assert newest.author == "agent" and newest.files == ("memory/people/slack-U_5f1_40x.md",)
     [again] = agent.turn(key, "hi", "hi")
     assert "Likes tea" in again.system
 
