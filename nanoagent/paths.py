@@ -11,8 +11,11 @@ from pathlib import Path
 from nanoagent.records import Frozen, lean_dataclass
 
 # The workspace's long-term memory: what Dream edits, git records and search indexes.
-MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md
+MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md and people file
 SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
+# What the agent knows about one person other than the owner (memory/people.py names them): `<channel>-<id>.md`.
+PEOPLE_DIR = "memory/people"
+PERSON_FILE = re.compile(r"memory/people/[^/.][^/]*\.md")
 
 
 # Files nanoagent alone writes: the agent's tools and commands may read them, never change them.
@@ -23,8 +26,24 @@ PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_curs
 
 
 def is_memory_file(relpath: str) -> bool:
-    """True for a workspace-relative path of long-term memory: MEMORY_FILES or a skill's SKILL.md."""
-    return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None
+    """True for a workspace-relative path of long-term memory: MEMORY_FILES, a skill's SKILL.md or a person's file."""
+    return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None or is_person_file(relpath)
+
+
+def is_person_file(relpath: str) -> bool:
+    return PERSON_FILE.fullmatch(relpath) is not None
+
+
+def memory_files_on_disk(workspace: Path) -> list[str]:
+    """MEMORY_FILES, then the skills' SKILL.md and the people files that exist (links included: callers decide)."""
+    found = list(MEMORY_FILES)
+    skills = workspace / "skills"
+    if skills.is_dir():
+        found += [f"skills/{d.name}/SKILL.md" for d in sorted(skills.iterdir())]
+    people = workspace / PEOPLE_DIR
+    if people.is_dir():
+        found += [rel for p in sorted(people.iterdir()) if is_person_file(rel := f"{PEOPLE_DIR}/{p.name}")]
+    return found
 
 
 def is_protected(relpath: str) -> bool:

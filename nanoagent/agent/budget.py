@@ -49,8 +49,9 @@ class PromptBudget:
     def used(self, session: Session, model: str) -> int:
         """The prompt the next turn would send, in tokens, measured as the turn measures it (/status)."""
         if self.consolidator is None:
-            return self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed())
-        return self.consolidator.prompt_tokens(session, self.fixed(self.context.system_prompt()), model)
+            return self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed(),
+                                              session.key)
+        return self.consolidator.prompt_tokens(session, self.fixed(self.context.system_prompt(session.key)), model)
 
     def turn(self, session: Session, model: str) -> TurnBudget:
         return TurnBudget(self, session, model)
@@ -73,12 +74,12 @@ class TurnBudget:
         """Before the turn's first call (its user message stored): archive old turns if the prompt would outgrow
         the budget, and say what to send."""
         consolidator, session = self.owner.consolidator, self.session
-        system = self.owner.context.system_prompt()
+        system = self.owner.context.system_prompt(self.session.key)
         if consolidator is None:
             self.prompt = Prompt(system, session.last_consolidated)
             return self.prompt
         if await consolidator.maybe_consolidate(session, self.owner.fixed(system), self.model):
-            system = self.owner.context.system_prompt()  # the archive added to the recent history
+            system = self.owner.context.system_prompt(self.session.key)  # the archive added to the recent history
         return self._send(system)
 
     async def shrink(self) -> Prompt | None:
@@ -87,10 +88,10 @@ class TurnBudget:
         consolidator = self.owner.consolidator
         if consolidator is None:
             return None
-        system = self.prompt.system if self.prompt is not None else self.owner.context.system_prompt()
+        system = self.prompt.system if self.prompt is not None else self.owner.context.system_prompt(self.session.key)
         if not await consolidator.consolidate_overflow(self.session, self.owner.fixed(system), self.model):
             return None
-        return self._send(self.owner.context.system_prompt())  # the archive added to the recent history
+        return self._send(self.owner.context.system_prompt(self.session.key))  # the archive added to the recent history
 
     async def settle(self) -> None:
         """After the turn: near the budget, archive now rather than at the start of the next turn."""

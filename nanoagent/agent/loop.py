@@ -31,6 +31,7 @@ from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
 from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
+from nanoagent.memory.people import aliases, hidden
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
@@ -155,12 +156,13 @@ class AgentLoop:
             if self.mcp is not None:
                 await self.mcp.prepare()  # servers whose tools are not cached yet
             prompt = await budget.fit()
-            current_turn.set(TurnScope(session.key, prompt.visible, notify, ask))
+            current_turn.set(dataclasses.replace(current_turn.get(), visible_from=prompt.visible))
             return self.turns.spec(session.key, prompt.system, self._request(session, prompt.visible, model), model,
                                    self.context.tools, injections=injections,
                                    shrink=self._shrinker(budget) if budget.can_shrink else None)
 
-        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask))
+        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(session.key),
+                                           hidden(session.key)))
         run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
         try:
             result = await self.turns.run(session, user, model, prepare, sink,

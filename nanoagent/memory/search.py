@@ -69,16 +69,18 @@ from nanoagent.memory.search_text import (
     needles,
     split_cjk_edges,
 )
-from nanoagent.paths import MEMORY_FILES, Paths
+from nanoagent.paths import MEMORY_FILES, Paths, is_person_file, memory_files_on_disk
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
 
-SCHEMA_VERSION = 2  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight of the very top ranks
 # SQLite errors that mean the index's place is unusable (a directory, read-only, full): removing it is the fix.
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
+FILTERED_FIRST = 256  # a filtered search first asks the ranking for this many matches, then eight times more
+MAX_FILTERED = 2000  # and looks at most at this many of the best
 TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 
 
@@ -91,7 +93,7 @@ class SourceKind(StrEnum):
 @dataclass(frozen=True)
 class SearchHit:
     kind: SourceKind
-    ref: str  # the file relative to the workspace, "history", or the session key
+    ref: str  # the file relative to the workspace, or the session key (of a history entry: the session it came from)
     start: int  # first line of a file chunk, the history cursor, or the message's index in the session
     end: int  # last line of a file chunk; equal to start otherwise
     timestamp: str  # history entries only
@@ -203,9 +205,18 @@ class MemorySearch:
     def _sessions(self) -> SessionStore:
         return SessionStore(self.paths.sessions_dir)
 
-    def search(self, query: str, limit: int = 8) -> list[SearchHit]:
-        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises.
+    def search(self, query: str, limit: int = 8, allow: Callable[[SearchHit], bool] | None = None) -> list[SearchHit]:
+        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises. With `allow`,
+        only hits it accepts (the ranking is asked for more until `limit` of them or no more matches).
         Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
+        if allow is not None:  # ranking costs about the same for 8 or 256 (every match is scored): ask for more
+            wanted = max(limit, FILTERED_FIRST)
+            while True:
+                hits = self.search(query, wanted)
+                kept = [h for h in hits if allow(h)]
+                if len(kept) >= limit or len(hits) < wanted or wanted >= MAX_FILTERED:
+                    return kept[:limit]
+                wanted = min(wanted * 8, MAX_FILTERED)
         with self._lock, self._explained():
             try:
                 return self._search(query, limit)
@@ -294,7 +305,10 @@ class MemorySearch:
         return stats
 
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        for rel in MEMORY_FILES:
+        known = [name[5:] for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'file:%'")]
+        for rel in dict.fromkeys([*memory_files_on_disk(self.paths.workspace), *known]):
+            if not (rel in MEMORY_FILES or is_person_file(rel)):
+                continue  # skills are not indexed
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)
@@ -332,7 +346,7 @@ class MemorySearch:
         # HistoryLog, the file's owner, warns about bad lines; read_entries drops any whose cursor SQLite cannot hold
         entries, offset = read_entries(path, row.offset)
         entries = [e for e in entries if e.cursor > row.position]
-        docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
+        docs = [_Doc(SourceKind.HISTORY, e.session, e.cursor, e.cursor, e.content, timestamp=e.timestamp)
                 for e in entries if isinstance(e.content, str) and e.content.strip()]
         stats.added += _insert(db, name, docs)
         last = max((e.cursor for e in entries), default=row.position)

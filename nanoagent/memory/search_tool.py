@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from nanoagent.memory.people import search_filter
 from nanoagent.memory.search import MemorySearch, SourceKind
 from nanoagent.messages import escape_untrusted
 from nanoagent.tools.base import Tool, ToolContext, current_turn, tool
@@ -24,7 +25,10 @@ def memory_search_tool(searcher: MemorySearch) -> Tool:
         """
         turn = current_turn.get()
         limit = max(1, min(limit, MAX_LIMIT))
-        hits = [h for h in searcher.search(query, limit + 12)  # the current conversation is already in the prompt
+        allow = search_filter(turn.session_key)  # anyone but the owner finds only their own chats and file
+        found = searcher.search(query, limit + 12) if allow is None else searcher.search(query, limit + 12,
+                                                                                          allow=allow)
+        hits = [h for h in found  # the current conversation is already in the prompt
                 if not (h.kind is SourceKind.SESSION and h.ref == turn.session_key
                         and h.start >= turn.visible_from)][:limit]
         if not hits:
