@@ -57,6 +57,10 @@ SCALE_RANGE = (0.25, 4.0)
 # (model, system, user) -> (text, usage, model that answered)
 Complete = Callable[[str, str, str], Awaitable[tuple[str, Usage, str]]]
 
+# Before messages[:end] of a session may be archived: (session, end, model). The memory flush (`agent/flush.py`);
+# it never raises, and the archive that follows is the same with or without it.
+BeforeArchive = Callable[[Session, int, str], Awaitable[None]]
+
 Counter = Callable[[str], int]  # tokens of a text: exact, estimated or bounded
 # Everything in the prompt but the session's history (system prompt and tools), measured by a counter.
 FixedCost = Callable[[Counter], int]
@@ -92,11 +96,13 @@ class _Counts:
 
 
 class Consolidator:
-    def __init__(self, history: HistoryLog, store: SessionStore, settings: AgentDefaults, complete: Complete):
+    def __init__(self, history: HistoryLog, store: SessionStore, settings: AgentDefaults, complete: Complete,
+                 before_archive: BeforeArchive | None = None):
         self.history = history
         self.store = store
         self.settings = settings
         self.complete = complete
+        self.before_archive = before_archive  # once before each archiving pass (None: nothing)
         self._counts: dict[tuple[str, Counter], _Counts] = {}
 
     def window(self, model: str) -> Window:
@@ -177,6 +183,8 @@ class Consolidator:
             end = self._cut_point(session, excess, measure)
             if end is None:
                 break
+            if not archived:  # everything before the latest turn may go in this pass's rounds
+                await self._before_archive(session, _last_user(session), model)
             start = session.last_consolidated
             await self.archive(session, start, end, model)
             archived += end - start
@@ -239,10 +247,21 @@ class Consolidator:
                                     f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
         self.store.set_consolidated(session, end)
 
+    async def _before_archive(self, session: Session, end: int, model: str) -> None:
+        if self.before_archive is not None:
+            await self.before_archive(session, end, model)
+
     async def archive_all(self, session: Session, model: str) -> None:
+        if session.last_consolidated < len(session.messages):
+            await self._before_archive(session, len(session.messages), model)
         while session.last_consolidated < len(session.messages):
             start = session.last_consolidated
             await self.archive(session, start, min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE), model)
+
+
+def _last_user(session: Session) -> int:
+    return max((i for i in range(session.last_consolidated, len(session.messages)) if is_user(session.messages[i])),
+               default=session.last_consolidated)
 
 
 def _last_turn_call(session: Session) -> UsageRecord | None:

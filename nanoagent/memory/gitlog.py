@@ -1,5 +1,5 @@
-"""The git log of long-term memory: every edit of SOUL.md, USER.md, memory/MEMORY.md and skills/*/SKILL.md
-is its own commit, so a person can read and undo each one.
+"""The git log of long-term memory: every edit of SOUL.md, USER.md, memory/MEMORY.md, skills/*/SKILL.md and the
+dated notes memory/YYYY-MM-DD.md is its own commit, so a person can read and undo each one.
 
 The git dir lives under `$NANOAGENT_HOME/git/`, outside the workspace: the agent's file tools cannot
 reach it, and a workspace that sits inside another repository keeps working (no `.git` is ever written
@@ -33,12 +33,13 @@ from typing import Any
 
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, uninterrupted
-from nanoagent.paths import MEMORY_FILES, is_memory_file
+from nanoagent.paths import MEMORY_FILES, dated_notes, is_memory_file
 from nanoagent.tools.base import current_turn
 from nanoagent.tools.fs import WriteHook
 from nanoagent.tools.shell import CommandHook
 
 SKILLS_PATHSPEC = ":(glob)skills/*/SKILL.md"
+NOTES_PATHSPEC = ":(glob)memory/*.md"  # the dated notes among them (`is_memory_file` picks)
 IDENTITY = ("nanoagent", "nanoagent@localhost")
 LOCK_TIMEOUT = 60.0
 NOT_COMMITTED = "0" * 40  # the sha git blame gives lines not yet committed
@@ -112,7 +113,7 @@ class MemoryGit:
     def contents(self) -> dict[str, bytes | None]:
         """Each memory file's bytes as it is now (None: missing, or a link, which is not followed); a command's
         edits are found by comparing two of these."""
-        files = [*MEMORY_FILES]
+        files = [*MEMORY_FILES, *dated_notes(self.workspace)]
         skills = self.workspace / "skills"
         if skills.is_dir():
             files += [f"skills/{d.name}/SKILL.md" for d in skills.iterdir()]
@@ -328,11 +329,12 @@ class MemoryGit:
 
     def _memory_files(self, with_head: bool = True) -> list[str]:
         """Memory files on disk plus those in the index or HEAD (so deletions are seen), sorted."""
-        on_disk = [rel for rel in MEMORY_FILES if (self.workspace / rel).exists()]
+        on_disk = [rel for rel in MEMORY_FILES if (self.workspace / rel).exists()] + dated_notes(self.workspace)
         skills = self.workspace / "skills"
         if skills.is_dir():
             on_disk += [f"skills/{d.name}/SKILL.md" for d in skills.iterdir() if (d / "SKILL.md").is_file()]
-        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, SKILLS_PATHSPEC).split("\0") \
+        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, SKILLS_PATHSPEC,
+                          NOTES_PATHSPEC).split("\0") \
             if with_head else []
         return sorted({rel for rel in on_disk + known if rel and is_memory_file(rel)})
 

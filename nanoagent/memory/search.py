@@ -1,7 +1,8 @@
 """Memory search: one SQLite FTS5 index over everything the agent remembers, ranked by BM25.
 
 Documents:
-    - `memory/MEMORY.md`, `USER.md`, `SOUL.md`: whole paragraphs grouped under their heading, with line ranges
+    - `memory/MEMORY.md`, `USER.md`, `SOUL.md` and the dated notes `memory/YYYY-MM-DD.md`: whole paragraphs grouped
+      under their heading, with line ranges
     - every `memory/history.jsonl` entry
     - every user and assistant message in `$NANOAGENT_HOME/sessions/*.jsonl` (user text without the runtime block)
 
@@ -69,7 +70,7 @@ from nanoagent.memory.search_text import (
     needles,
     split_cjk_edges,
 )
-from nanoagent.paths import MEMORY_FILES, Paths
+from nanoagent.paths import MEMORY_FILES, Paths, dated_notes
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
@@ -294,7 +295,9 @@ class MemorySearch:
         return stats
 
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        for rel in MEMORY_FILES:
+        indexed_notes = [row[0].removeprefix("file:") for row in
+                         db.execute("SELECT name FROM sources WHERE name LIKE 'file:memory/%'")]  # seen gone too
+        for rel in dict.fromkeys([*MEMORY_FILES, *dated_notes(self.paths.workspace), *indexed_notes]):
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)
