@@ -10,7 +10,7 @@ import time
 from datetime import datetime
 
 from nanoagent.agent.build import build_agent
-from nanoagent.config.schema import Config, ProviderConfig
+from nanoagent.config.schema import Config
 from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.paths import Paths
