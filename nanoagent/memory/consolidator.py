@@ -31,8 +31,11 @@ from nanoagent.messages import (
     is_assistant,
     is_tool,
     is_user,
+    prunable,
+    pruned,
     shown_text,
     strip_runtime_context,
+    text_of,
     truncate,
     unwrap_untrusted,
     wrap_untrusted,
@@ -87,11 +90,13 @@ class _Counts:
 
     measure: Callable[[Message], int]
     base: int
+    pruned: int = 0  # messages before this index are counted as requests send them (`messages.pruned`)
     prefix: list[int] = field(default_factory=lambda: [0])
 
     def between(self, messages: list[Message], start: int, end: int) -> int:
-        for message in messages[self.base + len(self.prefix) - 1:end]:
-            self.prefix.append(self.prefix[-1] + self.measure(message))
+        for index in range(self.base + len(self.prefix) - 1, end):
+            message = messages[index]
+            self.prefix.append(self.prefix[-1] + self.measure(pruned(message) if index < self.pruned else message))
         return self.prefix[end - self.base] - self.prefix[start - self.base]
 
 
@@ -127,8 +132,8 @@ class Consolidator:
     def _tokens_between(self, session: Session, start: int, end: int, count: Counter) -> int:
         key = (session.key, count)
         counts = self._counts.get(key)
-        if counts is None or start < counts.base:
-            counts = self._counts[key] = _Counts(lambda m: count_message_tokens(m, count), start)
+        if counts is None or start < counts.base or counts.pruned != session.meta.pruned:
+            counts = self._counts[key] = _Counts(lambda m: count_message_tokens(m, count), start, session.meta.pruned)
         return counts.between(session.messages, start, end)
 
     def _size(self, session: Session, fixed: FixedCost, measure: Measure) -> int:
@@ -138,7 +143,7 @@ class Consolidator:
     def _measure(self, session: Session, fixed: FixedCost, model: str) -> Measure | None:
         """Estimates scaled to the provider's figure for the last call's prompt, if it is usable; None when it is
         not (count instead)."""
-        last = _last_turn_call(session)
+        last = _last_turn_call(session, since=session.meta.pruned_calls)  # one sent as requests are sent now
         if last is None or last.window is None or last.model != model or last.window[1] > len(session.messages):
             return None
         start, end = last.window
@@ -164,6 +169,25 @@ class Consolidator:
         if excess <= 0:
             return 0
         return await self._archive_down(session, fixed, model, measure)
+
+    def maybe_prune(self, session: Session, fixed: FixedCost, model: str, over: float, keep_turns: int,
+                    gain: float) -> bool:
+        """The pruning step (`agent/budget.py`): when the prompt is over `over` x budget and trimming the long tool
+        results before the last `keep_turns` user turns saves at least `gain` x budget, send them trimmed from now
+        on (the session's `pruned`, moved forward only). Whether the step was taken."""
+        budget = self.budget_for(model)
+        excess, _ = self._over(session, fixed, budget * over, self._measure(session, fixed, model))
+        if excess <= 0:
+            return False
+        starts = [i for i in range(session.last_consolidated, len(session.messages)) if is_user(session.messages[i])]
+        cut = starts[-keep_turns] if len(starts) >= keep_turns else session.last_consolidated
+        first = max(session.meta.pruned, session.last_consolidated)
+        saved = sum(estimate_tokens(text_of(m)) - estimate_tokens(text_of(pruned(m)))
+                    for m in session.messages[first:cut] if prunable(m))
+        if cut <= session.meta.pruned or saved < budget * gain:
+            return False
+        self.store.set_pruned(session, cut)
+        return True
 
     async def consolidate_overflow(self, session: Session, fixed: FixedCost, model: str) -> int:
         """The provider refused the prompt as too long, so whatever the estimate said, it filled the model's
@@ -264,8 +288,8 @@ def _last_user(session: Session) -> int:
                default=session.last_consolidated)
 
 
-def _last_turn_call(session: Session) -> UsageRecord | None:
-    return next((r for r in reversed(session.usage) if r.purpose == "turn"), None)
+def _last_turn_call(session: Session, since: int = 0) -> UsageRecord | None:
+    return next((r for r in reversed(session.usage[since:]) if r.purpose == "turn"), None)
 
 
 def format_transcript(messages: list[Message], cap: int = TRANSCRIPT_CAP_CHARS) -> str:

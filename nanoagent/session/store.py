@@ -51,7 +51,8 @@ class SessionMeta:
     last_consolidated: int = 0  # messages before this index are archived to history.jsonl
     notices_delivered: int = 0  # notices before this index went to the model in a turn's opening message
     flushed: int = 0  # the memory flush has run (or was claimed) for the messages before this index
-    pruned: int = 0  # old tool results before this index are sent trimmed (`agent/budget.py`)
+    pruned: int = 0  # long tool results before this index are sent trimmed (`agent/budget.py`)
+    pruned_calls: int = 0  # usage records the session held when `pruned` last moved
 
 
 @dataclass(frozen=True)
@@ -190,7 +191,7 @@ class SessionStore:
                 self.warn(f"{where}: ignored model {value!r} (it must be a model name)")
         if "created" in record and isinstance(record["created"], str):
             meta.created = record["created"]
-        for name in ("flushed", "pruned"):
+        for name in ("flushed", "pruned", "pruned_calls"):
             if name in record:
                 value = record[name]
                 if _index(value):
@@ -252,7 +253,8 @@ class SessionStore:
         self.append(session, [{"type": "meta", "flushed": index}], sync=True)
 
     def set_pruned(self, session: Session, index: int) -> None:
-        self.append(session, [{"type": "meta", "pruned": index}], sync=True)
+        record = {"type": "meta", "pruned": index, "pruned_calls": len(session.usage)}
+        self.append(session, [record], sync=True)
 
     def mark_failed(self, session: Session, start: int, error: str) -> None:
         """The turn whose messages start at `start` failed: keep them on disk, never send them again."""
