@@ -9,6 +9,8 @@ import stat
 import time
 from datetime import datetime
 
+import pytest
+
 from nanoagent.agent.build import build_agent
 from nanoagent.config.schema import Config
 from nanoagent.memory.gitlog import MemoryGit
@@ -17,7 +19,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import ChatRequest, ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
-from tests.conftest import invoke
+from tests.conftest import PATIENCE, invoke
 from tests.llm_server import Reply
 
 FLUSH_MARK = "This is a memory flush"
@@ -208,3 +210,34 @@ def test_new_through_the_cli_flushes_with_the_flush_model_and_search_finds_the_n
     assert [r.body["model"] for r in llm.requests] == ["claude-test", "claude-flush", "claude-flush", "claude-test"]
     found = invoke("memory", "search", "Gazelle")
     assert found.returncode == 0 and today_note() in found.stdout
+
+
+def test_a_flush_cancelled_with_new_gives_its_stretch_back():
+    script = Script(flush=ScriptedReply("never", delay=600))
+    loop = agent(script)
+    asyncio.run(loop.handle("I bought a blue Gazelle bike", "cli:direct"))
+
+    async def cancel_new() -> None:
+        task = asyncio.create_task(loop.handle("/new", "cli:direct"))
+        deadline = time.monotonic() + PATIENCE
+        while not script.flushes and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)  # until the flush's call is under way
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(cancel_new())
+    assert loop.session("cli:direct").last_consolidated == 0  # nothing was archived
+    script.flush = None
+    asyncio.run(loop.handle("/new", "cli:direct"))
+    assert len(script.flushes) == 2 and NOTE in (Paths.from_env().workspace / today_note()).read_text()
+
+
+def test_dated_notes_written_by_hand_are_searched_and_leave_the_index_when_deleted():
+    paths = Paths.from_env()
+    agent(Script())  # seeds the workspace
+    note = paths.workspace / "memory" / "2026-05-04.md"
+    note.write_text("# May the fourth\n\n- the user's sister Ingrid visits from Bergen\n")
+    assert "memory/2026-05-04.md:1-3" in search("Ingrid Bergen")
+    note.unlink()
+    assert search("Ingrid Bergen") == []

@@ -36,6 +36,7 @@ def test_wheel_contains_templates_and_skills_and_finds_them_without_the_source_t
 PROMPT_VALUES: dict[str, dict[str, str]] = {
     "prompts/identity.md": {"workspace": "/some/workspace", "restriction": "RESTRICTION-TEXT"},
     "prompts/heartbeat.md": {"tasks": "- TASK-TEXT", "token": "TOKEN-TEXT"},
+    "prompts/flush.md": {"note": "memory/NOTE-DATE.md"},
 }
 PROMPTS = sorted(f"prompts/{p.name}" for p in (templates_dir() / "prompts").iterdir() if p.is_file())
 

@@ -11,7 +11,8 @@ memory/: `append_note` (today's dated note `memory/YYYY-MM-DD.md`, appended, cre
 
 Invariants:
 - A stretch is flushed at most once: the session's `flushed` cursor is moved past it (a meta line, synced) before
-  the flush runs, so neither a crash nor a retry runs it again. A stretch with no user message after that cursor
+  the flush runs, so neither a crash nor a retry runs it again (a cancelled flush, whose archive does not happen
+  either, gives the claim back). A stretch with no user message after that cursor
   (and after `last_consolidated`) holds nothing new and costs no call.
 - It never blocks an archive past `memory.flush.timeout`, and never changes it: on a timeout or any failure the
   archive goes on as it would have without a flush, with one warning line.
@@ -80,11 +81,15 @@ class MemoryFlush:
         end = min(end, len(session.messages))
         if not any(is_user(m) for m in session.messages[start:end]):
             return  # nothing new since the last flush
+        claimed = session.meta.flushed
         self.store.set_flushed(session, end)  # claimed first: at most once per stretch, a crash included
         flush_model = self.model_for(model)
         try:
             async with asyncio.timeout(self.settings.timeout):
                 error = await self._run(session, session.messages[start:end], flush_model)
+        except asyncio.CancelledError:  # a person stopped what archives (Ctrl-C on /new): nothing is archived yet
+            self.store.set_flushed(session, claimed)
+            raise
         except TimeoutError:
             error = f"it took longer than memory.flush.timeout ({self.settings.timeout:g} s)"
         except Exception as e:  # noqa: BLE001 - whatever went wrong, the archive must go on as without a flush
