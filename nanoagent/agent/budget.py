@@ -13,9 +13,9 @@ Without a Consolidator nothing is archived: the prompt is the whole unarchived s
 
 Before anything is archived, old tool results are pruned, in steps: at `fit`, when the prompt is over half the
 budget and trimming every tool result longer than `messages.PRUNE_MIN_CHARS` before the last `PRUNE_KEEP_TURNS`
-user turns would save at least a tenth of the budget, they are all sent trimmed to their head and tail from then on
+user turns would save at least a quarter of the budget, they are all sent trimmed to their head and tail from then on
 (the session's `pruned` cursor; the session file keeps them whole). The cursor moves only at such a step, so the
-requests between two steps share their prefix: a step disturbs the cached prefix once and buys a tenth of the
+requests between two steps share their prefix: a step disturbs the cached prefix once and buys a quarter of the
 budget, and a prompt with nothing worth trimming never moves it. The first call after a step is measured by count,
 not by the previous call's figure (that prompt was not trimmed).
 """
@@ -32,7 +32,7 @@ from nanoagent.session.store import Session
 
 SETTLE_AT = 0.8  # after a turn, archive once the prompt is over this share of the budget
 PRUNE_AT = 0.5  # a pruning step is considered once the prompt is over this share of the budget ...
-PRUNE_GAIN = 0.1  # ... and taken when it saves at least this share of it
+PRUNE_GAIN = 0.25  # ... and taken when it saves at least this share of it
 PRUNE_KEEP_TURNS = 3  # the results of the latest user turns are always sent whole
 
 
