@@ -241,3 +241,29 @@ def test_dated_notes_written_by_hand_are_searched_and_leave_the_index_when_delet
     assert "memory/2026-05-04.md:1-3" in search("Ingrid Bergen")
     note.unlink()
     assert search("Ingrid Bergen") == []
+
+
+def test_dream_reads_a_dated_note_but_does_not_write_it():
+    from nanoagent.agent.build import build_dream
+    from nanoagent.memory.dream import DreamFailed
+    from nanoagent.memory.history import HistoryLog
+
+    paths = Paths.from_env()
+    HistoryLog(paths.memory_dir).append("cli:direct", "- the user's sister is called Ines")
+    note = paths.workspace / "memory" / "2026-05-04.md"
+    note.parent.mkdir(parents=True, exist_ok=True)
+    note.write_text("- Ines visits in June\n")
+    events: list = []
+    provider = ScriptedProvider([
+        "## memory/MEMORY.md\n- ADD: the user's sister is called Ines",
+        ScriptedReply(tool_calls=[("read_file", {"path": "memory/2026-05-04.md"}),
+                                  ("append_to_file", {"path": "memory/2026-05-04.md", "text": "x", "summary": "x"})]),
+        "done",
+    ])
+    dream = build_dream(Config(), paths, sink=events.append, provider=provider)
+    with pytest.raises(DreamFailed):
+        asyncio.run(dream.run())
+    read, write = [e for e in events if type(e).__name__ == "ToolFinished"]
+    assert read.ok and "Ines visits in June" in read.result
+    assert not write.ok and "dated note" in write.result
+    assert note.read_text() == "- Ines visits in June\n"
