@@ -95,7 +95,8 @@ class MemoryFlush:
         except Exception as e:  # noqa: BLE001 - whatever went wrong, the archive must go on as without a flush
             error = str(e) or type(e).__name__
         if error:
-            self.warn(f"The memory flush before archiving {session.key} failed ({flush_model}: {error.rstrip('.')}); "
+            said = " ".join(error.split()).rstrip(".")
+            self.warn(f"The memory flush before archiving {session.key} failed ({flush_model}: {said}); "
                       "archived without it.")
 
     async def _run(self, session: Session, stretch: list[Any], model: str) -> str | None:

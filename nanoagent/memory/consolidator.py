@@ -179,8 +179,12 @@ class Consolidator:
         excess, _ = self._over(session, fixed, budget * over, self._measure(session, fixed, model))
         if excess <= 0:
             return False
-        starts = [i for i in range(session.last_consolidated, len(session.messages)) if is_user(session.messages[i])]
-        cut = starts[-keep_turns] if len(starts) >= keep_turns else session.last_consolidated
+        cut, seen = session.last_consolidated, 0
+        for index in range(len(session.messages) - 1, session.last_consolidated - 1, -1):  # the latest turns only
+            seen += is_user(session.messages[index])
+            if seen == keep_turns:
+                cut = index
+                break
         first = max(session.meta.pruned, session.last_consolidated)
         saved = sum(estimate_tokens(text_of(m)) - estimate_tokens(text_of(pruned(m)))
                     for m in session.messages[first:cut] if prunable(m))
