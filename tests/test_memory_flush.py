@@ -12,7 +12,7 @@ from datetime import datetime
 import pytest
 
 from nanoagent.agent.build import build_agent
-from nanoagent.config.schema import Config
+from nanoagent.config.schema import Config, ProviderConfig
 from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.search import MemorySearch, embedding_settings
 from nanoagent.paths import Paths
@@ -267,3 +267,20 @@ def test_dream_reads_a_dated_note_but_does_not_write_it():
     assert read.ok and "Ines visits in June" in read.result
     assert not write.ok and "dated note" in write.result
     assert note.read_text() == "- Ines visits in June\n"
+
+
+def test_a_flush_before_overflow_recovery_over_the_anthropic_wire_keeps_its_note(llm):
+    with_history()
+    config = Config()
+    d = config.agents.defaults
+    d.model, d.context_window_tokens, d.max_tokens, d.retry_base_delay = "anthropic/claude-test", 16_000, 200, 0.01
+    config.providers["anthropic"] = ProviderConfig(api_key="sk-ant-test", api_base=llm.url)
+    overflow = Reply(status=400, error_type="invalid_request_error",
+                     error_message="prompt is too long: 210000 tokens > 200000 maximum")
+    llm.script(overflow, Reply(tool_calls=[("append_note", {"text": NOTE})]), Reply(text="DONE"),
+               Reply(text="- the user asked about the garden"), Reply(text="fits now"))
+    loop = build_agent(config, Paths.from_env())
+    turn = asyncio.run(loop.handle("and the roses?", "cli:direct"))
+    assert turn.reply == "fits now" and loop.session("cli:direct").last_consolidated == 20
+    assert NOTE in (Paths.from_env().workspace / today_note()).read_text()
+    assert any(source.startswith(today_note()) for source in search("Gazelle"))

@@ -406,7 +406,7 @@ class MemoryGit:
 
 def agent_edits(git: MemoryGit, warn: Callable[[str], None]) -> WriteHook:
     """The file tools' write hook: the agent's edit of a memory file (SOUL.md, USER.md, memory/MEMORY.md, a
-    skill's SKILL.md) becomes its own commit by "agent", naming the tool and the session, so dream-log lists it
+    skill's SKILL.md, a dated note) becomes its own commit by "agent", naming the tool and the session, so dream-log lists it
     and dream-restore undoes it. Other files are just written. The tools run in worker threads, so git does too.
     When git fails the edit is still made, with a warning: a memory edit must not depend on its log."""
 
