@@ -5,7 +5,11 @@ Before a turn, it estimates the prompt (system prompt, tools, unconsolidated his
 it archives the oldest messages until the estimate is under half of that budget, cutting only where a user
 turn starts. Each archive is a model summary appended to history.jsonl, and only then does the session's
 `last_consolidated` move. If the summary call fails (or is empty), a capped raw excerpt marked as raw is
-archived instead.
+archived instead. Before each archiving pass (and before `/new`'s), `before_archive` runs: the memory flush
+(`agent/flush.py`), which writes what must outlast the cut and changes nothing about the archive that follows.
+
+Old tool results before the session's `pruned` cursor are counted as requests send them, trimmed
+(`messages.pruned`); `maybe_prune` is the step that moves the cursor (the rule is in `agent/budget.py`).
 
 How the prompt is measured: the provider reports what each call's prompt held (a usage record with the stretch
 of messages it sent). Character estimates scaled to match that figure measure the prompt from then on, so a
