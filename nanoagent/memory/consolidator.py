@@ -297,7 +297,9 @@ def _last_user(session: Session) -> int:
 
 
 def _last_turn_call(session: Session, since: int = 0) -> UsageRecord | None:
-    return next((r for r in reversed(session.usage[since:]) if r.purpose == "turn"), None)
+    """The last turn call's usage among `session.usage[since:]`."""
+    usage = session.usage
+    return next((usage[i] for i in range(len(usage) - 1, since - 1, -1) if usage[i].purpose == "turn"), None)
 
 
 def format_transcript(messages: list[Message], cap: int = TRANSCRIPT_CAP_CHARS) -> str:
