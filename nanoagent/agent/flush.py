@@ -33,7 +33,7 @@ from nanoagent.agent import events as ev
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import FlushConfig
 from nanoagent.memory.consolidator import format_transcript
-from nanoagent.messages import is_user, user
+from nanoagent.messages import Message, is_user, user
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
@@ -99,7 +99,7 @@ class MemoryFlush:
             self.warn(f"The memory flush before archiving {session.key} failed ({flush_model}: {said}); "
                       "archived without it.")
 
-    async def _run(self, session: Session, stretch: list[Any], model: str) -> str | None:
+    async def _run(self, session: Session, stretch: list[Message], model: str) -> str | None:
         """The flush's own run; the error it ended with, or None."""
         note = f"memory/{self.now().date().isoformat()}.md"
         spec = RunSpec(
