@@ -25,6 +25,7 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
@@ -53,6 +54,9 @@ from nanoagent.usage import UsageRecord
 
 FLUSH_ITERATIONS = 8  # model calls one flush may make: a note, a look at MEMORY.md, an edit, the last word
 FLUSH_MAX_TOKENS = 4096
+# The newest messages of a stretch the flush reads: a backlog (an imported session, a switch to a smaller model) is
+# archived over several rounds, and its transcript is cut to 60,000 characters anyway; formatting all of it is waste.
+FLUSH_MAX_MESSAGES = 400
 
 
 @dataclass(frozen=True)
@@ -102,9 +106,12 @@ class MemoryFlush:
     async def _run(self, session: Session, stretch: list[Message], model: str) -> str | None:
         """The flush's own run; the error it ended with, or None."""
         note = f"memory/{self.now().date().isoformat()}.md"
+        left_out = max(0, len(stretch) - FLUSH_MAX_MESSAGES)
+        transcript = format_transcript(stretch[left_out:])
+        if left_out:
+            transcript = f"[{left_out} older messages of this stretch are left out]\n{transcript}"
         spec = RunSpec(
-            system=render("prompts/flush.md", note=note), messages=[user(format_transcript(stretch))],
-            tools=ToolRegistry(self.tools()), tool_context=ToolContext(self.workspace), model=model,
+            system=render("prompts/flush.md", note=note), messages=[user(transcript)], tools=self._tools, tool_context=ToolContext(self.workspace), model=model,
             session=session.key, max_tokens=self.max_tokens, max_iterations=FLUSH_ITERATIONS,
         )
 
@@ -119,10 +126,11 @@ class MemoryFlush:
             current_turn.reset(scope)
         return result.error
 
-    def tools(self) -> list[Tool]:
-        """append_note, and read_file and edit_file held to memory/."""
+    @cached_property
+    def _tools(self) -> ToolRegistry:
+        """append_note, and read_file and edit_file held to memory/: built once, their schemas with them."""
         edit_file = writing_tools(self.on_write)[1]
-        return [self._append_note(), *(_in_memory(t, self.workspace) for t in (read_file, edit_file))]
+        return ToolRegistry([self._append_note(), *(_in_memory(t, self.workspace) for t in (read_file, edit_file))])
 
     def _append_note(self) -> Tool:
         workspace, on_write, now = self.workspace, self.on_write, self.now
