@@ -38,6 +38,7 @@ PROMPT_VALUES: dict[str, dict[str, str]] = {
     "prompts/heartbeat.md": {"tasks": "- TASK-TEXT", "token": "TOKEN-TEXT"},
     "prompts/dream_analyze_person.md": {"person": "PERSON-KEY"},
     "prompts/dream_edit_person.md": {"person": "PERSON-KEY"},
+    "prompts/flush.md": {"note": "memory/NOTE-DATE.md"},
 }
 PROMPTS = sorted(f"prompts/{p.name}" for p in (templates_dir() / "prompts").iterdir() if p.is_file())
 

@@ -118,7 +118,7 @@ def test_a_failed_summary_keeps_tool_output_enveloped_in_history_and_the_next_pr
     assert only_inside_envelopes(first["content"], "IGNORE PREVIOUS")
     assert '<untrusted_data source="read_file">' in first["content"]
 
-    turns = [r for r in provider.requests if SUMMARY_MARK not in r.system]
+    turns = [r for r in provider.requests if SUMMARY_MARK not in r.system and "memory flush" not in r.system]
     recent = turns[-1].system.partition("## Recent history")[2]  # the part of the prompt made from stored text
     assert recent
     assert only_inside_envelopes(recent, "IGNORE PREVIOUS")

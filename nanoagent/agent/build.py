@@ -10,6 +10,7 @@ from nanoagent.agent import events as ev
 from nanoagent.agent.budget import PromptBudget
 from nanoagent.agent.commands import Commands, ModelChoice
 from nanoagent.agent.context import ContextBuilder
+from nanoagent.agent.flush import FLUSH_MAX_TOKENS, MemoryFlush, local_now
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.agent.subagents import Subagents
 from nanoagent.agent.turn import Turns
@@ -74,8 +75,9 @@ def build_agent(
     outbox = outbox or build_outbox(config, paths, warn)
     access = Access(config, paths)
     exec_config = exec_settings(config, paths)
+    edits = agent_edits(memory_git, warn)
     tools = ToolRegistry([
-        *file_tools(agent_edits(memory_git, warn)),
+        *file_tools(edits),
         exec_tool(exec_config, agent_commands(memory_git, warn)),
         *web_tools(tools_config.web),
         memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
@@ -93,7 +95,11 @@ def build_agent(
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
     models = ModelChoice(default_model, pinned=model is not None)
-    budget = PromptBudget(context, config.defaults, Consolidator(history, store, config.defaults, providers.complete))
+    flush = MemoryFlush(config.memory.flush, providers, store, paths.workspace, edits, config.memory.dream_model,
+                        min(config.defaults.max_tokens, FLUSH_MAX_TOKENS),
+                        now=functools.partial(local_now, config.defaults.timezone), warn=warn)
+    budget = PromptBudget(context, config.defaults,
+                          Consolidator(history, store, config.defaults, providers.complete, before_archive=flush))
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
         memory_git=memory_git, subagents=subagents,

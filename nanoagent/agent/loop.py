@@ -189,8 +189,12 @@ class AgentLoop:
         return shrink
 
     def _request(self, session: Session, visible: int, model: str) -> list[msg.Message]:
-        """The session's messages from `visible` as the model gets them, images read from media/."""
+        """The session's messages from `visible` as the model gets them: old long tool results trimmed (before the
+        session's `pruned` cursor, `agent/budget.py`), images read from media/."""
         history = msg.history_for_model(session.messages, visible, session.failed())
+        old = {id(m) for m in session.messages[visible:session.meta.pruned] if msg.prunable(m)}
+        if old:
+            history = [msg.pruned(m) if id(m) in old else m for m in history]
         return self.turns.resolver(model)(history)
 
     async def aclose(self) -> None:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from nanoagent.paths import MEMORY_FILES, is_memory_file, is_person_file
+from nanoagent.paths import MEMORY_FILES, is_dated_note, is_memory_file, is_person_file
 from nanoagent.skills import SkillError, SkillsLoader, parse_skill_text
 from nanoagent.tools import Tool, ToolContext, ToolError, ToolRegistry, tool
 
@@ -85,6 +85,9 @@ class MemoryOverlay:
                             f"'{path}' is refused.")
         if self._linked(rel):
             raise ToolError(f"'{rel}' is a link; Dream only edits regular files (git would record the link).")
+        if writing and is_dated_note(rel):
+            raise ToolError(f"{rel} is a dated note the agent wrote; Dream reads it, and keeps what lasts in "
+                            "memory/MEMORY.md.")
         if writing and rel not in (*MEMORY_FILES, self.person_file) and not self.created(rel):
             raise ToolError(f"{rel} is an existing skill; Dream only creates new skills (create_skill).")
         return rel

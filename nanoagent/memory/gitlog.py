@@ -1,5 +1,5 @@
-"""The git log of long-term memory: every edit of SOUL.md, USER.md, memory/MEMORY.md and skills/*/SKILL.md
-is its own commit, so a person can read and undo each one.
+"""The git log of long-term memory: every edit of SOUL.md, USER.md, memory/MEMORY.md, skills/*/SKILL.md and the
+dated notes memory/YYYY-MM-DD.md is its own commit, so a person can read and undo each one.
 
 The git dir lives under `$NANOAGENT_HOME/git/`, outside the workspace: the agent's file tools cannot
 reach it, and a workspace that sits inside another repository keeps working (no `.git` is ever written
@@ -41,6 +41,7 @@ from nanoagent.tools.shell import CommandHook
 
 SKILLS_PATHSPEC = ":(glob)skills/*/SKILL.md"
 PEOPLE_PATHSPEC = ":(glob)memory/people/*.md"
+NOTES_PATHSPEC = ":(glob)memory/*.md"  # the dated notes among them (`is_memory_file` picks)
 IDENTITY = ("nanoagent", "nanoagent@localhost")
 LOCK_TIMEOUT = 60.0
 NOT_COMMITTED = "0" * 40  # the sha git blame gives lines not yet committed
@@ -328,7 +329,7 @@ class MemoryGit:
         """Memory files on disk plus those in the index or HEAD (so deletions are seen), sorted."""
         on_disk = [rel for rel in memory_files_on_disk(self.workspace) if (self.workspace / rel).is_file()]
         known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, SKILLS_PATHSPEC,
-                          PEOPLE_PATHSPEC).split("\0") \
+                          PEOPLE_PATHSPEC, NOTES_PATHSPEC).split("\0") \
             if with_head else []
         return sorted({rel for rel in on_disk + known if rel and is_memory_file(rel)})
 
@@ -400,7 +401,7 @@ class MemoryGit:
 
 def agent_edits(git: MemoryGit, warn: Callable[[str], None]) -> WriteHook:
     """The file tools' write hook: the agent's edit of a memory file (SOUL.md, USER.md, memory/MEMORY.md, a
-    skill's SKILL.md) becomes its own commit by "agent", naming the tool and the session, so dream-log lists it
+    skill's SKILL.md, a dated note) becomes its own commit by "agent", naming the tool and the session, so dream-log lists it
     and dream-restore undoes it. Other files are just written. The tools run in worker threads, so git does too.
     When git fails the edit is still made, with a warning: a memory edit must not depend on its log."""
 

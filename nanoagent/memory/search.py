@@ -1,7 +1,8 @@
 """Memory search: one SQLite FTS5 index over everything the agent remembers, ranked by BM25.
 
 Documents:
-    - `memory/MEMORY.md`, `USER.md`, `SOUL.md`: whole paragraphs grouped under their heading, with line ranges
+    - `memory/MEMORY.md`, `USER.md`, `SOUL.md` and the dated notes `memory/YYYY-MM-DD.md`: whole paragraphs grouped
+      under their heading, with line ranges
     - every `memory/history.jsonl` entry
     - every user and assistant message in `$NANOAGENT_HOME/sessions/*.jsonl` (user text without the runtime block)
 
@@ -69,7 +70,7 @@ from nanoagent.memory.search_text import (
     needles,
     split_cjk_edges,
 )
-from nanoagent.paths import MEMORY_FILES, Paths, is_person_file, memory_files_on_disk
+from nanoagent.paths import MEMORY_FILES, Paths, is_dated_note, is_person_file, memory_files_on_disk
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
@@ -307,7 +308,7 @@ class MemorySearch:
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
         known = [name[5:] for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'file:%'")]
         for rel in dict.fromkeys([*memory_files_on_disk(self.paths.workspace), *known]):
-            if not (rel in MEMORY_FILES or is_person_file(rel)):
+            if not (rel in MEMORY_FILES or is_person_file(rel) or is_dated_note(rel)):
                 continue  # skills are not indexed
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
