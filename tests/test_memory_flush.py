@@ -284,3 +284,13 @@ def test_a_flush_before_overflow_recovery_over_the_anthropic_wire_keeps_its_note
     assert turn.reply == "fits now" and loop.session("cli:direct").last_consolidated == 20
     assert NOTE in (Paths.from_env().workspace / today_note()).read_text()
     assert any(source.startswith(today_note()) for source in search("Gazelle"))
+
+
+def test_a_persons_chat_is_not_flushed_into_notes_everyone_is_shown():
+    script = Script()
+    loop = agent(script)
+    asyncio.run(loop.handle("I bought a blue Gazelle bike in Utrecht", "telegram:7"))
+    reply = asyncio.run(loop.handle("/new", "telegram:7"))
+    assert reply.reply.startswith("Started a fresh conversation")
+    assert script.flushes == [] and not (Paths.from_env().workspace / today_note()).exists()
+    assert history_entries() == ["- the user asked about the garden"]  # archived as ever: Dream files it as theirs

@@ -34,6 +34,7 @@ from nanoagent.agent import events as ev
 from nanoagent.agent.runner import AgentRunner, RunSpec
 from nanoagent.config.schema import FlushConfig
 from nanoagent.memory.consolidator import format_transcript
+from nanoagent.memory.people import OWNER, person_of
 from nanoagent.messages import Message, is_user, user
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
@@ -79,8 +80,8 @@ class MemoryFlush:
     async def __call__(self, session: Session, end: int, model: str) -> None:
         """Before messages[:end] of `session` may be archived (the caller holds its lock): flush what is new there.
         Never raises but for cancellation."""
-        if not self.settings.enabled:
-            return
+        if not self.settings.enabled or person_of(session.key) != OWNER:
+            return  # a person's chat: its notes would reach everyone; Dream files their facts from history
         start = max(session.last_consolidated, min(session.meta.flushed, len(session.messages)))
         end = min(end, len(session.messages))
         if not any(is_user(m) for m in session.messages[start:end]):
