@@ -68,18 +68,7 @@ class ContextBuilder:
 
     def recent_history(self) -> str:
         """History entries Dream has not yet folded into long-term memory, newest kept within the token cap."""
-        if self.history is None or self.recent_history_tokens <= 0:
-            return ""
-        dreamed = self.history.dream_cursor
-        kept: list[HistoryEntry] = []
-        budget = self.recent_history_tokens
-        for entry in self.history.newest_first(after=dreamed):  # reads only as far back as it keeps
-            if entry.cursor not in self._entry_tokens:  # no tokenizer load per start
-                self._entry_tokens[entry.cursor] = estimate_tokens(_shown(entry)) + 12
-            budget -= self._entry_tokens[entry.cursor]
-            if budget < 0:
-                break
-            kept.append(entry)
+        dreamed, kept = self._recent_entries()
         if not kept:
             return ""
         omitted = max(0, kept[0].cursor - dreamed - len(kept))
@@ -91,6 +80,38 @@ class ContextBuilder:
             marker = " (raw excerpt)" if entry.raw else "" if entry.verified else " (unverified: not signed by nanoagent)"
             lines.append(f"\n### {entry.timestamp} · {entry.session}{marker}\n{_shown(entry)}")
         return "\n".join(lines)
+
+    def recent_cursors(self) -> frozenset[int]:
+        """The cursors of the history entries `recent_history` shows."""
+        return frozenset(entry.cursor for entry in self._recent_entries()[1])
+
+    def file_shown(self, rel: str, last_line: int) -> bool:
+        """Whether the system prompt shows workspace file `rel` up to line `last_line` (it is one of the files the
+        prompt carries, and not cut before that line)."""
+        if rel not in BOOTSTRAP_FILES:
+            return False
+        try:
+            text = (self.workspace / rel).read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return False
+        shown = "".join(text.splitlines(keepends=True)[:last_line]).lstrip()
+        return len(shown) <= FILE_CAP_CHARS
+
+    def _recent_entries(self) -> tuple[int, list[HistoryEntry]]:
+        """The Dream cursor, and the entries after it that recent history keeps, newest first."""
+        if self.history is None or self.recent_history_tokens <= 0:
+            return 0, []
+        dreamed = self.history.dream_cursor
+        kept: list[HistoryEntry] = []
+        budget = self.recent_history_tokens
+        for entry in self.history.newest_first(after=dreamed):  # reads only as far back as it keeps
+            if entry.cursor not in self._entry_tokens:  # no tokenizer load per start
+                self._entry_tokens[entry.cursor] = estimate_tokens(_shown(entry)) + 12
+            budget -= self._entry_tokens[entry.cursor]
+            if budget < 0:
+                break
+            kept.append(entry)
+        return dreamed, kept
 
     def fixed_tokens(self, system: str, count: Callable[[str], int] = count_tokens) -> int:
         """Tokens of the system prompt and tool list by `count` (exact, estimated or a bound), recounted only
@@ -108,16 +129,19 @@ class ContextBuilder:
         return self.fixed_tokens(self.system_prompt()) + sum(count_message_tokens(m) for m in history)
 
     def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None,
-                     images: list[msg.ImageBlock] | None = None, notices: Sequence[str] = ()) -> msg.UserMessage:
-        """The user's text after the runtime block. `notices` (background results) go inside the block: they are
-        not the user's words, and `strip_runtime_context` leaves the user's text alone. In a channel's session a
-        `format:` line beside `channel:` says how replies render there (the channel's `hint`)."""
+                     images: list[msg.ImageBlock] | None = None, notices: Sequence[str] = (),
+                     recalled: str = "") -> msg.UserMessage:
+        """The user's text after the runtime block. `notices` (background results) and `recalled` (memory found for
+        this message, `memory/recall.py`, which cannot close the block) go inside the block: they are not the
+        user's words, and `strip_runtime_context` leaves the user's text alone. In a channel's session a `format:`
+        line beside `channel:` says how replies render there (the channel's `hint`)."""
         now = now or self._now()
         stamp = now.strftime("%Y-%m-%d %H:%M %A") + f" ({now.tzname() or 'local time'})"
         extra = "".join(f"notice (since the last turn; not from the user): {n.replace(RUNTIME_CLOSE, '&lt;/runtime_context>')}\n"
                         for n in notices)
         hint = f"format: {registry.get(channel).hint}\n" if channel in registry.names() else ""
-        block = (f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\n{hint}chat_id: {chat_id}\n{extra}"
+        memory = f"{recalled}\n" if recalled else ""
+        block = (f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\n{hint}chat_id: {chat_id}\n{extra}{memory}"
                  f"{RUNTIME_CLOSE}\n\n")
         return msg.user(block + text, images or ())
 
