@@ -44,6 +44,7 @@ class ContextBuilder:
         self.clock = clock  # None: the wall clock in the configured time zone
         self.confinement = confinement  # what keeps exec's commands in (the sandbox, or nothing), asked when needed
         self._entry_tokens: dict[int, int] = {}
+        self._recent: tuple[tuple[object, object], tuple[int, list[HistoryEntry]]] | None = None
         self._fixed_cache: dict[tuple[str, int, Callable[[str], int]], int] = {}
 
     def system_prompt(self) -> str:
@@ -98,9 +99,13 @@ class ContextBuilder:
         return len(shown) <= FILE_CAP_CHARS
 
     def _recent_entries(self) -> tuple[int, list[HistoryEntry]]:
-        """The Dream cursor, and the entries after it that recent history keeps, newest first."""
+        """The Dream cursor, and the entries after it that recent history keeps, newest first; read again only when
+        history.jsonl or `.dream_cursor` changed (the system prompt and automatic recall both ask, each turn)."""
         if self.history is None or self.recent_history_tokens <= 0:
             return 0, []
+        stamp = (_stamp(self.history.path), _stamp(self.history.dir / ".dream_cursor"))
+        if self._recent is not None and self._recent[0] == stamp:
+            return self._recent[1]
         dreamed = self.history.dream_cursor
         kept: list[HistoryEntry] = []
         budget = self.recent_history_tokens
@@ -111,6 +116,7 @@ class ContextBuilder:
             if budget < 0:
                 break
             kept.append(entry)
+        self._recent = (stamp, (dreamed, kept))
         return dreamed, kept
 
     def fixed_tokens(self, system: str, count: Callable[[str], int] = count_tokens) -> int:
@@ -160,6 +166,14 @@ def _shown(entry: HistoryEntry) -> str:
     """A summary nanoagent signed is the model's own words; a raw excerpt is copied conversation (tool output
     included) and an unsigned entry may be anyone's, so they go in as untrusted data that their text cannot close."""
     return entry.content if entry.trusted else wrap_untrusted("memory/history.jsonl", entry.content)
+
+
+def _stamp(path: Path) -> tuple[int, int, int] | None:
+    try:
+        st = path.stat()
+    except OSError:
+        return None
+    return st.st_ino, st.st_size, st.st_mtime_ns
 
 
 def _read_capped(path: Path) -> str:

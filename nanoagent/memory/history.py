@@ -127,7 +127,7 @@ class HistoryLog:
         out: list[HistoryEntry] = []
         with f:
             lo, hi = 0, f.seek(0, os.SEEK_END)  # lo: a line start at or before the first wanted line
-            while hi - lo > 8192:
+            while hi - lo > 4096:
                 mid = (lo + hi) // 2
                 f.seek(mid)
                 f.readline()  # the rest of the line mid falls in
@@ -139,8 +139,11 @@ class HistoryLog:
                     hi = mid
             f.seek(lo)
             for line in f:
+                found = _cursor_of(line)
+                if found is None or found < first:
+                    continue
                 entry = _parse(line.rstrip(b"\n"), self.key())
-                if entry is None or entry.cursor < first:
+                if entry is None:
                     continue
                 if entry.cursor > last:
                     break

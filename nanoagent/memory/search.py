@@ -35,6 +35,7 @@ import heapq
 import json
 import operator
 import os
+import re
 import shlex
 import sqlite3
 import threading
@@ -62,6 +63,7 @@ from nanoagent.memory.history import read_entries
 from nanoagent.memory.search_text import (
     DOC_CHARS,
     MAX_QUERY_TERMS,
+    STOPWORDS,
     chunk_markdown,
     cjk_bigrams,
     make_snippet,
@@ -562,7 +564,10 @@ def _distinctive(db: sqlite3.Connection, query: str, max_docs: int) -> str:
     """The words of `query` (its first MAX_QUERY_TERMS) found in at most `max_docs` documents. Counting stops at
     `max_docs + 1`, so a common word costs no more than a rare one."""
     kept = []
-    for word in list(dict.fromkeys(query.split()))[:MAX_QUERY_TERMS]:
+    words = [w for w in dict.fromkeys(query.split())  # alone, a stopword is searched (see match_expression)
+             if any(not part.isascii() or (len(part) > 1 and part not in STOPWORDS)
+                    for part in re.findall(r"\w+", w.lower()))]
+    for word in words[:MAX_QUERY_TERMS]:
         expression = match_expression(word, "AND")
         if expression is None:
             continue
