@@ -81,7 +81,8 @@ def main() -> int:
         loop = agents["on"]
         assert loop.recall is not None
         session = loop.session("cli:bench-on")
-        shown = Shown(session.key, session.last_consolidated, loop.context.recent_cursors(), loop.context.file_shown)
+        shown = Shown(session.key, session.last_consolidated, loop.context.recent_cursors(),
+                      file_shown=loop.context.file_shown)
         alone = []
         for text in messages:
             started = time.perf_counter()

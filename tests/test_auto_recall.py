@@ -112,6 +112,19 @@ def test_nothing_the_prompt_already_carries_is_recalled(paths):
     assert "Pickles" in provider.requests[1].system
 
 
+def test_what_an_earlier_turn_recalled_is_not_recalled_again_while_that_turn_is_in_the_prompt(paths):
+    add_session(paths, "cli:old", "The garage door code is 4417.", "Noted.")
+    provider = ScriptedProvider(default="ok")
+    loop = build_agent(Config(), paths, provider=provider)
+    asyncio.run(loop.handle("what is the garage door code?", "cli:direct"))
+    asyncio.run(loop.handle("the garage door code again, please", "cli:direct"))
+    first, second = (recalled(text_of(r.messages[-1])) for r in provider.requests)
+    assert "[session cli:old #0, user]" in first and "session cli:old #0" not in second
+    loop.store.set_consolidated(loop.session("cli:direct"), 4)  # both turns archived: no longer in the prompt
+    asyncio.run(loop.handle("the garage door code once more", "cli:direct"))
+    assert "[session cli:old #0, user]" in recalled(text_of(provider.requests[-1].messages[-1]))
+
+
 def test_an_older_history_entry_and_a_file_cut_from_the_prompt_are_recalled(paths):
     remember(paths, "The user's passport expires in March 2031; renew it early.")
     (paths.memory_dir / "MEMORY.md").write_text("# Notes\n\n" + "filler line\n" * 1500 + "\nThe passport office is in Ghent.\n")

@@ -90,6 +90,7 @@ def small_window() -> Config:
     config = Config()
     config.agents.defaults.context_window_tokens = 8000
     config.agents.defaults.max_tokens = 200
+    config.memory.auto_recall.enabled = False  # the archive's turns are sized to the token: nothing recalled into them
     return config
 
 

@@ -189,9 +189,11 @@ class AgentLoop:
         past RECALL_DEADLINE, or on any error, the turn goes on without (one debug line): recall never fails it."""
         if self.recall is None or not self.recall.settings.enabled or session.key.split(":")[0] in UNATTENDED:
             return ""
-        shown = Shown(session.key, session.last_consolidated, self.context.recent_cursors(), self.context.file_shown)
-        query = recall_query(text, session.messages[session.last_consolidated:])
+        start = session.last_consolidated
         try:
+            shown = Shown(session.key, start, self.context.recent_cursors(),
+                          self.recall.seen(session.key, session.messages, start), self.context.file_shown)
+            query = recall_query(text, session.messages[start:])
             return await asyncio.wait_for(asyncio.to_thread(self.recall.recall, query, shown), RECALL_DEADLINE)
         except Exception as e:  # noqa: BLE001 - recall is an extra: whatever went wrong, the turn goes on
             log.debug("automatic recall skipped in %s: %s", session.key, e or type(e).__name__)
