@@ -81,7 +81,7 @@ def test_a_fact_from_an_older_conversation_is_recalled_into_the_runtime_block_no
     request = provider.requests[0]
     content = text_of(request.messages[-1])
     assert "[session telegram:77 #0, user]" in recalled(content) and "2958" in recalled(content)
-    assert "2958" not in request.system and "recalled memory" not in request.system
+    assert "2958" not in request.system and "session telegram:77" not in request.system
     assert strip_runtime_context(content) == "what was my bike lock combination again?"
 
 
