@@ -23,7 +23,8 @@ from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
 from nanoagent.tokens import estimate_tokens
 from nanoagent.tools import ToolContext, ToolError, ToolRegistry
-from tests.conftest import write_config
+from tests.conftest import anthropic_env, invoke, write_config
+from tests.llm_server import Reply
 
 NOON = datetime(2026, 11, 22, 12, 0)
 MEMORY_MD = "# Long-term memory\n\n## Family\n- The user's sister Mara lives in Porto.\n- Mara has a beagle named Pickles.\n"
@@ -202,6 +203,20 @@ def test_a_failing_search_leaves_the_turn_without_recall_and_logs_one_debug_line
     assert [r.message for r in caplog.records if r.name == "nanoagent.recall"] == [
         f"automatic recall skipped in cli:direct: {caplog.records[0].args[1]}"]
     assert "Cannot use the memory search index" in caplog.records[0].message
+
+
+def test_a_one_shot_sends_the_recalled_fact_in_its_user_message_over_the_wire(llm, isolated_home):
+    llm.script(Reply(text="Noted."))
+    told = invoke("agent", "-m", "My locker code at the pool is 4471, remember it.", "-s", "s0", env=anthropic_env(llm))
+    assert told.returncode == 0, told.stderr
+    llm.script(Reply(text="It is 4471."))
+    asked = invoke("agent", "-m", "What was my locker code at the pool?", "-s", "s1", env=anthropic_env(llm))
+    assert asked.returncode == 0, asked.stderr
+    body = llm.requests[-1].body
+    sent = body["messages"][-1]["content"]
+    text = sent if isinstance(sent, str) else "".join(block.get("text", "") for block in sent)
+    assert "[session cli:s0 #0, user]" in recalled(text) and "4471" in recalled(text)
+    assert "4471" not in str(body["system"])
 
 
 # --- memory_get -----------------------------------------------------------------------------------------------
