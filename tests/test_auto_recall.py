@@ -23,7 +23,7 @@ from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
 from nanoagent.tokens import estimate_tokens
 from nanoagent.tools import ToolContext, ToolError, ToolRegistry
-from tests.conftest import anthropic_env, invoke, write_config
+from tests.conftest import PATIENCE, anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 
 NOON = datetime(2026, 11, 22, 12, 0)
@@ -217,6 +217,44 @@ def test_a_one_shot_sends_the_recalled_fact_in_its_user_message_over_the_wire(ll
     text = sent if isinstance(sent, str) else "".join(block.get("text", "") for block in sent)
     assert "[session cli:s0 #0, user]" in recalled(text) and "4471" in recalled(text)
     assert "4471" not in str(body["system"])
+
+
+def test_a_search_slower_than_the_deadline_leaves_the_turn_without_recall_and_the_loop_free(paths, monkeypatch):
+    import dataclasses
+    import threading
+
+    import nanoagent.agent.loop as agent_loop
+
+    add_session(paths, "cli:old", "The garage door code is 4417.", "Noted.")
+    release, entered = threading.Event(), threading.Event()
+
+    class Stuck(MemorySearch):
+        def search(self, query, limit=8, max_term_docs=None):
+            entered.set()
+            release.wait(PATIENCE)
+            return super().search(query, limit, max_term_docs)
+
+    monkeypatch.setattr(agent_loop, "RECALL_DEADLINE", 0.2)
+    provider = ScriptedProvider(default="ok")
+    loop = build_agent(Config(), paths, provider=provider)
+    assert loop.recall is not None
+    loop.recall = dataclasses.replace(loop.recall, searcher=Stuck(paths))
+
+    async def turn_and_tick() -> list[str]:
+        ticks: list[str] = []
+
+        async def tick() -> None:  # the event loop keeps running while the search is stuck in its thread
+            await asyncio.to_thread(entered.wait, PATIENCE)
+            ticks.append("ran while the search was stuck")
+
+        try:
+            await asyncio.gather(loop.handle("what is the garage door code?", "cli:direct"), tick())
+        finally:
+            release.set()  # the turn ended without it; the search then finishes before the process may exit
+        return ticks
+
+    assert asyncio.run(turn_and_tick()) == ["ran while the search was stuck"]
+    assert "recalled memory" not in text_of(provider.requests[0].messages[-1])
 
 
 # --- memory_get -----------------------------------------------------------------------------------------------

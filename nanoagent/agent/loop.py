@@ -187,7 +187,8 @@ class AgentLoop:
     async def _recall(self, session: Session, text: str) -> str:
         """Memory for this message that the prompt does not carry yet ("" for none). The search runs in a thread;
         past RECALL_DEADLINE, or on any error, the turn goes on without (one debug line): recall never fails it."""
-        if self.recall is None or not self.recall.settings.enabled or session.key.split(":")[0] in UNATTENDED:
+        if (self.recall is None or not self.recall.settings.enabled or not text.strip()
+                or session.key.split(":")[0] in UNATTENDED):
             return ""
         start = session.last_consolidated
         try:
