@@ -194,6 +194,25 @@ def test_scheduled_turns_without_a_person_recall_nothing(paths):
     assert ["4417" in text_of(r.messages[-1]) for r in provider.requests] == [False, False, True]
 
 
+def test_a_sub_agent_run_recalls_nothing(paths):
+    from nanoagent.providers.scripted import ScriptedReply
+
+    add_session(paths, "cli:old", "The garage door code is 4417.", "Noted.")
+
+    def respond(request):
+        if "You brief a helper agent" in request.system:
+            return ScriptedReply("- nothing to brief")
+        if "## You are a sub-agent" in request.system:
+            return ScriptedReply("checked")
+        return None
+
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("spawn", {"task": "check the garage door code"})]),
+                                 "done"], respond=respond)
+    asyncio.run(build_agent(Config(), paths, provider=provider).handle("ask a helper about the door", "cli:direct"))
+    [child] = [r for r in provider.requests if "## You are a sub-agent" in r.system]
+    assert "garage door code" in text_of(child.messages[0]) and "recalled memory" not in text_of(child.messages[0])
+
+
 def test_a_failing_search_leaves_the_turn_without_recall_and_logs_one_debug_line(paths, caplog):
     add_session(paths, "cli:old", "The garage door code is 4417.", "Noted.")
     MemorySearch(paths).index_path.mkdir(parents=True)  # the index cannot be opened
