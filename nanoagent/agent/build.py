@@ -23,8 +23,9 @@ from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
 from nanoagent.memory.gitlog import MemoryGit, agent_commands, agent_edits
 from nanoagent.memory.history import HistoryLog
+from nanoagent.memory.recall import AutoRecall
 from nanoagent.memory.search import MemorySearch, embedding_settings
-from nanoagent.memory.search_tool import memory_search_tool
+from nanoagent.memory.search_tool import memory_tools
 from nanoagent.paths import PROTECTED_FILES, Paths
 from nanoagent.providers.base import ChatRequest, Provider, ProviderEvent, Providers
 from nanoagent.session.store import SessionStore
@@ -76,11 +77,12 @@ def build_agent(
     access = Access(config, paths)
     exec_config = exec_settings(config, paths)
     edits = agent_edits(memory_git, warn)
+    searcher = MemorySearch(paths, embedding_settings(config), warn=warn)  # one index for the tools and recall
     tools = ToolRegistry([
         *file_tools(edits),
         exec_tool(exec_config, agent_commands(memory_git, warn)),
         *web_tools(tools_config.web),
-        memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
+        *memory_tools(searcher, history, store),
         *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),
     ])
     mcp = mcp_servers(config, paths, tools, warn)
@@ -112,6 +114,7 @@ def build_agent(
         commands=commands,
         mcp=mcp,
         subagents=subagents,
+        recall=AutoRecall(searcher, history, config.memory.auto_recall),
     )
     return loop
 

@@ -36,6 +36,7 @@ import heapq
 import json
 import operator
 import os
+import re
 import shlex
 import sqlite3
 import threading
@@ -62,6 +63,8 @@ from nanoagent.memory.embeddings import (
 from nanoagent.memory.history import read_entries
 from nanoagent.memory.search_text import (
     DOC_CHARS,
+    MAX_QUERY_TERMS,
+    STOPWORDS,
     chunk_markdown,
     cjk_bigrams,
     make_snippet,
@@ -206,26 +209,30 @@ class MemorySearch:
     def _sessions(self) -> SessionStore:
         return SessionStore(self.paths.sessions_dir)
 
-    def search(self, query: str, limit: int = 8, allow: Callable[[SearchHit], bool] | None = None) -> list[SearchHit]:
+    def search(self, query: str, limit: int = 8, allow: Callable[[SearchHit], bool] | None = None,
+               max_term_docs: int | None = None) -> list[SearchHit]:
         """The best `limit` matches for `query`, best first. Any text is a valid query; none raises. With `allow`,
         only hits it accepts (the ranking is asked for more until `limit` of them or no more matches).
-        Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
+        `max_term_docs` leaves out of the keyword ranking each word of `query` found in more documents than that:
+        such words say little, and scoring every document they match is what makes a long query slow (automatic
+        recall searches whole messages). Raises SearchIndexError, saying what to do, when the index file cannot be
+        created, opened or written."""
         if allow is not None:  # ranking costs about the same for 8 or 256 (every match is scored): ask for more
             wanted = max(limit, FILTERED_FIRST)
             while True:
-                hits = self.search(query, wanted)
+                hits = self.search(query, wanted, max_term_docs=max_term_docs)
                 kept = [h for h in hits if allow(h)]
                 if len(kept) >= limit or len(hits) < wanted or wanted >= MAX_FILTERED:
                     return kept[:limit]
                 wanted = min(wanted * 8, MAX_FILTERED)
         with self._lock, self._explained():
             try:
-                return self._search(query, limit)
+                return self._search(query, limit, max_term_docs)
             except sqlite3.DatabaseError as e:
                 if not _is_corrupt(e):
                     raise
                 self._rebuild()
-                return self._search(query, limit)
+                return self._search(query, limit, max_term_docs)
 
     def update(self) -> IndexUpdate:
         """Bring the index up to date without searching (search does this itself)."""
@@ -388,13 +395,14 @@ class MemorySearch:
 
     # --- searching ---------------------------------------------------------------------------------
 
-    def _search(self, query: str, limit: int) -> list[SearchHit]:
+    def _search(self, query: str, limit: int, max_term_docs: int | None = None) -> list[SearchHit]:
         db = self._connection()
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
         wanted = max(limit, CANDIDATES) if self.embedding else limit
-        ranked = _keyword_ranking(db, query, wanted)
+        keywords = query if max_term_docs is None else _distinctive(db, query, max_term_docs)
+        ranked = _keyword_ranking(db, keywords, wanted) if match_expression(keywords) is not None else []
         order = [doc_id for doc_id, _ in ranked]
         scores = dict(ranked)
         if self.embedding is not None:
@@ -566,6 +574,24 @@ def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> list[tu
         if len(ranked) >= wanted:
             return ranked
     return db.execute(sql, (match_expression(query), wanted)).fetchall()
+
+
+def _distinctive(db: sqlite3.Connection, query: str, max_docs: int) -> str:
+    """The words of `query` (its first MAX_QUERY_TERMS) found in at most `max_docs` documents. Counting stops at
+    `max_docs + 1`, so a common word costs no more than a rare one."""
+    kept = []
+    words = [w for w in dict.fromkeys(query.split())  # alone, a stopword is searched (see match_expression)
+             if any(not part.isascii() or (len(part) > 1 and part not in STOPWORDS)
+                    for part in re.findall(r"\w+", w.lower()))]
+    for word in words[:MAX_QUERY_TERMS]:
+        expression = match_expression(word, "AND")
+        if expression is None:
+            continue
+        count = db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
+                           (expression, max_docs + 1)).fetchone()[0]
+        if count <= max_docs:
+            kept.append(word)
+    return " ".join(kept)
 
 
 def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wanted: list[str]) -> list[SearchHit]:
