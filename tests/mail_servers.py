@@ -380,6 +380,11 @@ class Received:
         text: str = body.get_content() if body is not None else ""  # type: ignore[attr-defined]
         return text.replace("\r\n", "\n")
 
+    def files(self) -> list[tuple[str, bytes, str]]:
+        """The mail's attachments: (file name, bytes, content type)."""
+        return [(str(part.get_filename()), part.get_payload(decode=True), part.get_content_type())
+                for part in self.message.iter_attachments()]
+
 
 class SmtpServer:
     """aiosmtpd on 127.0.0.1 in its own thread, recording every message; AUTH LOGIN/PLAIN without TLS (loopback)."""
