@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from nanoagent.agent.build import build_agent, build_outbox
+from nanoagent.channels.base import DeliveryError
 from nanoagent.channels.keys import Place
 from nanoagent.config.schema import (
     Config,
@@ -90,6 +91,14 @@ def test_an_image_without_an_images_name_is_still_sent_as_one_named_for_its_kind
     assert [(u.kind, u.name, u.data) for u in api.received(ANN)] == [("photo", "chart.png", PNG)]
 
 
+def test_an_image_telegram_refuses_as_a_photo_still_arrives_as_a_document(api, files):
+    config = Config()
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    api.fail("sendPhoto", 400, "Bad Request: PHOTO_INVALID_DIMENSIONS")
+    deliver(config, Place("telegram", str(ANN)), "", files[:1])
+    assert [(u.kind, u.name, u.data) for u in api.received(ANN)] == [("document", "chart.png", PNG)]
+
+
 def test_discord_gets_the_files_as_attachments_in_a_dm_and_in_a_thread(files):
     api = DiscordAPI()
     try:
@@ -102,6 +111,10 @@ def test_discord_gets_the_files_as_attachments_in_a_dm_and_in_a_thread(files):
         assert api.shown(api.owner)[0] == "Here is the chart."
         assert api.received(api.dm(api.owner)) == [("chart.png", PNG, "image/png"), ("plan.txt", TEXT, "text/plain")]
         assert api.received(thread) == [("chart.png", PNG, "image/png")]
+        with open(Paths.from_env().workspace / "out" / "video.mp4", "wb") as f:
+            f.truncate(11 * 1024 * 1024)
+        with pytest.raises(DeliveryError, match=r"^video.mp4 is 11.0 MB; Discord takes files up to 10 MB"):
+            deliver(config, Place("discord", api.owner), "", ["out/video.mp4"])
     finally:
         api.close()
 
