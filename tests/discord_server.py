@@ -346,6 +346,10 @@ class DiscordAPI:
 
         return self._sync(found)
 
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files the bot sent to that person's DM: (name, bytes, shown as an image)."""
+        return [(name, data, kind.startswith("image/")) for name, data, kind in self.received(self.dm(user))]
+
     async def _attachment(self, request: web.Request) -> web.StreamResponse:
         data = self.files.get(request.match_info["path"])
         if data is None or self.is_down:

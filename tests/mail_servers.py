@@ -529,6 +529,11 @@ class MailStandIn:
     def shown(self, user: str) -> list[str]:
         return [r.text().rstrip("\n") for r in list(self.smtp.received) if user in r.recipients]
 
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files mailed to that person: (name, bytes, an image)."""
+        return [(name, data, kind.startswith("image/")) for r in list(self.smtp.received) if user in r.recipients
+                for name, data, kind in r.files()]
+
     def edits(self) -> int:
         return 0
 

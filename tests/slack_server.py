@@ -548,5 +548,11 @@ def _check_text(text: str) -> str:
 class StandIn(SlackAPI):
     """The Slack stand-in as the shared channel cases (channel_harness.StandIn) use it."""
 
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files the bot shared in that person's DM, in any thread: (name, bytes, shown as an image)."""
+        with self.lock:
+            return [(f["name"], self.files[f["id"]][1], f["mimetype"].startswith("image/")) for m in self.messages
+                    if m.channel == f"D{user}" and m.user == BOT_USER for f in m.files]
+
 
 __all__ = ["APP_TOKEN", "BOT_ID", "BOT_TOKEN", "BOT_USER", "GENERAL", "OWNER", "STRANGER", "SlackAPI", "StandIn"]

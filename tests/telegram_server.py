@@ -517,5 +517,9 @@ class StandIn:
     def close(self) -> None:
         self.api.close()
 
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files the bot sent to that person: (name, bytes, shown as an image)."""
+        return [(u.name, u.data, u.kind == "photo") for u in self.api.received(int(user))]
+
 
 __all__ = ["BOT", "BotAPI", "Shown", "StandIn", "check_text"]
