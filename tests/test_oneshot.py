@@ -25,6 +25,7 @@ LEFT_TO_TYPER = [
     ["agent", "-m", "-"],  # reads stdin
     ["agent", "-m", "-5 degrees?"],
     ["agent", "-m", "hi", "--local"],
+    ["agent", "-m", "hi", "--incognito"],  # a temporary chat runs in its own process, never the gateway's
     ["agent", "-m", "hi", "-w", "/tmp/x"],
     ["agent", "-m", "hi", "--model", "openai/gpt-4o"],
     ["agent", "-m", "hi", "-a", "photo.png"],

@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.commands import STOP_COMMANDS
+from nanoagent.agent.commands import INCOGNITO_NOTICE, STOP_COMMANDS
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
 from nanoagent.cli.render import (
     SPINNER,
@@ -181,6 +181,7 @@ class Session:
         self.beside: set[asyncio.Task] = set()  # commands typed while something else runs (/status)
         self.pending: list[str] = []
         self.question: asyncio.Future[str] | None = None  # an approval waiting for the next line typed
+        self.incognito = False  # a temporary chat (/incognito): a gateway's is ended (/new) when this terminal leaves
 
     @property
     def busy(self) -> bool:
@@ -311,6 +312,8 @@ class Session:
             if not beside:
                 self.ui.activity = None
         self.ui.line(escape(reply.reply + (TERMINAL_HELP if name == "/help" else "")))
+        if name in ("/incognito", "/new") and not reply.refused:
+            self.incognito = name == "/incognito"
         self.refresh_status()
         if not beside and self.pending:  # typed while the command ran: it starts a turn now
             self.start("\n\n".join(self.take_pending()))
@@ -425,7 +428,7 @@ def opening(saved: SavedSession | None, replay: bool, width: int) -> list[str]:
 
 async def run_interactive(agent: Agent, key: str, history_file: Path, ui: TerminalUI,
                           through: str = "", attacher: Attacher | None = None,
-                          saved: SavedSession | None = None, replay: bool = False) -> None:
+                          saved: SavedSession | None = None, replay: bool = False, incognito: bool = False) -> None:
     """`saved`: the session as it is on disk, for the lines under the banner; `replay`: it was picked (-c,
     --resume), so its last exchanges are shown too."""
     from prompt_toolkit.patch_stdout import patch_stdout
@@ -437,7 +440,10 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     agent.warm_up(key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
-    for line in opening(saved, replay, ui.width):
+    if incognito:
+        session.incognito = True
+        ui.line(f"[magenta]{escape(INCOGNITO_NOTICE)}[/magenta]")
+    for line in opening(saved, replay, ui.width) if not incognito else []:
         ui.line(line)
     with patch_stdout(raw=True):
         try:
@@ -445,6 +451,11 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
         finally:  # Ctrl-D, /exit, SIGTERM or SIGHUP: a turn here ends as interrupted, recorded; a gateway's goes on
             if session.turn is not None and not agent.detach_on_exit and session.cancel():
                 await asyncio.gather(session.turn, return_exceptions=True)
+            if session.incognito and agent.detach_on_exit:  # a gateway's temporary chat ends when we leave it
+                try:
+                    await agent.handle("/new", key, ev.discard)
+                except Exception:  # noqa: BLE001 - the gateway is gone: it ended the chat as it stopped
+                    pass
 
 
 async def _read_lines(session: Session, prompt: Any, ui: TerminalUI) -> None:

@@ -216,6 +216,9 @@ class Consolidator:
         chunk = session.messages[start:end]
         if not chunk:
             return
+        if session.meta.incognito:  # a temporary chat is never archived: what it outgrows is dropped, unsummarised
+            self.store.set_consolidated(session, end)
+            return
         transcript = format_transcript(chunk)
         try:
             summary, usage, used = await self.complete(model, render("prompts/consolidate.md"), transcript)
