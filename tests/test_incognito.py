@@ -12,7 +12,7 @@ import sys
 import time
 from pathlib import Path
 
-import httpx
+import pexpect
 import pytest
 
 from nanoagent.agent import events as ev
@@ -222,3 +222,54 @@ def test_a_second_incognito_is_refused_politely_and_new_in_a_saved_session_still
     run(loop, "saved words")
     assert "archived to memory" in run(loop, "/new").reply
     wait_until(lambda: (paths.memory_dir / "history.jsonl").exists(), "the saved conversation archived")
+
+
+@pytest.mark.process
+def test_agent_incognito_at_a_terminal_says_so_in_the_banner_and_exit_deletes_it(llm, isolated_home):
+    from tests.test_interactive import PROMPT, spawn_agent, visible
+
+    llm.script(Reply(text="Kept secret."))
+    child = spawn_agent(llm, "--incognito")
+    try:
+        child.expect_exact(PROMPT)
+        assert "Temporary chat" in visible(child.before)
+        child.send(f"my password is {SECRET}\r")
+        child.expect_exact("Kept secret.")
+        child.expect_exact(PROMPT)
+        assert len(left_in(Paths.from_env())) == 1
+        child.send("/exit\r")
+        child.expect(pexpect.EOF)
+    finally:
+        child.terminate(force=True)
+    paths = Paths.from_env()
+    assert left_in(paths) == []
+    assert SECRET not in everything_written(paths)
+
+
+@pytest.mark.process
+def test_incognito_typed_at_a_terminal_through_the_gateway_ends_when_the_terminal_leaves(llm, isolated_home):
+    from tests.conftest import start_gateway_process
+    from tests.test_interactive import PROMPT, spawn_agent
+
+    gateway = start_gateway_process({**os.environ, **anthropic_env(llm)})
+    try:
+        llm.script(Reply(text="Kept secret."))
+        child = spawn_agent(llm)
+        try:
+            child.expect_exact(PROMPT)
+            child.send("/incognito\r")
+            child.expect_exact("Temporary chat")
+            child.send(f"my password is {SECRET}\r")
+            child.expect_exact("Kept secret.")
+            child.expect_exact(PROMPT)
+            paths = Paths.from_env()
+            assert len(left_in(paths)) == 1
+            child.send("/exit\r")
+            child.expect(pexpect.EOF)
+        finally:
+            child.terminate(force=True)
+        wait_until(lambda: left_in(paths) == [], "the gateway to end the temporary chat")
+        assert SECRET not in everything_written(paths)
+    finally:
+        gateway.terminate()
+        gateway.communicate(timeout=PATIENCE)

@@ -320,9 +320,10 @@ class Session:
 
 
 def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: Path,
-                 busy: Callable[[], bool] = lambda: False, cancel: Callable[[], object] = lambda: None, **io):
-    """The prompt-toolkit session: history on disk, slash-command completion, multi-line keys, and Esc to
-    cancel what runs (`busy`, `cancel`).
+                 busy: Callable[[], bool] = lambda: False, cancel: Callable[[], object] = lambda: None,
+                 private: Callable[[], bool] = lambda: False, **io):
+    """The prompt-toolkit session: history on disk (not while `private`: a temporary chat's lines stay in memory),
+    slash-command completion, multi-line keys, and Esc to cancel what runs (`busy`, `cancel`).
 
     Keystrokes touch only memory: completion is a fixed word list, the toolbar reads cached state,
     and history is written only when a line is accepted.
@@ -358,7 +359,7 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
 
     private_file(private_dir(history_file.parent) / history_file.name)  # 0600: prompt_toolkit keeps the mode
     session: PromptSession = PromptSession(
-        history=FileHistory(str(history_file)),
+        history=_history(FileHistory, history_file, private),
         completer=WordCompleter([*commands, *sorted(EXIT_COMMANDS)], pattern=_SLASH_WORD, sentence=True),
         complete_while_typing=True,
         key_bindings=bindings,
@@ -426,6 +427,16 @@ def opening(saved: SavedSession | None, replay: bool, width: int) -> list[str]:
     return [*(last_exchanges(saved, width) if replay else []), f"[cyan]{escape(line)}[/cyan]"]
 
 
+def _history(base: type, path: Path, private: Callable[[], bool]) -> Any:
+    """prompt-toolkit's FileHistory, but a line typed while `private` is kept only in memory."""
+    class History(base):  # type: ignore[misc, valid-type]
+        def store_string(self, string: str) -> None:
+            if not private():
+                super().store_string(string)
+
+    return History(str(path))
+
+
 async def run_interactive(agent: Agent, key: str, history_file: Path, ui: TerminalUI,
                           through: str = "", attacher: Attacher | None = None,
                           saved: SavedSession | None = None, replay: bool = False, incognito: bool = False) -> None:
@@ -436,7 +447,7 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     session = Session(agent, key, ui, attacher)
     session.refresh_status()
     prompt = build_prompt([*agent.command_names(), ATTACH], ui.toolbar, history_file,
-                          busy=lambda: session.busy, cancel=session.cancel)
+                          busy=lambda: session.busy, cancel=session.cancel, private=lambda: session.incognito)
     agent.warm_up(key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
