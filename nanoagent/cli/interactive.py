@@ -429,7 +429,7 @@ def opening(saved: SavedSession | None, replay: bool, width: int) -> list[str]:
 
 def _history(base: type, path: Path, private: Callable[[], bool]) -> Any:
     """prompt-toolkit's FileHistory, but a line typed while `private` is kept only in memory."""
-    class History(base):  # type: ignore[misc, valid-type]
+    class History(base):
         def store_string(self, string: str) -> None:
             if not private():
                 super().store_string(string)
