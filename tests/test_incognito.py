@@ -123,6 +123,12 @@ def test_a_temporary_chat_idle_for_an_hour_is_deleted_and_the_key_goes_back_to_i
     assert left_in(paths) == []
     assert not loop.session("cli:direct").meta.incognito
     assert SECRET not in everything_written(paths)
+    assert "temporary chat" not in run(loop, "/status").reply  # a command does not use up the warning
+    late = run(loop, f"more temporary words {SECRET}")  # its person does not know it ended: told, not stored
+    assert late.refused and "ended" in late.reply and "send it again" in late.reply
+    assert SECRET not in everything_written(paths)
+    assert run(loop, "saved words again").refused is False  # said once
+    assert "saved words again" in json.dumps(loop.session("cli:direct").messages)
 
 
 KILLED = """
@@ -161,10 +167,11 @@ def test_a_temporary_chat_left_by_a_killed_process_is_deleted_at_the_next_start_
         if proc.poll() is None:
             proc.kill()
     assert SECRET in left_in(paths)[0].read_text()  # what kill -9 leaves behind
-    build_agent(Config(), paths, provider=ScriptedProvider(default="ok"))  # the next start
+    loop = build_agent(Config(), paths, provider=ScriptedProvider(default="ok"))  # the next start
     assert left_in(paths) == []
     assert SECRET not in everything_written(paths)
     assert len(SessionStore(paths.sessions_dir).incognito_usage()) == 1
+    assert "was not sent" in run(loop, "the next message").reply  # the chat was cut off: said before going on
 
 
 def test_the_http_incognito_flag_chats_beside_the_saved_session_and_the_gateway_stopping_deletes_it(isolated_home):

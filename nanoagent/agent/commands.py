@@ -191,7 +191,8 @@ class Commands:
         u = total.usage
         return "\n".join([
             f"model:    {model}",
-            f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated)",
+            f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated"
+            + ("; a temporary chat, deleted when it ends)" if session.meta.incognito else ")"),
             f"context:  {used:,} of {window.tokens:,} tokens ({used / window.tokens:.0%}{which})",
             f"tokens:   {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_tokens:,} cache read, "
             f"{u.cache_write_tokens:,} cache write",

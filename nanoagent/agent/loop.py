@@ -43,6 +43,9 @@ if TYPE_CHECKING:
 
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
 INCOGNITO_IDLE = 3600.0  # seconds without a turn after which a temporary session ends
+INCOGNITO_ENDED = ("Your temporary chat (/incognito) ended without you (an hour without a message, or nanoagent "
+                   "stopped) and was deleted. This message was not sent and is not kept: send it again to continue "
+                   "your saved conversation, or /incognito to start a new temporary chat.")
 
 
 def _last_activity(session: Session) -> float:
@@ -106,7 +109,7 @@ class AgentLoop:
         ended = []
         for key, session in list(self.store.temporary.items()):
             if not self.busy(key) and now - _last_activity(session) >= idle:
-                self.store.end_incognito(session)
+                self.store.end_incognito(session, unasked=True)
                 ended.append(key)
         return ended
 
@@ -133,6 +136,8 @@ class AgentLoop:
         heartbeat's)."""
         session = self.session(key)
         images = list(images or [])
+        if not text.strip().startswith("/") and not session.meta.incognito and self.store.take_ended(key):
+            return TurnResult(INCOGNITO_ENDED, key, model=self.model_for(session), refused=True)
         if text.strip().startswith("/"):
             if images:
                 raise AttachmentError("Images go with a message, not a slash command; send them with some text.")

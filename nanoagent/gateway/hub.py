@@ -180,7 +180,7 @@ class Hub:
             await asyncio.gather(*late, return_exceptions=True)
         if self.loop.subagents is not None:  # background runs record themselves as cancelled
             await self.loop.subagents.close()
-        self.loop.store.end_all_incognito()  # temporary chats end with the gateway
+        self.loop.store.end_all_incognito(unasked=True)  # temporary chats end with the gateway
 
     async def end_idle_incognito(self, every: float = 60.0) -> None:
         """Run for the gateway's life: end the temporary sessions (/incognito) idle for an hour."""

@@ -26,6 +26,7 @@ clamped with a warning naming the line, so no stored value can break a later tur
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
@@ -101,6 +102,8 @@ class Session:
 
 INCOGNITO_DIR = "incognito"
 SPEND_LEDGER = "usage.jsonl"  # in INCOGNITO_DIR: the usage records of ended temporary sessions, nothing else
+ENDED = ".ended"  # in INCOGNITO_DIR, `<safe key>.ended`: that key's temporary chat ended without its person asking
+_OWN: set[Path] = set()  # the temporary session files of this process: a sweep never takes them
 
 
 class SessionStore:
@@ -328,22 +331,45 @@ class SessionStore:
         session = Session(key=key, path=self.incognito_dir / name,
                           meta=SessionMeta(created=datetime.now(UTC).isoformat(timespec="seconds"), incognito=True))
         self.temporary[key] = session
+        _OWN.add(session.path)
+        self._ended_mark(key).unlink(missing_ok=True)
         return session
 
-    def end_incognito(self, session: Session) -> None:
-        """Delete a temporary session: its usage records go to the spend ledger, then its file and lock go."""
+    def end_incognito(self, session: Session, unasked: bool = False) -> None:
+        """Delete a temporary session: its usage records go to the spend ledger, then its file and lock go.
+        `unasked`: it ended without its person asking (an idle hour, the gateway stopping), so the key's next
+        message is refused once rather than going to the saved session unannounced (`take_ended`)."""
         self.refresh(session)
         self._discard(session.path, session.usage)
         session.ended = True
         if self.temporary.get(session.key) is session:
             del self.temporary[session.key]
+        if unasked:
+            self._mark_ended(session.key)
 
-    def end_all_incognito(self) -> int:
+    def end_all_incognito(self, unasked: bool = False) -> int:
         """End every temporary session of this store (the gateway stopping, the terminal closing)."""
         ended = list(self.temporary.values())
         for session in ended:
-            self.end_incognito(session)
+            self.end_incognito(session, unasked)
         return len(ended)
+
+    def take_ended(self, key: str) -> bool:
+        """Whether `key`'s temporary chat ended without its person asking since they last wrote (said once)."""
+        mark = self._ended_mark(key)
+        if not mark.exists():
+            return False
+        mark.unlink(missing_ok=True)
+        return True
+
+    def _ended_mark(self, key: str) -> Path:
+        return self.incognito_dir / f"{safe_key(key)}{ENDED}"
+
+    def _mark_ended(self, key: str) -> None:
+        with contextlib.suppress(NanoagentError):
+            check_session_key(key)
+            private_dir(self.incognito_dir)
+            atomic_write(self._ended_mark(key), b"", mode=0o600)
 
     def sweep_incognito(self) -> int:
         """Delete the temporary sessions whose owning process is gone (killed before it could): at every start."""
@@ -356,9 +382,12 @@ class SessionStore:
             if header is None or header.get("incognito") is not True:
                 continue
             pid = header.get("pid")
-            if isinstance(pid, int) and pid != os.getpid() and _alive(pid):
+            if path in _OWN or (isinstance(pid, int) and pid != os.getpid() and _alive(pid)):
                 continue
-            self._discard(path, self.load_file(path).usage)
+            session = self.load_file(path)
+            self._discard(path, session.usage)
+            if session.messages:
+                self._mark_ended(session.key)
             swept += 1
         return swept
 
@@ -385,6 +414,7 @@ class SessionStore:
                                               for r in records), True)
         for gone in (path, Path(f"{path}.lock")):
             gone.unlink(missing_ok=True)
+        _OWN.discard(path)
         fsync_dir(path.parent)
 
     def keys(self) -> list[str]:
