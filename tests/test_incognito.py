@@ -280,3 +280,20 @@ def test_incognito_typed_at_a_terminal_through_the_gateway_ends_when_the_termina
     finally:
         gateway.terminate()
         gateway.communicate(timeout=PATIENCE)
+
+
+def test_a_sub_agent_of_a_temporary_chat_is_temporary_too_and_goes_with_it(isolated_home):
+    from tests.test_subagents import child_reply, spawn
+
+    paths = Paths.from_env()
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[spawn(f"say {SECRET}")]), "It said it."],
+                                respond=child_reply)
+    loop = build_agent(Config(), paths, provider=provider)
+    run(loop, "/incognito")
+    assert run(loop, "ask a helper").reply == "It said it."
+    assert len(left_in(paths)) == 2  # the chat and its sub-agent's session, both temporary
+    assert not list(paths.sessions_dir.glob("subagent*.jsonl"))
+    run(loop, "/new")
+    assert left_in(paths) == []
+    assert SECRET not in everything_written(paths)
+    assert sum(r.usage.input_tokens for r in SessionStore(paths.sessions_dir).incognito_usage()) >= 1000

@@ -158,8 +158,15 @@ class Commands:
     async def new(self, call: Call) -> str:
         session = call.session
         if session.meta.incognito:  # nothing of it is archived: it is deleted, and the key's saved session is back
+            from nanoagent.agent.subagents import root_key
+
             async with self.store.lock_async(session):
                 self.store.end_incognito(session)
+            runs = self.subagents.runs(session.key) if self.subagents is not None else []
+            if all(run.finished for run in runs):  # its sub-agents' sessions go too (running ones: at the idle hour)
+                for key, child in list(self.store.temporary.items()):
+                    if root_key(key) == session.key:
+                        self.store.end_incognito(child)
             return "Ended the temporary chat and deleted it; back to your saved conversation."
         model, unusable = self.models.for_session(session), ""
         try:
