@@ -297,3 +297,33 @@ def test_a_sub_agent_of_a_temporary_chat_is_temporary_too_and_goes_with_it(isola
     assert left_in(paths) == []
     assert SECRET not in everything_written(paths)
     assert sum(r.usage.input_tokens for r in SessionStore(paths.sessions_dir).incognito_usage()) >= 1000
+
+
+def test_incognito_in_a_chat_channel_keeps_nothing_of_the_chat_after_new(isolated_home):
+    from tests.channel_harness import running, settled, until
+    from tests.telegram_server import StandIn
+
+    stand_in = StandIn()
+    provider = ScriptedProvider(["Saved reply.", "Kept secret."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            owner = stand_in.owner
+            stand_in.write(owner, "saved words")
+            await until(lambda: "Saved reply." in stand_in.shown(owner), "the saved chat's reply")
+            stand_in.write(owner, "/incognito")
+            await until(lambda: any("Temporary chat" in s for s in stand_in.shown(owner)), "/incognito")
+            stand_in.write(owner, f"my password is {SECRET}")
+            await until(lambda: "Kept secret." in stand_in.shown(owner), "the temporary chat's reply")
+            assert len(left_in(Paths.from_env())) == 1
+            stand_in.write(owner, "/new")
+            await until(lambda: any("Ended the temporary chat" in s for s in stand_in.shown(owner)), "/new")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        stand_in.close()
+    paths = Paths.from_env()
+    assert left_in(paths) == []
+    assert SECRET not in everything_written(paths)  # sessions, history, the index, the channel's inbox state
