@@ -83,7 +83,7 @@ def test_an_incognito_chat_leaves_no_trace_in_history_the_index_dream_or_session
     assert "cli:direct" in sessions and SECRET not in sessions
 
 
-def test_a_temporary_chat_that_outgrows_its_window_writes_nothing_to_history(isolated_home):
+def test_a_temporary_chat_that_outgrows_its_window_writes_nothing_to_history_nor_flushes_notes(isolated_home):
     provider = ScriptedProvider(respond=summarizer(), default="reply " * 50)
     paths = Paths.from_env()
     loop = build_agent(small_window_config(), paths, provider=provider)
@@ -93,6 +93,7 @@ def test_a_temporary_chat_that_outgrows_its_window_writes_nothing_to_history(iso
     assert loop.session("cli:direct").last_consolidated > 0
     assert not (paths.memory_dir / "history.jsonl").exists()
     assert not any(is_summary(r) for r in provider.requests)
+    assert not any("This is a memory flush" in r.system for r in provider.requests)  # no note written before the cut
 
 
 def test_what_a_temporary_chat_cost_still_counts_in_nanoagent_usage_after_it_is_deleted(isolated_home):

@@ -1,7 +1,8 @@
 """Memory search: one SQLite FTS5 index over everything the agent remembers, ranked by BM25.
 
 Documents:
-    - `memory/MEMORY.md`, `USER.md`, `SOUL.md`: whole paragraphs grouped under their heading, with line ranges
+    - `memory/MEMORY.md`, `USER.md`, `SOUL.md` and the dated notes `memory/YYYY-MM-DD.md`: whole paragraphs grouped
+      under their heading, with line ranges
     - every `memory/history.jsonl` entry
     - every user and assistant message in `$NANOAGENT_HOME/sessions/*.jsonl` (user text without the runtime block)
 
@@ -35,6 +36,7 @@ import heapq
 import json
 import operator
 import os
+import re
 import shlex
 import sqlite3
 import threading
@@ -61,6 +63,8 @@ from nanoagent.memory.embeddings import (
 from nanoagent.memory.history import read_entries
 from nanoagent.memory.search_text import (
     DOC_CHARS,
+    MAX_QUERY_TERMS,
+    STOPWORDS,
     chunk_markdown,
     cjk_bigrams,
     make_snippet,
@@ -69,16 +73,18 @@ from nanoagent.memory.search_text import (
     needles,
     split_cjk_edges,
 )
-from nanoagent.paths import MEMORY_FILES, Paths
+from nanoagent.paths import MEMORY_FILES, Paths, is_dated_note, is_person_file, memory_files_on_disk
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
 
-SCHEMA_VERSION = 2  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight of the very top ranks
 # SQLite errors that mean the index's place is unusable (a directory, read-only, full): removing it is the fix.
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
+FILTERED_FIRST = 256  # a filtered search first asks the ranking for this many matches, then eight times more
+MAX_FILTERED = 2000  # and looks at most at this many of the best
 TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 
 
@@ -91,7 +97,7 @@ class SourceKind(StrEnum):
 @dataclass(frozen=True)
 class SearchHit:
     kind: SourceKind
-    ref: str  # the file relative to the workspace, "history", or the session key
+    ref: str  # the file relative to the workspace, or the session key (of a history entry: the session it came from)
     start: int  # first line of a file chunk, the history cursor, or the message's index in the session
     end: int  # last line of a file chunk; equal to start otherwise
     timestamp: str  # history entries only
@@ -203,17 +209,30 @@ class MemorySearch:
     def _sessions(self) -> SessionStore:
         return SessionStore(self.paths.sessions_dir)
 
-    def search(self, query: str, limit: int = 8) -> list[SearchHit]:
-        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises.
-        Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
+    def search(self, query: str, limit: int = 8, allow: Callable[[SearchHit], bool] | None = None,
+               max_term_docs: int | None = None) -> list[SearchHit]:
+        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises. With `allow`,
+        only hits it accepts (the ranking is asked for more until `limit` of them or no more matches).
+        `max_term_docs` leaves out of the keyword ranking each word of `query` found in more documents than that:
+        such words say little, and scoring every document they match is what makes a long query slow (automatic
+        recall searches whole messages). Raises SearchIndexError, saying what to do, when the index file cannot be
+        created, opened or written."""
+        if allow is not None:  # ranking costs about the same for 8 or 256 (every match is scored): ask for more
+            wanted = max(limit, FILTERED_FIRST)
+            while True:
+                hits = self.search(query, wanted, max_term_docs=max_term_docs)
+                kept = [h for h in hits if allow(h)]
+                if len(kept) >= limit or len(hits) < wanted or wanted >= MAX_FILTERED:
+                    return kept[:limit]
+                wanted = min(wanted * 8, MAX_FILTERED)
         with self._lock, self._explained():
             try:
-                return self._search(query, limit)
+                return self._search(query, limit, max_term_docs)
             except sqlite3.DatabaseError as e:
                 if not _is_corrupt(e):
                     raise
                 self._rebuild()
-                return self._search(query, limit)
+                return self._search(query, limit, max_term_docs)
 
     def update(self) -> IndexUpdate:
         """Bring the index up to date without searching (search does this itself)."""
@@ -294,7 +313,10 @@ class MemorySearch:
         return stats
 
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        for rel in MEMORY_FILES:
+        known = [name[5:] for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'file:%'")]
+        for rel in dict.fromkeys([*memory_files_on_disk(self.paths.workspace), *known]):
+            if not (rel in MEMORY_FILES or is_person_file(rel) or is_dated_note(rel)):
+                continue  # skills are not indexed
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)
@@ -332,7 +354,7 @@ class MemorySearch:
         # HistoryLog, the file's owner, warns about bad lines; read_entries drops any whose cursor SQLite cannot hold
         entries, offset = read_entries(path, row.offset)
         entries = [e for e in entries if e.cursor > row.position]
-        docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
+        docs = [_Doc(SourceKind.HISTORY, e.session, e.cursor, e.cursor, e.content, timestamp=e.timestamp)
                 for e in entries if isinstance(e.content, str) and e.content.strip()]
         stats.added += _insert(db, name, docs)
         last = max((e.cursor for e in entries), default=row.position)
@@ -373,13 +395,14 @@ class MemorySearch:
 
     # --- searching ---------------------------------------------------------------------------------
 
-    def _search(self, query: str, limit: int) -> list[SearchHit]:
+    def _search(self, query: str, limit: int, max_term_docs: int | None = None) -> list[SearchHit]:
         db = self._connection()
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
         wanted = max(limit, CANDIDATES) if self.embedding else limit
-        ranked = _keyword_ranking(db, query, wanted)
+        keywords = query if max_term_docs is None else _distinctive(db, query, max_term_docs)
+        ranked = _keyword_ranking(db, keywords, wanted) if match_expression(keywords) is not None else []
         order = [doc_id for doc_id, _ in ranked]
         scores = dict(ranked)
         if self.embedding is not None:
@@ -551,6 +574,24 @@ def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> list[tu
         if len(ranked) >= wanted:
             return ranked
     return db.execute(sql, (match_expression(query), wanted)).fetchall()
+
+
+def _distinctive(db: sqlite3.Connection, query: str, max_docs: int) -> str:
+    """The words of `query` (its first MAX_QUERY_TERMS) found in at most `max_docs` documents. Counting stops at
+    `max_docs + 1`, so a common word costs no more than a rare one."""
+    kept = []
+    words = [w for w in dict.fromkeys(query.split())  # alone, a stopword is searched (see match_expression)
+             if any(not part.isascii() or (len(part) > 1 and part not in STOPWORDS)
+                    for part in re.findall(r"\w+", w.lower()))]
+    for word in words[:MAX_QUERY_TERMS]:
+        expression = match_expression(word, "AND")
+        if expression is None:
+            continue
+        count = db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
+                           (expression, max_docs + 1)).fetchone()[0]
+        if count <= max_docs:
+            kept.append(word)
+    return " ".join(kept)
 
 
 def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wanted: list[str]) -> list[SearchHit]:
