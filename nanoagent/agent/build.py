@@ -71,6 +71,7 @@ def build_agent(
     tools_config = config.tools
     history = HistoryLog(paths.memory_dir, warn=warn, key_file=paths.history_key_file)
     store = SessionStore(paths.sessions_dir, warn=warn)
+    store.sweep_incognito()  # temporary sessions a killed process left behind
     providers = Providers(provider_for)
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
     outbox = outbox or build_outbox(config, paths, warn)

@@ -16,14 +16,16 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.budget import PromptBudget, TurnBudget
-from nanoagent.agent.commands import Commands, ModelChoice, Refused, Resend
+from nanoagent.agent.commands import INCOGNITO_NOTICE, Commands, ModelChoice, Refused, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import RunSpec
@@ -43,6 +45,18 @@ if TYPE_CHECKING:
     from nanoagent.mcp.servers import McpServers
 
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
+INCOGNITO_IDLE = 3600.0  # seconds without a turn after which a temporary session ends
+INCOGNITO_ENDED = ("Your temporary chat (/incognito) ended without you (an hour without a message, or nanoagent "
+                   "stopped) and was deleted. This message was not sent and is not kept: send it again to continue "
+                   "your saved conversation, or /incognito to start a new temporary chat.")
+
+
+def _last_activity(session: Session) -> float:
+    """When a temporary session last changed: its file's mtime, or when it started if nothing was said yet."""
+    try:
+        return session.path.stat().st_mtime
+    except FileNotFoundError:
+        return datetime.fromisoformat(session.meta.created).timestamp() if session.meta.created else time.time()
 # Sessions whose turns have no person in them: a heartbeat's or a cron job's standing prompt repeats each run, so
 # recall would add the same hits every time; the model can still call memory_search. Sub-agents' turns are not
 # the loop's and get none either.
@@ -88,9 +102,26 @@ class AgentLoop:
         return self.budget.consolidator
 
     def session(self, key: str) -> Session:
+        temporary = self.store.temporary.get(key)  # /incognito: the key's turns go to its temporary session
+        if temporary is not None:
+            return temporary
         if key not in self._sessions:
             self._sessions[key] = self.store.load(key)
         return self._sessions[key]
+
+    def start_incognito(self, key: str) -> Session:
+        """Make `key`'s turns go to a temporary session (`agent --incognito`, the HTTP flag); the one it has if it
+        is already temporary. Ended by /new, the process's end, or an idle hour (`end_idle`)."""
+        return self.store.temporary.get(key) or self.store.start_incognito(key)
+
+    def end_idle(self, now: float, idle: float = INCOGNITO_IDLE) -> list[str]:
+        """End the temporary sessions nothing has happened in for `idle` seconds (time.time()); their keys."""
+        ended = []
+        for key, session in list(self.store.temporary.items()):
+            if not self.busy(key) and now - _last_activity(session) >= idle:
+                self.store.end_incognito(session, unasked=True)
+                ended.append(key)
+        return ended
 
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
@@ -115,6 +146,8 @@ class AgentLoop:
         heartbeat's)."""
         session = self.session(key)
         images = list(images or [])
+        if not text.strip().startswith("/") and not session.meta.incognito and self.store.take_ended(key):
+            return TurnResult(INCOGNITO_ENDED, key, model=self.model_for(session), refused=True)
         if text.strip().startswith("/"):
             if images:
                 raise AttachmentError("Images go with a message, not a slash command; send them with some text.")
@@ -137,6 +170,8 @@ class AgentLoop:
         async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session, waiting=waiting):
             if fresh:
                 self.store.reset(session)
+            if session.meta.incognito and not session.messages:  # its first reply says what it is
+                sink(ev.Notice(INCOGNITO_NOTICE, session=key))
             return await self._turn(session, text, sink, injections, ask, images, model or self.model_for(session))
 
     def check_images(self, key: str, images: list[msg.ImageBlock]) -> None:
@@ -224,7 +259,8 @@ class AgentLoop:
         return self.turns.resolver(model)(history)
 
     async def aclose(self) -> None:
-        """Stop what the loop keeps running between turns (MCP servers)."""
+        """Stop what the loop keeps running between turns (MCP servers); delete its temporary sessions."""
+        self.store.end_all_incognito()
         if self.mcp is not None:
             await self.mcp.aclose()
 

@@ -300,7 +300,8 @@ class Subagents:
             async with self._slot(run):
                 run.status, run.started = ev.RunStatus.RUNNING, time.monotonic()
                 sink(ev.SubagentStarted(run.task, run.background, session=run.root, agent=run.id))
-                session = self.turns.store.load(run.key)
+                store = self.turns.store  # a temporary chat's sub-agents are temporary too: nothing of it is kept
+                session = store.start_incognito(run.key) if parent.root.meta.incognito else store.load(run.key)
                 scope = RunScope(session, parent.root, run.depth, run.model, tools, sink, run)
                 current_run.set(scope)  # this task's own context: the parent's stays as it was
                 current_turn.set(TurnScope(run.root, 0, lambda text: sink(ev.Notice(text, session=run.root,

@@ -256,6 +256,9 @@ class Consolidator:
         chunk = session.messages[start:end]
         if not chunk:
             return
+        if session.meta.incognito:  # a temporary chat is never archived: what it outgrows is dropped, unsummarised
+            self.store.set_consolidated(session, end)
+            return
         transcript = format_transcript(chunk)
         try:
             summary, usage, used = await self.complete(model, render("prompts/consolidate.md"), transcript)
@@ -280,7 +283,7 @@ class Consolidator:
         self.store.set_consolidated(session, end)
 
     async def _before_archive(self, session: Session, end: int, model: str) -> None:
-        if self.before_archive is not None:
+        if self.before_archive is not None and not session.meta.incognito:  # a temporary chat leaves no notes
             await self.before_archive(session, end, model)
 
     async def archive_all(self, session: Session, model: str) -> None:
