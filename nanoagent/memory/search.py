@@ -35,6 +35,7 @@ import heapq
 import json
 import operator
 import os
+import re
 import shlex
 import sqlite3
 import threading
@@ -42,6 +43,7 @@ from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from functools import cached_property
 from pathlib import Path
@@ -63,19 +65,30 @@ from nanoagent.memory.search_text import (
     DOC_CHARS,
     chunk_markdown,
     cjk_bigrams,
+    asks_when,
     make_snippet,
     match_expression,
+    mentions_time,
     message_text,
+    message_time,
     needles,
+    speaker_of,
     split_cjk_edges,
+    time_filter,
 )
 from nanoagent.paths import MEMORY_FILES, Paths
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
 
-SCHEMA_VERSION = 2  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
+POOL = 100  # keyword matches re-ranked by speaker, time and recency
+NEAR_WEIGHT = 0.3  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
+SPEAKER_BOOST = 0.25  # added to a normalised BM25 score (the best match is 1.0): the question names this speaker
+WHEN_BOOST = 0.15  # a "when" question and a document that holds a date or a relative time
+WINDOW_BOOST = 0.3  # the question names a time ("last week", "in May") and the document is from then
+RECENCY_BOOST = 0.03  # the newest of the matches against the oldest: a weak prior
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight of the very top ranks
 # SQLite errors that mean the index's place is unusable (a directory, read-only, full): removing it is the fix.
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
@@ -94,11 +107,12 @@ class SearchHit:
     ref: str  # the file relative to the workspace, "history", or the session key
     start: int  # first line of a file chunk, the history cursor, or the message's index in the session
     end: int  # last line of a file chunk; equal to start otherwise
-    timestamp: str  # history entries only
+    timestamp: str  # history entries; session messages: the time of the turn ("" before a runtime block had one)
     role: str  # session messages only: "user" or "assistant"
     content: str
     snippet: str
-    score: float  # higher is better: -bm25 for keyword search, the fused reciprocal-rank score with embeddings
+    score: float  # higher is better: BM25 scaled to the best match (1.0) plus the boosts of `_rerank`; with
+    # embeddings, the fused reciprocal-rank score
 
     @property
     def source(self) -> str:
@@ -140,6 +154,7 @@ class _Doc:
     text: str
     timestamp: str = ""
     role: str = ""
+    thread: str = ""  # neighbours are the documents before and after in the same source and thread
 
 
 @dataclass
@@ -171,10 +186,14 @@ CREATE TABLE sources(name TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns 
                      position INTEGER, label TEXT, tail BLOB);
 CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
                   start INTEGER NOT NULL, "end" INTEGER NOT NULL, timestamp TEXT NOT NULL, role TEXT NOT NULL,
+                  speaker TEXT NOT NULL,  -- "caroline" for a transcript line "Caroline: ...", else ""
+                  thread TEXT NOT NULL,  -- history: the entry's session, and neighbours share a thread
                   text TEXT  -- the document as written when fts.body differs from it (see split_cjk_edges), else NULL
                   );
 CREATE INDEX docs_source ON docs(source);
-CREATE VIRTUAL TABLE fts USING fts5(body, cjk, tokenize = 'porter unicode61 remove_diacritics 2');
+-- near: the text of the documents either side (conversation turns and history entries), so a question whose
+-- words are in the turn before (often the other person's question) still finds the answer
+CREATE VIRTUAL TABLE fts USING fts5(body, cjk, near, tokenize = 'porter unicode61 remove_diacritics 2');
 CREATE TABLE vectors(doc_id INTEGER PRIMARY KEY, vec BLOB NOT NULL);
 """
 
@@ -203,17 +222,18 @@ class MemorySearch:
     def _sessions(self) -> SessionStore:
         return SessionStore(self.paths.sessions_dir)
 
-    def search(self, query: str, limit: int = 8) -> list[SearchHit]:
+    def search(self, query: str, limit: int = 8, now: datetime | None = None) -> list[SearchHit]:
         """The best `limit` matches for `query`, best first. Any text is a valid query; none raises.
+        Times the query names ("last week", "yesterday") count back from `now` (default: the current time).
         Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
         with self._lock, self._explained():
             try:
-                return self._search(query, limit)
+                return self._search(query, limit, now)
             except sqlite3.DatabaseError as e:
                 if not _is_corrupt(e):
                     raise
                 self._rebuild()
-                return self._search(query, limit)
+                return self._search(query, limit, now)
 
     def update(self) -> IndexUpdate:
         """Bring the index up to date without searching (search does this itself)."""
@@ -332,8 +352,8 @@ class MemorySearch:
         # HistoryLog, the file's owner, warns about bad lines; read_entries drops any whose cursor SQLite cannot hold
         entries, offset = read_entries(path, row.offset)
         entries = [e for e in entries if e.cursor > row.position]
-        docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
-                for e in entries if isinstance(e.content, str) and e.content.strip()]
+        docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp,
+                     thread=e.session) for e in entries if isinstance(e.content, str) and e.content.strip()]
         stats.added += _insert(db, name, docs)
         last = max((e.cursor for e in entries), default=row.position)
         _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, offset, position=last,
@@ -358,10 +378,13 @@ class MemorySearch:
             session = Session(key=row.label, path=path, size=row.offset)
             self._sessions.refresh(session)  # reads only the bytes after row.offset
             docs = []
+            stamp = "" if row.position == 0 else _last_timestamp(db, name)  # an assistant turn: its user turn's time
             for index, message in enumerate(session.messages, start=row.position):
+                stamp = message_time(message) or stamp
                 text = message_text(message)
                 if text:
-                    docs.append(_Doc(SourceKind.SESSION, row.label, index, index, text, role=message["role"]))
+                    docs.append(_Doc(SourceKind.SESSION, row.label, index, index, text, timestamp=stamp,
+                                     role=message["role"]))
             stats.added += _insert(db, name, docs)
             _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, session.size,
                                            row.position + len(session.messages), row.label,
@@ -373,13 +396,12 @@ class MemorySearch:
 
     # --- searching ---------------------------------------------------------------------------------
 
-    def _search(self, query: str, limit: int) -> list[SearchHit]:
+    def _search(self, query: str, limit: int, now: datetime | None) -> list[SearchHit]:
         db = self._connection()
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
-        wanted = max(limit, CANDIDATES) if self.embedding else limit
-        ranked = _keyword_ranking(db, query, wanted)
+        ranked = _rerank(db, query, _keyword_ranking(db, query, max(limit, POOL)), now or datetime.now())
         order = [doc_id for doc_id, _ in ranked]
         scores = dict(ranked)
         if self.embedding is not None:
@@ -518,19 +540,56 @@ def _save_source(db: sqlite3.Connection, name: str, source: _Source) -> None:
 
 
 def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
+    """Adds `docs` after the source's earlier ones; the last earlier one gets the first new one as its neighbour."""
     if not docs:
         return 0
     first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
     ids = range(first, first + len(docs))
     texts = [d.text[:DOC_CHARS] for d in docs]
     bodies = [split_cjk_edges(text) for text in texts]
-    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, text) '
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role, None if b == t else t)
-                    for i, d, t, b in zip(ids, docs, texts, bodies, strict=True)])
-    db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
-                   [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
+    threads = [d.thread for d in docs]
+    neighbours = docs[0].kind is not SourceKind.FILE  # a memory file's chunks are whole sections already
+    before = _last_docs(db, source, 2) if neighbours else []  # [(id, thread, body)], oldest first
+    if before and before[-1][1] == threads[0]:
+        last_id, thread, _ = before[-1]
+        earlier = before[0][2] if len(before) == 2 and before[0][1] == thread else ""
+        body, cjk = db.execute("SELECT body, cjk FROM fts WHERE rowid = ?", (last_id,)).fetchone()
+        db.execute("DELETE FROM fts WHERE rowid = ?", (last_id,))
+        db.execute("INSERT INTO fts(rowid, body, cjk, near) VALUES (?, ?, ?, ?)",
+                   (last_id, body, cjk, _near(earlier, bodies[0])))
+    previous = before[-1][2] if before and before[-1][1] == threads[0] else ""
+    nears = []
+    for number, body in enumerate(bodies):
+        after = bodies[number + 1] if number + 1 < len(bodies) and threads[number + 1] == threads[number] else ""
+        if number and threads[number - 1] != threads[number]:
+            previous = ""
+        nears.append(_near(previous, after) if neighbours else "")
+        previous = body
+    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, speaker, thread, text) '
+                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role, speaker_of(t), d.thread,
+                     None if b == t else t) for i, d, t, b in zip(ids, docs, texts, bodies, strict=True)])
+    db.executemany("INSERT INTO fts(rowid, body, cjk, near) VALUES (?, ?, ?, ?)",
+                   [(i, b, cjk_bigrams(t), n) for i, t, b, n in zip(ids, texts, bodies, nears, strict=True)])
     return len(docs)
+
+
+NEAR_CHARS = 600  # of each neighbour
+
+
+def _near(before: str, after: str) -> str:
+    return f"{before[:NEAR_CHARS]}\n{after[:NEAR_CHARS]}".strip()
+
+
+def _last_docs(db: sqlite3.Connection, source: str, count: int) -> list[tuple[int, str, str]]:
+    rows = db.execute("SELECT d.id, d.thread, fts.body FROM docs d JOIN fts ON fts.rowid = d.id "
+                      "WHERE d.source = ? ORDER BY d.id DESC LIMIT ?", (source, count)).fetchall()
+    return rows[::-1]
+
+
+def _last_timestamp(db: sqlite3.Connection, source: str) -> str:
+    row = db.execute("SELECT timestamp FROM docs WHERE source = ? ORDER BY id DESC LIMIT 1", (source,)).fetchone()
+    return row[0] if row else ""
 
 
 def _drop(db: sqlite3.Connection, source: str) -> int:
@@ -544,13 +603,60 @@ def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> list[tu
     """The best `wanted` (doc id, -bm25). Documents holding every term come first when there are enough of them:
     the AND query is ~10x faster than OR for common words (BM25 must score every document that matches), and
     those documents are what OR would rank first anyway. Otherwise OR, so a partial match still counts."""
-    sql = "SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?"
+    sql = (f"SELECT rowid, -bm25(fts, 1.0, 1.0, {NEAR_WEIGHT}) AS score FROM fts WHERE fts MATCH ? "
+           "ORDER BY score DESC LIMIT ?")
     every = match_expression(query, "AND")
     if every is not None and " AND " in every:
         ranked = db.execute(sql, (every, wanted)).fetchall()
         if len(ranked) >= wanted:
             return ranked
     return db.execute(sql, (match_expression(query), wanted)).fetchall()
+
+
+def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]], now: datetime
+            ) -> list[tuple[int, float]]:
+    """The keyword matches re-scored: BM25 scaled so the best is 1.0, plus a boost for a turn of the person the
+    question names, for a dated text when it asks when, for a document from the time it names, and for recency."""
+    if not ranked:
+        return ranked
+    top = max(score for _, score in ranked) or 1.0
+    marks = ",".join("?" * len(ranked))
+    rows = {row[0]: row[1:] for row in db.execute(
+        f"SELECT d.id, d.speaker, d.timestamp, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id "
+        f"WHERE d.id IN ({marks})", [doc_id for doc_id, _ in ranked])}
+    words = {w.lower() for w in _WORDS.findall(query)}
+    named = {speaker for speaker, _, _ in rows.values() if speaker and set(speaker.split()) <= words}
+    when = asks_when(query)
+    window = time_filter(query, now)
+    stamps = sorted(stamp for _, stamp, _ in rows.values() if stamp)
+    oldest, newest = (_days(stamps[0]), _days(stamps[-1])) if stamps else (0.0, 0.0)
+    span = (newest - oldest) or 1.0
+    out = []
+    for doc_id, score in ranked:
+        speaker, stamp, text = rows.get(doc_id, ("", "", ""))
+        score = max(score, 0.0) / top
+        if named and speaker in named:
+            score += SPEAKER_BOOST
+        if when and (mentions_time(text)):
+            score += WHEN_BOOST
+        if window is not None and stamp and window(stamp):
+            score += WINDOW_BOOST
+        if stamp:
+            score += RECENCY_BOOST * (_days(stamp) - oldest) / span
+        out.append((doc_id, score))
+    out.sort(key=lambda pair: -pair[1])
+    return out
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def _days(stamp: str) -> float:
+    """Days since 2000 of a "YYYY-MM-DD HH:MM" timestamp (0 when it is not one)."""
+    try:
+        return (datetime.strptime(stamp[:16], "%Y-%m-%d %H:%M") - datetime(2000, 1, 1)).total_seconds() / 86400
+    except ValueError:
+        return 0.0
 
 
 def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wanted: list[str]) -> list[SearchHit]:

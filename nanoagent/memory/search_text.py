@@ -12,9 +12,10 @@ single character. Other text goes through unicode61 and the porter stemmer ("mee
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
 
-from nanoagent.messages import Message, is_assistant, is_user, shown_text, strip_runtime_context
+from nanoagent.messages import RUNTIME_OPEN, Message, is_assistant, is_user, shown_text, strip_runtime_context
 
 CHUNK_CHARS = 800  # memory-file chunks group paragraphs up to about this size
 DOC_CHARS = 8000  # a longer document (a pasted file in a message) is indexed by its first DOC_CHARS only
@@ -89,6 +90,30 @@ def message_text(message: Message) -> str:
     return ""
 
 
+_RUNTIME_TIME = re.compile(r"\ntime: (\d{4}-\d\d-\d\d \d\d:\d\d)")
+
+
+def message_time(message: Message) -> str:
+    """"YYYY-MM-DD HH:MM" from the `time:` line of a user message's runtime block; "" when it has none."""
+    if not is_user(message):
+        return ""
+    content = message["content"]
+    text = content if isinstance(content, str) else next((b["text"] for b in content if b["type"] == "text"), "")
+    if not text.startswith(RUNTIME_OPEN):
+        return ""
+    found = _RUNTIME_TIME.search(text, 0, 400)
+    return found.group(1) if found else ""
+
+
+_SPEAKER = re.compile(r"([A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30}){0,2}): ")
+
+
+def speaker_of(text: str) -> str:
+    """The lower-cased name a transcript line starts with ("Caroline: I went..." -> "caroline"), else ""."""
+    found = _SPEAKER.match(text)
+    return found.group(1).lower() if found else ""
+
+
 def split_cjk_edges(text: str) -> str:
     """`text` with a space wherever a CJK character meets a letter or digit, so unicode61 ends the token there."""
     return _CJK_EDGE.sub(" ", text) if _CJK_RUN.search(text) else text  # the check alone is ~5x cheaper
@@ -111,7 +136,7 @@ def match_expression(query: str, joiner: str = "OR") -> str | None:
     """
     words = [w.lower() for w in _WORD.findall(query)]
     meaningful = [w for w in words if w not in STOPWORDS and len(w) > 1]
-    terms = [f"body:{_quote(w)}" for w in dict.fromkeys(meaningful or words)]
+    terms = [f"{{body near}}:{_quote(w)}" for w in dict.fromkeys(meaningful or words)]
     for run in dict.fromkeys(_CJK_RUN.findall(query)):
         if len(run) == 1:
             terms.append(f"cjk:{_quote(run)}*")
@@ -122,6 +147,79 @@ def match_expression(query: str, joiner: str = "OR") -> str | None:
             terms.append(f"cjk:{_quote(' '.join(bigrams))}")  # the whole run in order ranks higher
     terms = list(dict.fromkeys(terms))[:MAX_QUERY_TERMS]
     return f" {joiner} ".join(terms) if terms else None
+
+
+MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december"]
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "few": 3, "couple": 2}
+_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+_ASKS_WHEN = re.compile(r"\bwhen\b|\bwhat (?:date|day|time|year|month)\b|\bwhich (?:date|day|year|month)\b|"
+                        r"\bhow long ago\b|\bwhat time\b", re.IGNORECASE)
+_DATED = re.compile(r"\b(?:yesterday|today|tonight|tomorrow|last|ago|weekend|recently|earlier|since|"
+                    r"(?:mon|tues|wednes|thurs|fri|satur|sun)day|" + "|".join(MONTHS) + r"|\d{4}|\d{1,2}(?:st|nd|rd|th))\b",
+                    re.IGNORECASE)
+_MONTH = "|".join(m.capitalize() for m in MONTHS)
+_IN_MONTH = re.compile(rf"\b(?:in|of|during|since|early|late|mid)\s+({_MONTH})(?:,?\s+(\d{{4}}))?\b|"
+                       rf"\b({_MONTH})\s+(\d{{4}})\b|\b(?:in|during)\s+(\d{{4}})\b", re.IGNORECASE)
+_RELATIVE = re.compile(r"\b(today|tonight|yesterday|this (?:week|month|year)|last (?:week|weekend|month|year)|"
+                       r"recently|(a|an|one|two|three|four|five|six|few|couple|\d+)\s+(?:of\s+)?(day|week|month|year)s?"
+                       r" ago)\b", re.IGNORECASE)
+
+
+def asks_when(query: str) -> bool:
+    """Whether the question is about when something happened."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def mentions_time(text: str) -> bool:
+    """Whether a text holds a date or a time relative to when it was said ("yesterday", "last week", "in May")."""
+    return _DATED.search(text) is not None
+
+
+def time_filter(query: str, now: datetime) -> Callable[[str], bool] | None:
+    """For a query that names a time ("last week", "yesterday", "in May", "May 2023", "in 2023", "3 days ago"),
+    a test of a "YYYY-MM-DD HH:MM" timestamp: whether it falls in that time, counted back from `now`.
+    A month without a year is that month in any year. None when the query names no time."""
+    found = _IN_MONTH.search(query)
+    if found:
+        month_name, year = (found.group(1), found.group(2)) if found.group(1) else (found.group(3), found.group(4))
+        if month_name is None:
+            return lambda stamp, year=found.group(5): stamp.startswith(year)
+        if month_name == month_name.lower() and month_name == "may" and not year:
+            pass  # "may" in lower case is the verb
+        else:
+            prefix = f"-{MONTHS.index(month_name.lower()) + 1:02}-"
+            return lambda stamp: stamp[4:8] == prefix and (not year or stamp.startswith(year))
+    found = _RELATIVE.search(query)
+    if not found:
+        return None
+    phrase = found.group(1).lower()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if phrase in ("today", "tonight"):
+        start, end = today, now
+    elif phrase == "yesterday":
+        start, end = today - timedelta(days=1), today
+    elif phrase in ("this week", "last weekend"):
+        start, end = today - timedelta(days=7), now
+    elif phrase == "last week":
+        start, end = today - timedelta(days=14), now
+    elif phrase == "this month":
+        start, end = today.replace(day=1), now
+    elif phrase == "last month":
+        start, end = today - timedelta(days=62), now
+    elif phrase == "this year":
+        start, end = today.replace(month=1, day=1), now
+    elif phrase == "last year":
+        start, end = today.replace(year=today.year - 1, month=1, day=1), today.replace(month=1, day=1)
+    elif phrase == "recently":
+        start, end = today - timedelta(days=30), now
+    else:
+        count = found.group(2).lower()
+        days = (_NUMBERS.get(count) or int(count)) * _UNIT_DAYS[found.group(3).lower()]
+        slack = max(1, days // 4)
+        start, end = today - timedelta(days=days + slack), today - timedelta(days=max(0, days - slack) - 1)
+    low, high = start.strftime("%Y-%m-%d %H:%M"), end.strftime("%Y-%m-%d %H:%M")
+    return lambda stamp: low <= stamp[:16] <= high
 
 
 def needles(query: str) -> list[str]:

@@ -1,0 +1,142 @@
+"""`make bench` (recall part): recall@5 and MRR of memory search over long generated conversations.
+
+The conversations come from `bench/conversations.py` (seeded, LoCoMo-style: two speakers, dated sessions, facts
+stated once and asked about later in other words, evidence ids). Each conversation gets a workspace of its own and
+is indexed the two ways nanoagent indexes what was said:
+    - sessions: each conversation session is a session file; the first speaker's turns are user messages with the
+      runtime block nanoagent writes (its `time:` line is the session's date), the second's assistant messages;
+      every turn reads "Name: text", as a transcript of several people does
+    - history: each turn is a history.jsonl entry stamped with the session's date
+A question counts as recalled when one of its evidence turns is among the top 5 hits; MRR is over the first
+evidence hit (0 when it is not in the top 10). Searches run two days after the last session.
+
+Lexical always; hybrid against the deterministic embedding stand-in of `tests/llm_server.py` (hashed character
+trigrams: cheap and offline, not a semantic model, so it shows the fusion works rather than what a real model
+gains). The 20 hand-written questions of `bench/memory_search.py` are reported there. Budget: lexical recall@5
+>= RECALL_BUDGET on the sessions layout.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import tempfile
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.conversations import Conversation, generate  # noqa: E402
+from nanoagent.memory.embeddings import EmbeddingSettings  # noqa: E402
+from nanoagent.memory.search import MemorySearch, SearchHit  # noqa: E402
+from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN  # noqa: E402
+from nanoagent.paths import Paths  # noqa: E402
+from nanoagent.session.store import SessionStore  # noqa: E402
+
+SEED = 20
+RECALL_BUDGET = 0.7
+K = 5
+
+
+def runtime_block(when: datetime) -> str:
+    return (f"{RUNTIME_OPEN}\ntime: {when.strftime('%Y-%m-%d %H:%M %A')} (UTC)\nchannel: cli\nchat_id: direct\n"
+            f"{RUNTIME_CLOSE}\n\n")
+
+
+def index_sessions(paths: Paths, conversation: Conversation) -> dict[str, tuple[str, int]]:
+    """Writes each session as a session file; evidence id -> (session key, message index)."""
+    store = SessionStore(paths.sessions_dir)
+    where = {}
+    first = conversation.speakers[0]
+    for number, (date, turns) in enumerate(conversation.sessions, start=1):
+        key = f"chat:s{number:02}"
+        session = store.load(key)
+        messages: list = []
+        for turn, (speaker, text) in enumerate(turns, start=1):
+            when = date + timedelta(minutes=turn)
+            if speaker == first:
+                messages.append({"role": "user", "content": runtime_block(when) + f"{speaker}: {text}"})
+            else:
+                messages.append({"role": "assistant", "content": f"{speaker}: {text}"})
+            where[f"D{number}:{turn}"] = (key, turn - 1)
+        store.add_messages(session, messages)
+    return where
+
+
+def index_history(paths: Paths, conversation: Conversation) -> dict[str, tuple[str, int]]:
+    """Writes every turn as a history entry; evidence id -> ("history", cursor)."""
+    where = {}
+    cursor = 0
+    with open(paths.memory_dir / "history.jsonl", "w", encoding="utf-8") as f:
+        for number, (date, turns) in enumerate(conversation.sessions, start=1):
+            for turn, (speaker, text) in enumerate(turns, start=1):
+                cursor += 1
+                stamp = (date + timedelta(minutes=turn)).strftime("%Y-%m-%d %H:%M")
+                f.write(json.dumps({"cursor": cursor, "timestamp": stamp, "session": f"chat:s{number:02}",
+                                    "content": f"{speaker}: {text}", "raw": False}) + "\n")
+                where[f"D{number}:{turn}"] = ("history", cursor)
+    return where
+
+
+def place(hit: SearchHit) -> tuple[str, int]:
+    return (hit.ref, hit.start)
+
+
+def measure(conversations: list[Conversation], layout: str, embedding: EmbeddingSettings | None
+            ) -> tuple[float, float, int, dict[str, tuple[int, int]]]:
+    """(recall@5, MRR, questions, {kind: (recalled, asked)})."""
+    recalled, reciprocal, asked = 0, 0.0, 0
+    kinds: dict[str, tuple[int, int]] = {}
+    for conversation in conversations:
+        with tempfile.TemporaryDirectory() as tmp:
+            paths = Paths(home=Path(tmp) / "home", workspace=Path(tmp) / "ws")
+            paths.memory_dir.mkdir(parents=True)
+            where = (index_sessions if layout == "sessions" else index_history)(paths, conversation)
+            now = conversation.sessions[-1][0] + timedelta(days=2)
+            searcher = MemorySearch(paths, embedding)
+            for question in conversation.questions:
+                hits = [place(h) for h in searcher.search(question.text, 10, now=now)]
+                wanted = {where[e] for e in question.evidence}
+                rank = next((i for i, h in enumerate(hits, start=1) if h in wanted), 0)
+                hit = 0 < rank <= K
+                recalled += hit
+                reciprocal += 1 / rank if rank else 0.0
+                asked += 1
+                done, total = kinds.get(question.kind, (0, 0))
+                kinds[question.kind] = (done + hit, total + 1)
+            searcher.close()
+    return recalled / asked, reciprocal / asked, asked, kinds
+
+
+def stand_in() -> tuple[EmbeddingSettings, object]:
+    from tests.llm_server import start_server
+
+    server = start_server()
+    return EmbeddingSettings("openai/stand-in", "openai", f"{server.url}/v1", "sk-bench", None), server
+
+
+def main() -> int:
+    started = time.perf_counter()
+    conversations = generate(SEED)
+    ok = True
+    settings, server = stand_in()
+    try:
+        for layout in ("sessions", "history"):
+            for mode, embedding in (("lexical", None),) + ((("hybrid (stand-in)", settings),) if "--hybrid" in sys.argv else ()):
+                recall, mrr, asked, kinds = measure(conversations, layout, embedding)
+                detail = ", ".join(f"{kind} {done / total:.2f}" for kind, (done, total) in sorted(kinds.items()))
+                print(f"recall {layout:<8} {mode:<18} recall@5 {recall:.3f}  MRR {mrr:.3f}  over {asked} questions "
+                      f"({detail})", flush=True)
+                if layout == "sessions" and embedding is None and recall < RECALL_BUDGET:
+                    print(f"MISS recall@5 {recall:.3f} on generated conversations; budget >= {RECALL_BUDGET}")
+                    ok = False
+    finally:
+        server.close()  # type: ignore[attr-defined]
+    print(f"recall bench: {'ok' if ok else 'budget missed'} in {time.perf_counter() - started:.1f} s")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
