@@ -30,6 +30,7 @@ sys.path.insert(0, str(ROOT))
 
 from bench.conversations import Conversation, generate  # noqa: E402
 from nanoagent.memory.embeddings import EmbeddingSettings  # noqa: E402
+from nanoagent.memory import search  # noqa: E402
 from nanoagent.memory.search import MemorySearch, SearchHit  # noqa: E402
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN  # noqa: E402
 from nanoagent.paths import Paths  # noqa: E402
@@ -110,6 +111,27 @@ def measure(conversations: list[Conversation], layout: str, embedding: Embedding
     return recalled / asked, reciprocal / asked, asked, kinds
 
 
+STEPS = [("BM25 + porter (before)", {}), ("+ neighbours", {"NEAR_WEIGHT": search.NEAR_WEIGHT}),
+         ("+ every word", {"EVERY_BOOST": search.EVERY_BOOST}), ("+ speaker", {"SPEAKER_BOOST": search.SPEAKER_BOOST}), ("+ when", {"WHEN_BOOST": search.WHEN_BOOST}),
+         ("+ named times", {"WINDOW_BOOST": search.WINDOW_BOOST}), ("+ recency", {"RECENCY_BOOST": search.RECENCY_BOOST})]
+
+
+def ablation(conversations: list[Conversation]) -> None:
+    """`bench/recall.py --ablation`: each ranking change added in turn (lexical, sessions layout)."""
+    saved = {name: getattr(search, name) for _, change in STEPS for name in change}
+    for name in saved:
+        setattr(search, name, 0.0)
+    try:
+        for label, change in STEPS:
+            for name, value in change.items():
+                setattr(search, name, value)
+            recall, mrr, _, _ = measure(conversations, "sessions", None)
+            print(f"| {label:<24} | {recall:.3f} | {mrr:.3f} |", flush=True)
+    finally:
+        for name, value in saved.items():
+            setattr(search, name, value)
+
+
 def stand_in() -> tuple[EmbeddingSettings, object]:
     from tests.llm_server import start_server
 
@@ -120,6 +142,9 @@ def stand_in() -> tuple[EmbeddingSettings, object]:
 def main() -> int:
     started = time.perf_counter()
     conversations = generate(SEED)
+    if "--ablation" in sys.argv:
+        ablation(conversations)
+        return 0
     ok = True
     settings, server = stand_in()
     try:

@@ -84,7 +84,8 @@ __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "Sour
 SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 POOL = 100  # keyword matches re-ranked by speaker, time and recency
-NEAR_WEIGHT = 0.3  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
+NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
+EVERY_BOOST = 0.2  # the document holds every word of the query
 SPEAKER_BOOST = 0.25  # added to a normalised BM25 score (the best match is 1.0): the question names this speaker
 WHEN_BOOST = 0.15  # a "when" question and a document that holds a date or a relative time
 WINDOW_BOOST = 0.3  # the question names a time ("last week", "in May") and the document is from then
@@ -191,9 +192,11 @@ CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NU
                   text TEXT  -- the document as written when fts.body differs from it (see split_cjk_edges), else NULL
                   );
 CREATE INDEX docs_source ON docs(source);
--- near: the text of the documents either side (conversation turns and history entries), so a question whose
--- words are in the turn before (often the other person's question) still finds the answer
-CREATE VIRTUAL TABLE fts USING fts5(body, cjk, near, tokenize = 'porter unicode61 remove_diacritics 2');
+CREATE VIRTUAL TABLE fts USING fts5(body, cjk, tokenize = 'porter unicode61 remove_diacritics 2');
+-- the text of the documents either side (conversation turns and history entries), so a question whose words are
+-- in the turn before (often the other person's question) still finds the answer. A table of its own, since
+-- FTS5's BM25 measures a row's length over all its columns
+CREATE VIRTUAL TABLE nearby USING fts5(words, tokenize = 'porter unicode61 remove_diacritics 2');
 CREATE TABLE vectors(doc_id INTEGER PRIMARY KEY, vec BLOB NOT NULL);
 """
 
@@ -401,7 +404,7 @@ class MemorySearch:
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
-        ranked = _rerank(db, query, _keyword_ranking(db, query, max(limit, POOL)), now or datetime.now())
+        ranked = _rerank(db, query, *_keyword_ranking(db, query, max(limit, POOL)), now or datetime.now())
         order = [doc_id for doc_id, _ in ranked]
         scores = dict(ranked)
         if self.embedding is not None:
@@ -553,10 +556,8 @@ def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
     if before and before[-1][1] == threads[0]:
         last_id, thread, _ = before[-1]
         earlier = before[0][2] if len(before) == 2 and before[0][1] == thread else ""
-        body, cjk = db.execute("SELECT body, cjk FROM fts WHERE rowid = ?", (last_id,)).fetchone()
-        db.execute("DELETE FROM fts WHERE rowid = ?", (last_id,))
-        db.execute("INSERT INTO fts(rowid, body, cjk, near) VALUES (?, ?, ?, ?)",
-                   (last_id, body, cjk, _near(earlier, bodies[0])))
+        db.execute("DELETE FROM nearby WHERE rowid = ?", (last_id,))
+        db.execute("INSERT INTO nearby(rowid, words) VALUES (?, ?)", (last_id, _near(earlier, bodies[0])))
     previous = before[-1][2] if before and before[-1][1] == threads[0] else ""
     nears = []
     for number, body in enumerate(bodies):
@@ -569,8 +570,9 @@ def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role, speaker_of(t), d.thread,
                      None if b == t else t) for i, d, t, b in zip(ids, docs, texts, bodies, strict=True)])
-    db.executemany("INSERT INTO fts(rowid, body, cjk, near) VALUES (?, ?, ?, ?)",
-                   [(i, b, cjk_bigrams(t), n) for i, t, b, n in zip(ids, texts, bodies, nears, strict=True)])
+    db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
+                   [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
+    db.executemany("INSERT INTO nearby(rowid, words) VALUES (?, ?)", [(i, n) for i, n in zip(ids, nears, strict=True) if n])
     return len(docs)
 
 
@@ -595,28 +597,45 @@ def _last_timestamp(db: sqlite3.Connection, source: str) -> str:
 def _drop(db: sqlite3.Connection, source: str) -> int:
     ids = "SELECT id FROM docs WHERE source = ?"
     db.execute(f"DELETE FROM fts WHERE rowid IN ({ids})", (source,))
+    db.execute(f"DELETE FROM nearby WHERE rowid IN ({ids})", (source,))
     db.execute(f"DELETE FROM vectors WHERE doc_id IN ({ids})", (source,))
     return db.execute("DELETE FROM docs WHERE source = ?", (source,)).rowcount
 
 
-def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> list[tuple[int, float]]:
-    """The best `wanted` (doc id, -bm25). Documents holding every term come first when there are enough of them:
-    the AND query is ~10x faster than OR for common words (BM25 must score every document that matches), and
-    those documents are what OR would rank first anyway. Otherwise OR, so a partial match still counts."""
-    sql = (f"SELECT rowid, -bm25(fts, 1.0, 1.0, {NEAR_WEIGHT}) AS score FROM fts WHERE fts MATCH ? "
-           "ORDER BY score DESC LIMIT ?")
-    every = match_expression(query, "AND")
+def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[list[tuple[int, float]], set[int]]:
+    """The best `wanted` (doc id, -bm25), and which of them hold every term in their own text. Only
+    those when there are enough of them: the AND query is ~10x faster than OR for common words (BM25 must score
+    every document that matches). Otherwise OR, so a partial match still counts."""
+    ranked, every = _matches(db, "fts", query, "body", wanted)
+    if NEAR_WEIGHT:  # a neighbour's words add to the document's score, or bring it in
+        scores = dict(ranked)
+        for doc_id, score in _matches(db, "nearby", query, "words", wanted)[0]:
+            scores[doc_id] = scores.get(doc_id, 0.0) + NEAR_WEIGHT * score
+        ranked = heapq.nlargest(wanted, scores.items(), key=operator.itemgetter(1))
+    return ranked, every
+
+
+def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted: int
+             ) -> tuple[list[tuple[int, float]], set[int]]:
+    """The best `wanted` (doc id, -bm25) of one table, and those that hold every term."""
+    sql = f"SELECT rowid, -rank FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
+    every = match_expression(query, "AND", column)
+    complete: list[tuple[int, float]] = []
     if every is not None and " AND " in every:
-        ranked = db.execute(sql, (every, wanted)).fetchall()
-        if len(ranked) >= wanted:
-            return ranked
-    return db.execute(sql, (match_expression(query), wanted)).fetchall()
+        complete = db.execute(sql, (every, wanted)).fetchall()
+        if len(complete) >= wanted:
+            return complete, {doc_id for doc_id, _ in complete}
+    some = match_expression(query, "OR", column)
+    if some is None:  # CJK alone, looked for in neighbours
+        return [], set()
+    return db.execute(sql, (some, wanted)).fetchall(), {doc_id for doc_id, _ in complete}
 
 
-def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]], now: datetime
+def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]], every: set[int], now: datetime
             ) -> list[tuple[int, float]]:
-    """The keyword matches re-scored: BM25 scaled so the best is 1.0, plus a boost for a turn of the person the
-    question names, for a dated text when it asks when, for a document from the time it names, and for recency."""
+    """The keyword matches re-scored: BM25 scaled so the best is 1.0, plus a boost for holding every term, for a
+    turn of the person the question names, for a dated text when it asks when, for a document from the time it
+    names, and for recency."""
     if not ranked:
         return ranked
     top = max(score for _, score in ranked) or 1.0
@@ -635,6 +654,8 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
     for doc_id, score in ranked:
         speaker, stamp, text = rows.get(doc_id, ("", "", ""))
         score = max(score, 0.0) / top
+        if doc_id in every:
+            score += EVERY_BOOST
         if named and speaker in named:
             score += SPEAKER_BOOST
         if when and (mentions_time(text)):

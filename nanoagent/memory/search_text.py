@@ -128,16 +128,17 @@ def cjk_bigrams(text: str) -> str:
     return " ".join(tokens)
 
 
-def match_expression(query: str, joiner: str = "OR") -> str | None:
+def match_expression(query: str, joiner: str = "OR", column: str = "body") -> str | None:
     """An FTS5 MATCH expression for free text, or None when it holds nothing to search for.
 
     Every term is a quoted string, so no input (quotes, `*`, `AND`, parentheses, a lone `-`) is FTS5 syntax.
-    With OR, BM25 ranks documents matching more, and rarer, terms first.
+    With OR, BM25 ranks documents matching more, and rarer, terms first. Words are looked for in `column` (the
+    `nearby` table's `words` for neighbours); CJK always in `cjk`.
     """
     words = [w.lower() for w in _WORD.findall(query)]
     meaningful = [w for w in words if w not in STOPWORDS and len(w) > 1]
-    terms = [f"{{body near}}:{_quote(w)}" for w in dict.fromkeys(meaningful or words)]
-    for run in dict.fromkeys(_CJK_RUN.findall(query)):
+    terms = [f"{column}:{_quote(w)}" for w in dict.fromkeys(meaningful or words)]
+    for run in dict.fromkeys(_CJK_RUN.findall(query) if column == "body" else ()):
         if len(run) == 1:
             terms.append(f"cjk:{_quote(run)}*")
             continue
