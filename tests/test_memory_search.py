@@ -541,3 +541,66 @@ def test_a_history_line_with_null_content_is_not_indexed_as_none(paths):
         f.write(b'{"cursor": 99, "timestamp": "2026-11-22 12:00", "session": "x", "content": null}\n')
     assert MemorySearch(paths).search("None") == []
     assert [h.source for h in MemorySearch(paths).search("spare key")] == ["history#1 2026-11-22 12:00"]
+
+
+def transcript(paths: Paths, key: str, when: datetime, *turns: tuple[str, str]) -> None:
+    """A conversation of several people as nanoagent stores it: the first speaker's turns as user messages with
+    the runtime block of `when`, the others' as assistant messages, each line "Name: text"."""
+    first = turns[0][0]
+    builder = ContextBuilder(Path("."), True, ToolRegistry())
+    add_session(paths, key, *[builder.user_message(f"{who}: {text}", "cli", "direct", now=when) if who == first
+                              else {"role": "assistant", "content": f"{who}: {text}"} for who, text in turns])
+
+
+def test_an_answer_is_found_by_the_words_of_the_question_turn_before_it(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "Which instrument are you learning these days?"),
+               ("Ben", "The cello! Bach's first suite, slowly."), ("Ana", "Lovely. Any trips planned?"),
+               ("Ben", "Lisbon in spring."))
+    hits = MemorySearch(paths).search("instrument learning", 3)
+    assert "session chat:1 #1" in sources(hits)  # the answer holds neither word
+    assert sources(hits)[0] == "session chat:1 #0"
+
+
+def test_a_question_naming_a_person_ranks_that_persons_turn_first(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "I adopted a puppy called Biscuit."),
+               ("Ben", "Cute! We adopted two kittens, Pepper and Salt, and a puppy too."))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("What did Ben adopt?", 2))[0] == "session chat:1 #1"
+    assert sources(searcher.search("What did Ana adopt?", 2))[0] == "session chat:1 #0"
+
+
+def test_a_when_question_favours_the_turn_that_says_when(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "Pottery is such a calm hobby, pottery every day would be nice."),
+               ("Ben", "I took my first pottery class yesterday."))
+    assert sources(MemorySearch(paths).search("When did Ben take a pottery class?", 2))[0] == "session chat:1 #1"
+    assert sources(MemorySearch(paths).search("pottery", 2))[0] == "session chat:1 #0"
+
+
+def test_last_week_and_a_named_month_narrow_by_when_it_was_said(paths):
+    transcript(paths, "chat:may", datetime(2026, 5, 12, 9, 0), ("Ana", "The garden tomatoes are red now, garden tomatoes!"),
+               ("Ben", "Nice."))
+    transcript(paths, "chat:nov", datetime(2026, 11, 18, 9, 0), ("Ana", "The garden needs tomatoes and basil."),
+               ("Ben", "Sure."))
+    searcher = MemorySearch(paths)
+    assert searcher.search("garden tomatoes")[0].ref == "chat:may"  # the better keyword match
+    assert searcher.search("garden tomatoes last week", now=NOON)[0].ref == "chat:nov"
+    assert searcher.search("garden tomatoes in May", now=NOON)[0].ref == "chat:may"
+    assert searcher.search("garden tomatoes in November", now=NOON)[0].ref == "chat:nov"
+    hit = searcher.search("garden tomatoes in May")[0]
+    assert hit.timestamp == "2026-05-12 09:00" and hit.content == "Ana: The garden tomatoes are red now, garden tomatoes!"
+
+
+def test_a_rebuilt_index_does_not_embed_again_what_it_embedded_before(paths, llm):
+    settings = embedding_settings(hybrid_config(llm))
+    first = MemorySearch(paths, settings)
+    first.search("beagle")
+    assert first.last_update.embedded == 5
+    first.close()
+    index = first.index_path
+    index.write_bytes(b"not a database")  # damaged: rebuilt from scratch
+    sent = len(embedding_requests(llm))
+    remember(paths, "Bought a red kayak.")
+    second = MemorySearch(paths, settings)
+    assert sources(second.search("beagle"))[0] == "memory/MEMORY.md:3-5"
+    assert second.last_update.embedded == 1  # only the new entry
+    assert [len(r.body["input"]) for r in embedding_requests(llm)[sent:]] == [1, 1]  # the new entry, the query

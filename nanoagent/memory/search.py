@@ -25,12 +25,14 @@ How text is split for the `body` and `cjk` columns and turned into a MATCH expre
 is in `search_text.py`.
 
 With `memory.embeddingModel` set, documents are also embedded (`embeddings.py`); vectors are stored with the
-model name (another model re-embeds everything) and the BM25 and cosine rankings are merged by reciprocal rank
+model name (another model re-embeds everything; a cache beside the index keeps every vector by model and text,
+so a rebuilt index embeds only new text) and the keyword and cosine rankings are merged by reciprocal rank
 fusion. Any embedding failure falls back to BM25 with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import operator
@@ -75,6 +77,7 @@ from nanoagent.memory.search_text import (
     speaker_of,
     split_cjk_edges,
     time_filter,
+    without_time,
 )
 from nanoagent.paths import MEMORY_FILES, Paths
 from nanoagent.session.store import Session, SessionStore
@@ -136,7 +139,7 @@ class IndexUpdate:
     added: int = 0  # documents indexed
     removed: int = 0  # documents dropped (a changed memory file, a replaced session)
     sources: int = 0  # files or logs that had changed
-    embedded: int = 0  # documents embedded
+    embedded: int = 0  # texts sent to be embedded (a vector the cache kept from before a rebuild is not counted)
 
 class _StaleIndex(Exception):
     pass
@@ -216,6 +219,7 @@ class MemorySearch:
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._cache: sqlite3.Connection | None = None  # the vector cache, opened when something needs embedding
 
     @property
     def index_path(self) -> Path:
@@ -255,6 +259,9 @@ class MemorySearch:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None
 
     # --- the index file ---------------------------------------------------------------------------
 
@@ -404,7 +411,8 @@ class MemorySearch:
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
-        ranked = _rerank(db, query, *_keyword_ranking(db, query, max(limit, POOL)), now or datetime.now())
+        ranked = _rerank(db, query, *_keyword_ranking(db, without_time(query), max(limit, POOL)),
+                         now or datetime.now())
         order = [doc_id for doc_id, _ in ranked]
         scores = dict(ranked)
         if self.embedding is not None:
@@ -446,15 +454,51 @@ class MemorySearch:
                 db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('embedding_model', ?)", (settings.model,))
         missing = db.execute("SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id "
                              "WHERE d.id NOT IN (SELECT doc_id FROM vectors)").fetchall()
+        if not missing:
+            return
+        cache = self._vector_cache()
+        keys = [_text_key(body[:EMBED_CHARS]) for _, body in missing]
+        known = _cached_vectors(cache, settings.model, keys)
         for start in range(0, len(missing), EMBED_BATCH):
-            batch = missing[start:start + EMBED_BATCH]
-            vectors = embed_texts(settings, [body[:EMBED_CHARS] for _, body in batch])
+            batch = [(doc_id, body, key) for (doc_id, body), key in
+                     zip(missing[start:start + EMBED_BATCH], keys[start:start + EMBED_BATCH], strict=True)]
+            new = [(key, body) for _, body, key in batch if key not in known]
+            if new:
+                vectors = embed_texts(settings, [body[:EMBED_CHARS] for _, body in new])
+                fresh = {key: unit_vector(v).tobytes() for (key, _), v in zip(new, vectors, strict=True)}
+                known.update(fresh)
+                with _writing(cache):
+                    cache.executemany("INSERT OR REPLACE INTO vectors(model, key, vec) VALUES (?, ?, ?)",
+                                      [(settings.model, key, vec) for key, vec in fresh.items()])
+                self.last_update.embedded += len(new)
             with _writing(db):
                 db.executemany("INSERT OR REPLACE INTO vectors(doc_id, vec) SELECT ?, ? "
                                "WHERE EXISTS (SELECT 1 FROM docs WHERE id = ?)",
-                               [(doc_id, unit_vector(v).tobytes(), doc_id) for (doc_id, _), v in zip(batch, vectors,
-                                                                                          strict=True)])
-            self.last_update.embedded += len(batch)
+                               [(doc_id, known[key], doc_id) for doc_id, _, key in batch])
+
+    def _vector_cache(self) -> sqlite3.Connection:
+        """`<index>.vectors.sqlite`: every vector by model and text, kept when the index is rebuilt (a new schema,
+        a corrupt file), so a rebuild embeds only what it never saw. A damaged cache is started again."""
+        if self._cache is None:
+            path = self.index_path.with_suffix(".vectors.sqlite")
+            for attempt in (1, 2):
+                private_file(path)
+                db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+                try:
+                    db.execute("CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, key BLOB NOT NULL, "
+                               "vec BLOB NOT NULL, PRIMARY KEY(model, key)) WITHOUT ROWID")
+                    db.execute("PRAGMA journal_mode = WAL")
+                    db.execute("PRAGMA synchronous = NORMAL")
+                except sqlite3.DatabaseError as e:
+                    db.close()
+                    if attempt == 2 or not _is_corrupt(e) and "file is not a database" not in str(e):
+                        raise
+                    _remove_index(str(path))
+                    continue
+                self._cache = db
+                break
+        assert self._cache is not None
+        return self._cache
 
 
 # --- SQLite helpers -------------------------------------------------------------------------------
@@ -481,6 +525,20 @@ def _open(path: str) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _text_key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _cached_vectors(cache: sqlite3.Connection, model: str, keys: list[bytes]) -> dict[bytes, bytes]:
+    found: dict[bytes, bytes] = {}
+    unique = list(dict.fromkeys(keys))
+    for start in range(0, len(unique), 500):
+        part = unique[start:start + 500]
+        found.update(cache.execute(f"SELECT key, vec FROM vectors WHERE model = ? AND key IN "
+                                   f"({','.join('?' * len(part))})", [model, *part]).fetchall())
+    return found
 
 
 def _remove_index(path: str) -> None:

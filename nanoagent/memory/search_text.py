@@ -223,6 +223,12 @@ def time_filter(query: str, now: datetime) -> Callable[[str], bool] | None:
     return lambda stamp: low <= stamp[:16] <= high
 
 
+def without_time(query: str) -> str:
+    """The query without the time it names ("garden last week" -> "garden "): its words are not what to match."""
+    rest = _RELATIVE.sub(" ", _IN_MONTH.sub(" ", query))
+    return rest if match_expression(rest) is not None else query
+
+
 def needles(query: str) -> list[str]:
     """Lower-case strings to look for when choosing a snippet: query words (cut to a stem-like prefix) and CJK."""
     out = []
