@@ -155,7 +155,7 @@ def generate(seed: int, conversations: int = 6, sessions: int = 15, turns: int =
                 speaker = b if speaker == a else a
             conversation.sessions.append((date, lines))
         # later sessions refer back to facts in other words: a mention, not evidence
-        for date, lines in conversation.sessions[3:]:
+        for _, lines in conversation.sessions[3:]:
             index = rng.randrange(len(lines))
             if lines[index][1] in statements:
                 continue

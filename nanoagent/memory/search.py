@@ -65,9 +65,9 @@ from nanoagent.memory.embeddings import (
 from nanoagent.memory.history import read_entries
 from nanoagent.memory.search_text import (
     DOC_CHARS,
+    asks_when,
     chunk_markdown,
     cjk_bigrams,
-    asks_when,
     make_snippet,
     match_expression,
     mentions_time,
@@ -115,8 +115,8 @@ class SearchHit:
     role: str  # session messages only: "user" or "assistant"
     content: str
     snippet: str
-    score: float  # higher is better: BM25 scaled to the best match (1.0) plus the boosts of `_rerank`; with
-    # embeddings, the fused reciprocal-rank score
+    score: float  # higher is better: BM25 (with embeddings, the fused reciprocal-rank score) scaled to the best
+    # match (1.0), plus the boosts of `_rerank`
 
     @property
     def source(self) -> str:
@@ -411,15 +411,14 @@ class MemorySearch:
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
-        ranked = _rerank(db, query, *_keyword_ranking(db, without_time(query), max(limit, POOL)),
-                         now or datetime.now())
-        order = [doc_id for doc_id, _ in ranked]
-        scores = dict(ranked)
-        if self.embedding is not None:
-            fused = self._fuse(db, self.embedding, query, order)
+        ranked, every = _keyword_ranking(db, without_time(query), max(limit, POOL))
+        if self.embedding is not None:  # the boosts apply to the fused ranking: the time or person a query names
+            fused = self._fuse(db, self.embedding, query, [doc_id for doc_id, _ in ranked])
             if fused is not None:
                 order, scores = fused
-        return _hits(db, order[:limit], scores, needles(query))
+                ranked = [(doc_id, scores[doc_id]) for doc_id in order]
+        ranked = _rerank(db, query, ranked, every, now or datetime.now())
+        return _hits(db, [doc_id for doc_id, _ in ranked[:limit]], dict(ranked), needles(query))
 
     def _fuse(self, db: sqlite3.Connection, settings: EmbeddingSettings, query: str,
               keyword_order: list[int]) -> tuple[list[int], dict[int, float]] | None:

@@ -185,10 +185,9 @@ def time_filter(query: str, now: datetime) -> Callable[[str], bool] | None:
     if found:
         month_name, year = (found.group(1), found.group(2)) if found.group(1) else (found.group(3), found.group(4))
         if month_name is None:
-            return lambda stamp, year=found.group(5): stamp.startswith(year)
-        if month_name == month_name.lower() and month_name == "may" and not year:
-            pass  # "may" in lower case is the verb
-        else:
+            only_year: str = found.group(5)
+            return lambda stamp: stamp.startswith(only_year)
+        if month_name != "may" or year:  # "in may" in lower case is more likely the verb
             prefix = f"-{MONTHS.index(month_name.lower()) + 1:02}-"
             return lambda stamp: stamp[4:8] == prefix and (not year or stamp.startswith(year))
     found = _RELATIVE.search(query)
