@@ -87,6 +87,7 @@ __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "Sour
 SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 POOL = 100  # keyword matches re-ranked by speaker, time and recency
+ENOUGH = 30  # documents holding every word: with this many the slower OR query (a few words missing) is skipped
 NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
 EVERY_BOOST = 0.2  # the document holds every word of the query
 SPEAKER_BOOST = 0.25  # added to a normalised BM25 score (the best match is 1.0): the question names this speaker
@@ -661,7 +662,7 @@ def _drop(db: sqlite3.Connection, source: str) -> int:
 
 def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[list[tuple[int, float]], set[int]]:
     """The best `wanted` (doc id, -bm25), and which of them hold every term in their own text. Only
-    those when there are enough of them: the AND query is ~10x faster than OR for common words (BM25 must score
+    those when there are ENOUGH of them: the AND query is ~10x faster than OR for common words (BM25 must score
     every document that matches). Otherwise OR, so a partial match still counts."""
     ranked, every = _matches(db, "fts", query, "body", wanted)
     if NEAR_WEIGHT:  # a neighbour's words add to the document's score, or bring it in
@@ -680,7 +681,7 @@ def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted
     complete: list[tuple[int, float]] = []
     if every is not None and " AND " in every:
         complete = db.execute(sql, (every, wanted)).fetchall()
-        if len(complete) >= wanted:
+        if len(complete) >= min(wanted, ENOUGH):
             return complete, {doc_id for doc_id, _ in complete}
     some = match_expression(query, "OR", column)
     if some is None:  # CJK alone, looked for in neighbours
