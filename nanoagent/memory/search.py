@@ -86,7 +86,7 @@ __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "Sour
 
 SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
-POOL = 100  # keyword matches re-ranked by speaker, time and recency
+POOL = 50  # keyword matches re-ranked by speaker, time and recency
 ENOUGH = 30  # documents holding every word: with this many the slower OR query (a few words missing) is skipped
 NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
 EVERY_BOOST = 0.2  # the document holds every word of the query
