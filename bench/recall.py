@@ -10,9 +10,9 @@ is indexed the two ways nanoagent indexes what was said:
 A question counts as recalled when one of its evidence turns is among the top 5 hits; MRR is over the first
 evidence hit (0 when it is not in the top 10). Searches run two days after the last session.
 
-Lexical always; hybrid against the deterministic embedding stand-in of `tests/llm_server.py` (hashed character
-trigrams: cheap and offline, not a semantic model, so it shows the fusion works rather than what a real model
-gains). The 20 hand-written questions of `bench/memory_search.py` are reported there. Budget: lexical recall@5
+Lexical always; with `--hybrid` also hybrid against the deterministic embedding stand-in of `tests/llm_server.py`
+(hashed character trigrams: offline, not a semantic model, so it shows the fusion works rather than what a real
+model gains; ~25 s a layout here, so `make bench` leaves it out). `--ablation`: each ranking change in turn. The 20 hand-written questions of `bench/memory_search.py` are reported there. Budget: lexical recall@5
 >= RECALL_BUDGET on the sessions layout.
 """
 
