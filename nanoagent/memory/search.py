@@ -728,12 +728,13 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
 
 
 _WORDS = re.compile(r"\w+")
+_EPOCH = datetime(2000, 1, 1)
 
 
 def _days(stamp: str) -> float:
     """Days since 2000 of a "YYYY-MM-DD HH:MM" timestamp (0 when it is not one)."""
     try:
-        return (datetime.strptime(stamp[:16], "%Y-%m-%d %H:%M") - datetime(2000, 1, 1)).total_seconds() / 86400
+        return (datetime.fromisoformat(stamp[:16]) - _EPOCH).total_seconds() / 86400
     except ValueError:
         return 0.0
 
