@@ -31,7 +31,9 @@ _HEADING = re.compile(r"^#{1,6}\s")
 STOPWORDS = frozenset(
     "a about an and are as at be been but by can could did do does for from had has have he her him his how i if "
     "in into is it its me my of on or our she so than that the their them then there these they this to was we "
-    "were what when where which who whom why will with would you your".split()
+    "were what when where which who whom why will with would you your"
+    # words of a question rather than of what it asks about
+    " any both kind likely many mention mentioned much said say some sort tell told type".split()
 )
 
 
@@ -128,6 +130,22 @@ def cjk_bigrams(text: str) -> str:
     return " ".join(tokens)
 
 
+# Irregular forms the porter stemmer cannot join ("went" and "go"): each line is one word's forms. A query word in
+# a line matches any of them.
+IRREGULAR = """be was were been|become became|begin began begun|bring brought|build built|buy bought|catch caught
+choose chose chosen|come came|cut|do did done|draw drew drawn|drink drank drunk|drive drove driven|eat ate eaten
+fall fell fallen|feel felt|fight fought|find found|fly flew flown|forget forgot forgotten|get got gotten
+give gave given|go went gone|grow grew grown|have had|hear heard|hold held|hurt|keep kept|know knew known
+lead led|leave left|lend lent|lose lost|make made|mean meant|meet met|pay paid|put|read|ride rode ridden
+ring rang rung|rise rose risen|run ran|say said|see saw seen|sell sold|send sent|set|sing sang sung|sit sat
+sleep slept|speak spoke spoken|spend spent|stand stood|steal stole stolen|swim swam swum|take took taken
+teach taught|tear tore torn|tell told|think thought|throw threw thrown|understand understood|wake woke woken
+wear wore worn|win won|write wrote written|child children|person people|man men|woman women|tooth teeth
+foot feet|mouse mice"""
+FORMS = {word: tuple(line.split()) for line in IRREGULAR.replace("\n", "|").split("|") for word in line.split()
+         if len(line.split()) > 1}
+
+
 def match_expression(query: str, joiner: str = "OR", column: str = "body") -> str | None:
     """An FTS5 MATCH expression for free text, or None when it holds nothing to search for.
 
@@ -137,7 +155,7 @@ def match_expression(query: str, joiner: str = "OR", column: str = "body") -> st
     """
     words = [w.lower() for w in _WORD.findall(query)]
     meaningful = [w for w in words if w not in STOPWORDS and len(w) > 1]
-    terms = [f"{column}:{_quote(w)}" for w in dict.fromkeys(meaningful or words)]
+    terms = [f"{column}:{_term(w)}" for w in dict.fromkeys(meaningful or words)]
     for run in dict.fromkeys(_CJK_RUN.findall(query) if column == "body" else ()):
         if len(run) == 1:
             terms.append(f"cjk:{_quote(run)}*")
@@ -257,6 +275,11 @@ def make_snippet(text: str, wanted: Sequence[str], width: int = SNIPPET_CHARS) -
         best = space + 1 if space >= 0 else best
     piece = flat[best:best + width]
     return ("…" if best else "") + piece + ("…" if best + width < len(flat) else "")
+
+
+def _term(word: str) -> str:
+    forms = FORMS.get(word)
+    return f"({' OR '.join(map(_quote, forms))})" if forms else _quote(word)
 
 
 def _quote(term: str) -> str:
