@@ -201,8 +201,8 @@ def test_a_chinese_query_finds_its_two_character_word(paths):
     remember(paths, "用户下周去北京出差。")
     searcher = MemorySearch(paths)
     hits = searcher.search("寿司")
-    assert sources(hits) == ["history#1 2026-11-22 12:00"] and "寿司" in hits[0].snippet
-    assert sources(searcher.search("北京")) == ["history#2 2026-11-22 12:00"]
+    assert sources(hits)[:1] == ["history#1 2026-11-22 12:00"] and "寿司" in hits[0].snippet
+    assert sources(searcher.search("北京"))[:1] == ["history#2 2026-11-22 12:00"]
     assert sources(searcher.search("他喜欢什么寿司？"))[0] == "history#1 2026-11-22 12:00"
 
 

@@ -87,7 +87,7 @@ __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "Sour
 SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 POOL = 50  # keyword matches re-ranked by speaker, time and recency
-ENOUGH = 30  # documents holding every word: with this many the slower OR query (a few words missing) is skipped
+ENOUGH = 15  # documents holding every word: with this many the slower OR query (a few words missing) is skipped
 NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
 EVERY_BOOST = 0.2  # the document holds every word of the query
 SPEAKER_BOOST = 0.25  # added to a normalised BM25 score (the best match is 1.0): the question names this speaker
@@ -193,14 +193,12 @@ CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NU
                   start INTEGER NOT NULL, "end" INTEGER NOT NULL, timestamp TEXT NOT NULL, role TEXT NOT NULL,
                   speaker TEXT NOT NULL,  -- "caroline" for a transcript line "Caroline: ...", else ""
                   thread TEXT NOT NULL,  -- history: the entry's session, and neighbours share a thread
+                  prev INTEGER,  -- the document before this one in its source and thread: its neighbour
                   text TEXT  -- the document as written when fts.body differs from it (see split_cjk_edges), else NULL
                   );
 CREATE INDEX docs_source ON docs(source);
+CREATE INDEX docs_prev ON docs(prev);
 CREATE VIRTUAL TABLE fts USING fts5(body, cjk, tokenize = 'porter unicode61 remove_diacritics 2');
--- the text of the documents either side (conversation turns and history entries), so a question whose words are
--- in the turn before (often the other person's question) still finds the answer. A table of its own, since
--- FTS5's BM25 measures a row's length over all its columns
-CREATE VIRTUAL TABLE nearby USING fts5(words, tokenize = 'porter unicode61 remove_diacritics 2');
 CREATE TABLE vectors(doc_id INTEGER PRIMARY KEY, vec BLOB NOT NULL);
 """
 
@@ -601,50 +599,29 @@ def _save_source(db: sqlite3.Connection, name: str, source: _Source) -> None:
 
 
 def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
-    """Adds `docs` after the source's earlier ones; the last earlier one gets the first new one as its neighbour."""
+    """Adds `docs` after the source's earlier ones, each linked to the one before it in its thread."""
     if not docs:
         return 0
     first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
     ids = range(first, first + len(docs))
     texts = [d.text[:DOC_CHARS] for d in docs]
     bodies = [split_cjk_edges(text) for text in texts]
-    threads = [d.thread for d in docs]
-    neighbours = docs[0].kind is not SourceKind.FILE  # a memory file's chunks are whole sections already
-    before = _last_docs(db, source, 2) if neighbours else []  # [(id, thread, body)], oldest first
-    if before and before[-1][1] == threads[0]:
-        last_id, thread, _ = before[-1]
-        earlier = before[0][2] if len(before) == 2 and before[0][1] == thread else ""
-        db.execute("DELETE FROM nearby WHERE rowid = ?", (last_id,))
-        db.execute("INSERT INTO nearby(rowid, words) VALUES (?, ?)", (last_id, _near(earlier, bodies[0])))
-    previous = before[-1][2] if before and before[-1][1] == threads[0] else ""
-    nears = []
-    for number, body in enumerate(bodies):
-        after = bodies[number + 1] if number + 1 < len(bodies) and threads[number + 1] == threads[number] else ""
-        if number and threads[number - 1] != threads[number]:
-            previous = ""
-        nears.append(_near(previous, after) if neighbours else "")
-        previous = body
-    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, speaker, thread, text) '
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+    previous: tuple[int, str] | None = None  # (id, thread)
+    if docs[0].kind is not SourceKind.FILE:  # a memory file's chunks are whole sections already
+        previous = db.execute("SELECT id, thread FROM docs WHERE source = ? ORDER BY id DESC LIMIT 1",
+                              (source,)).fetchone()
+    links = []
+    for doc_id, doc in zip(ids, docs, strict=True):
+        links.append(previous[0] if previous is not None and previous[1] == doc.thread else None)
+        previous = (doc_id, doc.thread) if doc.kind is not SourceKind.FILE else None
+    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, speaker, thread, prev, '
+                   "text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role, speaker_of(t), d.thread,
-                     None if b == t else t) for i, d, t, b in zip(ids, docs, texts, bodies, strict=True)])
+                     link, None if b == t else t)
+                    for i, d, t, b, link in zip(ids, docs, texts, bodies, links, strict=True)])
     db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
                    [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
-    db.executemany("INSERT INTO nearby(rowid, words) VALUES (?, ?)", [(i, n) for i, n in zip(ids, nears, strict=True) if n])
     return len(docs)
-
-
-NEAR_CHARS = 600  # of each neighbour
-
-
-def _near(before: str, after: str) -> str:
-    return f"{before[:NEAR_CHARS]}\n{after[:NEAR_CHARS]}".strip()
-
-
-def _last_docs(db: sqlite3.Connection, source: str, count: int) -> list[tuple[int, str, str]]:
-    rows = db.execute("SELECT d.id, d.thread, fts.body FROM docs d JOIN fts ON fts.rowid = d.id "
-                      "WHERE d.source = ? ORDER BY d.id DESC LIMIT ?", (source, count)).fetchall()
-    return rows[::-1]
 
 
 def _last_timestamp(db: sqlite3.Connection, source: str) -> str:
@@ -655,7 +632,6 @@ def _last_timestamp(db: sqlite3.Connection, source: str) -> str:
 def _drop(db: sqlite3.Connection, source: str) -> int:
     ids = "SELECT id FROM docs WHERE source = ?"
     db.execute(f"DELETE FROM fts WHERE rowid IN ({ids})", (source,))
-    db.execute(f"DELETE FROM nearby WHERE rowid IN ({ids})", (source,))
     db.execute(f"DELETE FROM vectors WHERE doc_id IN ({ids})", (source,))
     return db.execute("DELETE FROM docs WHERE source = ?", (source,)).rowcount
 
@@ -665,17 +641,23 @@ def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[l
     those when there are ENOUGH of them: the AND query is ~10x faster than OR for common words (BM25 must score
     every document that matches). Otherwise OR, so a partial match still counts."""
     ranked, every = _matches(db, "fts", query, "body", wanted)
-    if NEAR_WEIGHT:  # a neighbour's words add to the document's score, or bring it in
-        scores = dict(ranked)
-        for doc_id, score in _matches(db, "nearby", query, "words", wanted)[0]:
-            scores[doc_id] = scores.get(doc_id, 0.0) + NEAR_WEIGHT * score
+    if NEAR_WEIGHT and ranked:  # a neighbour's match adds to a turn's score, or brings it in
+        own = dict(ranked)
+        marks = ",".join("?" * len(own))
+        links = db.execute(f"SELECT id, prev FROM docs WHERE id IN ({marks}) AND prev IS NOT NULL UNION "
+                           f"SELECT id, prev FROM docs WHERE prev IN ({marks})", [*own, *own]).fetchall()
+        near: dict[int, float] = {}  # the best score of a document's neighbours
+        for doc_id, prev in links:  # prev and doc_id are neighbours: each gets a part of the other's score
+            near[doc_id] = max(near.get(doc_id, 0.0), own.get(prev, 0.0))
+            near[prev] = max(near.get(prev, 0.0), own.get(doc_id, 0.0))
+        scores = {doc_id: own.get(doc_id, 0.0) + NEAR_WEIGHT * near.get(doc_id, 0.0) for doc_id in own.keys() | near}
         ranked = heapq.nlargest(wanted, scores.items(), key=operator.itemgetter(1))
     return ranked, every
 
 
 def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted: int
              ) -> tuple[list[tuple[int, float]], set[int]]:
-    """The best `wanted` (doc id, -bm25) of one table, and those that hold every term."""
+    """The best `wanted` (doc id, -bm25), and those that hold every term."""
     sql = f"SELECT rowid, -rank FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
     every = match_expression(query, "AND", column)
     complete: list[tuple[int, float]] = []
@@ -698,25 +680,29 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
         return ranked
     top = max(score for _, score in ranked) or 1.0
     marks = ",".join("?" * len(ranked))
-    rows = {row[0]: row[1:] for row in db.execute(
-        f"SELECT d.id, d.speaker, d.timestamp, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id "
-        f"WHERE d.id IN ({marks})", [doc_id for doc_id, _ in ranked])}
+    ids = [doc_id for doc_id, _ in ranked]
+    rows = {row[0]: row[1:] for row in db.execute(f"SELECT id, speaker, timestamp FROM docs WHERE id IN ({marks})",
+                                                  ids)}
     words = {w.lower() for w in _WORDS.findall(query)}
-    named = {speaker for speaker, _, _ in rows.values() if speaker and set(speaker.split()) <= words}
-    when = asks_when(query)
+    named = {speaker for speaker, _ in rows.values() if speaker and set(speaker.split()) <= words}
+    dated = set()
+    if asks_when(query):  # reading the texts costs more than the rest of re-ranking: only for this
+        dated = {doc_id for doc_id, text in db.execute(
+            f"SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id WHERE d.id IN ({marks})",
+            ids) if mentions_time(text)}
     window = time_filter(query, now)
-    stamps = sorted(stamp for _, stamp, _ in rows.values() if stamp)
+    stamps = sorted(stamp for _, stamp in rows.values() if stamp)
     oldest, newest = (_days(stamps[0]), _days(stamps[-1])) if stamps else (0.0, 0.0)
     span = (newest - oldest) or 1.0
     out = []
     for doc_id, score in ranked:
-        speaker, stamp, text = rows.get(doc_id, ("", "", ""))
+        speaker, stamp = rows.get(doc_id, ("", ""))
         score = max(score, 0.0) / top
         if doc_id in every:
             score += EVERY_BOOST
         if named and speaker in named:
             score += SPEAKER_BOOST
-        if when and (mentions_time(text)):
+        if doc_id in dated:
             score += WHEN_BOOST
         if window is not None and stamp and window(stamp):
             score += WINDOW_BOOST

@@ -150,8 +150,8 @@ def match_expression(query: str, joiner: str = "OR", column: str = "body") -> st
     """An FTS5 MATCH expression for free text, or None when it holds nothing to search for.
 
     Every term is a quoted string, so no input (quotes, `*`, `AND`, parentheses, a lone `-`) is FTS5 syntax.
-    With OR, BM25 ranks documents matching more, and rarer, terms first. Words are looked for in `column` (the
-    `nearby` table's `words` for neighbours); CJK always in `cjk`.
+    With OR, BM25 ranks documents matching more, and rarer, terms first. Words are looked for in `column`;
+    CJK runs in `cjk` when that column is `body`.
     """
     words = [w.lower() for w in _WORD.findall(query)]
     meaningful = [w for w in words if w not in STOPWORDS and len(w) > 1]
