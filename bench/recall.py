@@ -7,6 +7,8 @@ is indexed the two ways nanoagent indexes what was said:
       runtime block nanoagent writes (its `time:` line is the session's date), the second's assistant messages;
       every turn reads "Name: text", as a transcript of several people does
     - history: each turn is a history.jsonl entry stamped with the session's date
+    - lines: the whole conversation as one session of user messages "[1:56 pm on 8 May, 2023] Name: text" and no
+      runtime block (a transcript imported as it is)
 A question counts as recalled when one of its evidence turns is among the top 5 hits; MRR is over the first
 evidence hit (0 when it is not in the top 10). Searches run two days after the last session.
 
@@ -81,6 +83,25 @@ def index_history(paths: Paths, conversation: Conversation) -> dict[str, tuple[s
     return where
 
 
+def index_lines(paths: Paths, conversation: Conversation) -> dict[str, tuple[str, int]]:
+    """Writes the whole conversation as one session of user messages "[1:56 pm on 8 May, 2023] Name: text" with
+    no runtime block, as a transcript pasted or imported would be; evidence id -> (session key, message index)."""
+    store = SessionStore(paths.sessions_dir)
+    session = store.load("chat:all")
+    where, messages = {}, []
+    for number, (date, turns) in enumerate(conversation.sessions, start=1):
+        for turn, (speaker, text) in enumerate(turns, start=1):
+            when = date + timedelta(minutes=turn)
+            stamp = f"{when.strftime('%I:%M %p').lstrip('0').lower()} on {when.day} {when.strftime('%B, %Y')}"
+            where[f"D{number}:{turn}"] = ("chat:all", len(messages))
+            messages.append({"role": "user", "content": f"[{stamp}] {speaker}: {text}"})
+    store.add_messages(session, messages)
+    return where
+
+
+LAYOUTS = {"sessions": index_sessions, "history": index_history, "lines": index_lines}
+
+
 def place(hit: SearchHit) -> tuple[str, int]:
     return (hit.ref, hit.start)
 
@@ -94,7 +115,7 @@ def measure(conversations: list[Conversation], layout: str, embedding: Embedding
         with tempfile.TemporaryDirectory() as tmp:
             paths = Paths(home=Path(tmp) / "home", workspace=Path(tmp) / "ws")
             paths.memory_dir.mkdir(parents=True)
-            where = (index_sessions if layout == "sessions" else index_history)(paths, conversation)
+            where = LAYOUTS[layout](paths, conversation)
             now = conversation.sessions[-1][0] + timedelta(days=2)
             searcher = MemorySearch(paths, embedding)
             for question in conversation.questions:
@@ -149,7 +170,7 @@ def main() -> int:
     settings, server = stand_in()
     try:
         hybrid = "--hybrid" in sys.argv  # ~25 s a layout here: one HTTP request per question and per 64 turns
-        for layout in ("sessions", "history"):
+        for layout in LAYOUTS:
             for mode, embedding in (("lexical", None), ("hybrid (stand-in)", settings))[:2 if hybrid else 1]:
                 recall, mrr, asked, kinds = measure(conversations, layout, embedding)
                 detail = ", ".join(f"{kind} {done / total:.2f}" for kind, (done, total) in sorted(kinds.items()))

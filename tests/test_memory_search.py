@@ -604,3 +604,14 @@ def test_a_rebuilt_index_does_not_embed_again_what_it_embedded_before(paths, llm
     assert sources(second.search("beagle"))[0] == "memory/MEMORY.md:3-5"
     assert second.last_update.embedded == 1  # only the new entry
     assert [len(r.body["input"]) for r in embedding_requests(llm)[sent:]] == [1, 1]  # the new entry, the query
+
+
+def test_an_imported_transcript_line_gives_its_speaker_and_date(paths):
+    add_session(paths, "chat:import", user("[1:56 pm on 8 May, 2023] Caroline: I went to a support group yesterday."),
+                user("[2:01 pm on 8 May, 2023] Melanie: I went to a support group too, a while back."),
+                user("[9:10 am on 2 June, 2023] Melanie: The support group moved to Thursdays."))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("When did Caroline go to the support group?"))[0] == "session chat:import #0"
+    assert sources(searcher.search("What did Melanie say about the support group in June?"))[0] == \
+        "session chat:import #2"
+    assert searcher.search("support group Caroline")[0].timestamp == "2023-05-08 13:56"

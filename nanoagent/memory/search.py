@@ -68,13 +68,13 @@ from nanoagent.memory.search_text import (
     asks_when,
     chunk_markdown,
     cjk_bigrams,
+    line_head,
     make_snippet,
     match_expression,
     mentions_time,
     message_text,
     message_time,
     needles,
-    speaker_of,
     split_cjk_edges,
     time_filter,
     without_time,
@@ -614,11 +614,12 @@ def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
     for doc_id, doc in zip(ids, docs, strict=True):
         links.append(previous[0] if previous is not None and previous[1] == doc.thread else None)
         previous = (doc_id, doc.thread) if doc.kind is not SourceKind.FILE else None
+    heads = [line_head(t) for t in texts]
     db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, speaker, thread, prev, '
                    "text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role, speaker_of(t), d.thread,
+                   [(i, source, d.kind.value, d.ref, d.start, d.end, date or d.timestamp, d.role, speaker, d.thread,
                      link, None if b == t else t)
-                    for i, d, t, b, link in zip(ids, docs, texts, bodies, links, strict=True)])
+                    for i, d, t, b, link, (speaker, date, _) in zip(ids, docs, texts, bodies, links, heads, strict=True)])
     db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
                    [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
     return len(docs)
@@ -689,7 +690,7 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
     if asks_when(query):  # reading the texts costs more than the rest of re-ranking: only for this
         dated = {doc_id for doc_id, text in db.execute(
             f"SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id WHERE d.id IN ({marks})",
-            ids) if mentions_time(text)}
+            ids) if mentions_time(text[line_head(text)[2]:])}  # a date in the line's head is not the answer
     window = time_filter(query, now)
     stamps = sorted(stamp for _, stamp in rows.values() if stamp)
     oldest, newest = (_days(stamps[0]), _days(stamps[-1])) if stamps else (0.0, 0.0)

@@ -107,13 +107,44 @@ def message_time(message: Message) -> str:
     return found.group(1) if found else ""
 
 
-_SPEAKER = re.compile(r"([A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30}){0,2}): ")
+# A transcript line's head: an optional date in brackets, then the speaker ("[8 May 2023] **Caroline**: ...").
+_HEAD = re.compile(r"\s*(?:[\[(]([^\])\n]{1,60})[\])]\s*)?(?:\*\*)?"
+                   r"(?:([A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30}){0,2})(?:\*\*)?(?: said)?:\s)?")
+_ISO_DATE = re.compile(r"(\d{4})-(\d\d)-(\d\d)(?:[ T](\d\d):(\d\d))?")
+_DAY_MONTH = re.compile(r"(?:(\d{1,2})(?:st|nd|rd|th)? ([A-Z][a-z]+)|([A-Z][a-z]+) (\d{1,2})(?:st|nd|rd|th)?),? (\d{4})")
+_CLOCK = re.compile(r"(\d{1,2}):(\d\d)\s*([ap]\.?m\.?)?", re.IGNORECASE)
 
 
-def speaker_of(text: str) -> str:
-    """The lower-cased name a transcript line starts with ("Caroline: I went..." -> "caroline"), else ""."""
-    found = _SPEAKER.match(text)
-    return found.group(1).lower() if found else ""
+def line_head(text: str) -> tuple[str, str, int]:
+    """(speaker, date, where the words start) of a transcript line: "Caroline: I went..." -> ("caroline", "", 10);
+    "[1:56 pm on 8 May, 2023] Melanie: ..." -> ("melanie", "2023-05-08 13:56", 26). "" for what it lacks."""
+    found = _HEAD.match(text)
+    if found is None or not found.group(0):
+        return "", "", 0
+    speaker = (found.group(2) or "").lower()
+    return speaker, _date_of(found.group(1) or ""), found.end() if speaker or found.group(1) else 0
+
+
+def _date_of(text: str) -> str:
+    """"YYYY-MM-DD HH:MM" of a date written in `text` (ISO, "8 May 2023", "May 8, 2023"); "" when none is."""
+    iso = _ISO_DATE.search(text)
+    if iso:
+        return f"{iso.group(1)}-{iso.group(2)}-{iso.group(3)} {iso.group(4) or '00'}:{iso.group(5) or '00'}"
+    found = _DAY_MONTH.search(text)
+    if not found:
+        return ""
+    day, month = (found.group(1), found.group(2)) if found.group(1) else (found.group(4), found.group(3))
+    if month.lower() not in MONTHS:
+        return ""
+    hour, minute = 0, 0
+    clock = _CLOCK.search(text)
+    if clock:
+        hour, minute = int(clock.group(1)) % 24, int(clock.group(2)) % 60
+        if clock.group(3) and clock.group(3)[0].lower() == "p" and hour < 12:
+            hour += 12
+        elif clock.group(3) and clock.group(3)[0].lower() == "a" and hour == 12:
+            hour = 0
+    return f"{found.group(5)}-{MONTHS.index(month.lower()) + 1:02}-{int(day):02} {hour:02}:{minute:02}"
 
 
 def split_cjk_edges(text: str) -> str:
