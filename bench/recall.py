@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.conversations import Conversation, generate  # noqa: E402
-from nanoagent.memory import search  # noqa: E402
+from nanoagent.memory import search, search_text  # noqa: E402
 from nanoagent.memory.embeddings import EmbeddingSettings  # noqa: E402
 from nanoagent.memory.search import MemorySearch, SearchHit  # noqa: E402
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN  # noqa: E402
@@ -132,25 +132,30 @@ def measure(conversations: list[Conversation], layout: str, embedding: Embedding
     return recalled / asked, reciprocal / asked, asked, kinds
 
 
-STEPS = [("BM25 + porter (before)", {}), ("+ neighbours", {"NEAR_WEIGHT": search.NEAR_WEIGHT}),
-         ("+ every word", {"EVERY_BOOST": search.EVERY_BOOST}), ("+ speaker", {"SPEAKER_BOOST": search.SPEAKER_BOOST}), ("+ when", {"WHEN_BOOST": search.WHEN_BOOST}),
-         ("+ named times", {"WINDOW_BOOST": search.WINDOW_BOOST}), ("+ recency", {"RECENCY_BOOST": search.RECENCY_BOOST})]
-
-
 def ablation(conversations: list[Conversation]) -> None:
     """`bench/recall.py --ablation`: each ranking change added in turn (lexical, sessions layout)."""
-    saved = {name: getattr(search, name) for _, change in STEPS for name in change}
-    for name in saved:
-        setattr(search, name, 0.0)
+    steps = [("BM25 + porter (before)", {}),
+             ("+ irregular forms", {(search_text, "FORMS"): search_text.FORMS}),
+             ("+ question words", {(search_text, "STOPWORDS"): search_text.STOPWORDS}),
+             ("+ neighbours", {(search, "NEAR_WEIGHT"): search.NEAR_WEIGHT}),
+             ("+ every word", {(search, "EVERY_BOOST"): search.EVERY_BOOST}),
+             ("+ speaker", {(search, "SPEAKER_BOOST"): search.SPEAKER_BOOST}),
+             ("+ when", {(search, "WHEN_BOOST"): search.WHEN_BOOST}),
+             ("+ named times", {(search, "WINDOW_BOOST"): search.WINDOW_BOOST}),
+             ("+ recency", {(search, "RECENCY_BOOST"): search.RECENCY_BOOST})]
+    off = {"FORMS": {}, "STOPWORDS": search_text.STOPWORDS - search_text.QUESTION_WORDS}
+    saved = {place: value for _, change in steps for place, value in change.items()}
+    for (module, name) in saved:
+        setattr(module, name, off.get(name, 0.0))
     try:
-        for label, change in STEPS:
-            for name, value in change.items():
-                setattr(search, name, value)
+        for label, change in steps:
+            for (module, name), value in change.items():
+                setattr(module, name, value)
             recall, mrr, _, _ = measure(conversations, "sessions", None)
             print(f"| {label:<24} | {recall:.3f} | {mrr:.3f} |", flush=True)
     finally:
-        for name, value in saved.items():
-            setattr(search, name, value)
+        for (module, name), value in saved.items():
+            setattr(module, name, value)
 
 
 def stand_in() -> tuple[EmbeddingSettings, object]:

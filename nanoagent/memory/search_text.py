@@ -31,10 +31,11 @@ _HEADING = re.compile(r"^#{1,6}\s")
 STOPWORDS = frozenset(
     "a about an and are as at be been but by can could did do does for from had has have he her him his how i if "
     "in into is it its me my of on or our she so than that the their them then there these they this to was we "
-    "were what when where which who whom why will with would you your"
-    # words of a question rather than of what it asks about
-    " any both kind likely many mention mentioned much said say some sort tell told type".split()
+    "were what when where which who whom why will with would you your".split()
 )
+# words of a question rather than of what it asks about
+QUESTION_WORDS = frozenset("any both kind likely many mention mentioned much said say some sort tell told type".split())
+STOPWORDS |= QUESTION_WORDS
 
 
 def chunk_markdown(text: str, limit: int = CHUNK_CHARS) -> list[tuple[int, int, str]]:
