@@ -21,8 +21,16 @@ work in proportion to what is new:
   mtime, an edit that shifted the indexed bytes) is indexed again from the start. One edit escapes this: a
   same-length edit before the indexed tail made together with an append, between two searches.
 
-How text is split for the `body` and `cjk` columns and turned into a MATCH expression (CJK bigrams, stopwords)
-is in `search_text.py`.
+How text is split for the `body` and `cjk` columns and turned into a MATCH expression (CJK bigrams, stopwords,
+irregular forms), and how a query's time and a transcript line's speaker and date are read, is in `search_text.py`.
+
+Ranking: the best POOL keyword matches (BM25) are re-scored (`_keyword_ranking`, `_rerank`): a session message
+or history entry gets NEAR_WEIGHT of its best neighbour's score (the one before or after it in its session or
+history thread, linked by `docs.prev`), so the answer after a question turn is found by the question's words;
+then boosts for holding every query word, for the turns of a person the query names, for a text that says when
+(for a question asking when), for a document from the time the query names, and a weak one for recency. Session
+messages take their time from the runtime block (an assistant message, its user message's), or from a date in
+the line's head ("[8 May 2023] Caroline: ...").
 
 With `memory.embeddingModel` set, documents are also embedded (`embeddings.py`); vectors are stored with the
 model name (another model re-embeds everything; a cache beside the index keeps every vector by model and text,
