@@ -615,3 +615,11 @@ def test_an_imported_transcript_line_gives_its_speaker_and_date(paths):
     assert sources(searcher.search("What did Melanie say about the support group in June?"))[0] == \
         "session chat:import #2"
     assert searcher.search("support group Caroline")[0].timestamp == "2023-05-08 13:56"
+
+
+def test_a_group_chat_members_messages_are_favoured_when_the_query_names_them(paths):
+    add_session(paths, "cli:group", user("alice_99: the launch slides are in the shared drive"),
+                user("bob: launch slides look good, the shared drive is a mess though"))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("what did alice_99 say about the launch slides"))[0] == "session cli:group #0"
+    assert sources(searcher.search("what did bob say about the launch slides"))[0] == "session cli:group #1"

@@ -108,9 +108,11 @@ def message_time(message: Message) -> str:
     return found.group(1) if found else ""
 
 
-# A transcript line's head: an optional date in brackets, then the speaker ("[8 May 2023] **Caroline**: ...").
+# A transcript line's head: an optional date in brackets, then the speaker ("[8 May 2023] **Caroline**: ...",
+# "Caroline (8 May 2023): ..."); a group chat's message is "Name: text" (channels/engine.py), any case.
 _HEAD = re.compile(r"\s*(?:[\[(]([^\])\n]{1,60})[\])]\s*)?(?:\*\*)?"
-                   r"(?:([A-Z][\w'.-]{0,30}(?: [A-Z][\w'.-]{0,30}){0,2})(?:\*\*)?(?: said)?:\s)?")
+                   r"(?:([^\W\d][\w'.-]{0,30}(?: (?!said:)[^\W\d][\w'.-]{0,30}){0,2})(?:\*\*)?"
+                   r"(?: ?[\[(]([^\])\n]{1,60})[\])])?(?: said)?:\s)?")
 _ISO_DATE = re.compile(r"(\d{4})-(\d\d)-(\d\d)(?:[ T](\d\d):(\d\d))?")
 _DAY_MONTH = re.compile(r"(?:(\d{1,2})(?:st|nd|rd|th)? ([A-Z][a-z]+)|([A-Z][a-z]+) (\d{1,2})(?:st|nd|rd|th)?),? (\d{4})")
 _CLOCK = re.compile(r"(\d{1,2}):(\d\d)\s*([ap]\.?m\.?)?", re.IGNORECASE)
@@ -123,7 +125,7 @@ def line_head(text: str) -> tuple[str, str, int]:
     if found is None or not found.group(0):
         return "", "", 0
     speaker = (found.group(2) or "").lower()
-    return speaker, _date_of(found.group(1) or ""), found.end() if speaker or found.group(1) else 0
+    return speaker, _date_of(found.group(1) or found.group(3) or ""), found.end() if speaker or found.group(1) else 0
 
 
 def _date_of(text: str) -> str:
@@ -266,8 +268,8 @@ def time_filter(query: str, now: datetime) -> Callable[[str], bool] | None:
     else:
         count = found.group(2).lower()
         days = (_NUMBERS.get(count) or int(count)) * _UNIT_DAYS[found.group(3).lower()]
-        slack = max(1, days // 4)
-        start, end = today - timedelta(days=days + slack), today - timedelta(days=max(0, days - slack) - 1)
+        margin = max(1, days // 4)
+        start, end = today - timedelta(days=days + margin), today - timedelta(days=max(0, days - margin) - 1)
     low, high = start.strftime("%Y-%m-%d %H:%M"), end.strftime("%Y-%m-%d %H:%M")
     return lambda stamp: low <= stamp[:16] <= high
 
