@@ -623,3 +623,12 @@ def test_a_group_chat_members_messages_are_favoured_when_the_query_names_them(pa
     searcher = MemorySearch(paths)
     assert sources(searcher.search("what did alice_99 say about the launch slides"))[0] == "session cli:group #0"
     assert sources(searcher.search("what did bob say about the launch slides"))[0] == "session cli:group #1"
+
+
+def test_a_turn_appended_later_is_linked_to_the_turn_before_it(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "Which instrument are you learning these days?"))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("instrument learning")) == ["session chat:1 #0"]
+    add_session(paths, "chat:1", {"role": "assistant", "content": "Ben: The cello! Bach's first suite, slowly."})
+    assert sources(searcher.search("instrument learning")) == ["session chat:1 #0", "session chat:1 #1"]
+    assert searcher.last_update == IndexUpdate(added=1, sources=1)
