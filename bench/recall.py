@@ -12,7 +12,8 @@ is indexed the two ways nanoagent indexes what was said:
 A question counts as recalled when one of its evidence turns is among the top 5 hits; MRR is over the first
 evidence hit (0 when it is not in the top 10). Searches run two days after the last session.
 
-Lexical always; with `--hybrid` also hybrid against the deterministic embedding stand-in of `tests/llm_server.py`
+Lexical always; hybrid with the endpoint of `memory.embeddingModel` when the config of $NANOAGENT_HOME sets one;
+with `--hybrid` also hybrid against the deterministic embedding stand-in of `tests/llm_server.py`
 (hashed character trigrams: offline, not a semantic model, so it shows the fusion works rather than what a real
 model gains; ~25 s a layout here, so `make bench` leaves it out). `--ablation`: each ranking change in turn. The 20 hand-written questions of `bench/memory_search.py` are reported there. Budget: lexical recall@5
 >= RECALL_BUDGET on the sessions layout.
@@ -165,6 +166,15 @@ def stand_in() -> tuple[EmbeddingSettings, object]:
     return EmbeddingSettings("openai/stand-in", "openai", f"{server.url}/v1", "sk-bench", None), server
 
 
+def configured() -> EmbeddingSettings | None:
+    """The embedding endpoint of `memory.embeddingModel` in the config of $NANOAGENT_HOME, if one is set."""
+    from nanoagent.config.loader import load_config
+    from nanoagent.memory.search import embedding_settings
+
+    path = Paths.from_env().config_file
+    return embedding_settings(load_config(path)[0]) if path.is_file() else None
+
+
 def main() -> int:
     started = time.perf_counter()
     conversations = generate(SEED)
@@ -173,10 +183,15 @@ def main() -> int:
         return 0
     ok = True
     settings, server = stand_in()
+    modes: list[tuple[str, EmbeddingSettings | None]] = [("lexical", None)]
+    real = configured()
+    if real is not None:
+        modes.append((f"hybrid ({real.model})", real))
+    if "--hybrid" in sys.argv:  # ~25 s a layout here: one HTTP request per question and per 64 turns
+        modes.append(("hybrid (stand-in)", settings))
     try:
-        hybrid = "--hybrid" in sys.argv  # ~25 s a layout here: one HTTP request per question and per 64 turns
         for layout in LAYOUTS:
-            for mode, embedding in (("lexical", None), ("hybrid (stand-in)", settings))[:2 if hybrid else 1]:
+            for mode, embedding in modes:
                 recall, mrr, asked, kinds = measure(conversations, layout, embedding)
                 detail = ", ".join(f"{kind} {done / total:.2f}" for kind, (done, total) in sorted(kinds.items()))
                 print(f"recall {layout:<8} {mode:<18} recall@5 {recall:.3f}  MRR {mrr:.3f}  over {asked} questions "
