@@ -632,3 +632,18 @@ def test_a_turn_appended_later_is_linked_to_the_turn_before_it(paths):
     add_session(paths, "chat:1", {"role": "assistant", "content": "Ben: The cello! Bach's first suite, slowly."})
     assert sources(searcher.search("instrument learning")) == ["session chat:1 #0", "session chat:1 #1"]
     assert searcher.last_update == IndexUpdate(added=1, sources=1)
+
+
+def test_a_damaged_vector_cache_is_started_again_and_search_still_works(paths, llm):
+    settings = embedding_settings(hybrid_config(llm))
+    searcher = MemorySearch(paths, settings)
+    cache = searcher.index_path.with_suffix(".vectors.sqlite")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(b"garbage, not a database" * 100)
+    assert sources(searcher.search("beagle"))[0] == "memory/MEMORY.md:3-5"
+    assert searcher.last_update.embedded == 5
+    searcher.close()
+    searcher.index_path.unlink()
+    rebuilt = MemorySearch(paths, settings)
+    assert sources(rebuilt.search("beagle"))[0] == "memory/MEMORY.md:3-5"
+    assert rebuilt.last_update.embedded == 0  # the cache started again and kept them

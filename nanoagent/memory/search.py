@@ -55,7 +55,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -462,9 +462,8 @@ class MemorySearch:
                              "WHERE d.id NOT IN (SELECT doc_id FROM vectors)").fetchall()
         if not missing:
             return
-        cache = self._vector_cache()
         keys = [_text_key(body[:EMBED_CHARS]) for _, body in missing]
-        known = _cached_vectors(cache, settings.model, keys)
+        known = self._cached(lambda cache: _cached_vectors(cache, settings.model, keys)) or {}
         for start in range(0, len(missing), EMBED_BATCH):
             batch = [(doc_id, body, key) for (doc_id, body), key in
                      zip(missing[start:start + EMBED_BATCH], keys[start:start + EMBED_BATCH], strict=True)]
@@ -473,37 +472,42 @@ class MemorySearch:
                 vectors = embed_texts(settings, [body[:EMBED_CHARS] for _, body in new])
                 fresh = {key: unit_vector(v).tobytes() for (key, _), v in zip(new, vectors, strict=True)}
                 known.update(fresh)
-                with _writing(cache):
-                    cache.executemany("INSERT OR REPLACE INTO vectors(model, key, vec) VALUES (?, ?, ?)",
-                                      [(settings.model, key, vec) for key, vec in fresh.items()])
+                self._cached(partial(_store_vectors, model=settings.model, vectors=fresh))
                 self.last_update.embedded += len(new)
             with _writing(db):
                 db.executemany("INSERT OR REPLACE INTO vectors(doc_id, vec) SELECT ?, ? "
                                "WHERE EXISTS (SELECT 1 FROM docs WHERE id = ?)",
                                [(doc_id, known[key], doc_id) for doc_id, _, key in batch])
 
+    def _cached(self, use: Callable[[sqlite3.Connection], Any]) -> Any:
+        """`use(cache)`; None, with the cache file removed, when it is damaged: vectors are then embedded again."""
+        try:
+            return use(self._vector_cache())
+        except sqlite3.DatabaseError as e:
+            if not _is_corrupt(e):
+                raise
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None
+            _remove_index(str(self.index_path.with_suffix(".vectors.sqlite")))
+            return None
+
     def _vector_cache(self) -> sqlite3.Connection:
         """`<index>.vectors.sqlite`: every vector by model and text, kept when the index is rebuilt (a new schema,
         a corrupt file), so a rebuild embeds only what it never saw. A damaged cache is started again."""
         if self._cache is None:
             path = self.index_path.with_suffix(".vectors.sqlite")
-            for attempt in (1, 2):
-                private_file(path)
-                db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
-                try:
-                    db.execute("CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, key BLOB NOT NULL, "
-                               "vec BLOB NOT NULL, PRIMARY KEY(model, key)) WITHOUT ROWID")
-                    db.execute("PRAGMA journal_mode = WAL")
-                    db.execute("PRAGMA synchronous = NORMAL")
-                except sqlite3.DatabaseError as e:
-                    db.close()
-                    if attempt == 2 or not _is_corrupt(e) and "file is not a database" not in str(e):
-                        raise
-                    _remove_index(str(path))
-                    continue
-                self._cache = db
-                break
-        assert self._cache is not None
+            private_file(path)
+            db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, key BLOB NOT NULL, "
+                           "vec BLOB NOT NULL, PRIMARY KEY(model, key)) WITHOUT ROWID")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")
+            except BaseException:
+                db.close()
+                raise
+            self._cache = db
         return self._cache
 
 
@@ -545,6 +549,12 @@ def _cached_vectors(cache: sqlite3.Connection, model: str, keys: list[bytes]) ->
         found.update(cache.execute(f"SELECT key, vec FROM vectors WHERE model = ? AND key IN "
                                    f"({','.join('?' * len(part))})", [model, *part]).fetchall())
     return found
+
+
+def _store_vectors(cache: sqlite3.Connection, model: str, vectors: dict[bytes, bytes]) -> None:
+    with _writing(cache):
+        cache.executemany("INSERT OR REPLACE INTO vectors(model, key, vec) VALUES (?, ?, ?)",
+                          [(model, key, vec) for key, vec in vectors.items()])
 
 
 def _remove_index(path: str) -> None:
