@@ -124,8 +124,8 @@ class SearchHit:
     role: str  # session messages only: "user" or "assistant"
     content: str
     snippet: str
-    score: float  # higher is better: BM25 (with embeddings, the fused reciprocal-rank score) scaled to the best
-    # match (1.0), plus the boosts of `_rerank`
+    score: float  # higher is better: -bm25 (with embeddings, the fused reciprocal-rank score) with the boosts of
+    # `_rerank` added as fractions of the best match's score
 
     @property
     def source(self) -> str:
@@ -727,7 +727,7 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
             score += WINDOW_BOOST
         if stamp:
             score += RECENCY_BOOST * (_days(stamp) - oldest) / span
-        out.append((doc_id, score))
+        out.append((doc_id, score * top))  # back in the scale of the ranking: a minimum score keeps its meaning
     out.sort(key=lambda pair: -pair[1])
     return out
 
