@@ -70,7 +70,7 @@ def index_sessions(paths: Paths, conversation: Conversation) -> dict[str, tuple[
 
 
 def index_history(paths: Paths, conversation: Conversation) -> dict[str, tuple[str, int]]:
-    """Writes every turn as a history entry; evidence id -> ("history", cursor)."""
+    """Writes every turn as a history entry; evidence id -> (the entry's session, cursor), as a hit names it."""
     where = {}
     cursor = 0
     with open(paths.memory_dir / "history.jsonl", "w", encoding="utf-8") as f:
@@ -80,7 +80,7 @@ def index_history(paths: Paths, conversation: Conversation) -> dict[str, tuple[s
                 stamp = (date + timedelta(minutes=turn)).strftime("%Y-%m-%d %H:%M")
                 f.write(json.dumps({"cursor": cursor, "timestamp": stamp, "session": f"chat:s{number:02}",
                                     "content": f"{speaker}: {text}", "raw": False}) + "\n")
-                where[f"D{number}:{turn}"] = ("history", cursor)
+                where[f"D{number}:{turn}"] = (f"chat:s{number:02}", cursor)
     return where
 
 

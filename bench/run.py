@@ -7,7 +7,8 @@ proportional to the new messages only. Issue 10: `agent -m` through a gateway < 
 in-process; 20 sessions at once with 2 s model latency < 5 s; a turn near the context budget within
 1.2x of a fresh one, in-process (its CPU) and through a gateway (its CPU, and the client's wall clock
 less the local server's time on the turn's requests: the stand-in's own work grows with the body); an
-idle gateway with Telegram < 0.5 s CPU in 60 s and < 150 MiB. Issue 12: `agent -m` with two stdio MCP
+idle gateway with Telegram < 0.5 s CPU in 60 s and < 150 MiB (issue 19: with every channel of the shared cases; and a
+reply's first message in the chat < 100 ms after the model's first token). Issue 12: `agent -m` with two stdio MCP
 servers (tool lists cached) within 0.1 s of none; four background sub-agents with 1 s model latency each finish in < 2 s together.
 """
 
@@ -184,27 +185,87 @@ def bench_subagents(home: Path, server) -> None:
            "< 2 s, 4/4", elapsed < 2 and finished == 4)
 
 
-def bench_gateway_idle(home: Path, seconds: float = 60.0) -> None:
-    """An idle gateway with Telegram enabled (long-polling a local Bot API stand-in): CPU and memory."""
-    from tests.telegram_server import BotAPI
+def channel_stand_ins() -> list:
+    """A stand-in of its app for every channel the shared cases run (tests/test_channel_cases.py's STAND_INS)."""
+    import importlib
 
-    api = BotAPI()
+    from tests.test_channel_cases import STAND_INS
+
+    return [importlib.import_module(module).StandIn() for module in STAND_INS.values()]
+
+
+def bench_gateway_idle(home: Path, seconds: float = 60.0) -> None:
+    """An idle gateway with every channel of the shared cases enabled, each through its own library against its
+    stand-in (Telegram long-polling, websockets kept alive, a mailbox watched): CPU and memory."""
+    from nanoagent.channels import registry
+
+    stand_ins = channel_stand_ins()
+    titles = ", ".join(registry.get(s.channel).title for s in stand_ins)
     env = {**os.environ, "ANTHROPIC_API_KEY": "k", "NANOAGENT_MODEL": "anthropic/claude-bench"}
-    config = {"channels": {"telegram": {"enabled": True, "token": api.token, "apiBase": api.url,
-                                        "allowFrom": [42]}}}
+    config = {"channels": {s.channel: s.settings() for s in stand_ins}}
     try:
         with running_gateway(home / "gw-idle", env, config) as pid:
-            time.sleep(5)  # start-up: the provider SDK loads in the background, the bot says hello
-            polls = len(api.calls_to("getUpdates"))
+            time.sleep(5)  # start-up: the provider SDK loads in the background, each channel signs in
             cpu = process_cpu(pid)
             time.sleep(seconds)
             used, rss = process_cpu(pid) - cpu, process_rss(pid)
-            polls = len(api.calls_to("getUpdates")) - polls
     finally:
-        api.close()
-    record(f"idle gateway with Telegram: CPU over {seconds:.0f} s", f"{used:.2f} s ({polls} long polls)", "< 0.5 s",
-           used < 0.5)
+        for stand_in in stand_ins:
+            stand_in.close()
+    record(f"idle gateway with {titles}: CPU over {seconds:.0f} s", f"{used:.2f} s", "< 0.5 s", used < 0.5)
     record("  its resident memory", f"{rss:.0f} MiB", "< 150 MiB", rss < 150)
+
+
+def bench_channel_first_message(home: Path, turns: int = 5) -> None:
+    """A reply's first message in the chat against the model's first token: a gateway with every channel of the
+    shared cases that edits its messages, the local LLM server streaming each reply in three parts 0.3 s apart; from
+    the server sending the first text to the stand-in showing the reply's first message (polled every millisecond),
+    the worst of `turns` after one to warm up. Later edits keep the channel's interval."""
+    from nanoagent.channels import registry
+    from nanoagent.channels.state import state_file
+    from nanoagent.paths import Paths
+    from tests.llm_server import Reply
+
+    server = start_server()
+    stand_ins = [s for s in channel_stand_ins() if registry.get(s.channel).edits]
+    env = {**os.environ, "ANTHROPIC_API_KEY": "k", "ANTHROPIC_BASE_URL": server.url,
+           "NANOAGENT_MODEL": "anthropic/claude-bench"}
+    config = {"channels": {s.channel: s.settings() for s in stand_ins}}
+    text = "The first part of the answer. Then comes the second part. And the third part ends it."
+
+    def settled(name: str) -> bool:
+        state = state_file(Paths(home=home / "gw-first", workspace=home / "gw-first" / "workspace"), name).read()
+        return not state.inbox and not state.open_turns
+
+    gaps: dict[str, list[float]] = {}
+    try:
+        with running_gateway(home / "gw-first", env, config):
+            for stand_in in stand_ins:
+                owner = stand_in.owner
+                for turn in range(turns + 1):
+                    server.script(Reply(text=text, chunk_delay=0.3))
+                    before, streamed = len(stand_in.shown(owner)), len(server.first_text)
+                    stand_in.write(owner, f"question {turn}")
+                    deadline = time.monotonic() + 60
+                    while len(stand_in.shown(owner)) == before:
+                        if time.monotonic() > deadline:
+                            raise SystemExit(f"{stand_in.channel}: no reply within 60 s")
+                        time.sleep(0.001)
+                    shown = time.monotonic()
+                    while not (stand_in.shown(owner)[-1].endswith("ends it.") and settled(stand_in.channel)):
+                        if time.monotonic() > deadline:  # the turn over, or the next message would join it
+                            raise SystemExit(f"{stand_in.channel}: the reply did not finish within 60 s")
+                        time.sleep(0.01)
+                    if turn:
+                        gaps.setdefault(stand_in.channel, []).append(shown - server.first_text[streamed])
+    finally:
+        server.close()
+        for stand_in in stand_ins:
+            stand_in.close()
+    for name, measured in gaps.items():
+        worst = max(measured)
+        record(f"{registry.get(name).title}: first message after the first token",
+               f"{worst * 1000:.0f} ms (median {statistics.median(measured) * 1000:.0f})", "< 100 ms", worst < 0.1)
 
 
 def bench_cli(home: Path, server) -> None:
@@ -711,6 +772,11 @@ def main() -> int:
             finally:
                 server.close()
             return 0 if all(r[3] for r in RESULTS) else 1
+        if sys.argv[1:] == ["channels"]:  # `python bench/run.py channels`: the channels' figures alone
+            server.close()
+            bench_channel_first_message(home)
+            bench_gateway_idle(home)
+            return 0 if all(r[3] for r in RESULTS) else 1
         try:
             bench_cli(home, server)
             bench_mcp(home, server)
@@ -724,6 +790,7 @@ def main() -> int:
         bench_budget_turns(home)
         bench_gateway_budget_turns(home)
         bench_gateway_idle(home)
+        bench_channel_first_message(home)
         bench_consolidation(home)
         bench_keystrokes(home)
         bench_sandbox(home)

@@ -41,9 +41,11 @@ class StandIn(Protocol):
         credentials it accepts."""
         ...
 
-    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None) -> str:
+    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
+              file: tuple[str, str, bytes] | None = None) -> str:
         """A person sends a message (a DM; or in a group or channel, mentioning the bot), with an image attached
-        when given; the message's id."""
+        when given, and a file (its name, its media type, its bytes) when given; the message's id. (`file` came
+        later: the case that needs it is skipped for a stand-in whose `write` does not take it yet.)"""
         ...
 
     def shown(self, user: str) -> list[str]:
@@ -88,10 +90,15 @@ class Slow(ScriptedProvider):
 
 def settings_of(stand_in: StandIn, **overrides: Any) -> Any:
     """The channel's settings as the gateway would have them from a config.json holding the stand-in's."""
+    return registry.get(stand_in.channel).settings(config_of(stand_in, **overrides))
+
+
+def config_of(stand_in: StandIn, **overrides: Any) -> Config:
+    """The config a gateway would load from a config.json holding the stand-in's settings."""
     paths = Paths.from_env()
     path = write_config(paths.home, {"channels": {stand_in.channel: {**stand_in.settings(), **overrides}}})
     config, _ = load_config(path, env={})
-    return registry.get(stand_in.channel).settings(config)
+    return config
 
 
 @contextlib.asynccontextmanager
@@ -99,8 +106,9 @@ async def running(stand_in: StandIn, provider: ScriptedProvider, timing: Timing 
                   **overrides: Any) -> AsyncIterator[ChannelRunner]:
     """The channel running through the shared engine against the stand-in, the agent on `provider`."""
     paths = Paths.from_env()
-    settings = settings_of(stand_in, **overrides)
-    hub = Hub(build_agent(Config(), paths, provider=provider))
+    config = config_of(stand_in, **overrides)  # the agent's too: its `message` tool delivers with the channel's
+    settings = registry.get(stand_in.channel).settings(config)
+    hub = Hub(build_agent(config, paths, provider=provider))
     runner = ChannelRunner(registry.get(stand_in.channel), settings, paths, hub, timing)
     task = asyncio.create_task(runner.run())
     try:

@@ -76,6 +76,7 @@ class LLMServer:
         self._closing = threading.Event()
         self.requests: list[Recorded] = []
         self.busy: list[tuple[float, float]] = []  # each POST's (start, end), time.monotonic: the bench's server share
+        self.first_text: list[float] = []  # when each streamed reply's first text was sent, time.monotonic
         self.batches: dict[str, _Batch] = {}
         self.default_reply = Reply(text="ok")
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
@@ -93,6 +94,7 @@ class LLMServer:
             self._queue.clear()
             self.requests.clear()
             self.busy.clear()
+            self.first_text.clear()
             self._cache.clear()
             self.batches.clear()
             self.default_reply = Reply(text="ok")  # a test that changed it must not leak it to the next one
@@ -290,6 +292,7 @@ def _make_handler(server: LLMServer):
                 self.send_header(k, v)
             self.end_headers()
             self.close_connection = True
+            texted = False
             for number, (name, data) in enumerate(events):
                 line = f"event: {name}\ndata: {json.dumps(data)}\n\n" if api == "anthropic" else f"data: {json.dumps(data)}\n\n"
                 if reply.cut_after is not None and number >= reply.cut_after:
@@ -304,6 +307,9 @@ def _make_handler(server: LLMServer):
                     raise _Cut
                 self.wfile.write(line.encode())
                 self.wfile.flush()
+                if not texted and _has_text(data):
+                    texted = True
+                    server.first_text.append(time.monotonic())
                 if reply.chunk_delay:
                     time.sleep(reply.chunk_delay)
             if api == "openai":
@@ -311,6 +317,13 @@ def _make_handler(server: LLMServer):
                 self.wfile.flush()
 
     return Handler
+
+
+def _has_text(data: dict) -> bool:
+    """An Anthropic text delta, or an OpenAI chunk with content."""
+    if (data.get("delta") or {}).get("type") == "text_delta":
+        return True
+    return any((c.get("delta") or {}).get("content") for c in data.get("choices") or ())
 
 
 def _last_user_text(body: dict) -> str:

@@ -9,28 +9,34 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
+import inspect
 import json
 import os
 import re
 import signal
 import time
+from dataclasses import replace
 
 import pytest
 
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.channels import registry
 from nanoagent.channels.state import state_file
-from nanoagent.messages import is_user, strip_runtime_context, text_of
+from nanoagent.messages import is_tool, is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
-from nanoagent.providers.scripted import ScriptedProvider
+from nanoagent.providers.base import TextDelta
+from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
-from tests.channel_harness import Slow, StandIn, running, settled, until
+from tests.channel_harness import TIMING, Slow, StandIn, running, settled, until
 from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, wait_until, write_config
 from tests.llm_server import Reply
 
 # channel name -> the module whose StandIn plays its app
 STAND_INS = {
     "telegram": "tests.telegram_server",
+    "discord": "tests.discord_server",
+    "slack": "tests.slack_server",
+    "email": "tests.mail_servers",
 }
 
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
@@ -49,7 +55,10 @@ def user_texts(key: str) -> list[str]:
 
 
 def dm(stand_in: StandIn, user: str) -> str:
-    """The session key of a person's private chat with the bot."""
+    """The session key of a person's private chat with the bot (a stand-in whose app has no one chat per person, as
+    mail's threads, says which with `session`)."""
+    if hasattr(stand_in, "session"):
+        return str(stand_in.session(user))
     place = registry.get(stand_in.channel).home(user)
     assert place is not None
     return place.key
@@ -147,6 +156,42 @@ def test_a_reply_streams_by_editing_where_the_app_edits(stand_in):
     assert (stand_in.edits() > 0) == channel.edits
 
 
+class FirstWordThenHold(ScriptedProvider):
+    """Streams the first word of its reply, then holds the rest until `hold` is set; `first` is when it gave it."""
+
+    def __init__(self, reply: str, hold: asyncio.Event):
+        super().__init__([reply])
+        self.hold = hold
+        self.first = 0.0
+
+    async def stream(self, request):  # type: ignore[no-untyped-def]
+        async for event in super().stream(request):
+            yield event
+            if isinstance(event, TextDelta) and not self.first:
+                self.first = time.monotonic()
+                await self.hold.wait()
+
+
+def test_a_replys_first_message_is_sent_at_the_first_token_not_after_the_edit_interval(stand_in):
+    if not registry.get(stand_in.channel).edits:
+        pytest.skip(f"{stand_in.channel} sends only the finished reply")
+    interval = 600.0  # far past the wait below: a first message held for the interval would never come
+
+    async def scenario():
+        provider = FirstWordThenHold("Thinking about it for a while.", asyncio.Event())
+        async with running(stand_in, provider, timing=replace(TIMING, interval=interval)):
+            stand_in.write(stand_in.owner, "a hard one")
+            await until(lambda: stand_in.shown(stand_in.owner), "the reply's first message")
+            arrived = time.monotonic() - provider.first
+            shown = stand_in.shown(stand_in.owner)
+            provider.hold.set()
+        return arrived, shown
+
+    arrived, shown = asyncio.run(scenario())
+    assert [text.strip() for text in shown] == ["Thinking"]  # the first word alone: the rest was not streamed yet
+    assert arrived < 10  # one call to the app, on a busy machine; not the 600 s interval
+
+
 def test_a_rate_limit_is_waited_out_as_long_as_the_app_says(stand_in):
     wait = 0.5
 
@@ -201,6 +246,25 @@ def test_an_image_reaches_the_model_as_an_image(stand_in):
     assert "what is this?" in text_of(last)
 
 
+def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
+    if "file" not in inspect.signature(stand_in.write).parameters:
+        pytest.skip(f"the {stand_in.channel} stand-in cannot attach a file yet")
+    provider = ScriptedProvider(["Two lines."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "how long is it?", file=("notes.txt", "text/plain", b"alpha\nbeta\n"))
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Two lines."], "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
+    assert asked == ('<attached_file name="notes.txt">\nThe user attached this file.\n\nalpha\nbeta\n</attached_file>'
+                     "\n\nhow long is it?")  # as `nanoagent agent -a notes.txt` marks it
+    assert not (Paths.from_env().workspace / "media").exists()
+
+
 def test_stop_mid_turn_ends_the_turn(stand_in):
     async def scenario():
         provider = Slow("never said", hold=asyncio.Event())
@@ -248,6 +312,30 @@ def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(stan
     assert user_texts(key).count("what is the answer?") == 1
     logs = log_path.read_text() + "".join(p.read_text() for p in (isolated_home / "logs").iterdir())
     assert "what is the answer" not in logs
-    secrets = [v for v in json.dumps(stand_in.settings()).split('"') if len(v) >= 12 and "://" not in v]
+    # tokens and passwords; not URLs, nor addresses (a mail channel says which mailbox it is connected as)
+    secrets = [v for v in json.dumps(stand_in.settings()).split('"') if len(v) >= 12 and "://" not in v and "@" not in v]
     assert not any(secret in logs for secret in secrets)  # tokens and passwords are never logged
 
+
+def test_a_file_the_agent_sends_into_the_chat_arrives_an_image_as_one_and_a_text_file_as_a_document(stand_in):
+    if not hasattr(stand_in, "files_shown"):
+        pytest.skip(f"the {stand_in.channel} stand-in cannot show the files the bot sends yet")
+    workspace = Paths.from_env().workspace
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "chart.png").write_bytes(PNG)
+    (workspace / "plan.txt").write_bytes(b"alpha\nbeta\n")
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("message", {"text": "Here they are.",
+                                                                         "files": ["chart.png", "plan.txt"]})]),
+                                 "Sent."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "send me the chart and the plan")
+            await until(lambda: "Sent." in stand_in.shown(stand_in.owner), "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    assert stand_in.files_shown(stand_in.owner) == [("chart.png", PNG, True), ("plan.txt", b"alpha\nbeta\n", False)]
+    assert "Here they are." in stand_in.shown(stand_in.owner)
+    [result] = [m["content"] for m in provider.requests[-1].messages if is_tool(m)]
+    assert f"Sent to {dm(stand_in, stand_in.owner)}." in result  # the chat the turn is in

@@ -312,7 +312,8 @@ def test_two_concurrent_tool_calls_share_one_searcher_and_index_once(paths):
 
     first, second = asyncio.run(both())
     assert "Pickles" in first and "budget" in second
-    assert len(added) == 2 and added[0] > 0 and added[1] == 0  # the second call found the index the first built
+    # one call indexed, the other found the index it built (the lock orders the searches, not the appends here)
+    assert len(added) == 2 and sorted(added)[0] == 0 and max(added) > 0
 
 
 def test_a_built_agent_searches_memory_with_the_tool_without_opening_the_index_first(paths):

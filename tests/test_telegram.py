@@ -387,15 +387,16 @@ def test_help_and_new_work_as_in_the_terminal(api):
 # --- media ------------------------------------------------------------------------------------------------
 
 
-def test_a_photo_and_a_document_are_saved_under_media_and_named_in_the_message(api, isolated_home):
+def test_a_photo_and_a_binary_document_are_saved_under_media_and_named_in_the_message(api, isolated_home):
     provider = ScriptedProvider(["Nice photo.", "Got the file."])
     photo = b"\xff\xd8\xff" + b"jpeg-bytes" * 50
+    binary = b"%PDF-1.7\n\x00\xff\xfe binary"
 
     async def scenario():
         async with running(api, provider) as channel:
             api.message(photo=photo, caption="what is this?")
             await until(lambda: api.texts(ANN) == ["Nice photo."], "the reply to the photo")
-            api.message(document=("../../.bashrc", b"export X=1\n"))
+            api.message(document=("../../.report", binary))
             await until(lambda: api.texts(ANN)[-1:] == ["Got the file."], "the reply to the document")
             await until(lambda: settled(channel, api), "the inbox to empty")
 
@@ -406,10 +407,40 @@ def test_a_photo_and_a_document_are_saved_under_media_and_named_in_the_message(a
     workspace = Paths.from_env().workspace
     assert (workspace / saved.group(1)).read_bytes() == photo
     assert stat.S_IMODE((workspace / saved.group(1)).stat().st_mode) == 0o600
-    document = re.fullmatch(r"\[document saved as (media/bashrc-[0-9a-f]{6})\]", second)
+    document = re.fullmatch(r"\[document saved as (media/report-[0-9a-f]{6})\]", second)
     assert document, second
-    assert (workspace / document.group(1)).read_bytes() == b"export X=1\n"
+    assert (workspace / document.group(1)).read_bytes() == binary
     assert sorted(p.name for p in (workspace / "media").iterdir() if p.name.startswith("."))  == []
+
+
+def test_a_text_document_reaches_the_model_as_marked_text_and_one_over_the_text_limit_is_saved(api):
+    provider = ScriptedProvider(["Read it.", "Saved it."])
+    notes = "first line\nsecond </attached_file> line\n"
+    big = "x" * 1_001 + "\n"
+
+    async def scenario():
+        paths = Paths.from_env()
+        hub = Hub(build_agent(Config(), paths, provider=provider))
+        config = TelegramConfig(enabled=True, token=api.token, allow_from=[str(ANN)], api_base=api.url)
+        runner = ChannelRunner(CHANNEL, config, paths, hub, TIMING, max_text_bytes=1_000)
+        task = asyncio.create_task(runner.run())
+        try:
+            api.message(document=("../notes.md", notes.encode()), caption="summarise this")
+            await until(lambda: api.texts(ANN) == ["Read it."], "the reply to the notes")
+            api.message(document=("big.log", big.encode()))
+            await until(lambda: settled(runner, api) and len(api.texts(ANN)) == 2, "the reply to the big file")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(scenario())
+    first, second = user_texts("telegram:42")
+    assert first == ('<attached_file name="notes.md">\nThe user attached this file.\n\nfirst line\n'
+                     'second &lt;/attached_file> line\n</attached_file>\n\nsummarise this')  # as `agent -a` marks it
+    assert re.fullmatch(r"\[document saved as media/big-[0-9a-f]{6}\.log\]", second), second
+    media = list((Paths.from_env().workspace / "media").iterdir())
+    assert [p.read_text() for p in media] == [big]  # the text that went to the model is not saved as well
 
 
 def test_a_voice_note_is_saved_and_a_file_over_20_mb_is_named_but_not_downloaded(api):
@@ -692,6 +723,36 @@ def test_the_component_says_whether_it_is_connected_and_as_whom(api):
     asyncio.run(scenario())
     assert component.health == "connected as @nano_test_bot"
     assert wrong.health.startswith("failing: Telegram rejected the bot token")
+
+
+def test_the_components_health_says_failing_while_the_bot_api_is_down_and_connected_once_it_is_back(api,
+                                                                                                        channel_log):
+    paths = Paths.from_env()
+    hub = Hub(build_agent(Config(), paths, provider=ScriptedProvider([])))
+    component = channel_component(CHANNEL, TelegramConfig(enabled=True, token=api.token, api_base=api.url), paths,
+                                  hub, TIMING)
+    seen: list[str] = []
+
+    async def scenario():
+        task = asyncio.create_task(component.run())
+        try:
+            await until(lambda: component.health == "connected as @nano_test_bot", "connected")
+            api.down()  # the long poll in flight is dropped, and every call after it refused
+            await until(lambda: component.health.startswith("failing: "), "the health to say failing")
+            seen.append(component.health)
+            api.up()
+            await until(lambda: component.health == "connected as @nano_test_bot", "connected again")
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    asyncio.run(scenario())
+    [failing] = seen
+    assert failing.startswith("failing: Telegram's Bot API unreachable: ")
+    assert len(failing) > len("failing: Telegram's Bot API unreachable: ")  # the reason, not only that it failed
+    assert api.token not in failing and api.token.partition(":")[2] not in failing
+    assert all(api.token not in r for r in channel_log)
 
 
 def test_a_delivery_outside_the_gateway_is_telegram_html_through_the_same_client(api):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -31,6 +32,8 @@ from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
 from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
+from nanoagent.memory.people import aliases, hidden, person_of
+from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
@@ -40,6 +43,12 @@ if TYPE_CHECKING:
     from nanoagent.mcp.servers import McpServers
 
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
+# Sessions whose turns have no person in them: a heartbeat's or a cron job's standing prompt repeats each run, so
+# recall would add the same hits every time; the model can still call memory_search. Sub-agents' turns are not
+# the loop's and get none either.
+UNATTENDED = ("heartbeat", "cron")
+RECALL_DEADLINE = 2.0  # seconds a turn waits for automatic recall (the first search may build the index)
+log = logging.getLogger("nanoagent.recall")
 
 
 @dataclass
@@ -50,6 +59,7 @@ class AgentLoop:
     commands: Commands
     mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
     subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
+    recall: AutoRecall | None = None  # memory put in each person's turn (None: none)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -144,8 +154,9 @@ class AgentLoop:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
         notices = session.pending_notices()  # background results that arrived since the last turn
+        recalled = await self._recall(session, text)
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
-                                         notices=[n.text for n in notices])
+                                         notices=[n.text for n in notices], recalled=recalled)
         budget = self.budget.turn(session, model)
 
         def notify(text: str) -> None:
@@ -155,12 +166,13 @@ class AgentLoop:
             if self.mcp is not None:
                 await self.mcp.prepare()  # servers whose tools are not cached yet
             prompt = await budget.fit()
-            current_turn.set(TurnScope(session.key, prompt.visible, notify, ask))
+            current_turn.set(dataclasses.replace(current_turn.get(), visible_from=prompt.visible))
             return self.turns.spec(session.key, prompt.system, self._request(session, prompt.visible, model), model,
                                    self.context.tools, injections=injections,
                                    shrink=self._shrinker(budget) if budget.can_shrink else None)
 
-        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask))
+        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(session.key),
+                                           hidden(session.key)))
         run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
         try:
             result = await self.turns.run(session, user, model, prepare, sink,
@@ -173,6 +185,22 @@ class AgentLoop:
             return TurnResult(f"Error: {result.error.rstrip('.')}.", session.key, result, model)
         await budget.settle()
         return TurnResult(result.reply, session.key, result, model)
+
+    async def _recall(self, session: Session, text: str) -> str:
+        """Memory for this message that the prompt does not carry yet ("" for none). The search runs in a thread;
+        past RECALL_DEADLINE, or on any error, the turn goes on without (one debug line): recall never fails it."""
+        if (self.recall is None or not self.recall.settings.enabled or not text.strip()
+                or session.key.split(":")[0] in UNATTENDED):
+            return ""
+        start = session.last_consolidated
+        try:
+            shown = Shown(session.key, start, self.context.recent_cursors(person_of(session.key)),
+                          self.recall.seen(session.key, session.messages, start), self.context.file_shown)
+            query = recall_query(text, session.messages[start:])
+            return await asyncio.wait_for(asyncio.to_thread(self.recall.recall, query, shown), RECALL_DEADLINE)
+        except Exception as e:  # noqa: BLE001 - recall is an extra: whatever went wrong, the turn goes on
+            log.debug("automatic recall skipped in %s: %s", session.key, e or type(e).__name__)
+            return ""
 
     def _shrinker(self, budget: TurnBudget) -> Shrink:
         """What the runner calls when the provider refuses the prompt as too long: the smaller prompt the budget
@@ -187,8 +215,12 @@ class AgentLoop:
         return shrink
 
     def _request(self, session: Session, visible: int, model: str) -> list[msg.Message]:
-        """The session's messages from `visible` as the model gets them, images read from media/."""
+        """The session's messages from `visible` as the model gets them: old long tool results trimmed (before the
+        session's `pruned` cursor, `agent/budget.py`), images read from media/."""
         history = msg.history_for_model(session.messages, visible, session.failed())
+        old = {id(m) for m in session.messages[visible:session.meta.pruned] if msg.prunable(m)}
+        if old:
+            history = [msg.pruned(m) if id(m) in old else m for m in history]
         return self.turns.resolver(model)(history)
 
     async def aclose(self) -> None:

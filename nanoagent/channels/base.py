@@ -14,7 +14,7 @@ This module is light on purpose: the registry, cron and the CLI import it; no ap
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -22,6 +22,8 @@ from nanoagent.channels.keys import Place
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
 
@@ -30,10 +32,14 @@ class DeliveryError(NanoagentError):
     """A message could not be delivered; the message says why (a chat that no longer exists, no bot token...)."""
 
 
+def _unheard(problem: str | None) -> None:
+    """Where a link's reports go when no engine listens (`verify`, `deliver`)."""
+
+
 @dataclass(frozen=True)
 class Timing:
     """A channel's clocks and intervals, given to the engine and to the channel's link, so tests never wait a real
-    second (nor a real minute of an API that is down)."""
+    second (nor a real minute of an API that is down); and `report`, where the link says how its calls fare."""
 
     interval: float = 1.0  # seconds between two edits of a streaming reply
     typing: float = 4.0  # seconds between typing indicators (Telegram shows one for 5 s)
@@ -41,6 +47,9 @@ class Timing:
     backoff: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after failed calls, the last one repeated
     clock: Callable[[], float] = time.monotonic
     now: Callable[[], float] = time.time  # wall clock: pairing codes' age, media file names
+    # the link calls report("<what fails>") when a call to the app fails (unreachable, 5xx: what the person should
+    # know, never a token) and report(None) when one succeeds; the engine shows "failing: <what>" meanwhile
+    report: Callable[[str | None], None] = _unheard
 
     def pause(self, failures: int) -> float:
         """The wait after `failures` failed calls in a row (0: after the first)."""
@@ -97,7 +106,14 @@ class Link(Protocol):
 
     Calls that reach the app wait out its rate limits themselves (a 429's retry-after) and give None/False when a
     call failed for good. With `persistent` they keep trying through network failures (a finished reply must
-    arrive); without it they give up at the first one (a streaming edit waits for the next)."""
+    arrive); without it they give up at the first one (a streaming edit waits for the next).
+
+    Health: the link tells the engine how its calls fare through the `Timing` it was built with, in the one place
+    its calls go through: `timing.report("<the app> unreachable: <why>")` when a call fails for the network or a
+    5xx (each time, or once per run of failures), `timing.report(None)` when one succeeds (cheap: the engine
+    ignores a report that changes nothing). The component's health reads "failing: <why>" until then. A rate
+    limit or a refusal of one message (a chat gone, a blocked bot) is no failure of the link. Never put a token or
+    a message's text in the reason."""
 
     async def connect(self) -> str:
         """Sign in; who the bot is, for the log ("@name"). NanoagentError when the credentials are refused."""
@@ -180,9 +196,11 @@ class Channel(Protocol):
         """One API call with the credentials: who the bot is ("@name"), or NanoagentError saying what is wrong."""
         ...
 
-    async def deliver(self, settings: Any, place: Place, text: str) -> None:
-        """Send `text` (Markdown) to `place` from a process with no gateway (`cron tick`); DeliveryError when it
-        did not arrive."""
+    async def deliver(self, settings: Any, place: Place, text: str, files: Sequence[Path] = ()) -> None:
+        """Send `text` (Markdown) to `place` from a process with no gateway (`cron tick`, the `message` tool), then
+        `files` there: each an image shown as one where its bytes are an image's (`attachments.sniff`), else a
+        document under its name. The files are already checked (inside the workspace, under the size cap);
+        DeliveryError when the text or a file did not arrive."""
         ...
 
     def questions(self) -> list[Question]:

@@ -22,11 +22,12 @@ import hashlib
 import json
 import logging
 from collections.abc import Coroutine
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nanoagent.agent.commands import STOP_COMMANDS
 from nanoagent.agent.loop import CANCELLED
-from nanoagent.attachments import sniff
+from nanoagent.attachments import Attached, as_text, compose, sniff
 from nanoagent.channels import keys
 from nanoagent.channels.base import Channel, FileIn, Incoming, Link, Timing
 from nanoagent.channels.inbox import Inbox, Waiting
@@ -51,9 +52,9 @@ DEFAULT_TIMING = Timing()
 
 
 def channel_component(channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
-                      max_image_bytes: int = 5_000_000) -> Component:
+                      max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000) -> Component:
     """The channel as a gateway component; its `health` says whether it is connected, and as whom."""
-    runner = ChannelRunner(channel, settings, paths, hub, timing, max_image_bytes)
+    runner = ChannelRunner(channel, settings, paths, hub, timing, max_image_bytes, max_text_bytes)
     component = Component(channel.name, runner.run)
     runner.component = component
     return component
@@ -64,17 +65,20 @@ class ChannelRunner:
     state file, and which messages this process gave the hub."""
 
     def __init__(self, channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
-                 max_image_bytes: int = 5_000_000):
+                 max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000):
         self.channel = channel
         self.settings = settings
         self.paths = paths
         self.hub = hub
         self.timing = timing
         self.max_image_bytes = max_image_bytes  # an image over this goes by name only
+        self.max_text_bytes = max_text_bytes  # a text file over this is saved and named, not put in the message
         self.state = state_file(paths, channel.name)
         self.inbox = Inbox(self.state)
         self.log = logging.getLogger(f"nanoagent.channels.{channel.name}")
         self.component: Component | None = None
+        self.bot = ""  # who the link signed in as, this run
+        self.problem: str | None = None  # what the link last reported failing, until a call succeeds
 
     def record(self, event: str, **fields: Any) -> str:
         """A structured log line: the event and its fields; never message contents or a token."""
@@ -84,11 +88,23 @@ class ChannelRunner:
         if self.component is not None:
             self.component.health = text
 
+    def report(self, problem: str | None) -> None:
+        """The link's word on its calls (`Timing.report`): "failing: <problem>" while they fail, "connected as
+        @bot" again once one succeeds."""
+        if problem == self.problem:
+            return
+        self.problem = problem
+        health = f"failing: {problem}" if problem else f"connected as {self.bot}" if self.bot else ""
+        self.log.log(logging.WARNING if problem else logging.INFO, self.record("health", health=health))
+        self.health(health)
+
     async def run(self) -> None:
         # httpx logs each URL at INFO: an app's URLs may hold its token
         logging.getLogger("httpx").setLevel(logging.WARNING)
+        self.bot, self.problem = "", None
         try:
-            await _Run(self, self.channel.link(self.settings, self.paths, self.timing)).run()
+            link = self.channel.link(self.settings, self.paths, replace(self.timing, report=self.report))
+            await _Run(self, link).run()
         except NanoagentError as e:  # ours say what to fix, and hold no token or message
             self.log.error(self.record("failed", error=str(e)))
             self.health(f"failing: {e}")
@@ -117,7 +133,8 @@ class _Run:
 
     async def run(self) -> None:
         try:
-            bot = await self.link.connect()
+            bot = self.runner.bot = await self.link.connect()
+            self.runner.problem = None
             self.runner.health(f"connected as {bot}")
             self.log.info(self.runner.record("started", bot=bot))
             async with self.group:
@@ -187,13 +204,15 @@ class _Run:
             self.spawn(self.command(item, face, _command(text)), f"{self.channel.name} command {face.key}")
             return
         saved = [await self.attach(file) for file in item.files]
-        body = "\n".join(p for p in [text, *(line for line, _ in saved)] if p).strip()
-        if not body:
+        own = "\n".join(p for p in [text, *(a.line for a in saved)] if p).strip()
+        texts = [a.text for a in saved if a.text is not None]
+        if not own and not texts:
             self.inbox.handled(item.id)
             return
         if not item.private:
-            body = f"{item.name}: {body}"
-        images = [image for _, image in saved if image is not None]
+            own = f"{item.name}: {own}".rstrip()
+        body, _ = compose(own, texts)  # each text file before the message, marked as the user's file (as `-a`)
+        images = [a.image for a in saved if a.image is not None]
         if images and not self.hub.loop.takes_images(face.key):  # the message goes on, naming the saved files
             model = self.hub.loop.model_for(self.hub.loop.session(face.key))
             await face.say(f"{model} does not take images, so it gets your message with the file's name, not the "
@@ -250,27 +269,33 @@ class _Run:
 
     # --- media ----------------------------------------------------------------------------------------
 
-    async def attach(self, file: FileIn) -> tuple[str, ImageBlock | None]:
-        """A file saved under the workspace's media/: a line for the message text, naming it, and for a photo or
-        an image document (told by its bytes) within the size cap, its reference, so the model sees the picture."""
+    async def attach(self, file: FileIn) -> _Attachment:
+        """A file that came with a message. A text file (a document told by its bytes: UTF-8, within
+        tools.attachments.maxTextBytes) becomes marked text in the message, as `nanoagent agent -a` makes it.
+        Anything else is saved under the workspace's media/ and named by a line in the message; a photo or an image
+        document (told by its bytes) within the image cap also by its reference, so the model sees the picture."""
         kind = file.kind
         limit = MEDIA_LIMIT_MB * 1024 * 1024
-        too_big = f"[{kind} not saved: it is over the {MEDIA_LIMIT_MB} MB limit]"
+        too_big = _Attachment(f"[{kind} not saved: it is over the {MEDIA_LIMIT_MB} MB limit]")
         if (file.size or 0) > limit:
-            return too_big, None
+            return too_big
         data = await self.link.download(file)
         if data is None:
-            return f"[{kind} could not be downloaded from {self.channel.title}]", None
+            return _Attachment(f"[{kind} could not be downloaded from {self.channel.title}]")
         if len(data) > limit:
-            return too_big, None
+            return too_big
         stem, ext = media_name(kind, file.name, file.media_type, self.runner.timing.now())
+        document = kind in ("document", "file")
+        media_type = sniff(data[:16]) if kind == "photo" or document else None
+        if document and media_type is None and len(data) <= self.runner.max_text_bytes \
+                and (text := as_text(data)) is not None:
+            return _Attachment("", text=Attached(".".join(p for p in (stem, ext) if p), len(data), text=text))
         path = await asyncio.to_thread(save_media, self.runner.paths.workspace / "media", stem, ext, data)
         line = f"[{kind} saved as media/{path.name}]"
-        media_type = sniff(data[:16]) if kind in ("photo", "document", "file") else None
         if media_type is None or len(data) > self.runner.max_image_bytes:
-            return line, None
+            return _Attachment(line)
         digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
-        return line, image_block(f"media/{path.name}", digest, media_type, path.name)
+        return _Attachment(line, image=image_block(f"media/{path.name}", digest, media_type, path.name))
 
     # --- sessions -------------------------------------------------------------------------------------
 
@@ -325,6 +350,15 @@ class _Run:
                 self.log.error(self.runner.record("task_failed", task=name.split()[1], error=type(e).__name__))
 
         self.group.create_task(guarded(), name=name)
+
+
+@dataclass
+class _Attachment:
+    """A file of a message as the model gets it: a line naming the saved file, an image's reference, or the text."""
+
+    line: str
+    image: ImageBlock | None = None
+    text: Attached | None = None
 
 
 def _command(text: str) -> str:

@@ -115,7 +115,8 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
         if problem is not None:
             raise NanoagentError(problem)
         components.append(channel_component(channel, settings, paths, hub,
-                                            max_image_bytes=config.tools.attachments.max_image_bytes))
+                                            max_image_bytes=config.tools.attachments.max_image_bytes,
+                                            max_text_bytes=config.tools.attachments.max_text_bytes))
     return components
 
 

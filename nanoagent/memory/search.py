@@ -1,7 +1,8 @@
 """Memory search: one SQLite FTS5 index over everything the agent remembers, ranked by BM25.
 
 Documents:
-    - `memory/MEMORY.md`, `USER.md`, `SOUL.md`: whole paragraphs grouped under their heading, with line ranges
+    - `memory/MEMORY.md`, `USER.md`, `SOUL.md` and the dated notes `memory/YYYY-MM-DD.md`: whole paragraphs grouped
+      under their heading, with line ranges
     - every `memory/history.jsonl` entry
     - every user and assistant message in `$NANOAGENT_HOME/sessions/*.jsonl` (user text without the runtime block)
 
@@ -73,6 +74,8 @@ from nanoagent.memory.embeddings import (
 from nanoagent.memory.history import read_entries
 from nanoagent.memory.search_text import (
     DOC_CHARS,
+    MAX_QUERY_TERMS,
+    STOPWORDS,
     asks_when,
     chunk_markdown,
     cjk_bigrams,
@@ -87,14 +90,15 @@ from nanoagent.memory.search_text import (
     time_filter,
     without_time,
 )
-from nanoagent.paths import MEMORY_FILES, Paths
+from nanoagent.paths import MEMORY_FILES, Paths, is_dated_note, is_person_file, memory_files_on_disk
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
 
-SCHEMA_VERSION = 3  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+SCHEMA_VERSION = 4  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 POOL = 50  # keyword matches re-ranked by speaker, time and recency
+NEAR_WORDS = 3  # a document found only through its neighbour has at least this many words
 ENOUGH = 15  # documents holding every word: with this many the slower OR query (a few words missing) is skipped
 NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
 EVERY_BOOST = 0.2  # the document holds every word of the query
@@ -105,6 +109,8 @@ RECENCY_BOOST = 0.03  # the newest of the matches against the oldest: a weak pri
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight of the very top ranks
 # SQLite errors that mean the index's place is unusable (a directory, read-only, full): removing it is the fix.
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
+FILTERED_FIRST = 256  # a filtered search first asks the ranking for this many matches, then eight times more
+MAX_FILTERED = 2000  # and looks at most at this many of the best
 TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 
 
@@ -117,7 +123,7 @@ class SourceKind(StrEnum):
 @dataclass(frozen=True)
 class SearchHit:
     kind: SourceKind
-    ref: str  # the file relative to the workspace, "history", or the session key
+    ref: str  # the file relative to the workspace, or the session key (of a history entry: the session it came from)
     start: int  # first line of a file chunk, the history cursor, or the message's index in the session
     end: int  # last line of a file chunk; equal to start otherwise
     timestamp: str  # history entries; session messages: the time of the turn ("" before a runtime block had one)
@@ -202,6 +208,7 @@ CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NU
                   speaker TEXT NOT NULL,  -- "caroline" for a transcript line "Caroline: ...", else ""
                   thread TEXT NOT NULL,  -- history: the entry's session, and neighbours share a thread
                   prev INTEGER,  -- the document before this one in its source and thread: its neighbour
+                  words INTEGER NOT NULL,  -- how many words it has: a reply of a word or two is not a neighbour hit
                   text TEXT  -- the document as written when fts.body differs from it (see split_cjk_edges), else NULL
                   );
 CREATE INDEX docs_source ON docs(source);
@@ -236,18 +243,31 @@ class MemorySearch:
     def _sessions(self) -> SessionStore:
         return SessionStore(self.paths.sessions_dir)
 
-    def search(self, query: str, limit: int = 8, now: datetime | None = None) -> list[SearchHit]:
-        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises.
-        Times the query names ("last week", "yesterday") count back from `now` (default: the current time).
-        Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
+    def search(self, query: str, limit: int = 8, allow: Callable[[SearchHit], bool] | None = None,
+               max_term_docs: int | None = None, now: datetime | None = None) -> list[SearchHit]:
+        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises. With `allow`,
+        only hits it accepts (the ranking is asked for more until `limit` of them or no more matches).
+        `max_term_docs` leaves out of the keyword ranking each word of `query` found in more documents than that:
+        such words say little, and scoring every document they match is what makes a long query slow (automatic
+        recall searches whole messages). Times the query names ("last week", "yesterday") count back from `now`
+        (default: the current time). Raises SearchIndexError, saying what to do, when the index file cannot be
+        created, opened or written."""
+        if allow is not None:  # ranking costs about the same for 8 or 256 (every match is scored): ask for more
+            wanted = max(limit, FILTERED_FIRST)
+            while True:
+                hits = self.search(query, wanted, max_term_docs=max_term_docs, now=now)
+                kept = [h for h in hits if allow(h)]
+                if len(kept) >= limit or len(hits) < wanted or wanted >= MAX_FILTERED:
+                    return kept[:limit]
+                wanted = min(wanted * 8, MAX_FILTERED)
         with self._lock, self._explained():
             try:
-                return self._search(query, limit, now)
+                return self._search(query, limit, max_term_docs, now)
             except sqlite3.DatabaseError as e:
                 if not _is_corrupt(e):
                     raise
                 self._rebuild()
-                return self._search(query, limit, now)
+                return self._search(query, limit, max_term_docs, now)
 
     def update(self) -> IndexUpdate:
         """Bring the index up to date without searching (search does this itself)."""
@@ -331,7 +351,10 @@ class MemorySearch:
         return stats
 
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        for rel in MEMORY_FILES:
+        known = [name[5:] for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'file:%'")]
+        for rel in dict.fromkeys([*memory_files_on_disk(self.paths.workspace), *known]):
+            if not (rel in MEMORY_FILES or is_person_file(rel) or is_dated_note(rel)):
+                continue  # skills are not indexed
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)
@@ -369,7 +392,7 @@ class MemorySearch:
         # HistoryLog, the file's owner, warns about bad lines; read_entries drops any whose cursor SQLite cannot hold
         entries, offset = read_entries(path, row.offset)
         entries = [e for e in entries if e.cursor > row.position]
-        docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp,
+        docs = [_Doc(SourceKind.HISTORY, e.session, e.cursor, e.cursor, e.content, timestamp=e.timestamp,
                      thread=e.session) for e in entries if isinstance(e.content, str) and e.content.strip()]
         stats.added += _insert(db, name, docs)
         last = max((e.cursor for e in entries), default=row.position)
@@ -413,12 +436,18 @@ class MemorySearch:
 
     # --- searching ---------------------------------------------------------------------------------
 
-    def _search(self, query: str, limit: int, now: datetime | None) -> list[SearchHit]:
+    def _search(self, query: str, limit: int, max_term_docs: int | None, now: datetime | None) -> list[SearchHit]:
         db = self._connection()
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
-        ranked, every = _keyword_ranking(db, without_time(query), max(limit, POOL))
+        keywords = without_time(query)
+        if max_term_docs is not None:
+            keywords = _distinctive(db, keywords, max_term_docs)
+        ranked: list[tuple[int, float]] = []
+        every: set[int] = set()
+        if match_expression(keywords) is not None:
+            ranked, every = _keyword_ranking(db, keywords, max(limit, POOL))
         if self.embedding is not None:  # the boosts apply to the fused ranking: the time or person a query names
             fused = self._fuse(db, self.embedding, query, [doc_id for doc_id, _ in ranked])
             if fused is not None:
@@ -634,10 +663,10 @@ def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
         previous = (doc_id, doc.thread) if doc.kind is not SourceKind.FILE else None
     heads = [line_head(t) for t in texts]
     db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, speaker, thread, prev, '
-                   "text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "words, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [(i, source, d.kind.value, d.ref, d.start, d.end, date or d.timestamp, d.role, speaker, d.thread,
-                     link, None if b == t else t)
-                    for i, d, t, b, link, (speaker, date, _) in zip(ids, docs, texts, bodies, links, heads, strict=True)])
+                     link, len(t[head:].split()), None if b == t else t)
+                    for i, d, t, b, link, (speaker, date, head) in zip(ids, docs, texts, bodies, links, heads, strict=True)])
     db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
                    [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
     return len(docs)
@@ -663,12 +692,15 @@ def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[l
     if NEAR_WEIGHT and ranked:  # a neighbour's match adds to a turn's score, or brings it in
         own = dict(ranked)
         marks = ",".join("?" * len(own))
-        links = db.execute(f"SELECT id, prev FROM docs WHERE id IN ({marks}) AND prev IS NOT NULL UNION "
-                           f"SELECT id, prev FROM docs WHERE prev IN ({marks})", [*own, *own]).fetchall()
+        pairs = f"SELECT d.id, d.prev, p.words >= {NEAR_WORDS}, d.words >= {NEAR_WORDS} FROM docs d JOIN docs p ON p.id = d.prev"
+        links = db.execute(f"{pairs} WHERE d.id IN ({marks}) UNION ALL {pairs} WHERE d.prev IN ({marks})",
+                           [*own, *own]).fetchall()
         near: dict[int, float] = {}  # the best score of a document's neighbours
-        for doc_id, prev in links:  # prev and doc_id are neighbours: each gets a part of the other's score
-            near[doc_id] = max(near.get(doc_id, 0.0), own.get(prev, 0.0))
-            near[prev] = max(near.get(prev, 0.0), own.get(doc_id, 0.0))
+        for doc_id, prev, prev_says, says in links:  # neighbours: each gets a part of the other's score
+            if says or doc_id in own:  # a reply of a word or two ("ok") is not worth finding for its neighbour
+                near[doc_id] = max(near.get(doc_id, 0.0), own.get(prev, 0.0))
+            if prev_says or prev in own:
+                near[prev] = max(near.get(prev, 0.0), own.get(doc_id, 0.0))
         scores = {doc_id: own.get(doc_id, 0.0) + NEAR_WEIGHT * near.get(doc_id, 0.0) for doc_id in own.keys() | near}
         ranked = heapq.nlargest(wanted, scores.items(), key=operator.itemgetter(1))
     return ranked, every
@@ -742,6 +774,24 @@ def _days(stamp: str) -> float:
         return (datetime.fromisoformat(stamp[:16]) - _EPOCH).total_seconds() / 86400
     except ValueError:
         return 0.0
+
+
+def _distinctive(db: sqlite3.Connection, query: str, max_docs: int) -> str:
+    """The words of `query` (its first MAX_QUERY_TERMS) found in at most `max_docs` documents. Counting stops at
+    `max_docs + 1`, so a common word costs no more than a rare one."""
+    kept = []
+    words = [w for w in dict.fromkeys(query.split())  # alone, a stopword is searched (see match_expression)
+             if any(not part.isascii() or (len(part) > 1 and part not in STOPWORDS)
+                    for part in re.findall(r"\w+", w.lower()))]
+    for word in words[:MAX_QUERY_TERMS]:
+        expression = match_expression(word, "AND")
+        if expression is None:
+            continue
+        count = db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
+                           (expression, max_docs + 1)).fetchone()[0]
+        if count <= max_docs:
+            kept.append(word)
+    return " ".join(kept)
 
 
 def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wanted: list[str]) -> list[SearchHit]:

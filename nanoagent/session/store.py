@@ -3,7 +3,7 @@
 Format (version 1), one JSON object a line:
     {"type": "header", "version": 1, "key": "cli:direct", "created": "2026-11-22T14:05:00+00:00"}
     {"type": "message", "message": {"role": "user", "content": "..."}}
-    {"type": "meta", "last_consolidated": 12}          # partial update; later lines win
+    {"type": "meta", "last_consolidated": 12}          # partial update; later lines win (also model, flushed, pruned)
     {"type": "usage", "model": "...", "input_tokens": 10, ...}
     {"type": "turn_failed", "start": 14, "end": 16, "error": "..."}   # messages[14:16] are not sent again
     {"type": "notice", "ts": "...", "source": "subagent 3fa9c1", "text": "..."}   # not a message (see SessionNotice)
@@ -50,6 +50,9 @@ class SessionMeta:
     model: str = ""  # the model /model chose for this session; "" means the default
     last_consolidated: int = 0  # messages before this index are archived to history.jsonl
     notices_delivered: int = 0  # notices before this index went to the model in a turn's opening message
+    flushed: int = 0  # the memory flush has run (or was claimed) for the messages before this index
+    pruned: int = 0  # long tool results before this index are sent trimmed (`agent/budget.py`)
+    pruned_calls: int = 0  # usage records the session held when `pruned` last moved
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,13 @@ class SessionStore:
                 self.warn(f"{where}: ignored model {value!r} (it must be a model name)")
         if "created" in record and isinstance(record["created"], str):
             meta.created = record["created"]
+        for name in ("flushed", "pruned", "pruned_calls"):
+            if name in record:
+                value = record[name]
+                if _index(value):
+                    setattr(meta, name, value)
+                else:
+                    self.warn(f"{where}: ignored {name} {value!r} (it must be a whole number)")
         if "notices_delivered" in record:
             value = record["notices_delivered"]
             if _index(value):
@@ -238,6 +248,13 @@ class SessionStore:
 
     def set_consolidated(self, session: Session, index: int) -> None:
         self.append(session, [{"type": "meta", "last_consolidated": index}], sync=True)
+
+    def set_flushed(self, session: Session, index: int) -> None:
+        self.append(session, [{"type": "meta", "flushed": index}], sync=True)
+
+    def set_pruned(self, session: Session, index: int) -> None:
+        record = {"type": "meta", "pruned": index, "pruned_calls": len(session.usage)}
+        self.append(session, [record], sync=True)
 
     def mark_failed(self, session: Session, start: int, error: str) -> None:
         """The turn whose messages start at `start` failed: keep them on disk, never send them again."""

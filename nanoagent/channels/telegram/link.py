@@ -244,6 +244,7 @@ class TelegramLink:
             except NetworkError as e:
                 if failures == 0:
                     log.warning(_record("telegram_unreachable", method=method, error=type(e).__name__))
+                self.timing.report(f"Telegram's Bot API unreachable: {self.reason(e)}")
                 if not persistent:
                     return None
                 await asyncio.sleep(self.timing.pause(failures))
@@ -258,10 +259,21 @@ class TelegramLink:
                 return None
             except TelegramError as e:
                 log.warning(_record("telegram_call_failed", method=method, error=type(e).__name__))
+                if method == "getUpdates":  # no message reaches us (another poller, a webhook): the link is failing
+                    self.timing.report(f"Telegram refused getUpdates: {self.reason(e)}")
                 return None
             if failures:
                 log.info(_record("telegram_reachable", method=method))
+            self.timing.report(None)
             return result
+
+    def reason(self, error: Exception) -> str:
+        """An error's own words for the component's health, one short line without the token."""
+        text = " ".join(str(error).split())
+        for secret in (self.settings.token or "", (self.settings.token or "").rpartition(":")[2]):
+            if len(secret) >= 8:
+                text = text.replace(secret, "<token>")
+        return text[:160] or type(error).__name__
 
     async def best_effort(self, method: str, call: Callable[[], Awaitable[Any]]) -> None:
         """A call the channel works without (the typing indicator, the command menu): any refusal is logged."""
