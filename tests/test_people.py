@@ -4,17 +4,28 @@ reaches another's turns (system prompt, recent history, memory_search), Dream in
 from __future__ import annotations
 
 import asyncio
+import json
 import stat
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
-from nanoagent.agent.build import build_agent, build_dream
+import pytest
+
+from nanoagent.agent.build import build_agent, build_dream, build_outbox
+from nanoagent.agent.cron_runs import TurnRunner
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.config.schema import Config, SubagentsConfig
+from nanoagent.cron.schedule import Schedule
+from nanoagent.cron.scheduler import Scheduler, Settings
+from nanoagent.cron.store import Job, JobsFile, JobStore
 from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
+from tests import pigeon_channel
 
 ALICE, BOB, GROUP, OWNER = "telegram:1", "telegram:2", "telegram:-100", "cli:direct"
+PIGEON_ALICE, PIGEON_BOB = "pigeon:1", "pigeon:2"
 ALICE_FILE, BOB_FILE = "memory/people/telegram-1.md", "memory/people/telegram-2.md"
 
 
@@ -187,3 +198,94 @@ def test_a_sub_agent_started_in_a_persons_chat_is_kept_to_that_person():
     assert "Pickles" not in child.system and "Falcon" not in child.system
     found = [m["content"] for r in requests for m in r.messages if m["role"] == "tool" and "memory" in m["content"]]
     assert found and not any(ALICE in text or ALICE_FILE in text or "Cat: Pickles" in text for text in found)
+
+
+# A cron job runs as the person who made it (`cron:<job id>:<person>`); Pigeon, the tests' channel, delivers its reply
+
+def cron_setup(monkeypatch: pytest.MonkeyPatch, loft: Path) -> tuple[Paths, Agent, Config]:
+    pigeon_channel.register(monkeypatch)
+    config = Config()
+    pigeon_channel.configure(config, loft, ["1", "2"])
+    paths, agent = setup(config)
+    chat_and_archive(agent, PIGEON_ALICE, "my cat is called Pickles", "Alice's cat is called Pickles; she lives in "
+                     "Coimbra.", "Cat: Pickles")
+    chat_and_archive(agent, PIGEON_BOB, "my dog is called Rex", "Bob's dog is called Rex; he lives in Bergen.",
+                     "Dog: Rex")
+    return paths, agent, config
+
+
+def add_job(agent: Agent, key: str) -> Job:
+    """The agent makes a job in session `key` with its cron tool, and the job is made due now."""
+    agent.turn(key, "remind me hourly about my pet",
+               call("cron", action="add", message="Tell the user about their pet, the cat or the dog.", every="1h"),
+               "ok")
+    store = JobStore(Paths.from_env().cron_jobs_file)
+    [job] = [j for j in store.read().jobs if j.created_by == key]
+
+    def due(jobs: JobsFile) -> None:
+        found = jobs.get(job.id)
+        assert found is not None
+        found.next_run = datetime.now(UTC) - timedelta(seconds=1)
+
+    store.update(due)
+    return job
+
+
+def run_due_jobs(agent: Agent, config: Config, *replies: ScriptedReply | str) -> list:
+    """One scheduler tick, as `nanoagent cron tick` runs it; the model requests of the runs."""
+    agent.provider.replies.extend(ScriptedReply(r) if isinstance(r, str) else r for r in replies)
+    first = len(agent.provider.requests)
+    paths = Paths.from_env()
+    runner = TurnRunner(lambda key, text: agent.loop.handle(text, key), build_outbox(config, paths), UTC)
+    asyncio.run(Scheduler(JobStore(paths.cron_jobs_file), runner, Settings()).tick())
+    return agent.provider.requests[first:]
+
+
+def test_a_cron_job_made_in_a_persons_chat_runs_with_that_persons_memory_only_and_replies_in_their_chat(
+        monkeypatch, tmp_path):
+    loft = tmp_path / "loft"
+    paths, agent, config = cron_setup(monkeypatch, loft)
+    job = add_job(agent, PIGEON_ALICE)
+    assert job.target == PIGEON_ALICE
+    requests = run_due_jobs(agent, config, call("memory_search", query="Rex Bergen Falcon Olga"),
+                            call("message", text="Pickles says meow"), "Time to feed Pickles!")
+    assert len(requests) == 3
+    seen = json.dumps(requests[0].messages)  # the job's message with what was recalled for it
+    for request in requests:  # her file and her recent history; no one else's, nor the owner's USER.md
+        assert "Pickles" in request.system and "Coimbra" in request.system
+        for secret in ("Rex", "Bergen", "Falcon", "Olga"):
+            assert secret not in request.system and secret not in seen
+    results = [m["content"] for r in requests[1:2] for m in r.messages if m["role"] == "tool"]
+    assert "No memory matches" in results[-1]
+    assert pigeon_channel.arrived(loft, PIGEON_ALICE) == ["Pickles says meow", "Time to feed Pickles!"]
+    assert pigeon_channel.arrived(loft, PIGEON_BOB) == []
+    ran = JobStore(paths.cron_jobs_file).read().get(job.id)
+    assert ran is not None and ran.runs[-1].status == "ok" and ran.runs[-1].delivery is None
+
+    # what the run said stays hers: Bob's search does not find it, hers does
+    assert "No memory matches" in agent.search(PIGEON_BOB, "meow")
+
+
+def test_an_owners_cron_job_and_one_without_a_maker_still_see_everything(monkeypatch, tmp_path):
+    loft = tmp_path / "loft"
+    paths, agent, config = cron_setup(monkeypatch, loft)
+    made = add_job(agent, OWNER)
+    requests = run_due_jobs(agent, config, call("memory_search", query="Rex Bergen"), "Rex and Pickles are fine.")
+    for request in requests:
+        for everything in ("Falcon", "Olga", "Coimbra", "Bergen"):
+            assert everything in request.system
+    assert "Rex" in [m["content"] for m in requests[-1].messages if m["role"] == "tool"][-1]
+    assert agent.loop.session(f"cron:{made.id}").messages  # the session such a run always had
+
+    store = JobStore(paths.cron_jobs_file)
+
+    def older(jobs: JobsFile) -> None:  # a job from a jobs.json written before `createdBy`
+        now = datetime.now(UTC)
+        jobs.jobs.append(Job(id="old", name="Old", message="Say hello.", schedule=Schedule.every("1h", now),
+                             target=OWNER, next_run=now - timedelta(seconds=1)))
+
+    store.update(older)
+    [request] = run_due_jobs(agent, config, "Hello.")
+    assert all(everything in request.system for everything in ("Falcon", "Olga", "Coimbra", "Bergen"))
+    jobs = store.read()
+    assert [j.runs[-1].status for j in jobs.jobs] == ["ok", "ok"]

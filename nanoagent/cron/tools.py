@@ -44,7 +44,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
         """Where this conversation's replies go: its own chat; a scheduled run's own job's target."""
         key = current_turn.get().session_key
         if key.startswith("cron:"):
-            job = jobs.get(key.removeprefix("cron:"))
+            job = jobs.get(key.removeprefix("cron:").split(":", 1)[0])  # `cron:<job id>[:<person>]`
             return outbox_target(job) if job else None
         return target_of_session(key)
 

@@ -5,7 +5,8 @@ A person is one identity on one channel, `<channel>:<id>`, read from the session
 Email keys a thread by its root message, so each mail thread is a party of its own until its key names the sender.
 A group chat is one party of its own (`<channel>:<group>`): what its members told the agent privately stays in their
 own chats, and what was said in the group stays with the group. The owner (`OWNER`) is the person of every session
-that is not in a chat channel (the terminal, HTTP, cron, the heartbeat) and of USER.md, and sees everything.
+that is not in a chat channel (the terminal, HTTP, the heartbeat, the owner's cron jobs) and of USER.md, and sees
+everything. A cron job made in a person's chat runs as that person, in `cron:<job id>:<person>`.
 
 Each other person's facts live in `memory/people/<channel>-<id>.md` (0600, recorded by the memory git like USER.md).
 In their chats that file stands in for USER.md: the prompt shows it, the file tools read and write it as `USER.md`,
@@ -27,17 +28,25 @@ if TYPE_CHECKING:
 
 OWNER = ""
 SUBAGENT = "subagent:"  # a sub-agent's session `subagent:<parent key>:<run id>` belongs to its parent's person
+CRON = "cron:"  # a job's run: `cron:<job id>` the owner's, `cron:<job id>:<person>` for a job a person made
 SHARED_FILES = ("SOUL.md", "memory/MEMORY.md")  # memory about no one person: every session may be shown it
 
 
 def person_of(key: str) -> str:
     """The person session `key` talks with: `<channel>:<chat>` in a chat channel, else OWNER."""
-    while key.startswith(SUBAGENT):
-        key = key[len(SUBAGENT):]
+    while key.startswith((SUBAGENT, CRON)):
+        key = key[len(SUBAGENT):] if key.startswith(SUBAGENT) else key[len(CRON):].partition(":")[2]
     channel, _, rest = key.partition(":")
     if channel not in registry.names():
         return OWNER
     return f"{channel}:{rest.split(':', 1)[0]}"
+
+
+def cron_key(job_id: str, created_by: str) -> str:
+    """The session of a run of job `job_id`, made in session `created_by`: the job runs as the person who made it.
+    Job ids hold no `:`, so the id is what lies between the first two; `cli`, `agent`, "" (older jobs) are the owner."""
+    person = person_of(created_by)
+    return f"{CRON}{job_id}" + (f":{person}" if person != OWNER else "")
 
 
 def file_of(person: str) -> str:
