@@ -32,7 +32,7 @@ from typing import Any
 from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
-from nanoagent.channels.email.mail import thread_hash
+from nanoagent.channels.email.mail import place_of
 
 logging.getLogger("mail.log").setLevel(logging.ERROR)  # aiosmtpd's own chatter (a deprecation note per login)
 USER, PASSWORD = "bot@example.org", "mail-secret-do-not-log"
@@ -522,9 +522,10 @@ class MailStandIn:
         return str(msg["Message-ID"])
 
     def session(self, user: str) -> str:
-        """The session key of the thread `write` keeps `user` in: the hash of their first mail's Message-ID."""
+        """The session key of the thread `write` keeps `user` in: their address and the hash of their first mail's
+        Message-ID."""
         first = next(m for _, m in self.written if address_of(str(m["From"])) == user)
-        return f"email:{thread_hash(str(first['Message-ID']))}"
+        return place_of(user, str(first["Message-ID"])).key
 
     def shown(self, user: str) -> list[str]:
         return [r.text().rstrip("\n") for r in list(self.smtp.received) if user in r.recipients]

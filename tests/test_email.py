@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from nanoagent.channels import registry
+from nanoagent.channels import keys, registry
 from nanoagent.channels.base import Incoming, Timing
 from nanoagent.channels.email import format as fmt
 from nanoagent.channels.email.link import EmailLink
@@ -83,7 +83,7 @@ def test_an_allowed_sender_is_answered_in_the_same_thread_with_re_and_a_plain_an
         async with running(link) as batches:
             [incoming] = await next_batch(batches)
             assert (incoming.user, incoming.id) == (mail.owner, sent["Message-ID"])
-            assert incoming.place.key.startswith("email:") and len(incoming.place.chat) == 12
+            assert incoming.place.key == f"email:{mail.owner}:{incoming.place.thread}" and len(incoming.place.thread) == 12
             assert incoming.text == "Subject: Plans\n\nWhat is on **today**?"
             await link.acknowledge([incoming])
             assert mail.imap.mailbox.seen(uid)
@@ -550,3 +550,83 @@ def test_a_huge_mail_is_cut_with_a_note_saying_how_much_was_left_out(mail):
 
     text = asyncio.run(scenario()).text
     assert text.endswith("[the rest of the mail, 10,000 characters, was left out]") and len(text) < 50_100
+
+
+def test_a_senders_threads_are_keyed_by_their_address_so_they_are_one_person_and_a_group_mail_too(mail):
+    from nanoagent.memory.people import person_of
+
+    mail.deliver(letter("Owner <Owner@Example.com>", "about the trip", subject="Trip"))
+    mail.deliver(letter(mail.owner, "about the car", subject="Car"))
+    mail.deliver(letter(mail.owner, "for all of us", subject="Party", headers={"Cc": "friend@example.net"}))
+    mail.deliver(letter("friend@example.net", "me too", subject="Trip"))
+
+    async def scenario() -> list[Incoming]:
+        async with running(new_link(mail, allow_from=[mail.owner, "friend@example.net"])) as batches:
+            return await next_batch(batches)
+
+    trip, car, party, friend = asyncio.run(scenario())
+    assert len({trip.place, car.place, party.place}) == 3  # a thread is still a session of its own
+    assert [i.place.chat for i in (trip, car, party)] == [mail.owner] * 3 and len(trip.place.thread) == 12
+    assert [person_of(i.place.key) for i in (trip, car, party)] == [f"email:{mail.owner}"] * 3
+    assert not party.private and person_of(friend.place.key) == "email:friend@example.net"
+
+
+def test_an_address_a_key_cannot_hold_gets_a_hash_for_its_chat_and_the_reply_still_reaches_it(mail):
+    odd, long = "o'brien@example.com", "a" * 60 + "@example.com"
+    mail.deliver(letter(odd, "hello", subject="Hi"))
+    mail.deliver(letter(long, "hello too", subject="Hi"))
+
+    async def scenario() -> list[Incoming]:
+        link = new_link(mail, allow_from=[odd, long])
+        async with running(link) as batches:
+            batch = await next_batch(batches)
+            for incoming in batch:
+                await answer(link, incoming, "Hello.")
+            return batch
+
+    first, second = asyncio.run(scenario())
+    assert first.place.chat.startswith("addr-") and second.place.chat.startswith("addr-")
+    assert first.place.chat != second.place.chat and "@" not in first.place.chat
+    assert CHANNEL.home(odd) is None
+    assert sorted(r.recipients[0] for r in mail.smtp.wait(2)) == sorted([odd, long])
+
+
+def test_after_a_restart_an_answer_to_our_reply_continues_the_session_and_older_thread_state_is_still_read(mail):
+    first = letter(mail.owner, "first", subject="Trip")
+    mail.deliver(first)
+
+    async def answer_one() -> Incoming:
+        link = new_link(mail)
+        async with running(link) as batches:
+            [one] = await next_batch(batches)
+            await link.acknowledge([one])
+            await answer(link, one, "Answer one")
+            return one
+
+    async def next_one(reply_to: Any) -> Incoming:
+        mail.deliver(letter(mail.owner, "more", reply_to=reply_to))
+        link = new_link(mail)
+        async with running(link) as batches:
+            [incoming] = await next_batch(batches)
+            await link.acknowledge([incoming])
+            await answer(link, incoming, "Answer")
+            return incoming
+
+    one = asyncio.run(answer_one())
+    two = asyncio.run(next_one(mail.smtp.wait(1)[0].message))  # a new link: the thread read back from the state
+    assert two.place == one.place
+    # state as an older version wrote it: the thread under its hash alone, and its session `email:<hash>`
+    state = state_file(Paths.from_env(), "email")
+
+    def older(data: Any) -> None:
+        for key in [k for k in data.cursor if k.startswith("thread:")]:
+            data.cursor[f"thread:{key.rpartition(':')[2]}"] = data.cursor.pop(key)
+
+    state.update(older)
+    three = asyncio.run(next_one(mail.smtp.wait(2)[1].message))
+    assert three.place == one.place
+    asyncio.run(CHANNEL.deliver(config(mail), keys.Place("email", one.place.thread), "A note."))
+    replies = mail.smtp.wait(4)
+    assert [r.message["Subject"] for r in replies] == ["Re: Trip"] * 4
+    assert all(r.message["References"].split()[0] == first["Message-ID"] for r in replies)
+    assert replies[3].message["In-Reply-To"] == replies[2].message["Message-ID"]

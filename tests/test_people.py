@@ -187,6 +187,23 @@ def test_a_persons_file_has_a_safe_name_whatever_their_id():
     assert "Likes tea" in again.system
 
 
+def test_two_mail_threads_from_one_sender_share_their_file_and_another_senders_thread_does_not():
+    from nanoagent.channels.email.mail import place_of
+
+    trip, car = place_of("ann@example.com", "<trip@example.com>"), place_of("Ann@Example.com", "<car@example.com>")
+    other = place_of("ben@example.com", "<party@example.com>")
+    paths, agent = setup()
+    agent.turn(trip.key, "I am vegetarian", call("write_file", path="USER.md", content="- Diet: vegetarian\n"), "ok")
+    [written] = (paths.workspace / "memory" / "people").iterdir()
+    assert written.read_text() == "- Diet: vegetarian\n" and written.name.startswith("email-ann")
+    [again] = agent.turn(car.key, "what should I cook?", "something green")
+    assert trip.key != car.key and "Diet: vegetarian" in again.system
+    [theirs] = agent.turn(other.key, "what should I cook?", "anything")
+    assert "vegetarian" not in theirs.system
+    agent.turn(other.key, "read my file", call("read_file", path="USER.md"), "ok")
+    assert "vegetarian" not in agent.tool_results(other.key)[-1]
+
+
 def test_a_sub_agent_started_in_a_persons_chat_is_kept_to_that_person():
     config = Config()
     config.agents.defaults.subagents = SubagentsConfig()

@@ -2,7 +2,7 @@
 
 A person is one identity on one channel, `<channel>:<id>`, read from the session key: a private chat's key is
 `<channel>:<user id>` (Telegram, Slack and Discord key a direct message by the user), a thread's key names its chat.
-Email keys a thread by its root message, so each mail thread is a party of its own until its key names the sender.
+Email keys a thread `email:<sender>:<hash of its root message>`, so all of one sender's threads are one person.
 A group chat is one party of its own (`<channel>:<group>`): what its members told the agent privately stays in their
 own chats, and what was said in the group stays with the group. The owner (`OWNER`) is the person of every session
 that is not in a chat channel (the terminal, HTTP, the heartbeat, the owner's cron jobs) and of USER.md, and sees

@@ -1,8 +1,8 @@
 """The email channel: a mailbox read by IMAP (IDLE where offered, else every `pollSeconds`) and answered by SMTP.
 
-A thread of mail is one session, `email:<12 hex of its root Message-ID's hash>`; only senders in `allowFrom`
-(addresses, or `@domain`) are answered, and nobody else gets anything (no pairing by mail), nor do automatic mail
-and mailing lists. A person's own place is `email:<address>`: delivering there (a scheduled message) starts a new
+A thread of mail is one session, `email:<sender's address>:<12 hex of its root Message-ID's hash>` (so all of one
+sender's threads are one person's); only senders in `allowFrom` (addresses, or `@domain`) are answered, and nobody
+else gets anything (no pairing by mail), nor do automatic mail and mailing lists. A person's own place is `email:<address>`: delivering there (a scheduled message) starts a new
 thread, and their answer continues in that thread's session. Replies are plain text with a simple HTML part, sent
 whole (mail cannot be edited), with `Re:` and the thread's headers.
 

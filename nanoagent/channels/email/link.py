@@ -7,7 +7,8 @@ marked `\\Seen` only once the engine has it on disk (`acknowledge`); the state's
 below which every mail was passed over or acknowledged, so a restart looks only at what came after it.
 
 Writing: a reply goes by SMTP to the thread's correspondent with In-Reply-To and References; what a thread's reply
-needs (correspondent, subject, last Message-ID, references) is kept in the state's cursor under `thread:<hash>`.
+needs (correspondent, subject, last Message-ID, references) is kept in the state's cursor under
+`thread:<chat>:<hash>` (`mail.thread_id`; older state's `thread:<hash>` is still read).
 Mail has no edits: the engine sends finished replies only. A place `email:<address>` (a scheduled message to a
 person) starts a new thread, whose answers come back in the session of that new thread.
 """
@@ -296,7 +297,7 @@ class EmailLink:
     # --- connecting ---------------------------------------------------------------------------------------------
 
     async def connect(self) -> str:
-        data = self.state.read()
+        data = self.state.update(_migrate)
         self.validity = data.cursor.get("uidvalidity", "")
         self.after = int(data.cursor.get("uid", "0") or 0)
         self.threads = {k.removeprefix("thread:"): t for k, v in data.cursor.items()
@@ -386,7 +387,7 @@ class EmailLink:
             return None
         msgid = mail.message_id(msg, data)
         root = mail.root_of(msg, msgid, self.roots)
-        place = mail.place_of(root)
+        place = mail.place_of(address, root)
         refs = mail.MSGID.findall(str(msg.get("References") or ""))
         subject = str(msg.get("Subject") or "")
         text = mail.text_of(msg)
@@ -414,14 +415,14 @@ class EmailLink:
         files = [FileIn(str(f.get("kind", "file")), f.get("name"), f.get("size"), str(f.get("ref", "")),
                         f.get("media_type")) for f in raw.get("files", []) if isinstance(f, dict)]
         refs = [r for r in raw.get("references", []) if isinstance(r, str)]
-        self._remember(place.chat, raw["user"], str(raw.get("subject", "")), raw["id"], refs)
+        self._remember(place, raw["user"], str(raw.get("subject", "")), raw["id"], refs)
         return Incoming(id=raw["id"], place=place, user=raw["user"], name=str(raw.get("name") or raw["user"]),
                         text=str(raw.get("text", "")), raw=raw, private=raw.get("private") is not False,
                         addressed=True, files=files)
 
-    def _remember(self, thread: str, to: str, subject: str, last: str, refs: list[str]) -> None:
+    def _remember(self, place: keys.Place, to: str, subject: str, last: str, refs: list[str]) -> None:
         """The thread as a reply to `last` needs it, kept in memory and in the state's cursor."""
-        known = self.threads.get(thread)
+        thread, known = self._known(place)
         if known is not None and last in known.references:  # seen in this thread already (a replay after a restart)
             return
         if known is None:
@@ -432,6 +433,11 @@ class EmailLink:
             known.answered(last)
         self.threads[thread] = known
         self._save_thread(thread, known)
+
+    def _known(self, place: keys.Place) -> tuple[str, mail.Thread | None]:
+        """The id `place`'s thread is kept under, and the thread when it is known."""
+        found = mail.find_thread(self.threads, place)
+        return found if found is not None else (mail.thread_id(place), None)
 
     def _save_thread(self, thread: str, info: mail.Thread) -> None:
         for msgid in info.references:
@@ -485,8 +491,8 @@ class EmailLink:
     # --- writing -----------------------------------------------------------------------------------------------
 
     async def send(self, place: keys.Place, chunk: Chunk, persistent: bool) -> str | None:
-        thread = self.threads.get(place.chat)
-        if thread is None and "@" not in place.chat:
+        thread_id, thread = self._known(place)
+        if thread is None and not mail.starts_thread(place):
             log.warning(record("email_unknown_thread", place=place.key))
             return None
         to = thread.to if thread is not None else place.chat
@@ -509,11 +515,11 @@ class EmailLink:
                 failures += 1
         if thread is not None:
             thread.answered(msgid)
-            self._save_thread(place.chat, thread)
+            self._save_thread(thread_id, thread)
         else:  # a new thread: the person's answer comes back in its session
             started = mail.Thread(to, str(msg["Subject"]), msgid, [msgid])
-            self.threads[mail.thread_hash(msgid)] = started
-            self._save_thread(mail.thread_hash(msgid), started)
+            self.threads[mail.thread_id(mail.place_of(to, msgid))] = started
+            self._save_thread(mail.thread_id(mail.place_of(to, msgid)), started)
         log.info(record("email_sent", place=place.key))
         return msgid
 
@@ -562,6 +568,16 @@ def _raise_if_cancelled() -> None:
         raise asyncio.CancelledError
 
 
+def _migrate(state: ChannelState) -> ChannelState:
+    """Threads an older version kept under their hash alone (`thread:<hash>`) moved to `thread:<chat>:<hash>`."""
+    for key in [k for k in state.cursor if k.startswith("thread:") and ":" not in k.removeprefix("thread:")]:
+        value = state.cursor.pop(key)
+        info = _thread(value)
+        if info is not None:
+            state.cursor.setdefault(f"thread:{mail.chat_of(info.to)}:{key.removeprefix('thread:')}", value)
+    return state
+
+
 def _thread(value: str) -> mail.Thread | None:
     try:
         return mail.Thread.from_json(json.loads(value))
@@ -575,8 +591,10 @@ async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: 
     `files` attached to its last part."""
     own = own_address(settings)
     data = state_file(paths, mail.NAME).read()
-    thread = _thread(data.cursor.get(f"thread:{place.chat}", "")) if "@" not in place.chat else None
-    if thread is None and "@" not in place.chat:
+    threads = {k.removeprefix("thread:"): t for k, v in data.cursor.items()
+               if k.startswith("thread:") and (t := _thread(v)) is not None}
+    key, thread = mail.find_thread(threads, place) or (mail.thread_id(place), None)
+    if thread is None and not mail.starts_thread(place):
         raise DeliveryError(f"No mail thread {place.key} is known here; deliver to email:<address> instead.")
     chunks = fmt.split(text) or (fmt.split("Files: " + ", ".join(path.name for path in files)) if files else [])
     for chunk in chunks:
@@ -594,10 +612,9 @@ async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: 
         msgid = str(msg["Message-ID"])
         if thread is not None:
             thread.answered(msgid)
-            key = place.chat
         else:
             thread = mail.Thread(to, str(msg["Subject"]), msgid, [msgid])
-            key = mail.thread_hash(msgid)
+            key = mail.thread_id(mail.place_of(to, msgid))
         _keep_thread(paths, key, thread)
 
 

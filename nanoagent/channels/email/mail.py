@@ -1,10 +1,11 @@
 """Reading and writing single mails, without a server: who sent one, whether it is answered, its thread, its text
 and files; and a reply with the headers that keep it in its thread.
 
-A thread is one session, `email:<12 hex of SHA-256 of its root Message-ID>`. The root is the first Message-ID in
-`References`, else the one in `In-Reply-To` (or the thread that id is known to belong to), else the mail's own. A
-reply we send carries the thread's references plus the mail it answers, so the person's answer to it has the same
-root and lands in the same session.
+A thread is one session, `email:<sender>:<12 hex of SHA-256 of its root Message-ID>`: the chat is the correspondent
+(`chat_of`), so every thread with one person is that person's (`people.person_of`). The root is the first
+Message-ID in `References`, else the one in `In-Reply-To` (or the thread that id is known to belong to), else the
+mail's own. A reply we send carries the thread's references plus the mail it answers, so the person's answer to it
+has the same root and lands in the same session.
 """
 
 from __future__ import annotations
@@ -12,10 +13,11 @@ from __future__ import annotations
 import hashlib
 import re
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from email.message import EmailMessage, Message
 from email.utils import formatdate, getaddresses, make_msgid, parseaddr
-from typing import Any
+from typing import Any, TypeVar
 
 import nanoagent.channels.email.format as fmt
 from nanoagent.channels import keys
@@ -26,6 +28,7 @@ MSGID = re.compile(r"<[^<>\s]+>")
 MAX_REFERENCES = 20  # references a reply carries: the root and the latest ones
 BULK = frozenset({"bulk", "list", "junk"})
 MAX_TEXT = 50_000  # characters of a mail's text the model reads
+T = TypeVar("T")
 
 
 def thread_hash(root: str) -> str:
@@ -141,8 +144,42 @@ def root_of(msg: Message, own_id: str, known: dict[str, str] | None = None) -> s
     return own_id
 
 
-def place_of(root: str) -> keys.Place:
-    return keys.make(NAME, thread_hash(root))
+def chat_of(address: str) -> str:
+    """The chat of a correspondent: their address lower-cased; an address a key cannot hold (characters beyond
+    letters, digits and `.@+=-_`, or longer than `keys.MAX_ID`) is `addr-<24 hex of SHA-256 of it>`, with no `@`."""
+    address = address.strip().lower()
+    if keys.parse(f"{NAME}:{address}") == keys.Place(NAME, address):
+        return address
+    return "addr-" + hashlib.sha256(address.encode("utf-8", "replace")).hexdigest()[:24]
+
+
+def place_of(address: str, root: str) -> keys.Place:
+    """The session of the thread with root `root` that `address` writes in."""
+    return keys.make(NAME, chat_of(address), thread_hash(root))
+
+
+def thread_id(place: keys.Place) -> str:
+    """Where the state keeps a thread's reply headers (`thread:<id>`): `<chat>:<hash>`; an older key `email:<hash>`
+    (before a thread's key named its sender) is its hash alone."""
+    return f"{place.chat}:{place.thread}" if place.thread else place.chat
+
+
+def find_thread(threads: Mapping[str, T], place: keys.Place) -> tuple[str, T] | None:
+    """The thread `place` names among `threads` (by id) and the id to keep it under from now on; None for a thread
+    not known or for `email:<address>` (a new thread). Older state and keys are still read: state an older version
+    wrote keeps a thread under its hash alone, and an older key `email:<hash>` names the thread of that hash."""
+    if starts_thread(place):
+        return None
+    if place.thread:
+        found = next((threads[i] for i in (thread_id(place), place.thread) if i in threads), None)
+        return None if found is None else (thread_id(place), found)
+    suffix = ":" + place.chat
+    return next(((i, t) for i, t in threads.items() if i == place.chat or i.endswith(suffix)), None)
+
+
+def starts_thread(place: keys.Place) -> bool:
+    """Is `place` a person's own place, `email:<address>`, where mail sent starts a new thread?"""
+    return not place.thread and "@" in place.chat
 
 
 def text_of(msg: EmailMessage) -> str:
