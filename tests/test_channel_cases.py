@@ -22,6 +22,7 @@ import pytest
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.channels import registry
 from nanoagent.channels.state import state_file
+from nanoagent.gateway.server import Component
 from nanoagent.messages import is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
@@ -227,6 +228,32 @@ def test_a_reply_ready_while_the_api_is_down_arrives_once_it_is_back(stand_in):
 
     asyncio.run(scenario())
     assert user_texts(dm(stand_in, stand_in.owner)) == ["a question"]
+
+
+def test_while_the_api_is_down_health_says_failing_and_why_then_connected_once_it_is_back(stand_in):
+    secrets = [v for v in json.dumps(stand_in.settings()).split('"') if len(v) >= 12 and "://" not in v and "@" not in v]
+
+    async def scenario():
+        hold = asyncio.Event()
+        provider = Slow("the answer", hold=hold)
+        async with running(stand_in, provider) as runner:
+            component = runner.component = Component(stand_in.channel, runner.run)  # before the run starts
+            await until(lambda: component.health.startswith("connected as "), "the link to connect")
+            connected = component.health
+            stand_in.write(stand_in.owner, "a question")
+            await until(provider.started.is_set, "the model call")
+            stand_in.down(True)
+            hold.set()  # a reply is due while the app is away
+            await until(lambda: component.health.startswith("failing: "), "health to say failing")
+            failing = component.health
+            stand_in.down(False)
+            await until(lambda: stand_in.shown(stand_in.owner) == ["the answer"], "the answer")
+            await until(lambda: component.health == connected, "health to say connected again")
+        return failing
+
+    failing = asyncio.run(scenario())
+    assert len(failing.removeprefix("failing: ").strip()) > 5  # a reason, not only the word
+    assert not any(secret in failing for secret in secrets)
 
 
 def test_an_image_reaches_the_model_as_an_image(stand_in):

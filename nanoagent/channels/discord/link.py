@@ -351,15 +351,18 @@ class DiscordLink:
         failures = 0
         while True:
             try:
-                return await call()
+                result = await call()
+                self.timing.report(None)
+                return result
             except discord.DiscordServerError as e:
-                error: str = f"{e.status}"
+                error: str = f"HTTP {e.status}"
             except discord.HTTPException as e:
                 log.warning(_record("discord_refused", call=what, status=e.status, code=e.code))
                 return None
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 error = type(e).__name__
             log.warning(_record("discord_call_failed", call=what, error=error, failures=failures + 1))
+            self.timing.report(f"Discord's API failing: {error}")
             if not persistent or self.closing:
                 return None
             await asyncio.sleep(self.timing.pause(failures))

@@ -329,6 +329,7 @@ class EmailLink:
                     log.info(record("email_reconnected"))
                 await self._mark()
                 batch = await self._check(self.imap)
+                self.timing.report(None)
                 failures = 0
                 if batch:
                     yield batch
@@ -339,10 +340,12 @@ class EmailLink:
                     await self.imap.wait(float(self.settings.poll_seconds), self.wake)
             except Refused as e:
                 log.error(record("email_refused", error=str(e)))
+                self.timing.report(str(e))
                 await self._drop()
                 await asyncio.sleep(self.timing.pause(len(self.timing.backoff)))
             except _imap_errors() as e:
                 log.warning(record("email_imap_failed", error=type(e).__name__))
+                self.timing.report(f"the IMAP server unreachable: {type(e).__name__}")
                 await self._drop()
                 await asyncio.sleep(self.timing.pause(failures))
                 failures += 1
@@ -493,13 +496,16 @@ class EmailLink:
         while True:
             try:
                 await smtp_send(self.settings, msg, TIMEOUT)
+                self.timing.report(None)
                 break
             except Refused as e:
                 log.error(record("email_send_refused", error=str(e)))
                 return None
             except OSError as e:
-                log.warning(record("email_smtp_failed", error=str(e) if str(e).startswith("SMTP") else
-                                   type(e).__name__, persistent=persistent))
+                answered = str(e) if str(e).startswith("SMTP") else ""  # a 4xx answer: "SMTP 421"
+                log.warning(record("email_smtp_failed", error=answered or type(e).__name__, persistent=persistent))
+                self.timing.report(f"the SMTP server answered {answered}" if answered else
+                                   f"the SMTP server unreachable: {type(e).__name__}")
                 if not persistent:
                     return None
                 await asyncio.sleep(self.timing.pause(failures))

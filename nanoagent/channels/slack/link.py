@@ -160,6 +160,7 @@ class SlackLink:
         kind = message.get("type")
         if kind == "hello":
             self.hellos += 1
+            self.timing.report(None)
             log.info(_record("slack_connected", reconnect=self.hellos > 1))
             if self.hellos > 1:  # events sent while the socket was away are lost: read them from the history
                 self._spawn(self._queue_catch_up())
@@ -187,6 +188,7 @@ class SlackLink:
                 await self.queue.put([incoming])
 
     async def _on_close(self, message: Any) -> None:
+        # no health report here: the SDK calls this only once it has reconnected (or never, when it could not)
         log.info(_record("slack_disconnected"))
 
     def _late(self, envelope: str, item: Incoming) -> None:
@@ -533,9 +535,13 @@ class WebAPI:
         failures = 0
         while True:
             try:
-                return await getattr(self.web, method)(**kwargs)
+                response = await getattr(self.web, method)(**kwargs)
+                self.timing.report(None)
+                return response
             except SlackApiError as e:
                 status = e.response.status_code
+                if status >= 500:
+                    self.timing.report(f"Slack's Web API answered HTTP {status}")
                 if wait and (status == 429 or _error(e) == "ratelimited"):
                     delay = _float(e.response.headers.get("Retry-After"), 1.0)
                     log.warning(_record("slack_rate_limited", method=method, retry_after=delay))
@@ -545,6 +551,7 @@ class WebAPI:
                     raise
                 error: str = f"http {status}"
             except _network_errors() as e:
+                self.timing.report(f"Slack's Web API unreachable: {type(e).__name__}")
                 if not persistent:
                     raise
                 error = type(e).__name__
