@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
-import inspect
 import json
 import os
 import re
@@ -274,8 +273,6 @@ def test_an_image_reaches_the_model_as_an_image(stand_in):
 
 
 def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
-    if "file" not in inspect.signature(stand_in.write).parameters:
-        pytest.skip(f"the {stand_in.channel} stand-in cannot attach a file yet")
     provider = ScriptedProvider(["Two lines."])
 
     async def scenario():
