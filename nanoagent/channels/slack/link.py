@@ -223,6 +223,8 @@ class SlackLink:
         command, channel, user = payload.get("command"), payload.get("channel_id"), payload.get("user_id")
         if not (isinstance(command, str) and isinstance(channel, str) and isinstance(user, str)):
             return None
+        if not channel.startswith("D") and self.settings.group_policy == "off":  # channels are off: commands too
+            return None
         text = str(payload.get("text") or "").strip()
         if command in UMBRELLA:
             text = f"/{text.removeprefix('/')}" if text else "/help"
