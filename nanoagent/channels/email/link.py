@@ -30,7 +30,7 @@ from typing import TYPE_CHECKING, Any
 import nanoagent.channels.email.format as fmt
 import nanoagent.channels.email.mail as mail
 from nanoagent.channels import keys
-from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing
+from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
 from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.errors import NanoagentError
 
@@ -43,11 +43,6 @@ IDLE_RENEW = 25 * 60.0  # seconds before IDLE is renewed (servers end it after 3
 TIMEOUT = 30.0  # seconds for one IMAP command or SMTP exchange
 MAX_THREADS = 500  # threads remembered for replies, the least recent dropped
 FETCH = re.compile(rb"^\d+ FETCH \(.*\bUID (\d+)\b.*\{(\d+)\}$")
-
-
-def record(event: str, **fields: Any) -> str:
-    """A structured log line: the event and its fields; never a message's text or a password."""
-    return json.dumps({"event": event, **fields}, ensure_ascii=False)
 
 
 def own_address(settings: EmailConfig) -> str:
