@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from nanoagent.channels.state import state_file
 from nanoagent.config.schema import EmailConfig, MailServerConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.paths import Paths
+from tests.channel_harness import until
 from tests.mail_servers import PASSWORD, PNG, USER, MailStandIn, address_of, letter
 
 CHANNEL = registry.get("email")
@@ -399,6 +401,30 @@ def test_the_log_holds_neither_the_password_nor_a_mails_text(mail, caplog):
     everything = "\n".join(r.getMessage() for r in caplog.records)
     for secret in (PASSWORD, "secret plan", "stranger things", "secret answer"):
         assert secret not in everything
+
+
+def test_while_smtp_is_down_health_stays_failing_though_the_mailbox_is_read_well(mail):
+    reports: list[str | None] = []
+    mail.deliver(letter(mail.owner, "first"))
+
+    async def scenario() -> None:
+        link = EmailLink(config(mail), Paths.from_env(), replace(FAST, report=reports.append))
+        async with running(link) as batches:
+            [first] = await next_batch(batches)
+            await link.acknowledge([first])
+            with mail.smtp.cond:
+                mail.smtp.is_down = True
+            sending = asyncio.create_task(answer(link, first, "the answer"))
+            await until(lambda: reports and reports[-1], "a failing report")
+            mail.deliver(letter(mail.owner, "second"))
+            await next_batch(batches)  # the mailbox was read: IMAP is fine
+            assert reports[-1] and "SMTP" in reports[-1]
+            with mail.smtp.cond:
+                mail.smtp.is_down = False
+            assert await asyncio.wait_for(sending, PATIENCE)
+        assert reports[-1] is None
+
+    asyncio.run(scenario())
 
 
 def test_the_reply_is_readable_text_and_the_subject_gets_re_once():

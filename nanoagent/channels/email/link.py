@@ -284,6 +284,7 @@ class EmailLink:
         self.cache: dict[int, bytes] = {}  # recent mails with attachments, for `download`
         self.threads: dict[str, mail.Thread] = {}
         self.roots: dict[str, str] = {}  # Message-ID in a known thread -> the thread's root
+        self.problems: dict[str, str] = {}  # "imap" | "smtp" -> what fails there, until a call there succeeds
 
     # --- connecting ---------------------------------------------------------------------------------------------
 
@@ -324,7 +325,7 @@ class EmailLink:
                     log.info(record("email_reconnected"))
                 await self._mark()
                 batch = await self._check(self.imap)
-                self.timing.report(None)
+                self._health("imap", None)
                 failures = 0
                 if batch:
                     yield batch
@@ -335,15 +336,24 @@ class EmailLink:
                     await self.imap.wait(float(self.settings.poll_seconds), self.wake)
             except Refused as e:
                 log.error(record("email_refused", error=str(e)))
-                self.timing.report(str(e))
+                self._health("imap", str(e))
                 await self._drop()
                 await asyncio.sleep(self.timing.pause(len(self.timing.backoff)))
             except _imap_errors() as e:
                 log.warning(record("email_imap_failed", error=type(e).__name__))
-                self.timing.report(f"the IMAP server unreachable: {type(e).__name__}")
+                self._health("imap", f"the IMAP server unreachable: {type(e).__name__}")
                 await self._drop()
                 await asyncio.sleep(self.timing.pause(failures))
                 failures += 1
+
+    def _health(self, server: str, problem: str | None) -> None:
+        """IMAP and SMTP fail apart: the link is failing while either does (a mailbox read well does not hide a
+        failing SMTP server), with the first failure's reason."""
+        if problem:
+            self.problems[server] = problem
+        else:
+            self.problems.pop(server, None)
+        self.timing.report(next(iter(self.problems.values()), None))
 
     async def _drop(self) -> None:
         if self.imap is not None:
@@ -491,7 +501,7 @@ class EmailLink:
         while True:
             try:
                 await smtp_send(self.settings, msg, TIMEOUT)
-                self.timing.report(None)
+                self._health("smtp", None)
                 break
             except Refused as e:
                 log.error(record("email_send_refused", error=str(e)))
@@ -499,8 +509,8 @@ class EmailLink:
             except OSError as e:
                 answered = str(e) if str(e).startswith("SMTP") else ""  # a 4xx answer: "SMTP 421"
                 log.warning(record("email_smtp_failed", error=answered or type(e).__name__, persistent=persistent))
-                self.timing.report(f"the SMTP server answered {answered}" if answered else
-                                   f"the SMTP server unreachable: {type(e).__name__}")
+                self._health("smtp", f"the SMTP server answered {answered}" if answered else
+                             f"the SMTP server unreachable: {type(e).__name__}")
                 if not persistent:
                     return None
                 await asyncio.sleep(self.timing.pause(failures))
