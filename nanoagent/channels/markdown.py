@@ -18,6 +18,15 @@ from typing import Generic, TypeVar
 from nanoagent.channels.base import Chunk
 
 FENCE = re.compile(r"^\s{0,3}(```+|~~~+)\s*([\w+#.-]*)[^\n`]*$")
+# the inline Markdown every format reads alike (a hole is text set aside while the rest is converted)
+HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
+BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
+QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
+RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
+CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
+BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
+STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
+HOLE = re.compile(r"\x00(\d+)\x00")
 
 
 def units(text: str) -> int:

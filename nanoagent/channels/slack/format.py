@@ -19,24 +19,27 @@ from __future__ import annotations
 import re
 
 from nanoagent.channels.base import Chunk
+from nanoagent.channels.markdown import (
+    BOLD,
+    BULLET,
+    CODE_SPAN,
+    HEADING,
+    HOLE,
+    QUOTE,
+    RULE,
+    STRIKE,
+    Packer,
+    parse_blocks,
+)
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.channels.markdown import Packer, parse_blocks
 
 LIMIT = 4000  # characters of mrkdwn in one message (see the module's docstring)
-HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 NUMBERED = re.compile(r"^(\s*)(\d{1,9}[.)])\s+(.*)$")
-QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
-CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
 BARE_URL = re.compile(r"(?:https?)://[^\s<>\"]+")
-BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
 BOLD_MARK = re.compile(r"\*\*|__")
-STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^_\n]+?)(?<!\s)_(?![\w_])")
-HOLE = re.compile(r"\x00(\d+)\x00")
 # what Slack puts in a message's text: <@U123>, <#C123|name>, <!here>, <https://x|label>, <mailto:a@b|a@b>
 SPECIAL = re.compile(r"<([@#!]?)([^<>|]+)(?:\|([^<>]*))?>")
 

@@ -14,21 +14,25 @@ import html
 import re
 
 from nanoagent.channels.base import Chunk
+from nanoagent.channels.markdown import (
+    BOLD,
+    BULLET,
+    CODE_SPAN,
+    HEADING,
+    HOLE,
+    QUOTE,
+    RULE,
+    STRIKE,
+    Packer,
+    parse_blocks,
+    units,
+)
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.channels.markdown import Packer, parse_blocks, units
 
 LIMIT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
-HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
-QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|tg|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
 BARE_URL = re.compile(r"(?:https?|tg)://[^\s<>\"]+")
-BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
-STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^<*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^<_\n]+?)(?<!\s)_(?![\w_])")
-HOLE = re.compile(r"\x00(\d+)\x00")
 TAG = re.compile(r"<[^>]*>")
 
 
