@@ -156,6 +156,20 @@ def test_a_reply_streams_by_editing_where_the_app_edits(stand_in):
     assert (stand_in.edits() > 0) == channel.edits
 
 
+def test_with_streaming_off_only_the_finished_reply_is_sent(stand_in):
+    if not registry.get(stand_in.channel).edits:
+        pytest.skip(f"{stand_in.channel} sends only the finished reply anyway")
+    reply = " ".join(f"w{i}" for i in range(60))
+
+    async def scenario():
+        async with running(stand_in, Slow(reply, pause=0.01), streaming=False) as runner:
+            stand_in.write(stand_in.owner, "no streaming please")
+            await until(lambda: settled(runner) and stand_in.shown(stand_in.owner) == [reply], "the whole reply")
+
+    asyncio.run(scenario())
+    assert stand_in.edits() == 0  # one message, sent once, never edited
+
+
 class FirstWordThenHold(ScriptedProvider):
     """Streams the first word of its reply, then holds the rest until `hold` is set; `first` is when it gave it."""
 
