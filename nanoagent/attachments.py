@@ -231,3 +231,16 @@ def folded(text: str) -> str:
         return f"[attached {Path(name).name or name}, {size}]"
 
     return _MARKED.sub(fold, text)
+
+
+def outgoing(path: Path) -> tuple[str, bytes, str | None]:
+    """A file the agent sends to a chat: (its name as the chat shows it, its bytes, the image media type its bytes
+    start like or None). An image whose name does not end as its kind does gets that ending, so the app shows it
+    as an image."""
+    data = path.read_bytes()
+    image = sniff(data)
+    name = path.name
+    endings = (".jpg", ".jpeg") if image == "image/jpeg" else (f".{EXTENSIONS[image]}",) if image else ()
+    if endings and not name.lower().endswith(endings):
+        name += endings[0]
+    return name, data, image

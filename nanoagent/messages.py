@@ -326,6 +326,28 @@ def strip_runtime_context(content: str | list[UserBlock]) -> str:
     return content
 
 
+# An old tool result longer than PRUNE_MIN_CHARS is sent trimmed to PRUNE_KEEP_CHARS of its head and tail, once the
+# budget decided to prune before it (`agent/budget.py`); the session keeps it whole.
+PRUNE_MIN_CHARS = 4_000
+PRUNE_KEEP_CHARS = 1_500
+
+
+def prunable(message: Message) -> bool:
+    return is_tool(message) and len(message["content"]) > PRUNE_MIN_CHARS
+
+
+def pruned(message: Message) -> Message:
+    """`message` as a request sends it once it is old: a long tool result trimmed to its head and tail, still inside
+    its untrusted-data envelope; any other message as it is."""
+    if not is_tool(message) or len(message["content"]) <= PRUNE_MIN_CHARS:
+        return message
+    trimmed: ToolMessage = {**message}
+    text = truncate(unwrap_untrusted(message["content"]), PRUNE_KEEP_CHARS)
+    trimmed["content"] = wrap_untrusted(message["name"], text + "\n[an old result, trimmed in this request; run the "
+                                                              "tool again for the whole of it]")
+    return trimmed
+
+
 def history_for_model(messages: list[Message], start: int, skip: frozenset[int] = frozenset()) -> list[Message]:
     """Messages from `start`, beginning at a user message, without orphaned tool results.
     Indexes in `skip` (turns that failed) are left out."""

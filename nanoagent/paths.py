@@ -11,8 +11,13 @@ from pathlib import Path
 from nanoagent.records import Frozen, lean_dataclass
 
 # The workspace's long-term memory: what Dream edits, git records and search indexes.
-MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md
+MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md, people file and dated note
 SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
+# What the agent knows about one person other than the owner (memory/people.py names them): `<channel>-<id>.md`.
+PEOPLE_DIR = "memory/people"
+PERSON_FILE = re.compile(r"memory/people/[^/.][^/]*\.md")
+# A dated note (`memory/2026-11-25.md`): what the memory flush wrote that day, before older turns left the prompt.
+DATED_NOTE = re.compile(r"memory/\d{4}-\d{2}-\d{2}\.md")
 
 
 # Files nanoagent alone writes: the agent's tools and commands may read them, never change them.
@@ -23,8 +28,41 @@ PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_curs
 
 
 def is_memory_file(relpath: str) -> bool:
-    """True for a workspace-relative path of long-term memory: MEMORY_FILES or a skill's SKILL.md."""
-    return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None
+    """True for a workspace-relative path of long-term memory: MEMORY_FILES, a skill's SKILL.md, a person's file or a
+    dated note."""
+    return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None or is_person_file(relpath) \
+        or is_dated_note(relpath)
+
+
+def is_person_file(relpath: str) -> bool:
+    return PERSON_FILE.fullmatch(relpath) is not None
+
+
+def memory_files_on_disk(workspace: Path) -> list[str]:
+    """MEMORY_FILES, then the skills' SKILL.md, the people files (links included: callers decide) and the dated
+    notes (regular files only) that exist."""
+    found = list(MEMORY_FILES)
+    skills = workspace / "skills"
+    if skills.is_dir():
+        found += [f"skills/{d.name}/SKILL.md" for d in sorted(skills.iterdir())]
+    people = workspace / PEOPLE_DIR
+    if people.is_dir():
+        found += [rel for p in sorted(people.iterdir()) if is_person_file(rel := f"{PEOPLE_DIR}/{p.name}")]
+    return found + dated_notes(workspace)
+
+
+def is_dated_note(relpath: str) -> bool:
+    return DATED_NOTE.fullmatch(relpath) is not None
+
+
+def dated_notes(workspace: Path) -> list[str]:
+    """The workspace-relative paths of the dated notes in memory/ (regular files, not links), oldest first."""
+    folder = workspace / "memory"
+    try:
+        names = sorted(entry.name for entry in os.scandir(folder) if entry.is_file(follow_symlinks=False))
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+    return [rel for rel in (f"memory/{name}" for name in names) if is_dated_note(rel)]
 
 
 def is_protected(relpath: str) -> bool:

@@ -89,10 +89,15 @@ class Slow(ScriptedProvider):
 
 def settings_of(stand_in: StandIn, **overrides: Any) -> Any:
     """The channel's settings as the gateway would have them from a config.json holding the stand-in's."""
+    return registry.get(stand_in.channel).settings(config_of(stand_in, **overrides))
+
+
+def config_of(stand_in: StandIn, **overrides: Any) -> Config:
+    """The config a gateway would load from a config.json holding the stand-in's settings."""
     paths = Paths.from_env()
     path = write_config(paths.home, {"channels": {stand_in.channel: {**stand_in.settings(), **overrides}}})
     config, _ = load_config(path, env={})
-    return registry.get(stand_in.channel).settings(config)
+    return config
 
 
 @contextlib.asynccontextmanager
@@ -100,8 +105,9 @@ async def running(stand_in: StandIn, provider: ScriptedProvider, timing: Timing 
                   **overrides: Any) -> AsyncIterator[ChannelRunner]:
     """The channel running through the shared engine against the stand-in, the agent on `provider`."""
     paths = Paths.from_env()
-    settings = settings_of(stand_in, **overrides)
-    hub = Hub(build_agent(Config(), paths, provider=provider))
+    config = config_of(stand_in, **overrides)  # the agent's too: its `message` tool delivers with the channel's
+    settings = registry.get(stand_in.channel).settings(config)
+    hub = Hub(build_agent(config, paths, provider=provider))
     runner = ChannelRunner(registry.get(stand_in.channel), settings, paths, hub, timing)
     task = asyncio.create_task(runner.run())
     try:

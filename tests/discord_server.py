@@ -27,6 +27,7 @@ import asyncio
 import datetime
 import itertools
 import json
+import mimetypes
 import threading
 import time
 import uuid
@@ -291,6 +292,8 @@ class DiscordAPI:
             found = [m for m in self.history.get(cid, []) if after is None or int(m["id"]) > int(after)]
             found = found[:limit] if after is not None else found[-limit:]
             return _ok(list(reversed(found)))  # newest first, as Discord lists them
+        if rest == ["messages"] and method == "POST" and request.content_type.startswith("multipart/"):
+            return await self._upload(request, cid)
         if rest == ["messages"] and method == "POST":
             content = str((await _body(request)).get("content") or "")
             problem = _check(content)
@@ -319,6 +322,38 @@ class DiscordAPI:
             if method == "GET":
                 return _ok(message)
         return _error(405, 0, "405: Method Not Allowed")
+
+    async def _upload(self, request: web.Request, cid: str) -> web.StreamResponse:
+        """A message with files (multipart: `payload_json` and `files[n]`): each kept as an attachment whose
+        content type Discord derives from the file's name."""
+        form = await request.post()
+        body = json.loads(str(form.get("payload_json") or "{}"))
+        content = str(body.get("content") or "")
+        parts = [value for key, value in form.items() if key.startswith("files[") and isinstance(value, web.FileField)]
+        if not parts:
+            problem = _check(content)
+            if problem:
+                return problem
+        attachments = [self._attach(cid, part.filename, part.file.read(),
+                                    mimetypes.guess_type(part.filename)[0] or "application/octet-stream")
+                       for part in parts]
+        message = self._message(cid, self.bot, content, attachments=attachments)
+        await self._dispatch("MESSAGE_CREATE", message)
+        return _ok(message)
+
+    def received(self, channel: str) -> list[tuple[str, bytes, str]]:
+        """The files the bot sent to a channel (a DM's channel: `dm(user)`), oldest first: (name, bytes, content
+        type)."""
+        def found() -> list[tuple[str, bytes, str]]:
+            return [(a["filename"], self.files[f"{channel}/{a['id']}/{a['filename']}"], a["content_type"])
+                    for m in self.history.get(channel, []) if m["author"]["id"] == self.bot["id"]
+                    for a in m["attachments"]]
+
+        return self._sync(found)
+
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files the bot sent to that person's DM: (name, bytes, shown as an image)."""
+        return [(name, data, kind.startswith("image/")) for name, data, kind in self.received(self.dm(user))]
 
     async def _attachment(self, request: web.Request) -> web.StreamResponse:
         data = self.files.get(request.match_info["path"])

@@ -78,7 +78,7 @@ class Fifth:
         except urllib.error.URLError as e:
             raise NanoagentError(f"cannot reach {settings.api_base} ({e.reason})") from None
 
-    async def deliver(self, settings: FifthConfig, place: Any, text: str) -> None:
+    async def deliver(self, settings: FifthConfig, place: Any, text: str, files: Any = ()) -> None:
         raise DeliveryError("the fifth channel delivers nothing outside a gateway")
 
     def questions(self) -> list[Question]:

@@ -380,6 +380,11 @@ class Received:
         text: str = body.get_content() if body is not None else ""  # type: ignore[attr-defined]
         return text.replace("\r\n", "\n")
 
+    def files(self) -> list[tuple[str, bytes, str]]:
+        """The mail's attachments: (file name, bytes, content type)."""
+        return [(str(part.get_filename()), part.get_payload(decode=True), part.get_content_type())
+                for part in self.message.iter_attachments()]
+
 
 class SmtpServer:
     """aiosmtpd on 127.0.0.1 in its own thread, recording every message; AUTH LOGIN/PLAIN without TLS (loopback)."""
@@ -526,6 +531,11 @@ class MailStandIn:
 
     def shown(self, user: str) -> list[str]:
         return [r.text().rstrip("\n") for r in list(self.smtp.received) if user in r.recipients]
+
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files mailed to that person: (name, bytes, an image)."""
+        return [(name, data, kind.startswith("image/")) for r in list(self.smtp.received) if user in r.recipients
+                for name, data, kind in r.files()]
 
     def edits(self) -> int:
         return 0

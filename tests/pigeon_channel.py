@@ -59,7 +59,7 @@ class Pigeon:
     async def verify(self, settings: PigeonConfig) -> str:
         return "@pigeonbot"
 
-    async def deliver(self, settings: PigeonConfig, place: Place, text: str) -> None:
+    async def deliver(self, settings: PigeonConfig, place: Place, text: str, files: Any = ()) -> None:
         if problem := self.problem(settings):
             raise DeliveryError(problem)
         if place.chat == "gone":
@@ -67,6 +67,8 @@ class Pigeon:
         with open(Path(settings.api_base) / f"{place.key.replace(':', '_')}.jsonl", "a", encoding="utf-8") as f:
             for chunk in self.split(text):
                 f.write(json.dumps({"text": chunk.body}) + "\n")
+            for path in files:
+                f.write(json.dumps({"file": Path(path).name, "size": Path(path).stat().st_size}) + "\n")
 
     def questions(self) -> list[Question]:
         return [Question("token", "Pigeon token", secret=True)]

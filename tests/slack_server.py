@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import mimetypes
 import threading
 import time
 import urllib.parse
@@ -107,6 +108,7 @@ class SlackAPI:
         self.envelopes: list[Envelope] = []
         self.failures: list[Failure] = []
         self.files: dict[str, tuple[str, bytes]] = {}
+        self.upload_lengths: dict[str, int] = {}  # file id -> the length files.getUploadURLExternal was told
         self.statuses: list[tuple[str, str, str]] = []  # assistant.threads.setStatus: channel, thread, status
         self.connections = 0  # websocket connections made so far
         self.is_down = False
@@ -128,6 +130,7 @@ class SlackAPI:
         app.router.add_route("*", "/api/{method}", self._api)
         app.router.add_get("/files-pri/{team}/{file}/{name}", self._file)
         app.router.add_get("/socket", self._socket)
+        app.router.add_post("/upload/{file}", self._upload)
         self._runner = web.AppRunner(app, access_log=None)
         self.loop.run_until_complete(self._runner.setup())
         site = web.TCPSite(self._runner, "127.0.0.1", 0)
@@ -479,6 +482,60 @@ class SlackAPI:
             return web.Response(status=404)
         return web.Response(body=found[1], content_type="application/octet-stream")
 
+    # --- files the bot uploads (files_upload_v2: getUploadURLExternal, the upload, completeUploadExternal) -------
+
+    def _api_files_getUploadURLExternal(self, params: dict[str, Any]) -> dict[str, Any]:
+        name, length = str(params.get("filename") or ""), str(params.get("length") or "")
+        if not name or not length.isdigit():
+            return {"ok": False, "error": "invalid_arguments"}
+        with self.lock:
+            file_id = f"F{len(self.files) + 1:08d}"
+            self.files[file_id] = (name, b"")
+            self.upload_lengths[file_id] = int(length)
+        return {"ok": True, "upload_url": f"{self.url}/upload/{file_id}", "file_id": file_id}
+
+    async def _upload(self, request: web.Request) -> web.Response:
+        data = await request.read()
+        with self.lock:
+            file_id = request.match_info["file"]
+            self.calls.append(Call("upload", {"file": file_id}, time.monotonic()))
+            if file_id not in self.files or self.is_down:
+                return web.Response(status=404 if not self.is_down else 503, text="Not Found")
+            if len(data) != self.upload_lengths.get(file_id):
+                return web.Response(status=400, text="length mismatch")
+            self.files[file_id] = (self.files[file_id][0], data)
+        return web.Response(text=f"OK - {len(data)}")
+
+    def _api_files_completeUploadExternal(self, params: dict[str, Any]) -> dict[str, Any]:
+        listed = json.loads(str(params.get("files") or "[]"))
+        channel = str(params.get("channel_id") or "")
+        if not channel:
+            return {"ok": False, "error": "channel_not_found"}
+        if any(f.get("id") not in self.files or not self.files[f["id"]][1] for f in listed):
+            return {"ok": False, "error": "file_not_found"}
+        shared = []
+        for f in listed:
+            name, data = self.files[f["id"]]
+            shared.append({**self.add_file_json(f["id"], name, data), "title": f.get("title") or name})
+        message = Message(channel, self.ts(), BOT_USER, str(params.get("initial_comment") or ""),
+                          str(params.get("thread_ts") or ""), bot_id=BOT_ID, files=shared)
+        self.messages.append(message)
+        return {"ok": True, "files": [{"id": f["id"], "title": f["title"]} for f in shared]}
+
+    def add_file_json(self, file_id: str, name: str, data: bytes) -> dict[str, Any]:
+        """A file as Slack describes it, its type told by its name (Slack looks at both)."""
+        mimetype = mimetypes.guess_type(name)[0] or "application/octet-stream"
+        url = f"{self.url}/files-pri/{TEAM}-{file_id}/{file_id}/{urllib.parse.quote(name)}"
+        return {"id": file_id, "name": name, "mimetype": mimetype, "filetype": name.rsplit(".")[-1], "size": len(data),
+                "mode": "hosted", "url_private": url, "url_private_download": url + "?download=1"}
+
+    def uploaded(self, channel: str, thread_ts: str = "") -> list[tuple[str, bytes, str]]:
+        """The files the bot shared in a channel (a DM: "D" + the person's id), or in one of its threads, oldest
+        first: (name, bytes, mimetype)."""
+        with self.lock:
+            return [(f["name"], self.files[f["id"]][1], f["mimetype"]) for m in self.messages
+                    if m.channel == channel and m.user == BOT_USER and m.thread_ts == thread_ts for f in m.files]
+
 
 def _check_text(text: str) -> str:
     if not text.strip():
@@ -490,6 +547,12 @@ def _check_text(text: str) -> str:
 
 class StandIn(SlackAPI):
     """The Slack stand-in as the shared channel cases (channel_harness.StandIn) use it."""
+
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files the bot shared in that person's DM, in any thread: (name, bytes, shown as an image)."""
+        with self.lock:
+            return [(f["name"], self.files[f["id"]][1], f["mimetype"].startswith("image/")) for m in self.messages
+                    if m.channel == f"D{user}" and m.user == BOT_USER for f in m.files]
 
 
 __all__ = ["APP_TOKEN", "BOT_ID", "BOT_TOKEN", "BOT_USER", "GENERAL", "OWNER", "STRANGER", "SlackAPI", "StandIn"]

@@ -76,6 +76,7 @@ class BotAPI:
         self.unknown: set[str] = set()
         self.reject_marker = "REJECT-HTML"
         self.files: dict[str, tuple[str, bytes]] = {}
+        self.uploads: list[Upload] = []  # files the bot sent (sendPhoto, sendDocument), oldest first
         self.port = 0
         self.is_down = False
         self._httpd: ThreadingHTTPServer | None = None
@@ -304,6 +305,49 @@ class BotAPI:
             message["message_thread_id"] = shown.thread_id
         return message
 
+    # --- files the bot sends -------------------------------------------------------------------------------
+
+    def _api_sendPhoto(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self._upload("photo", params)
+
+    def _api_sendDocument(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        return self._upload("document", params)
+
+    def _upload(self, kind: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
+        sent = params.get(kind)
+        if not isinstance(sent, tuple):
+            return _bad(f"Bad Request: there is no {kind} in the request")
+        name, data = sent
+        if kind == "photo" and not data.startswith((b"\x89PNG", b"\xff\xd8\xff", b"GIF8", b"RIFF")):
+            return _bad("Bad Request: IMAGE_PROCESS_FAILED")
+        chat_id = int(params["chat_id"])
+        thread = int(params["message_thread_id"]) if params.get("message_thread_id") else None
+        with self.cond:
+            upload = Upload(self._new_message_id(), chat_id, kind, name, data, thread)
+            self.uploads.append(upload)
+        chat = self.state.chats.get(chat_id, {"id": chat_id, "type": "private"})
+        file = {"file_id": f"out{upload.message_id}", "file_unique_id": f"outu{upload.message_id}",
+                "file_size": len(data)}
+        body: Any = ([{**file, "width": 1, "height": 1}] if kind == "photo" else {**file, "file_name": name})
+        return _ok({"message_id": upload.message_id, "date": int(time.time()), "chat": chat, "from": BOT, kind: body})
+
+    def received(self, chat_id: int) -> list[Upload]:
+        """The files the bot sent to a chat, oldest first."""
+        with self.cond:
+            return [u for u in self.uploads if u.chat_id == chat_id]
+
+
+@dataclass
+class Upload:
+    """A file the bot sent: as a photo or a document, under its name."""
+
+    message_id: int
+    chat_id: int
+    kind: str  # "photo" | "document"
+    name: str
+    data: bytes
+    thread_id: int | None
+
 
 def check_text(text: str, mode: str | None, reject_marker: str) -> tuple[str, str]:
     """(what Telegram would say is wrong, or "", the visible text)."""
@@ -402,7 +446,10 @@ def _handler(api: BotAPI) -> type[BaseHTTPRequestHandler]:
 
 
 def _params(raw: bytes, content_type: str | None) -> dict[str, Any]:
-    """The request's parameters: python-telegram-bot posts a form whose non-string values are JSON."""
+    """The request's parameters: python-telegram-bot posts a form whose non-string values are JSON (a multipart
+    form when it uploads a file: a file's value is (its name, its bytes))."""
+    if content_type and content_type.startswith("multipart/"):
+        return _multipart(raw, content_type)
     if content_type and "json" in content_type:
         return json.loads(raw or b"{}")
     params: dict[str, Any] = {}
@@ -411,6 +458,19 @@ def _params(raw: bytes, content_type: str | None) -> dict[str, Any]:
     for key in ("allowed_updates", "commands"):
         if isinstance(params.get(key), str):
             params[key] = json.loads(params[key])
+    return params
+
+
+def _multipart(raw: bytes, content_type: str) -> dict[str, Any]:
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    form = BytesParser(policy=HTTP).parsebytes(f"Content-Type: {content_type}\r\n\r\n".encode() + raw)
+    params: dict[str, Any] = {}
+    for part in form.iter_parts():  # type: ignore[attr-defined]
+        key, data = part.get_param("name", header="content-disposition"), part.get_payload(decode=True) or b""
+        filename = part.get_filename()
+        params[str(key)] = (filename, data) if filename is not None else data.decode()
     return params
 
 
@@ -456,6 +516,10 @@ class StandIn:
 
     def close(self) -> None:
         self.api.close()
+
+    def files_shown(self, user: str) -> list[tuple[str, bytes, bool]]:
+        """The files the bot sent to that person: (name, bytes, shown as an image)."""
+        return [(u.name, u.data, u.kind == "photo") for u in self.api.received(int(user))]
 
 
 __all__ = ["BOT", "BotAPI", "Shown", "StandIn", "check_text"]

@@ -22,10 +22,10 @@ from nanoagent.agent.loop import CANCELLED
 from nanoagent.channels import registry
 from nanoagent.channels.state import state_file
 from nanoagent.gateway.server import Component
-from nanoagent.messages import is_user, strip_runtime_context, text_of
+from nanoagent.messages import is_tool, is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
-from nanoagent.providers.scripted import ScriptedProvider
+from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
 from tests.channel_harness import TIMING, Slow, StandIn, running, settled, until
 from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, wait_until, write_config
@@ -354,3 +354,26 @@ def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(stan
     secrets = [v for v in json.dumps(stand_in.settings()).split('"') if len(v) >= 12 and "://" not in v and "@" not in v]
     assert not any(secret in logs for secret in secrets)  # tokens and passwords are never logged
 
+
+def test_a_file_the_agent_sends_into_the_chat_arrives_an_image_as_one_and_a_text_file_as_a_document(stand_in):
+    if not hasattr(stand_in, "files_shown"):
+        pytest.skip(f"the {stand_in.channel} stand-in cannot show the files the bot sends yet")
+    workspace = Paths.from_env().workspace
+    workspace.mkdir(parents=True, exist_ok=True)
+    (workspace / "chart.png").write_bytes(PNG)
+    (workspace / "plan.txt").write_bytes(b"alpha\nbeta\n")
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("message", {"text": "Here they are.",
+                                                                         "files": ["chart.png", "plan.txt"]})]),
+                                 "Sent."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "send me the chart and the plan")
+            await until(lambda: "Sent." in stand_in.shown(stand_in.owner), "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    assert stand_in.files_shown(stand_in.owner) == [("chart.png", PNG, True), ("plan.txt", b"alpha\nbeta\n", False)]
+    assert "Here they are." in stand_in.shown(stand_in.owner)
+    [result] = [m["content"] for m in provider.requests[-1].messages if is_tool(m)]
+    assert f"Sent to {dm(stand_in, stand_in.owner)}." in result  # the chat the turn is in

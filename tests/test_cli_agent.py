@@ -312,7 +312,9 @@ def test_slash_new_starts_fresh_but_keeps_the_old_conversation(llm, isolated_hom
     assert said.startswith("Started a fresh conversation. The previous 2 messages stay in ")
     assert said.endswith(" and were archived to memory.")
     slash(llm, "what is the code word?")
-    assert "heron" not in json.dumps(llm.requests[-1].body["messages"])
+    [sent] = llm.requests[-1].body["messages"]  # the old conversation is not sent...
+    text = json.dumps(sent).partition("</runtime_context>")
+    assert "heron" not in text[2] and "heron" in text[0].partition("recalled memory")[2]  # ...only recalled from memory
     assert "heron" in json.dumps(session_messages(isolated_home))
 
 

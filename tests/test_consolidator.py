@@ -18,6 +18,9 @@ from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 SUMMARY_MARK = "condense a stretch of conversation"
 
 
+FLUSH_MARK = "This is a memory flush"
+
+
 def is_summary(request) -> bool:
     return SUMMARY_MARK in request.system
 
@@ -222,7 +225,7 @@ def test_consolidation_usage_is_recorded_in_the_session(tmp_path):
     loop, _ = agent(tmp_path, ScriptedProvider(default="ok " * 20, respond=summarizer()))
     talk(loop, 12)
     purposes = {r.purpose for r in loop.session("cli:direct").usage}
-    assert purposes == {"turn", "consolidate"}
+    assert purposes == {"turn", "consolidate", "flush"}  # the memory flush before each archive counts too
 
 
 def test_events_do_not_leak_summary_text_to_the_terminal(tmp_path):
@@ -250,7 +253,7 @@ def test_a_backlog_too_big_for_one_turn_is_left_out_of_the_request_but_kept(tmp_
     provider = ScriptedProvider(default="ok", respond=summarizer())
     loop, _ = agent(tmp_path, provider, small_window_config(window=20_000, max_tokens=500))
     asyncio.run(loop.handle("newest question", "cli:direct"))
-    [turn] = [r for r in provider.requests if not is_summary(r)]
+    [turn] = [r for r in provider.requests if not is_summary(r) and FLUSH_MARK not in r.system]
     sent = sum(len(m["content"]) for m in turn.messages) // 4
     assert sent < loop.consolidator.budget, "the request must fit the window even before the backlog is archived"
     assert turn.messages[-1]["content"].endswith("newest question")

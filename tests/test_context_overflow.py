@@ -25,6 +25,7 @@ OPENAI_OVERFLOW = Reply(status=400, error_type="invalid_request_error",
 OVERFLOWS = {"anthropic/claude-test": ANTHROPIC_OVERFLOW, "openai/gpt-test": OPENAI_OVERFLOW,
              "litellm/openai/gpt-test": OPENAI_OVERFLOW}
 SUMMARY_MARK = "condense a stretch of conversation"
+FLUSH = Reply(text="DONE")  # the memory flush before the archive, which writes nothing here
 
 
 def server_config(server, model: str) -> Config:
@@ -52,7 +53,8 @@ def history_entries() -> list[dict]:
 
 
 def turn_requests(server) -> list:
-    return [r for r in server.requests if SUMMARY_MARK not in json.dumps(r.body)]
+    return [r for r in server.requests if SUMMARY_MARK not in json.dumps(r.body)
+            and "This is a memory flush" not in json.dumps(r.body)]
 
 
 # --- the providers say so ------------------------------------------------------------------------------------
@@ -120,7 +122,7 @@ def test_an_overflow_is_not_handed_to_a_fallback_model():
 @pytest.mark.parametrize("model", ["anthropic/claude-test", "openai/gpt-test"])
 def test_an_overflow_archives_older_turns_and_the_call_is_sent_again(llm, model):
     with_history()
-    llm.script(OVERFLOWS[model], Reply(text="- the user asked about the garden"), Reply(text="fits now"))
+    llm.script(OVERFLOWS[model], FLUSH, Reply(text="- the user asked about the garden"), Reply(text="fits now"))
     loop = build_agent(server_config(llm, model), Paths.from_env())
     notices = []
     turn = asyncio.run(loop.handle("and the roses?", "cli:direct", sink=notices.append))
@@ -137,7 +139,7 @@ def test_an_overflow_archives_older_turns_and_the_call_is_sent_again(llm, model)
 
 def test_a_second_overflow_ends_the_turn_with_one_clear_line(llm):
     with_history()
-    llm.script(ANTHROPIC_OVERFLOW, Reply(text="- the user asked about the garden"), ANTHROPIC_OVERFLOW)
+    llm.script(ANTHROPIC_OVERFLOW, FLUSH, Reply(text="- the user asked about the garden"), ANTHROPIC_OVERFLOW)
     loop = build_agent(server_config(llm, "anthropic/claude-test"), Paths.from_env())
     turn = asyncio.run(loop.handle("and the roses?", "cli:direct"))
     assert "\n" not in turn.reply
@@ -164,6 +166,8 @@ def test_an_overflow_after_a_tool_call_keeps_the_turns_progress(tmp_path):
     replies = [ScriptedReply(tool_calls=[("list_dir", {"path": "."})]), too_long, "done after the tool"]
 
     def respond(request):
+        if "This is a memory flush" in request.system:
+            return "DONE"
         return "- earlier turns about the garden" if SUMMARY_MARK in request.system else None
 
     provider = ScriptedProvider(replies, respond=respond)
@@ -171,6 +175,6 @@ def test_an_overflow_after_a_tool_call_keeps_the_turns_progress(tmp_path):
     turn = asyncio.run(loop.handle("look around", "cli:direct"))
     assert turn.reply == "done after the tool" and turn.result is not None
     assert [c.name for c in turn.result.tool_calls] == ["list_dir"]  # the tool ran once, not again
-    retry = [r for r in provider.requests if SUMMARY_MARK not in r.system][-1]
+    retry = [r for r in provider.requests if SUMMARY_MARK not in r.system and "memory flush" not in r.system][-1]
     assert retry.messages[0]["content"].endswith("look around") and retry.messages[-1]["role"] == "tool"
     assert loop.session("cli:direct").last_consolidated == 20

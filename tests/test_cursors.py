@@ -35,7 +35,7 @@ def test_a_huge_cursor_file_is_recovered_from_history_and_search_keeps_working(i
     env = anthropic_env(llm)
     llm.script(Reply(text="Gull is a fine name."))
     assert invoke("agent", "-m", "my boat is called Gull", env=env).returncode == 0
-    llm.script(Reply(text="The user named their boat Gull."))  # the summary /new archives
+    llm.script(Reply(text="DONE"), Reply(text="The user named their boat Gull."))  # the memory flush; the summary
     ran = invoke("agent", "-m", "/new", env=env)
     assert ran.returncode == 0, ran.stderr
     path = memory_file(isolated_home, ".cursor")

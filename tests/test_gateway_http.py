@@ -209,7 +209,9 @@ def test_each_user_has_its_own_session_and_only_the_last_user_message_is_sent():
             await client.chat.completions.create(model="nanoagent", messages=history, user=user)
         return live
 
-    live = scenario(provider, body)
+    config = Config()
+    config.memory.auto_recall.enabled = False  # the owner's programs share memory; this is about their sessions
+    live = scenario(provider, body, config)
     alice, bob = live.session_text("http:alice"), live.session_text("http:bob")
     assert "my boat is Gull" in alice and "my car is Zed" in alice and "my cat is Tom" not in alice
     assert "my cat is Tom" in bob and "Gull" not in bob

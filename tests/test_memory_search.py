@@ -66,6 +66,7 @@ def remember(paths: Paths, *entries: str) -> None:
 
 
 def sources(hits) -> list[str]:
+    """Best first; a document next to the match (its neighbour in the conversation) may follow with a lower score."""
     return [hit.source for hit in hits]
 
 
@@ -81,7 +82,7 @@ def test_a_history_entry_carries_its_cursor_and_timestamp(paths):
     log.append("cli:direct", "Planned the trip to Lisbon for May.", now=datetime(2026, 11, 22, 14, 5))
     log.append("cli:direct", "Switched the editor from vim to helix.", now=datetime(2026, 11, 23, 9, 0))
     hits = MemorySearch(paths).search("helix")
-    assert sources(hits) == ["history#2 2026-11-23 09:00"]
+    assert sources(hits)[:1] == ["history#2 2026-11-23 09:00"]
     assert hits[0].start == 2 and hits[0].timestamp == "2026-11-23 09:00"
 
 
@@ -90,7 +91,7 @@ def test_a_session_message_is_found_without_its_runtime_block(paths):
                 user("My passport expires in March 2031."), {"role": "assistant", "content": "Noted the date."})
     searcher = MemorySearch(paths)
     hits = searcher.search("passport")
-    assert sources(hits) == ["session cli:direct #2"]
+    assert sources(hits)[:1] == ["session cli:direct #2"]
     assert hits[0].role == "user" and hits[0].content == "My passport expires in March 2031."
     assert searcher.search("runtime_context chat_id") == []
 
@@ -118,7 +119,7 @@ def test_a_new_session_message_is_found_and_only_it_is_indexed(paths):
     searcher.search("anything")
     add_session(paths, "cli:direct", user("The wifi password is in the blue notebook."))
     hits = searcher.search("wifi notebook")
-    assert sources(hits) == ["session cli:direct #2"]
+    assert sources(hits)[:1] == ["session cli:direct #2"]
     assert searcher.last_update == IndexUpdate(added=1, sources=1)
 
 
@@ -178,7 +179,7 @@ def test_a_history_line_still_being_written_is_indexed_once_it_is_complete(paths
     assert searcher.search("canoe") == []
     with open(history, "a") as f:
         f.write(line[30:] + "\n")
-    assert sources(searcher.search("canoe")) == ["history#2 2026-11-22 12:00"]
+    assert sources(searcher.search("canoe"))[:1] == ["history#2 2026-11-22 12:00"]
     assert searcher.last_update == IndexUpdate(added=1, sources=1)
 
 
@@ -200,8 +201,8 @@ def test_a_chinese_query_finds_its_two_character_word(paths):
     remember(paths, "用户下周去北京出差。")
     searcher = MemorySearch(paths)
     hits = searcher.search("寿司")
-    assert sources(hits) == ["history#1 2026-11-22 12:00"] and "寿司" in hits[0].snippet
-    assert sources(searcher.search("北京")) == ["history#2 2026-11-22 12:00"]
+    assert sources(hits)[:1] == ["history#1 2026-11-22 12:00"] and "寿司" in hits[0].snippet
+    assert sources(searcher.search("北京"))[:1] == ["history#2 2026-11-22 12:00"]
     assert sources(searcher.search("他喜欢什么寿司？"))[0] == "history#1 2026-11-22 12:00"
 
 
@@ -311,7 +312,8 @@ def test_two_concurrent_tool_calls_share_one_searcher_and_index_once(paths):
 
     first, second = asyncio.run(both())
     assert "Pickles" in first and "budget" in second
-    assert len(added) == 2 and added[0] > 0 and added[1] == 0  # the second call found the index the first built
+    # one call indexed, the other found the index it built (the lock orders the searches, not the appends here)
+    assert len(added) == 2 and sorted(added)[0] == 0 and max(added) > 0
 
 
 def test_a_built_agent_searches_memory_with_the_tool_without_opening_the_index_first(paths):
@@ -419,10 +421,10 @@ def test_the_tool_leaves_out_the_conversation_already_in_the_prompt_but_finds_ol
 def test_latin_words_inside_cjk_text_are_found_and_cjk_words_still_are(paths):
     remember(paths, "用Python写一个脚本上传到GitHub仓库", "Kubernetes集群在上海机房", "Python을 배우는 중입니다")
     searcher = MemorySearch(paths)
-    assert sorted(sources(searcher.search("python"))) == ["history#1 2026-11-22 12:00", "history#3 2026-11-22 12:00"]
-    assert sources(searcher.search("GitHub")) == ["history#1 2026-11-22 12:00"]
-    assert sources(searcher.search("kubernetes")) == ["history#2 2026-11-22 12:00"]
-    assert sources(searcher.search("上海")) == ["history#2 2026-11-22 12:00"]
+    assert sorted(sources(searcher.search("python"))[:2]) == ["history#1 2026-11-22 12:00", "history#3 2026-11-22 12:00"]
+    assert sources(searcher.search("GitHub"))[:1] == ["history#1 2026-11-22 12:00"]
+    assert sources(searcher.search("kubernetes"))[:1] == ["history#2 2026-11-22 12:00"]
+    assert sources(searcher.search("上海"))[:1] == ["history#2 2026-11-22 12:00"]
     assert sources(searcher.search("GitHub仓库"))[0] == "history#1 2026-11-22 12:00"
     hit = searcher.search("脚本")[0]
     assert hit.content == "用Python写一个脚本上传到GitHub仓库" and hit.snippet == hit.content
@@ -448,14 +450,14 @@ def edit_in_place(path: Path, old: str, new: str) -> None:
 def test_a_history_entry_corrected_in_place_with_the_same_size_is_indexed_again(paths):
     remember(paths, "Saw a Gull on the pier.", "Fed the ducks at the pond.")
     searcher = MemorySearch(paths)
-    assert sources(searcher.search("gull")) == ["history#1 2026-11-22 12:00"]
+    assert sources(searcher.search("gull"))[:1] == ["history#1 2026-11-22 12:00"]
     history = paths.memory_dir / "history.jsonl"
     size = history.stat().st_size
     edit_in_place(history, "Gull", "Hawk")
     assert history.stat().st_size == size
     assert searcher.search("gull") == []
-    assert sources(searcher.search("hawk")) == ["history#1 2026-11-22 12:00"]
-    assert sources(searcher.search("ducks")) == ["history#2 2026-11-22 12:00"]
+    assert sources(searcher.search("hawk"))[:1] == ["history#1 2026-11-22 12:00"]
+    assert sources(searcher.search("ducks"))[:1] == ["history#2 2026-11-22 12:00"]
 
 
 def test_a_history_entry_lengthened_in_place_is_indexed_again(paths):
@@ -464,23 +466,23 @@ def test_a_history_entry_lengthened_in_place_is_indexed_again(paths):
     assert searcher.search("gull")
     edit_in_place(paths.memory_dir / "history.jsonl", "Gull", "Herring gull")
     remember(paths, "Walked to the lighthouse.")
-    assert sources(searcher.search("herring")) == ["history#1 2026-11-22 12:00"]
-    assert sources(searcher.search("ducks")) == ["history#2 2026-11-22 12:00"]
-    assert sources(searcher.search("lighthouse")) == ["history#3 2026-11-22 12:00"]
+    assert sources(searcher.search("herring"))[:1] == ["history#1 2026-11-22 12:00"]
+    assert sources(searcher.search("ducks"))[:1] == ["history#2 2026-11-22 12:00"]
+    assert sources(searcher.search("lighthouse"))[:1] == ["history#3 2026-11-22 12:00"]
 
 
 def test_a_session_message_corrected_in_place_is_indexed_again(paths):
     add_session(paths, "cli:direct", user("The Gull was on the roof."), {"role": "assistant", "content": "Noted."})
     searcher = MemorySearch(paths)
-    assert sources(searcher.search("gull")) == ["session cli:direct #0"]
+    assert sources(searcher.search("gull"))[:1] == ["session cli:direct #0"]
     edit_in_place(paths.session_file("cli:direct"), "Gull", "Hawk")
     assert searcher.search("gull") == []
-    assert sources(searcher.search("hawk")) == ["session cli:direct #0"]
+    assert sources(searcher.search("hawk"))[:1] == ["session cli:direct #0"]
     edit_in_place(paths.session_file("cli:direct"), "Hawk", "Red kite")
     add_session(paths, "cli:direct", user("And a heron by the canal."))
     assert searcher.search("hawk") == []
-    assert sources(searcher.search("kite")) == ["session cli:direct #0"]
-    assert sources(searcher.search("heron")) == ["session cli:direct #2"]
+    assert sources(searcher.search("kite"))[:1] == ["session cli:direct #0"]
+    assert sources(searcher.search("heron"))[:1] == ["session cli:direct #2"]
 
 
 def test_an_index_path_that_is_a_directory_is_explained_with_the_fix(paths):
@@ -540,3 +542,109 @@ def test_a_history_line_with_null_content_is_not_indexed_as_none(paths):
         f.write(b'{"cursor": 99, "timestamp": "2026-11-22 12:00", "session": "x", "content": null}\n')
     assert MemorySearch(paths).search("None") == []
     assert [h.source for h in MemorySearch(paths).search("spare key")] == ["history#1 2026-11-22 12:00"]
+
+
+def transcript(paths: Paths, key: str, when: datetime, *turns: tuple[str, str]) -> None:
+    """A conversation of several people as nanoagent stores it: the first speaker's turns as user messages with
+    the runtime block of `when`, the others' as assistant messages, each line "Name: text"."""
+    first = turns[0][0]
+    builder = ContextBuilder(Path("."), True, ToolRegistry())
+    add_session(paths, key, *[builder.user_message(f"{who}: {text}", "cli", "direct", now=when) if who == first
+                              else {"role": "assistant", "content": f"{who}: {text}"} for who, text in turns])
+
+
+def test_an_answer_is_found_by_the_words_of_the_question_turn_before_it(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "Which instrument are you learning these days?"),
+               ("Ben", "The cello! Bach's first suite, slowly."), ("Ana", "Lovely. Any trips planned?"),
+               ("Ben", "Lisbon in spring."))
+    hits = MemorySearch(paths).search("instrument learning", 3)
+    assert "session chat:1 #1" in sources(hits)  # the answer holds neither word
+    assert sources(hits)[0] == "session chat:1 #0"
+
+
+def test_a_question_naming_a_person_ranks_that_persons_turn_first(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "I adopted a puppy called Biscuit."),
+               ("Ben", "Cute! We adopted two kittens, Pepper and Salt, and a puppy too."))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("What did Ben adopt?", 2))[0] == "session chat:1 #1"
+    assert sources(searcher.search("What did Ana adopt?", 2))[0] == "session chat:1 #0"
+
+
+def test_a_when_question_favours_the_turn_that_says_when(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "Pottery is such a calm hobby, pottery every day would be nice."),
+               ("Ben", "I took my first pottery class yesterday."))
+    assert sources(MemorySearch(paths).search("When did Ben take a pottery class?", 2))[0] == "session chat:1 #1"
+    assert sources(MemorySearch(paths).search("pottery", 2))[0] == "session chat:1 #0"
+
+
+def test_last_week_and_a_named_month_narrow_by_when_it_was_said(paths):
+    transcript(paths, "chat:may", datetime(2026, 5, 12, 9, 0), ("Ana", "The garden tomatoes are red now, garden tomatoes!"),
+               ("Ben", "Nice."))
+    transcript(paths, "chat:nov", datetime(2026, 11, 18, 9, 0), ("Ana", "The garden needs tomatoes and basil."),
+               ("Ben", "Sure."))
+    searcher = MemorySearch(paths)
+    assert searcher.search("garden tomatoes")[0].ref == "chat:may"  # the better keyword match
+    assert searcher.search("garden tomatoes last week", now=NOON)[0].ref == "chat:nov"
+    assert searcher.search("garden tomatoes in May", now=NOON)[0].ref == "chat:may"
+    assert searcher.search("garden tomatoes in November", now=NOON)[0].ref == "chat:nov"
+    hit = searcher.search("garden tomatoes in May")[0]
+    assert hit.timestamp == "2026-05-12 09:00" and hit.content == "Ana: The garden tomatoes are red now, garden tomatoes!"
+
+
+def test_a_rebuilt_index_does_not_embed_again_what_it_embedded_before(paths, llm):
+    settings = embedding_settings(hybrid_config(llm))
+    first = MemorySearch(paths, settings)
+    first.search("beagle")
+    assert first.last_update.embedded == 5
+    first.close()
+    index = first.index_path
+    index.write_bytes(b"not a database")  # damaged: rebuilt from scratch
+    sent = len(embedding_requests(llm))
+    remember(paths, "Bought a red kayak.")
+    second = MemorySearch(paths, settings)
+    assert sources(second.search("beagle"))[0] == "memory/MEMORY.md:3-5"
+    assert second.last_update.embedded == 1  # only the new entry
+    assert [len(r.body["input"]) for r in embedding_requests(llm)[sent:]] == [1, 1]  # the new entry, the query
+
+
+def test_an_imported_transcript_line_gives_its_speaker_and_date(paths):
+    add_session(paths, "chat:import", user("[1:56 pm on 8 May, 2023] Caroline: I went to a support group yesterday."),
+                user("[2:01 pm on 8 May, 2023] Melanie: I went to a support group too, a while back."),
+                user("[9:10 am on 2 June, 2023] Melanie: The support group moved to Thursdays."))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("When did Caroline go to the support group?"))[0] == "session chat:import #0"
+    assert sources(searcher.search("What did Melanie say about the support group in June?"))[0] == \
+        "session chat:import #2"
+    assert searcher.search("support group Caroline")[0].timestamp == "2023-05-08 13:56"
+
+
+def test_a_group_chat_members_messages_are_favoured_when_the_query_names_them(paths):
+    add_session(paths, "cli:group", user("alice_99: the launch slides are in the shared drive"),
+                user("bob: launch slides look good, the shared drive is a mess though"))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("what did alice_99 say about the launch slides"))[0] == "session cli:group #0"
+    assert sources(searcher.search("what did bob say about the launch slides"))[0] == "session cli:group #1"
+
+
+def test_a_turn_appended_later_is_linked_to_the_turn_before_it(paths):
+    transcript(paths, "chat:1", NOON, ("Ana", "Which instrument are you learning these days?"))
+    searcher = MemorySearch(paths)
+    assert sources(searcher.search("instrument learning")) == ["session chat:1 #0"]
+    add_session(paths, "chat:1", {"role": "assistant", "content": "Ben: The cello! Bach's first suite, slowly."})
+    assert sources(searcher.search("instrument learning")) == ["session chat:1 #0", "session chat:1 #1"]
+    assert searcher.last_update == IndexUpdate(added=1, sources=1)
+
+
+def test_a_damaged_vector_cache_is_started_again_and_search_still_works(paths, llm):
+    settings = embedding_settings(hybrid_config(llm))
+    searcher = MemorySearch(paths, settings)
+    cache = searcher.index_path.with_suffix(".vectors.sqlite")
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    cache.write_bytes(b"garbage, not a database" * 100)
+    assert sources(searcher.search("beagle"))[0] == "memory/MEMORY.md:3-5"
+    assert searcher.last_update.embedded == 5
+    searcher.close()
+    searcher.index_path.unlink()
+    rebuilt = MemorySearch(paths, settings)
+    assert sources(rebuilt.search("beagle"))[0] == "memory/MEMORY.md:3-5"
+    assert rebuilt.last_update.embedded == 0  # the cache started again and kept them

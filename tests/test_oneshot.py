@@ -25,6 +25,7 @@ LEFT_TO_TYPER = [
     ["agent", "-m", "-"],  # reads stdin
     ["agent", "-m", "-5 degrees?"],
     ["agent", "-m", "hi", "--local"],
+    ["agent", "-m", "hi", "--incognito"],  # a temporary chat runs in its own process, never the gateway's
     ["agent", "-m", "hi", "-w", "/tmp/x"],
     ["agent", "-m", "hi", "--model", "openai/gpt-4o"],
     ["agent", "-m", "hi", "-a", "photo.png"],
@@ -63,7 +64,7 @@ def test_a_plain_one_shot_is_read_as_the_full_command_line_reads_it(argv, plain)
     assert (params["session"], params["json_output"]) == (plain.session, plain.json_output)
     rest = {k: v for k, v in params.items() if k not in ("prompt", "message", "session", "json_output")}
     assert rest == {"continue_last": False, "resume": False, "model": None, "attach": (), "workspace": None,
-                    "local": False}
+                    "local": False, "incognito": False}
 
 
 @pytest.mark.parametrize("argv", LEFT_TO_TYPER, ids=[" ".join(a) or "(none)" for a in LEFT_TO_TYPER])

@@ -36,6 +36,9 @@ def test_wheel_contains_templates_and_skills_and_finds_them_without_the_source_t
 PROMPT_VALUES: dict[str, dict[str, str]] = {
     "prompts/identity.md": {"workspace": "/some/workspace", "restriction": "RESTRICTION-TEXT"},
     "prompts/heartbeat.md": {"tasks": "- TASK-TEXT", "token": "TOKEN-TEXT"},
+    "prompts/dream_analyze_person.md": {"person": "PERSON-KEY"},
+    "prompts/dream_edit_person.md": {"person": "PERSON-KEY"},
+    "prompts/flush.md": {"note": "memory/NOTE-DATE.md"},
 }
 PROMPTS = sorted(f"prompts/{p.name}" for p in (templates_dir() / "prompts").iterdir() if p.is_file())
 

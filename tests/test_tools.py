@@ -206,4 +206,4 @@ def test_a_built_agent_offers_every_tool_in_a_stable_order(tmp_path):
 
     loop = build_agent(Config(), Paths.from_env(tmp_path / "ws"), provider=ScriptedProvider([]))
     assert loop.context.tools.names() == ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "exec",
-                                          "web_fetch", "web_search", "memory_search", "cron", "message", "spawn", "read_task_output"]
+                                          "web_fetch", "web_search", "memory_search", "memory_get", "cron", "message", "spawn", "read_task_output"]

@@ -111,6 +111,9 @@ def test_a_failed_summary_keeps_tool_output_enveloped_in_history_and_the_next_pr
     asyncio.run(loop.handle("read page.txt please"))
     for i in range(12):  # enough words to push the first turn out of the prompt into history
         asyncio.run(loop.handle(f"message {i}: " + "words " * 400))
+        if (paths.memory_dir / "history.jsonl").exists():
+            break
+    asyncio.run(loop.handle("one more"))  # its prompt's recent history holds that archive, however the turns fell
 
     entries = [json.loads(line) for line in (paths.memory_dir / "history.jsonl").read_text().splitlines()]
     first = entries[0]
@@ -118,7 +121,7 @@ def test_a_failed_summary_keeps_tool_output_enveloped_in_history_and_the_next_pr
     assert only_inside_envelopes(first["content"], "IGNORE PREVIOUS")
     assert '<untrusted_data source="read_file">' in first["content"]
 
-    turns = [r for r in provider.requests if SUMMARY_MARK not in r.system]
+    turns = [r for r in provider.requests if SUMMARY_MARK not in r.system and "memory flush" not in r.system]
     recent = turns[-1].system.partition("## Recent history")[2]  # the part of the prompt made from stored text
     assert recent
     assert only_inside_envelopes(recent, "IGNORE PREVIOUS")

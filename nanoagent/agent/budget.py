@@ -10,6 +10,14 @@ budget at three moments, the methods of its `TurnBudget`:
   said, so archive as if it had;
 - `settle`, after the turn: near the budget (80%), archive now rather than at the start of the next turn.
 Without a Consolidator nothing is archived: the prompt is the whole unarchived session.
+
+Before anything is archived, old tool results are pruned, in steps: at `fit`, when the prompt is over half the
+budget and trimming every tool result longer than `messages.PRUNE_MIN_CHARS` before the last `PRUNE_KEEP_TURNS`
+user turns would save at least a quarter of the budget, they are all sent trimmed to their head and tail from then on
+(the session's `pruned` cursor; the session file keeps them whole). The cursor moves only at such a step, so the
+requests between two steps share their prefix: a step disturbs the cached prefix once and buys a quarter of the
+budget, and a prompt with nothing worth trimming never moves it. The first call after a step is measured by count,
+not by the previous call's figure (that prompt was not trimmed).
 """
 
 from __future__ import annotations
@@ -23,6 +31,9 @@ from nanoagent.pricing import Window, effective_window
 from nanoagent.session.store import Session
 
 SETTLE_AT = 0.8  # after a turn, archive once the prompt is over this share of the budget
+PRUNE_AT = 0.5  # a pruning step is considered once the prompt is over this share of the budget ...
+PRUNE_GAIN = 0.25  # ... and taken when it saves at least this share of it
+PRUNE_KEEP_TURNS = 3  # the results of the latest user turns are always sent whole
 
 
 @dataclass(frozen=True)
@@ -49,8 +60,9 @@ class PromptBudget:
     def used(self, session: Session, model: str) -> int:
         """The prompt the next turn would send, in tokens, measured as the turn measures it (/status)."""
         if self.consolidator is None:
-            return self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed())
-        return self.consolidator.prompt_tokens(session, self.fixed(self.context.system_prompt()), model)
+            return self.context.prompt_tokens(session.messages, session.last_consolidated, session.failed(),
+                                              session.key)
+        return self.consolidator.prompt_tokens(session, self.fixed(self.context.system_prompt(session.key)), model)
 
     def turn(self, session: Session, model: str) -> TurnBudget:
         return TurnBudget(self, session, model)
@@ -73,12 +85,13 @@ class TurnBudget:
         """Before the turn's first call (its user message stored): archive old turns if the prompt would outgrow
         the budget, and say what to send."""
         consolidator, session = self.owner.consolidator, self.session
-        system = self.owner.context.system_prompt()
+        system = self.owner.context.system_prompt(self.session.key)
         if consolidator is None:
             self.prompt = Prompt(system, session.last_consolidated)
             return self.prompt
+        consolidator.maybe_prune(session, self.owner.fixed(system), self.model, PRUNE_AT, PRUNE_KEEP_TURNS, PRUNE_GAIN)
         if await consolidator.maybe_consolidate(session, self.owner.fixed(system), self.model):
-            system = self.owner.context.system_prompt()  # the archive added to the recent history
+            system = self.owner.context.system_prompt(self.session.key)  # the archive added to the recent history
         return self._send(system)
 
     async def shrink(self) -> Prompt | None:
@@ -87,10 +100,10 @@ class TurnBudget:
         consolidator = self.owner.consolidator
         if consolidator is None:
             return None
-        system = self.prompt.system if self.prompt is not None else self.owner.context.system_prompt()
+        system = self.prompt.system if self.prompt is not None else self.owner.context.system_prompt(self.session.key)
         if not await consolidator.consolidate_overflow(self.session, self.owner.fixed(system), self.model):
             return None
-        return self._send(self.owner.context.system_prompt())  # the archive added to the recent history
+        return self._send(self.owner.context.system_prompt(self.session.key))  # the archive added to the recent history
 
     async def settle(self) -> None:
         """After the turn: near the budget, archive now rather than at the start of the next turn."""

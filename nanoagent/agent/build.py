@@ -10,6 +10,7 @@ from nanoagent.agent import events as ev
 from nanoagent.agent.budget import PromptBudget
 from nanoagent.agent.commands import Commands, ModelChoice
 from nanoagent.agent.context import ContextBuilder
+from nanoagent.agent.flush import FLUSH_MAX_TOKENS, MemoryFlush, local_now
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.agent.subagents import Subagents
 from nanoagent.agent.turn import Turns
@@ -22,8 +23,9 @@ from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.dream import Dream
 from nanoagent.memory.gitlog import MemoryGit, agent_commands, agent_edits
 from nanoagent.memory.history import HistoryLog
+from nanoagent.memory.recall import AutoRecall
 from nanoagent.memory.search import MemorySearch, embedding_settings
-from nanoagent.memory.search_tool import memory_search_tool
+from nanoagent.memory.search_tool import memory_tools
 from nanoagent.paths import PROTECTED_FILES, Paths
 from nanoagent.providers.base import ChatRequest, Provider, ProviderEvent, Providers
 from nanoagent.session.store import SessionStore
@@ -69,16 +71,19 @@ def build_agent(
     tools_config = config.tools
     history = HistoryLog(paths.memory_dir, warn=warn, key_file=paths.history_key_file)
     store = SessionStore(paths.sessions_dir, warn=warn)
+    store.sweep_incognito()  # temporary sessions a killed process left behind
     providers = Providers(provider_for)
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
     outbox = outbox or build_outbox(config, paths, warn)
     access = Access(config, paths)
     exec_config = exec_settings(config, paths)
+    edits = agent_edits(memory_git, warn)
+    searcher = MemorySearch(paths, embedding_settings(config), warn=warn)  # one index for the tools and recall
     tools = ToolRegistry([
-        *file_tools(agent_edits(memory_git, warn)),
+        *file_tools(edits),
         exec_tool(exec_config, agent_commands(memory_git, warn)),
         *web_tools(tools_config.web),
-        memory_search_tool(MemorySearch(paths, embedding_settings(config), warn=warn)),
+        *memory_tools(searcher, history, store),
         *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),
     ])
     mcp = mcp_servers(config, paths, tools, warn)
@@ -93,7 +98,11 @@ def build_agent(
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
     models = ModelChoice(default_model, pinned=model is not None)
-    budget = PromptBudget(context, config.defaults, Consolidator(history, store, config.defaults, providers.complete))
+    flush = MemoryFlush(config.memory.flush, providers, store, paths.workspace, edits, config.memory.dream_model,
+                        min(config.defaults.max_tokens, FLUSH_MAX_TOKENS),
+                        now=functools.partial(local_now, config.defaults.timezone), warn=warn)
+    budget = PromptBudget(context, config.defaults,
+                          Consolidator(history, store, config.defaults, providers.complete, before_archive=flush))
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
         memory_git=memory_git, subagents=subagents,
@@ -106,6 +115,7 @@ def build_agent(
         commands=commands,
         mcp=mcp,
         subagents=subagents,
+        recall=AutoRecall(searcher, history, config.memory.auto_recall),
     )
     return loop
 

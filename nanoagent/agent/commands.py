@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from nanoagent.session.store import Session, SessionStore
     from nanoagent.skills import SkillsLoader
 
+INCOGNITO_NOTICE = ("Temporary chat (incognito): nothing said here is archived to memory, Dreamed or searchable, and "
+                    "it is deleted when it ends (/new, leaving, an idle hour, or the gateway stopping). What it costs "
+                    "still counts in `nanoagent usage`.")
 NO_MEMORY_GIT = "Memory history is not kept here (this agent was built without a memory git log)."
 MIN_SHA = 4  # git never abbreviates below 4 hex digits, so a shorter number is a count
 
@@ -143,9 +146,28 @@ class Commands:
     async def stop(self, call: Call) -> str:
         return "Nothing is running."  # a running turn is stopped before it gets here: by the terminal or the gateway
 
+    @command("/incognito", "start a temporary chat: never archived, Dreamed or searchable, deleted when it ends")
+    async def incognito(self, call: Call) -> str:
+        if call.session.meta.incognito:
+            return "This is already a temporary chat; /new ends it and deletes it."
+        self.store.start_incognito(call.session.key)
+        return (INCOGNITO_NOTICE + "\nYour saved conversation is left as it was; /new ends the temporary chat and "
+                "goes back to it.")
+
     @command("/new", "start a fresh conversation (the old one is archived to memory first)")
     async def new(self, call: Call) -> str:
         session = call.session
+        if session.meta.incognito:  # nothing of it is archived: it is deleted, and the key's saved session is back
+            from nanoagent.agent.subagents import root_key
+
+            async with self.store.lock_async(session):
+                self.store.end_incognito(session)
+            runs = self.subagents.runs(session.key) if self.subagents is not None else []
+            if all(run.finished for run in runs):  # its sub-agents' sessions go too (running ones: at the idle hour)
+                for key, child in list(self.store.temporary.items()):
+                    if root_key(key) == session.key:
+                        self.store.end_incognito(child)
+            return "Ended the temporary chat and deleted it; back to your saved conversation."
         model, unusable = self.models.for_session(session), ""
         try:
             self.check_model(session)
@@ -176,7 +198,8 @@ class Commands:
         u = total.usage
         return "\n".join([
             f"model:    {model}",
-            f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated)",
+            f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated"
+            + ("; a temporary chat, deleted when it ends)" if session.meta.incognito else ")"),
             f"context:  {used:,} of {window.tokens:,} tokens ({used / window.tokens:.0%}{which})",
             f"tokens:   {u.input_tokens:,} in, {u.output_tokens:,} out, {u.cache_read_tokens:,} cache read, "
             f"{u.cache_write_tokens:,} cache write",

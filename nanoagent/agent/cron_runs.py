@@ -1,4 +1,5 @@
-"""A job's run as an agent turn: the message in session `cron:<job id>`, the reply to the job's target.
+"""A job's run as an agent turn: the message in session `cron:<job id>`, the reply to the job's target. A job made in
+a person's chat runs as that person, in `cron:<job id>:<person>` (`people.cron_key`): their memory, not the owner's.
 
 The turn goes through whatever the caller hands in: `AgentLoop.handle` for `nanoagent cron tick` and `cron run`,
 `Hub.send` in the gateway (so runs count against gateway.maxConcurrentTurns); the heartbeat's turn goes the same way,
@@ -21,6 +22,7 @@ from nanoagent.cron.schedule import Schedule, ScheduleError, format_duration, fo
 from nanoagent.cron.scheduler import Claim, RunOutcome, Scheduler, Settings, SystemTask
 from nanoagent.cron.store import Job, JobStore
 from nanoagent.cron.targets import TargetError, parse_target
+from nanoagent.memory.people import cron_key
 from nanoagent.paths import Paths
 
 log = logging.getLogger("nanoagent.cron")
@@ -45,7 +47,7 @@ class TurnRunner:
     tz: tzinfo
 
     async def __call__(self, job: Job, claim: Claim) -> RunOutcome:
-        result = await self.turn(f"cron:{job.id}", job_prompt(job, claim, self.tz))
+        result = await self.turn(cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz))
         if result is None:
             return RunOutcome(note="joined a turn already running in its session")
         run = result.result

@@ -15,14 +15,17 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.budget import PromptBudget, TurnBudget
-from nanoagent.agent.commands import Commands, ModelChoice, Refused, Resend
+from nanoagent.agent.commands import INCOGNITO_NOTICE, Commands, ModelChoice, Refused, Resend
 from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.runner import RunSpec
@@ -31,6 +34,8 @@ from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
 from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
+from nanoagent.memory.people import aliases, hidden, person_of
+from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
@@ -40,6 +45,24 @@ if TYPE_CHECKING:
     from nanoagent.mcp.servers import McpServers
 
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
+INCOGNITO_IDLE = 3600.0  # seconds without a turn after which a temporary session ends
+INCOGNITO_ENDED = ("Your temporary chat (/incognito) ended without you (an hour without a message, or nanoagent "
+                   "stopped) and was deleted. This message was not sent and is not kept: send it again to continue "
+                   "your saved conversation, or /incognito to start a new temporary chat.")
+
+
+def _last_activity(session: Session) -> float:
+    """When a temporary session last changed: its file's mtime, or when it started if nothing was said yet."""
+    try:
+        return session.path.stat().st_mtime
+    except FileNotFoundError:
+        return datetime.fromisoformat(session.meta.created).timestamp() if session.meta.created else time.time()
+# Sessions whose turns have no person in them: a heartbeat's or a cron job's standing prompt repeats each run, so
+# recall would add the same hits every time; the model can still call memory_search. Sub-agents' turns are not
+# the loop's and get none either.
+UNATTENDED = ("heartbeat", "cron")
+RECALL_DEADLINE = 2.0  # seconds a turn waits for automatic recall (the first search may build the index)
+log = logging.getLogger("nanoagent.recall")
 
 
 @dataclass
@@ -50,6 +73,7 @@ class AgentLoop:
     commands: Commands
     mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
     subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
+    recall: AutoRecall | None = None  # memory put in each person's turn (None: none)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -78,9 +102,26 @@ class AgentLoop:
         return self.budget.consolidator
 
     def session(self, key: str) -> Session:
+        temporary = self.store.temporary.get(key)  # /incognito: the key's turns go to its temporary session
+        if temporary is not None:
+            return temporary
         if key not in self._sessions:
             self._sessions[key] = self.store.load(key)
         return self._sessions[key]
+
+    def start_incognito(self, key: str) -> Session:
+        """Make `key`'s turns go to a temporary session (`agent --incognito`, the HTTP flag); the one it has if it
+        is already temporary. Ended by /new, the process's end, or an idle hour (`end_idle`)."""
+        return self.store.temporary.get(key) or self.store.start_incognito(key)
+
+    def end_idle(self, now: float, idle: float = INCOGNITO_IDLE) -> list[str]:
+        """End the temporary sessions nothing has happened in for `idle` seconds (time.time()); their keys."""
+        ended = []
+        for key, session in list(self.store.temporary.items()):
+            if not self.busy(key) and now - _last_activity(session) >= idle:
+                self.store.end_incognito(session, unasked=True)
+                ended.append(key)
+        return ended
 
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
@@ -105,6 +146,8 @@ class AgentLoop:
         heartbeat's)."""
         session = self.session(key)
         images = list(images or [])
+        if not text.strip().startswith("/") and not session.meta.incognito and self.store.take_ended(key):
+            return TurnResult(INCOGNITO_ENDED, key, model=self.model_for(session), refused=True)
         if text.strip().startswith("/"):
             if images:
                 raise AttachmentError("Images go with a message, not a slash command; send them with some text.")
@@ -127,6 +170,8 @@ class AgentLoop:
         async with self._locks.setdefault(key, asyncio.Lock()), self.store.lock_async(session, waiting=waiting):
             if fresh:
                 self.store.reset(session)
+            if session.meta.incognito and not session.messages:  # its first reply says what it is
+                sink(ev.Notice(INCOGNITO_NOTICE, session=key))
             return await self._turn(session, text, sink, injections, ask, images, model or self.model_for(session))
 
     def check_images(self, key: str, images: list[msg.ImageBlock]) -> None:
@@ -144,8 +189,9 @@ class AgentLoop:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
         notices = session.pending_notices()  # background results that arrived since the last turn
+        recalled = await self._recall(session, text)
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
-                                         notices=[n.text for n in notices])
+                                         notices=[n.text for n in notices], recalled=recalled)
         budget = self.budget.turn(session, model)
 
         def notify(text: str) -> None:
@@ -155,12 +201,13 @@ class AgentLoop:
             if self.mcp is not None:
                 await self.mcp.prepare()  # servers whose tools are not cached yet
             prompt = await budget.fit()
-            current_turn.set(TurnScope(session.key, prompt.visible, notify, ask))
+            current_turn.set(dataclasses.replace(current_turn.get(), visible_from=prompt.visible))
             return self.turns.spec(session.key, prompt.system, self._request(session, prompt.visible, model), model,
                                    self.context.tools, injections=injections,
                                    shrink=self._shrinker(budget) if budget.can_shrink else None)
 
-        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask))
+        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(session.key),
+                                           hidden(session.key)))
         run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
         try:
             result = await self.turns.run(session, user, model, prepare, sink,
@@ -173,6 +220,22 @@ class AgentLoop:
             return TurnResult(f"Error: {result.error.rstrip('.')}.", session.key, result, model)
         await budget.settle()
         return TurnResult(result.reply, session.key, result, model)
+
+    async def _recall(self, session: Session, text: str) -> str:
+        """Memory for this message that the prompt does not carry yet ("" for none). The search runs in a thread;
+        past RECALL_DEADLINE, or on any error, the turn goes on without (one debug line): recall never fails it."""
+        if (self.recall is None or not self.recall.settings.enabled or not text.strip()
+                or session.key.split(":")[0] in UNATTENDED):
+            return ""
+        start = session.last_consolidated
+        try:
+            shown = Shown(session.key, start, self.context.recent_cursors(person_of(session.key)),
+                          self.recall.seen(session.key, session.messages, start), self.context.file_shown)
+            query = recall_query(text, session.messages[start:])
+            return await asyncio.wait_for(asyncio.to_thread(self.recall.recall, query, shown), RECALL_DEADLINE)
+        except Exception as e:  # noqa: BLE001 - recall is an extra: whatever went wrong, the turn goes on
+            log.debug("automatic recall skipped in %s: %s", session.key, e or type(e).__name__)
+            return ""
 
     def _shrinker(self, budget: TurnBudget) -> Shrink:
         """What the runner calls when the provider refuses the prompt as too long: the smaller prompt the budget
@@ -187,12 +250,17 @@ class AgentLoop:
         return shrink
 
     def _request(self, session: Session, visible: int, model: str) -> list[msg.Message]:
-        """The session's messages from `visible` as the model gets them, images read from media/."""
+        """The session's messages from `visible` as the model gets them: old long tool results trimmed (before the
+        session's `pruned` cursor, `agent/budget.py`), images read from media/."""
         history = msg.history_for_model(session.messages, visible, session.failed())
+        old = {id(m) for m in session.messages[visible:session.meta.pruned] if msg.prunable(m)}
+        if old:
+            history = [msg.pruned(m) if id(m) in old else m for m in history]
         return self.turns.resolver(model)(history)
 
     async def aclose(self) -> None:
-        """Stop what the loop keeps running between turns (MCP servers)."""
+        """Stop what the loop keeps running between turns (MCP servers); delete its temporary sessions."""
+        self.store.end_all_incognito()
         if self.mcp is not None:
             await self.mcp.aclose()
 

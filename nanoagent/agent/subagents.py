@@ -31,6 +31,7 @@ from nanoagent.agent.context import ContextBuilder
 from nanoagent.agent.turn import Closing, Turns
 from nanoagent.errors import NanoagentError
 from nanoagent.memory.consolidator import format_transcript
+from nanoagent.memory.people import aliases, hidden
 from nanoagent.providers.base import ProviderError
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.templates import render
@@ -299,12 +300,14 @@ class Subagents:
             async with self._slot(run):
                 run.status, run.started = ev.RunStatus.RUNNING, time.monotonic()
                 sink(ev.SubagentStarted(run.task, run.background, session=run.root, agent=run.id))
-                session = self.turns.store.load(run.key)
+                store = self.turns.store  # a temporary chat's sub-agents are temporary too: nothing of it is kept
+                session = store.start_incognito(run.key) if parent.root.meta.incognito else store.load(run.key)
                 scope = RunScope(session, parent.root, run.depth, run.model, tools, sink, run)
                 current_run.set(scope)  # this task's own context: the parent's stays as it was
                 current_turn.set(TurnScope(run.root, 0, lambda text: sink(ev.Notice(text, session=run.root,
                                                                                     agent=run.id)),
-                                           self._ask(run, parent_ask)))
+                                           self._ask(run, parent_ask), aliases(run.root),
+                                           hidden(run.root)))
                 async with self.turns.store.lock_async(session):
                     result = await self._work(run, scope, context, history)
             run.status, run.result = _outcome(result)
@@ -342,7 +345,7 @@ class Subagents:
     async def _work(self, run: Run, scope: RunScope, context: str, history: list[msg.Message]) -> ev.RunResult:
         opening = await self._opening(run, scope.session, context, history)
         user = self.context.user_message(opening, PREFIX, run.id)
-        system = self.context.system_prompt() + "\n---\n\n" + render("prompts/subagent.md")
+        system = self.context.system_prompt(run.root) + "\n---\n\n" + render("prompts/subagent.md")
         spec = self.turns.spec(run.key, system, [user], run.model, scope.tools,
                                max_iterations=self.turns.settings.subagents.max_iterations)
         # its usage lines in its own file; /status and `usage` add them to the parent's

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -23,6 +23,8 @@ from nanoagent.channels.keys import Place
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
 
@@ -200,9 +202,11 @@ class Channel(Protocol):
         """One API call with the credentials: who the bot is ("@name"), or NanoagentError saying what is wrong."""
         ...
 
-    async def deliver(self, settings: Any, place: Place, text: str) -> None:
-        """Send `text` (Markdown) to `place` from a process with no gateway (`cron tick`); DeliveryError when it
-        did not arrive."""
+    async def deliver(self, settings: Any, place: Place, text: str, files: Sequence[Path] = ()) -> None:
+        """Send `text` (Markdown) to `place` from a process with no gateway (`cron tick`, the `message` tool), then
+        `files` there: each an image shown as one where its bytes are an image's (`attachments.sniff`), else a
+        document under its name. The files are already checked (inside the workspace, under the size cap);
+        DeliveryError when the text or a file did not arrive."""
         ...
 
     def questions(self) -> list[Question]:

@@ -151,13 +151,15 @@ def agent(
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with reply, usage and tool calls.")] = False,
     local: Annotated[bool, typer.Option("--local", help="Run the agent in this process even when a gateway is "
                                                         "running.")] = False,
+    incognito: Annotated[bool, typer.Option("--incognito", help="A temporary chat, run in this process: never "
+                                            "archived, Dreamed or searchable, deleted when it ends.")] = False,
     debug: DebugOpt = False,
 ) -> None:
     """Talk to the agent: one message with `-m`, else a conversation.
 
     With no message it is interactive, continuing the session it names (cli:direct unless -s, -c or --resume
-    says otherwise; `/new` starts afresh). When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w or
-    --model, the agent runs in this process.
+    says otherwise; `/new` starts afresh). When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w,
+    --model or --incognito, the agent runs in this process.
 
     Example: nanoagent agent -m "what is on my list today?"
     """
@@ -177,10 +179,10 @@ def agent(
         if session != "cli:direct":
             raise NanoagentError("-s names a session and -c/--resume pick one; give one of them.")
         key = _pick_session(paths, resume)
-    remote = not local and workspace is None and model is None and _gateway_running(paths)
+    remote = not local and not incognito and workspace is None and model is None and _gateway_running(paths)
     config = functools.cache(lambda: read_config(paths))  # attached to a gateway, its config is what counts
     if message is None:
-        _interactive(paths, config(), model, key, remote, replay=continue_last or resume)
+        _interactive(paths, config(), model, key, remote, replay=continue_last or resume, incognito=incognito)
         return
     message = _with_stdin(message, lambda: config().tools.attachments.max_stdin_bytes)
     images: list[ImageBlock] = []
@@ -199,7 +201,7 @@ def agent(
         from nanoagent.cli.running import ask_terminal, run_main
 
         ask = ask_terminal if stdin_is_terminal() else None  # a person at the terminal can approve a command
-        turn = run_main(_one_shot(paths, config(), model, key, message, renderer, ask, images))
+        turn = run_main(_one_shot(paths, config(), model, key, message, renderer, ask, images, incognito))
     finish(paths, turn, renderer, json_output)
 
 
@@ -286,9 +288,11 @@ def _local(config: Config, paths: Paths, model: str | None, check_model: bool = 
 
 
 async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
-                    ask: Ask | None, images: list[ImageBlock]) -> TurnResult:
-    """The agent in this process answers; MCP servers it started stop with it."""
+                    ask: Ask | None, images: list[ImageBlock], incognito: bool = False) -> TurnResult:
+    """The agent in this process answers; MCP servers it started stop with it, and so does a temporary session."""
     local = _local(config, paths, model, check_model=not message.lstrip().startswith("/"))  # /help needs no key
+    if incognito:
+        local.loop.start_incognito(key)
     try:
         turn = await local.handle(message, key, renderer, ask=ask, images=images)
         if local.loop.subagents is not None:  # background runs finish before the process ends (Ctrl-C stops them)
@@ -299,7 +303,7 @@ async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, m
 
 
 def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool,
-                 replay: bool = False) -> None:
+                 replay: bool = False, incognito: bool = False) -> None:
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
     from nanoagent.cli.render import REPLY_WIDTH, terminal_width
     from nanoagent.cli.running import run_main
@@ -308,18 +312,21 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
     ui = TerminalUI(terminal_width if terminal else REPLY_WIDTH, plain=not terminal)
 
     async def session() -> None:
-        from nanoagent.cli.attach import RemoteAgent, connect
+        from nanoagent.cli.attach import LocalAgent, RemoteAgent, connect
 
         agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui,
                                                          local=lambda: _local(config, paths, model)) if remote
                                            else _local(config, paths, model))
+        if incognito and isinstance(agent, LocalAgent):  # --incognito never attaches: its session ends with us
+            agent.loop.start_incognito(key)
         try:
             attacher = _attacher(paths, config)
             if terminal:
                 _show_notes(paths, key, ui)
                 saved = _saved(paths, key) if isinstance(agent, RemoteAgent) else agent.loop.session(key)
                 await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
-                                      " (through the gateway)" if remote else "", attacher, saved, replay)
+                                      " (through the gateway)" if remote else "", attacher, saved, replay,
+                                      incognito=incognito)
             else:
                 await run_plain(agent, key, ui, attacher)
         finally:
@@ -406,6 +413,8 @@ def usage(
     if session:  # the session's sub-agents count under it
         keys += [k for k in store.keys_with_prefix("subagent:") if root_key(k) == keys[0]]
     records = [(root_key(key), record) for key in keys for record in store.load(key).usage]
+    if not session:  # ended temporary chats: what they cost, under one name, without what was said
+        records += [("(incognito)", record) for record in store.incognito_usage()]
     rows = summarize(records, days=days)
     if not rows:
         print("No usage recorded" + (f" for session {keys[0]}" if session else "") + ".")

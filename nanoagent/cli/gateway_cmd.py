@@ -71,13 +71,14 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         serving += (f" and {url(gateway_config.http.host, gateway_config.http.port)} (the OpenAI-compatible "
                     "endpoint; its token is in run/http-token)")
     components += _channels(config, paths, hub)
+    from nanoagent.gateway.server import Component
+
+    components.append(Component("incognito", hub.end_idle_incognito))  # temporary chats end after an idle hour
     if config.cron.enabled:
         from nanoagent.gateway.cron import cron_component
 
         components.append(cron_component(config, paths, hub, outbox))
     if loop.mcp is not None:  # one set of connections for every session, kept up while the gateway runs
-        from nanoagent.gateway.server import Component
-
         components.append(Component("mcp", loop.mcp.run))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace,
                      settings=_settings(config))

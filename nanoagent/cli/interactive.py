@@ -22,7 +22,7 @@ from rich.console import Console
 from rich.markup import escape
 
 from nanoagent.agent import events as ev
-from nanoagent.agent.commands import STOP_COMMANDS
+from nanoagent.agent.commands import INCOGNITO_NOTICE, STOP_COMMANDS
 from nanoagent.cli.attach import LocalAgent, RemoteAgent
 from nanoagent.cli.render import (
     SPINNER,
@@ -181,6 +181,7 @@ class Session:
         self.beside: set[asyncio.Task] = set()  # commands typed while something else runs (/status)
         self.pending: list[str] = []
         self.question: asyncio.Future[str] | None = None  # an approval waiting for the next line typed
+        self.incognito = False  # a temporary chat (/incognito): a gateway's is ended (/new) when this terminal leaves
 
     @property
     def busy(self) -> bool:
@@ -311,15 +312,18 @@ class Session:
             if not beside:
                 self.ui.activity = None
         self.ui.line(escape(reply.reply + (TERMINAL_HELP if name == "/help" else "")))
+        if name in ("/incognito", "/new") and not reply.refused:
+            self.incognito = name == "/incognito"
         self.refresh_status()
         if not beside and self.pending:  # typed while the command ran: it starts a turn now
             self.start("\n\n".join(self.take_pending()))
 
 
 def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: Path,
-                 busy: Callable[[], bool] = lambda: False, cancel: Callable[[], object] = lambda: None, **io):
-    """The prompt-toolkit session: history on disk, slash-command completion, multi-line keys, and Esc to
-    cancel what runs (`busy`, `cancel`).
+                 busy: Callable[[], bool] = lambda: False, cancel: Callable[[], object] = lambda: None,
+                 private: Callable[[], bool] = lambda: False, **io):
+    """The prompt-toolkit session: history on disk (not while `private`: a temporary chat's lines stay in memory),
+    slash-command completion, multi-line keys, and Esc to cancel what runs (`busy`, `cancel`).
 
     Keystrokes touch only memory: completion is a fixed word list, the toolbar reads cached state,
     and history is written only when a line is accepted.
@@ -355,7 +359,7 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
 
     private_file(private_dir(history_file.parent) / history_file.name)  # 0600: prompt_toolkit keeps the mode
     session: PromptSession = PromptSession(
-        history=FileHistory(str(history_file)),
+        history=_history(FileHistory, history_file, private),
         completer=WordCompleter([*commands, *sorted(EXIT_COMMANDS)], pattern=_SLASH_WORD, sentence=True),
         complete_while_typing=True,
         key_bindings=bindings,
@@ -423,9 +427,19 @@ def opening(saved: SavedSession | None, replay: bool, width: int) -> list[str]:
     return [*(last_exchanges(saved, width) if replay else []), f"[cyan]{escape(line)}[/cyan]"]
 
 
+def _history(base: type, path: Path, private: Callable[[], bool]) -> Any:
+    """prompt-toolkit's FileHistory, but a line typed while `private` is kept only in memory."""
+    class History(base):
+        def store_string(self, string: str) -> None:
+            if not private():
+                super().store_string(string)
+
+    return History(str(path))
+
+
 async def run_interactive(agent: Agent, key: str, history_file: Path, ui: TerminalUI,
                           through: str = "", attacher: Attacher | None = None,
-                          saved: SavedSession | None = None, replay: bool = False) -> None:
+                          saved: SavedSession | None = None, replay: bool = False, incognito: bool = False) -> None:
     """`saved`: the session as it is on disk, for the lines under the banner; `replay`: it was picked (-c,
     --resume), so its last exchanges are shown too."""
     from prompt_toolkit.patch_stdout import patch_stdout
@@ -433,11 +447,14 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     session = Session(agent, key, ui, attacher)
     session.refresh_status()
     prompt = build_prompt([*agent.command_names(), ATTACH], ui.toolbar, history_file,
-                          busy=lambda: session.busy, cancel=session.cancel)
+                          busy=lambda: session.busy, cancel=session.cancel, private=lambda: session.incognito)
     agent.warm_up(key)
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
-    for line in opening(saved, replay, ui.width):
+    if incognito:
+        session.incognito = True
+        ui.line(f"[magenta]{escape(INCOGNITO_NOTICE)}[/magenta]")
+    for line in opening(saved, replay, ui.width) if not incognito else []:
         ui.line(line)
     with patch_stdout(raw=True):
         try:
@@ -445,6 +462,11 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
         finally:  # Ctrl-D, /exit, SIGTERM or SIGHUP: a turn here ends as interrupted, recorded; a gateway's goes on
             if session.turn is not None and not agent.detach_on_exit and session.cancel():
                 await asyncio.gather(session.turn, return_exceptions=True)
+            if session.incognito and agent.detach_on_exit:  # a gateway's temporary chat ends when we leave it
+                try:
+                    await agent.handle("/new", key, ev.discard)
+                except Exception:  # noqa: BLE001 - the gateway is gone: it ended the chat as it stopped
+                    pass
 
 
 async def _read_lines(session: Session, prompt: Any, ui: TerminalUI) -> None:

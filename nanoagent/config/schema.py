@@ -138,6 +138,25 @@ class ToolsConfig:
 
 
 @dataclass
+class FlushConfig:
+    """The memory flush: a silent turn before older turns are archived, in which the agent writes down what must
+    outlast the cut (a dated note memory/YYYY-MM-DD.md, or MEMORY.md)."""
+
+    enabled: bool = True
+    model: str | None = None  # default: memory.dreamModel, else the session's model
+    timeout: float = bounded(60.0, 0.01, 3600)  # seconds; past it the archive goes on without the flush
+
+
+@dataclass
+class AutoRecallConfig:
+    """Memory found for each person's message without a model call, put in that turn's runtime block."""
+
+    enabled: bool = True
+    max_tokens: int = bounded(400, 0, 20_000)  # the recalled text's size at most, estimated without a tokenizer
+    min_score: float = bounded(0.0, 0.0, 1_000_000)  # hits scoring lower are not recalled (the searcher's units)
+
+
+@dataclass
 class MemoryConfig:
     recent_history_tokens: int = bounded(4000, 0, 1_000_000)  # history entries Dream has not processed, shown to the model
     dream_batch_size: int = bounded(20, 1, 1000)  # history entries one Dream run takes
@@ -145,6 +164,8 @@ class MemoryConfig:
     dream_model: str | None = None  # defaults to agents.defaults.model
     embedding_model: str | None = None  # hybrid memory search; off (None) by default
     dream_schedule: str = "0 */2 * * *"  # cron expression for Dream in the gateway and `cron tick`; "" turns it off
+    flush: FlushConfig = field(default_factory=FlushConfig)
+    auto_recall: AutoRecallConfig = field(default_factory=AutoRecallConfig)
 
 
 @dataclass

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -26,10 +26,11 @@ from nanoagent.session.store import SessionStore
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
 
-__all__ = ["NOTE_MARK", "DeliveryError", "Outbox", "recent_notes"]
+__all__ = ["MAX_FILE_BYTES", "NOTE_MARK", "DeliveryError", "Outbox", "recent_notes"]
 
 log = logging.getLogger("nanoagent.cron")
 NOTE_MARK = "⏰ "
+MAX_FILE_BYTES = 20 * 1024 * 1024  # a file the agent sends to a chat (Telegram's bots upload up to 50 MB, Discord 10)
 REPAIRED = "Error: interrupted before this tool finished (nanoagent stopped); its effect is unknown."
 
 
@@ -40,12 +41,17 @@ class Outbox:
     listeners: list[Callable[[str, str], None]] = field(default_factory=list)  # (session key, note) shown live
     lock_timeout: float = 120.0  # seconds to wait for a busy session before giving up on the note
 
-    async def send(self, target: Target, text: str, source: str) -> None:
-        """Deliver `text` to `target`, marked as coming from `source` ("scheduled job 3f9a1c2e «tea»"). Raises
-        DeliveryError when it did not arrive."""
+    async def send(self, target: Target, text: str, source: str, files: Sequence[Path] = (), *,
+                   note: bool = True) -> None:
+        """Deliver `text` to `target`, marked as coming from `source` ("scheduled job 3f9a1c2e «tea»"), and
+        `files` with it (checked by the caller: inside the workspace, under MAX_FILE_BYTES); a terminal session's
+        note names them. Without `note`, the target's session gets no copy (a turn of that very session sent it).
+        Raises DeliveryError when it did not arrive."""
         if target is None:
             return
-        note = f"{NOTE_MARK}{source}\n\n{text}"
+        copy = f"{NOTE_MARK}{source}\n\n{text}"
+        if files:
+            copy += "\n\nFiles: " + ", ".join(path.name for path in files)
         if target.channel != TERMINAL:
             try:
                 channel = registry.get(target.channel)
@@ -53,22 +59,23 @@ class Outbox:
                 raise DeliveryError(f"there is no channel called {target.channel!r} (channels: "
                                     f"{', '.join(registry.names())})") from None
             try:
-                await channel.deliver(channel.settings(self.config), target, text)
+                await channel.deliver(channel.settings(self.config), target, text, tuple(files))
             except DeliveryError:
                 raise
             except NanoagentError as e:  # the channel cannot start (its extra is missing...): not delivered either
                 raise DeliveryError(str(e)) from None
             try:
-                await self._note(target.key, note)
+                if note:
+                    await self._note(target.key, copy)
             except (NanoagentError, OSError) as e:  # it reached the chat; only the conversation's copy is missing
                 log.warning("cron: delivered to %s but could not note it in the session: %s", target, e)
             return
         try:
-            await self._note(target.key, note)
+            await self._note(target.key, copy)
         except (NanoagentError, OSError) as e:
             raise DeliveryError(f"could not write to the session {target.key}: {e}") from None
         for listener in list(self.listeners):
-            listener(target.key, note)
+            listener(target.key, copy)
 
     async def _note(self, key: str, note: str) -> None:
         session = self.sessions.load(key)

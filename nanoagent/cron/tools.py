@@ -9,17 +9,28 @@ are read in the user's time zone and said back resolved, with the zone.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Literal
 
 import nanoagent.channels.registry as registry
-from nanoagent.cron.deliver import DeliveryError, Outbox
+from nanoagent.cron.deliver import MAX_FILE_BYTES, DeliveryError, Outbox
 from nanoagent.cron.schedule import ScheduleError, format_time, make_schedule, relative, zone
 from nanoagent.cron.scheduler import scheduler_seen, utc_now
 from nanoagent.cron.store import Job, JobNotFound, JobsFile, JobStore, StoreCorrupt, new_job_id
-from nanoagent.cron.targets import Access, Target, TargetError, parse_target, target_of_session, target_text
+from nanoagent.cron.targets import (
+    TERMINAL,
+    Access,
+    Target,
+    TargetError,
+    parse_target,
+    target_of_session,
+    target_text,
+)
 from nanoagent.tools.base import Tool, ToolContext, ToolError, current_turn, tool
+from nanoagent.tools.fs import _check_file, resolve_path
 
 NOT_RUNNING = ("No scheduler has run lately: jobs run only while `nanoagent gateway` runs, or when a crontab line "
                "runs `nanoagent cron tick` every minute (README, Schedules). Tell the user.")
@@ -33,7 +44,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
         """Where this conversation's replies go: its own chat; a scheduled run's own job's target."""
         key = current_turn.get().session_key
         if key.startswith("cron:"):
-            job = jobs.get(key.removeprefix("cron:"))
+            job = jobs.get(key.removeprefix("cron:").split(":", 1)[0])  # `cron:<job id>[:<person>]`
             return outbox_target(job) if job else None
         return target_of_session(key)
 
@@ -147,28 +158,33 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
 
     @tool()
     @naming_channels
-    async def message(ctx: ToolContext, text: str, to: str | None = None) -> str:
+    async def message(ctx: ToolContext, text: str, to: str | None = None, files: list[str] | None = None) -> str:
         """Send a message now to one of the user's own chats, e.g. "message me when it is done" or from a
-        scheduled run. Not for answering this conversation: your reply does that.
+        scheduled run, with files if asked (an image is shown as one). Not for answering this conversation in
+        words: your reply does that; but to send a file into this chat, use this tool without `to`.
 
         Args:
             text: The message (Markdown).
             to: <channel>:<chat id> (<channel>: CHANNELS), a channel's name alone (the user's own chat there) or
-                cli:direct; in a scheduled run, the job's target by default.
+                cli:direct; in a scheduled run, the job's target by default; with files, this chat by default.
+            files: Paths of workspace files to send with the text (images, documents; up to 20 MB each).
         """
         key = current_turn.get().session_key
         try:
+            paths = [outgoing_file(ctx, path) for path in files or []]
             if to is None:
-                target = own_target(store.read()) if key.startswith("cron:") else None
+                target = (own_target(store.read()) if key.startswith("cron:") else
+                          target_of_session(key) if paths else None)
             else:
                 target = access.resolve(to)
-                access.check(target, "")
+                access.check(target, key)
             if target is None:
                 raise ToolError(f"Say where: to=<channel>:<chat id>, a channel's name alone (the user's own chat "
                                 f"there) or cli:direct; the channels are {', '.join(registry.names())}.")
-            if target.key == key:
+            if target.key == key and (not paths or target.channel == TERMINAL):
                 raise ToolError("That is this conversation: just write it in your reply.")
-            await outbox.send(target, text, f"Message from {key or 'the agent'}")
+            # into this very chat: the turn's own record says it; its session is busy with the turn meanwhile
+            await outbox.send(target, text, f"Message from {key or 'the agent'}", paths, note=target.key != key)
         except (TargetError, StoreCorrupt) as e:
             raise ToolError(str(e)) from None
         except DeliveryError as e:
@@ -176,6 +192,26 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
         return f"Sent to {target.key}."
 
     return [cron, message]
+
+
+def outgoing_file(ctx: ToolContext, path: str) -> Path:
+    """A workspace file the `message` tool may send: its real path inside the workspace (as the file tools check
+    it, and always: a file sent leaves the machine, whatever restrictToWorkspace says), a regular file with one
+    name, at most MAX_FILE_BYTES. ToolError, one line, otherwise."""
+    inside = dataclasses.replace(ctx, restrict_to_workspace=True)
+    try:
+        real = resolve_path(inside, path)
+        _check_file(inside, path, real, writing=False)
+    except ToolError:
+        raise ToolError(f"'{path}' is not inside the workspace {ctx.workspace} (or is a link to a file outside "
+                        "it): only the workspace's files can be sent; copy the file into it first.") from None
+    if not real.is_file():
+        raise ToolError(f"'{path}' is not a file in the workspace: give a file's path relative to it.")
+    size = real.stat().st_size
+    if size > MAX_FILE_BYTES:
+        raise ToolError(f"'{path}' is {size / 1_048_576:.1f} MB, over the {MAX_FILE_BYTES // 1_048_576} MB a file "
+                        "sent to a chat may be: send a smaller file (compress it, or split it).")
+    return real
 
 
 def naming_channels(fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -7,6 +7,7 @@ SDK and anything else that speaks Chat Completions. See README "OpenAI-compatibl
   first start). A token in the URL is refused: URLs end up in logs and browser histories.
 - The agent keeps each session's history itself, so only the LAST user message of a request is sent; the
   session is `http:<name>` from the `X-Nanoagent-Session` header, else the `user` field, else `http:default`.
+  With `"incognito": true` (or `X-Nanoagent-Incognito: 1`) it is `http:<name>:incognito`, a temporary session.
 - The last user message's `text` parts and `image_url` parts (base64 data: URLs, stored under media/) go to
   the agent; `tools` is refused (400); system messages are ignored, said in the X-Nanoagent-Ignored header.
   A reply's text is the same streamed or not.
@@ -304,7 +305,15 @@ class Endpoint:
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise HttpError(400, "`stream` must be true or false.", code="invalid_stream")
+        incognito = _incognito(body.get("incognito"), request.headers.get("x-nanoagent-incognito"))
         loop = self.hub.loop
+        if incognito:  # its own session beside the name's saved one, temporary: see README
+            try:
+                key = check_session_key(f"{key}:incognito")
+            except NanoagentError:
+                raise HttpError(400, "The session name is too long for a temporary chat; use a shorter one.",
+                                code="invalid_session") from None
+            loop.start_incognito(key)
         images: list[ImageBlock] = []
         if said.images:
             try:
@@ -314,6 +323,8 @@ class Endpoint:
             images = await asyncio.to_thread(said.store, loop.tool_context.workspace, self.max_image_bytes)
         reply = Reply(f"chatcmpl-{secrets.token_hex(12)}", loop.model_for(loop.session(key)), int(time.time()))
         headers = {"X-Nanoagent-Ignored": "system"} if said.system else {}
+        if incognito:
+            headers["X-Nanoagent-Incognito"] = "temporary chat: not archived, Dreamed or searchable; deleted when it ends"
         if stream:
             return await self._stream(reply, request, key, said.text, images, headers, reader, writer)
         streamed = _Streamed()
@@ -559,6 +570,15 @@ def _image(value: Any) -> tuple[bytes, str]:
         raise HttpError(400, "An image is not a PNG, JPEG, GIF or WebP image; only those go to the model.",
                         code="invalid_image")
     return data, media_type
+
+
+def _incognito(field: Any, header: str | None) -> bool:
+    """A temporary chat was asked for: `"incognito": true` in the body, or the X-Nanoagent-Incognito header."""
+    if field is not None and not isinstance(field, bool):
+        raise HttpError(400, "`incognito` must be true or false.", code="invalid_incognito")
+    if header is not None and header.strip().lower() not in ("1", "true", "yes", "0", "false", "no", ""):
+        raise HttpError(400, "X-Nanoagent-Incognito must be 1 or 0.", code="invalid_incognito")
+    return bool(field) or (header is not None and header.strip().lower() in ("1", "true", "yes"))
 
 
 def session_key(user: Any, header: str | None) -> str:

@@ -9,6 +9,7 @@ to every watcher of its session (each attached client, a channel) and to the sen
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -179,3 +180,10 @@ class Hub:
             await asyncio.gather(*late, return_exceptions=True)
         if self.loop.subagents is not None:  # background runs record themselves as cancelled
             await self.loop.subagents.close()
+        self.loop.store.end_all_incognito(unasked=True)  # temporary chats end with the gateway
+
+    async def end_idle_incognito(self, every: float = 60.0) -> None:
+        """Run for the gateway's life: end the temporary sessions (/incognito) idle for an hour."""
+        while True:
+            await asyncio.sleep(every)
+            self.loop.end_idle(time.time())

@@ -5,7 +5,11 @@ Before a turn, it estimates the prompt (system prompt, tools, unconsolidated his
 it archives the oldest messages until the estimate is under half of that budget, cutting only where a user
 turn starts. Each archive is a model summary appended to history.jsonl, and only then does the session's
 `last_consolidated` move. If the summary call fails (or is empty), a capped raw excerpt marked as raw is
-archived instead.
+archived instead. Before each archiving pass (and before `/new`'s), `before_archive` runs: the memory flush
+(`agent/flush.py`), which writes what must outlast the cut and changes nothing about the archive that follows.
+
+Old tool results before the session's `pruned` cursor are counted as requests send them, trimmed
+(`messages.pruned`); `maybe_prune` is the step that moves the cursor (the rule is in `agent/budget.py`).
 
 How the prompt is measured: the provider reports what each call's prompt held (a usage record with the stretch
 of messages it sent). Character estimates scaled to match that figure measure the prompt from then on, so a
@@ -31,8 +35,11 @@ from nanoagent.messages import (
     is_assistant,
     is_tool,
     is_user,
+    prunable,
+    pruned,
     shown_text,
     strip_runtime_context,
+    text_of,
     truncate,
     unwrap_untrusted,
     wrap_untrusted,
@@ -56,6 +63,10 @@ SCALE_RANGE = (0.25, 4.0)
 
 # (model, system, user) -> (text, usage, model that answered)
 Complete = Callable[[str, str, str], Awaitable[tuple[str, Usage, str]]]
+
+# Before messages[:end] of a session may be archived: (session, end, model). The memory flush (`agent/flush.py`);
+# it never raises, and the archive that follows is the same with or without it.
+BeforeArchive = Callable[[Session, int, str], Awaitable[None]]
 
 Counter = Callable[[str], int]  # tokens of a text: exact, estimated or bounded
 # Everything in the prompt but the session's history (system prompt and tools), measured by a counter.
@@ -83,20 +94,24 @@ class _Counts:
 
     measure: Callable[[Message], int]
     base: int
+    pruned: int = 0  # messages before this index are counted as requests send them (`messages.pruned`)
     prefix: list[int] = field(default_factory=lambda: [0])
 
     def between(self, messages: list[Message], start: int, end: int) -> int:
-        for message in messages[self.base + len(self.prefix) - 1:end]:
-            self.prefix.append(self.prefix[-1] + self.measure(message))
+        for index in range(self.base + len(self.prefix) - 1, end):
+            message = messages[index]
+            self.prefix.append(self.prefix[-1] + self.measure(pruned(message) if index < self.pruned else message))
         return self.prefix[end - self.base] - self.prefix[start - self.base]
 
 
 class Consolidator:
-    def __init__(self, history: HistoryLog, store: SessionStore, settings: AgentDefaults, complete: Complete):
+    def __init__(self, history: HistoryLog, store: SessionStore, settings: AgentDefaults, complete: Complete,
+                 before_archive: BeforeArchive | None = None):
         self.history = history
         self.store = store
         self.settings = settings
         self.complete = complete
+        self.before_archive = before_archive  # once before each archiving pass (None: nothing)
         self._counts: dict[tuple[str, Counter], _Counts] = {}
 
     def window(self, model: str) -> Window:
@@ -121,8 +136,8 @@ class Consolidator:
     def _tokens_between(self, session: Session, start: int, end: int, count: Counter) -> int:
         key = (session.key, count)
         counts = self._counts.get(key)
-        if counts is None or start < counts.base:
-            counts = self._counts[key] = _Counts(lambda m: count_message_tokens(m, count), start)
+        if counts is None or start < counts.base or counts.pruned != session.meta.pruned:
+            counts = self._counts[key] = _Counts(lambda m: count_message_tokens(m, count), start, session.meta.pruned)
         return counts.between(session.messages, start, end)
 
     def _size(self, session: Session, fixed: FixedCost, measure: Measure) -> int:
@@ -132,7 +147,7 @@ class Consolidator:
     def _measure(self, session: Session, fixed: FixedCost, model: str) -> Measure | None:
         """Estimates scaled to the provider's figure for the last call's prompt, if it is usable; None when it is
         not (count instead)."""
-        last = _last_turn_call(session)
+        last = _last_turn_call(session, since=session.meta.pruned_calls)  # one sent as requests are sent now
         if last is None or last.window is None or last.model != model or last.window[1] > len(session.messages):
             return None
         start, end = last.window
@@ -159,6 +174,29 @@ class Consolidator:
             return 0
         return await self._archive_down(session, fixed, model, measure)
 
+    def maybe_prune(self, session: Session, fixed: FixedCost, model: str, over: float, keep_turns: int,
+                    gain: float) -> bool:
+        """The pruning step (`agent/budget.py`): when the prompt is over `over` x budget and trimming the long tool
+        results before the last `keep_turns` user turns saves at least `gain` x budget, send them trimmed from now
+        on (the session's `pruned`, moved forward only). Whether the step was taken."""
+        budget = self.budget_for(model)
+        excess, _ = self._over(session, fixed, budget * over, self._measure(session, fixed, model))
+        if excess <= 0:
+            return False
+        cut, seen = session.last_consolidated, 0
+        for index in range(len(session.messages) - 1, session.last_consolidated - 1, -1):  # the latest turns only
+            seen += is_user(session.messages[index])
+            if seen == keep_turns:
+                cut = index
+                break
+        first = max(session.meta.pruned, session.last_consolidated)
+        saved = sum(estimate_tokens(text_of(m)) - estimate_tokens(text_of(pruned(m)))
+                    for m in session.messages[first:cut] if prunable(m))
+        if cut <= session.meta.pruned or saved < budget * gain:
+            return False
+        self.store.set_pruned(session, cut)
+        return True
+
     async def consolidate_overflow(self, session: Session, fixed: FixedCost, model: str) -> int:
         """The provider refused the prompt as too long, so whatever the estimate said, it filled the model's
         window: archive down to half the budget as if it had. Returns messages archived (0: nothing before the
@@ -177,6 +215,8 @@ class Consolidator:
             end = self._cut_point(session, excess, measure)
             if end is None:
                 break
+            if not archived:  # everything before the latest turn may go in this pass's rounds
+                await self._before_archive(session, _last_user(session), model)
             start = session.last_consolidated
             await self.archive(session, start, end, model)
             archived += end - start
@@ -216,6 +256,9 @@ class Consolidator:
         chunk = session.messages[start:end]
         if not chunk:
             return
+        if session.meta.incognito:  # a temporary chat is never archived: what it outgrows is dropped, unsummarised
+            self.store.set_consolidated(session, end)
+            return
         transcript = format_transcript(chunk)
         try:
             summary, usage, used = await self.complete(model, render("prompts/consolidate.md"), transcript)
@@ -239,14 +282,27 @@ class Consolidator:
                                     f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
         self.store.set_consolidated(session, end)
 
+    async def _before_archive(self, session: Session, end: int, model: str) -> None:
+        if self.before_archive is not None and not session.meta.incognito:  # a temporary chat leaves no notes
+            await self.before_archive(session, end, model)
+
     async def archive_all(self, session: Session, model: str) -> None:
+        if session.last_consolidated < len(session.messages):
+            await self._before_archive(session, len(session.messages), model)
         while session.last_consolidated < len(session.messages):
             start = session.last_consolidated
             await self.archive(session, start, min(len(session.messages), start + MAX_MESSAGES_PER_ARCHIVE), model)
 
 
-def _last_turn_call(session: Session) -> UsageRecord | None:
-    return next((r for r in reversed(session.usage) if r.purpose == "turn"), None)
+def _last_user(session: Session) -> int:
+    return max((i for i in range(session.last_consolidated, len(session.messages)) if is_user(session.messages[i])),
+               default=session.last_consolidated)
+
+
+def _last_turn_call(session: Session, since: int = 0) -> UsageRecord | None:
+    """The last turn call's usage among `session.usage[since:]`."""
+    usage = session.usage
+    return next((usage[i] for i in range(len(usage) - 1, since - 1, -1) if usage[i].purpose == "turn"), None)
 
 
 def format_transcript(messages: list[Message], cap: int = TRANSCRIPT_CAP_CHARS) -> str:

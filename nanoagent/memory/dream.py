@@ -1,6 +1,9 @@
 """Dream: folds new history.jsonl entries into long-term memory, one git commit per edit.
 
-A run takes the entries after `memory/.dream_cursor` (a bounded batch) and works in two phases:
+A run takes the entries after `memory/.dream_cursor` (a bounded batch, cut where the person whose chats they come
+from changes: `memory/people.py`) and works in two phases on each part. A part from the owner's sessions is folded
+into SOUL.md, USER.md, memory/MEMORY.md and skills as below; a part from anyone else's chats into their own file
+alone, shown to both phases as USER.md, so nothing one person said reaches the owner's files or another's.
 
 1. Analysis: one model call without tools, given the new entries and SOUL.md, USER.md and
    memory/MEMORY.md (each MEMORY.md line with its age from git), answering with findings.
@@ -40,6 +43,7 @@ from nanoagent.memory.dream_tools import (
     taken_skill_names,
 )
 from nanoagent.memory.history import HistoryEntry, HistoryLog
+from nanoagent.memory.people import OWNER, file_of, person_of
 from nanoagent.messages import truncate, user, wrap_untrusted
 from nanoagent.paths import MEMORY_FILES, is_memory_file
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, complete_text
@@ -110,10 +114,11 @@ class Dream:
                 await uninterrupted(asyncio.to_thread(self._resume))  # a Dream killed while writing left a journal: finish it
             # read once: the cost follows the new entries, not the history, and --all stays linear
             backlog = list(self.history.newest_first(after=self.history.dream_cursor))[::-1]
-            while backlog:
-                entries, backlog = backlog[:self.batch_size], backlog[self.batch_size:]
+            if not all_entries or dry_run:
+                backlog = backlog[:self.batch_size]
+            for entries in by_person(backlog, self.batch_size):
                 results.append(await self._batch(entries, dry_run))
-                if not all_entries or dry_run or (results[-1].stalls and not results[-1].moved_on):
+                if results[-1].stalls and not results[-1].moved_on:
                     break  # a kept batch comes first again: the next run tries it
         return results
 
@@ -122,9 +127,10 @@ class Dream:
             await uninterrupted(asyncio.to_thread(self.git.snapshot_user_edits))
         result = DreamResult(entries, "", dry_run=dry_run)
         self.sink(ev.Progress(f"dream: analysing {len(entries)} history entr{'y' if len(entries) == 1 else 'ies'}"))
-        result.analysis = await self._analyze(entries, result)
+        person = person_of(entries[0].session)
+        result.analysis = await self._analyze(entries, result, person)
         if result.analysis.strip().upper() != "NOTHING":
-            await self._edit(result)
+            await self._edit(result, person)
             if not result.edits and not dry_run and self.stall_path is not None:
                 result.stalls = await uninterrupted(asyncio.to_thread(Stalls.count, self.stall_path, entries[0].cursor))
                 if result.stalls < MAX_STALLS:  # the findings were not saved: keep the entries for next time
@@ -139,9 +145,12 @@ class Dream:
                 self.stall_path.unlink(missing_ok=True)
         return result
 
-    async def _analyze(self, entries: list[HistoryEntry], result: DreamResult) -> str:
-        analysis_input = await asyncio.to_thread(self._analysis_input, entries)  # reads line ages with git blame
-        request = ChatRequest(model=self.model, system=render("prompts/dream_analyze.md"),
+    async def _analyze(self, entries: list[HistoryEntry], result: DreamResult, person: str) -> str:
+        # reads line ages with git blame
+        analysis_input = await asyncio.to_thread(self._analysis_input, entries, person)
+        system = render("prompts/dream_analyze.md") if person == OWNER else render(
+            "prompts/dream_analyze_person.md", person=person)
+        request = ChatRequest(model=self.model, system=system,
                               messages=[user(analysis_input)],
                               max_tokens=self.max_tokens)
         try:
@@ -161,7 +170,7 @@ class Dream:
         if not isinstance(event, ev.TextDelta | ev.ThinkingDelta | ev.MessageAdded | ev.TurnEnded):
             self.sink(event)
 
-    def _analysis_input(self, entries: list[HistoryEntry]) -> str:
+    def _analysis_input(self, entries: list[HistoryEntry], person: str = OWNER) -> str:
         first, last = entries[0].cursor, entries[-1].cursor
         parts = [f"# New history entries (cursors {first} to {last})"]
         for e in entries:
@@ -169,6 +178,10 @@ class Dream:
             content = truncate(e.content, ENTRY_CAP_CHARS)  # a raw excerpt is copied conversation: data, not orders
             shown = content if e.trusted else wrap_untrusted("memory/history.jsonl", content)
             parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}{raw}]\n{shown}")
+        if person != OWNER:  # this person's file alone: nothing of the owner's or anyone else's to copy from
+            text = read_text(self.workspace / file_of(person)) or "(empty)"
+            parts.append(f"\n# USER.md (what is known about {person})\n\n{truncate(text, FILE_CAP_CHARS)}")
+            return "\n".join(parts)
         for rel in ("SOUL.md", "USER.md"):
             parts.append(f"\n# {rel}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}")
         parts.append("\n# memory/MEMORY.md (each line prefixed with its age)\n")
@@ -184,12 +197,15 @@ class Dream:
             lines = [(line, None) for line in (read_text(self.workspace / "memory/MEMORY.md") or "").splitlines()]
         return "\n".join(f"[{'new' if age is None else f'{age}d'}] {line}" for line, age in lines) or "(empty)"
 
-    async def _edit(self, result: DreamResult) -> None:
-        overlay = MemoryOverlay(self.workspace, taken_skill_names(self.workspace))
-        files = "\n".join(f"\n# {rel}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}"
-                          for rel in MEMORY_FILES)
+    async def _edit(self, result: DreamResult, person: str = OWNER) -> None:
+        own = "" if person == OWNER else file_of(person)
+        overlay = MemoryOverlay(self.workspace, taken_skill_names(self.workspace), own)
+        shown = {"USER.md": own} if own else {rel: rel for rel in MEMORY_FILES}
+        files = "\n".join(f"\n# {name}\n\n{truncate(read_text(self.workspace / rel) or '(missing)', FILE_CAP_CHARS)}"
+                          for name, rel in shown.items())
         spec = RunSpec(
-            system=render("prompts/dream_edit.md"),
+            system=render("prompts/dream_edit.md") if not own else render("prompts/dream_edit_person.md",
+                                                                          person=person),
             messages=[user(f"# Findings\n\n{result.analysis}\n\n# Current files\n{files}")],
             tools=dream_tools(overlay), tool_context=ToolContext(workspace=self.workspace),
             model=self.model, max_tokens=self.max_tokens, max_iterations=self.max_iterations,
@@ -340,6 +356,18 @@ class Journal:
         except (ValueError, KeyError, TypeError, AttributeError):
             path.unlink(missing_ok=True)
             return None
+
+
+def by_person(entries: list[HistoryEntry], size: int) -> list[list[HistoryEntry]]:
+    """`entries` in order, cut into batches of at most `size` whose entries all come from one person's chats: each
+    batch is edited into that person's files alone (the owner's: SOUL.md, USER.md, MEMORY.md, skills)."""
+    batches: list[list[HistoryEntry]] = []
+    for entry in entries:
+        if batches and len(batches[-1]) < size and person_of(batches[-1][0].session) == person_of(entry.session):
+            batches[-1].append(entry)
+        else:
+            batches.append([entry])
+    return batches
 
 
 def _writable(rel: str) -> bool:

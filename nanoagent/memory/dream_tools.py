@@ -4,6 +4,8 @@ Edits land in a `MemoryOverlay`, not on disk: Dream writes them only once the wh
 finished (see dream.py). Dream may change SOUL.md, USER.md and memory/MEMORY.md, and create new
 skills; it may read existing skills but never change one the user wrote or shadow a built-in one,
 and it leaves links alone (git would record the link, not the text). A skill it creates is never `always`.
+A run over the chats of someone other than the owner (`person_file`) touches that person's file alone, which
+its tools call USER.md, so nothing said there reaches the owner's files or anyone else's.
 """
 
 from __future__ import annotations
@@ -14,9 +16,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from nanoagent.paths import MEMORY_FILES, is_memory_file
+from nanoagent.paths import MEMORY_FILES, is_dated_note, is_memory_file, is_person_file
 from nanoagent.skills import SkillError, SkillsLoader, parse_skill_text
-from nanoagent.tools import ToolContext, ToolError, ToolRegistry, tool
+from nanoagent.tools import Tool, ToolContext, ToolError, ToolRegistry, tool
 
 NEW_SKILL = re.compile(r"^[a-z0-9][a-z0-9-]{0,63}$")
 
@@ -41,7 +43,9 @@ class Edit:
                 raise ToolError(f"{self.path} already exists; change it with edit_file.")
             return self.new_text
         if text is None:
-            raise ToolError(f"{self.path} does not exist.")
+            if self.kind is not EditKind.APPEND or not is_person_file(self.path):
+                raise ToolError(f"{self.path} does not exist.")
+            text = ""  # a person's first facts start their file
         if self.kind is EditKind.APPEND:
             return text + ("" if text.endswith("\n") or not text else "\n") + self.new_text.strip("\n") + "\n"
         count = text.count(self.old_text) if self.old_text else 0
@@ -61,21 +65,30 @@ def read_text(path: Path) -> str | None:
 class MemoryOverlay:
     """The memory files as the editing phase sees them: read from disk, changed only in memory."""
 
-    def __init__(self, workspace: Path, taken_skill_names: frozenset[str] = frozenset()):
+    def __init__(self, workspace: Path, taken_skill_names: frozenset[str] = frozenset(), person_file: str = ""):
         self.workspace = workspace
         self.taken_skill_names = taken_skill_names  # built-in and workspace skills, by frontmatter name
+        self.person_file = person_file  # "": the owner's run; else the one file this run may touch, as USER.md
         self.edits: list[Edit] = []
         self._texts: dict[str, str | None] = {}
 
     def check(self, path: str, writing: bool = False) -> str:
         """The workspace-relative path if Dream may read it (or with `writing`, change it); else ToolError."""
         rel = os.path.normpath(path.strip())
-        if not is_memory_file(rel):
+        if self.person_file:
+            if rel not in ("USER.md", self.person_file):
+                raise ToolError(f"This run keeps what one person said in their own file, USER.md; '{path}' is "
+                                "refused.")
+            rel = self.person_file
+        elif not is_memory_file(rel) or is_person_file(rel):
             raise ToolError(f"Dream may only touch {', '.join(MEMORY_FILES)} and skills/<name>/SKILL.md; "
                             f"'{path}' is refused.")
         if self._linked(rel):
             raise ToolError(f"'{rel}' is a link; Dream only edits regular files (git would record the link).")
-        if writing and rel not in MEMORY_FILES and not self.created(rel):
+        if writing and is_dated_note(rel):
+            raise ToolError(f"{rel} is a dated note the agent wrote; Dream reads it, and keeps what lasts in "
+                            "memory/MEMORY.md.")
+        if writing and rel not in (*MEMORY_FILES, self.person_file) and not self.created(rel):
             raise ToolError(f"{rel} is an existing skill; Dream only creates new skills (create_skill).")
         return rel
 
@@ -99,7 +112,7 @@ class MemoryOverlay:
         if edit.kind is EditKind.EDIT and edit.old_text == edit.new_text:
             raise ToolError("old_text and new_text are identical: a no-op edit. Send the change you mean.")
         text = edit.apply(self.read(edit.path))
-        if edit.path not in MEMORY_FILES:
+        if edit.path not in (*MEMORY_FILES, self.person_file):
             self._check_skill(edit.path, text)
         self._texts[edit.path] = text
         self.edits.append(edit)
@@ -181,7 +194,8 @@ def dream_tools(overlay: MemoryOverlay) -> ToolRegistry:
         overlay.apply(Edit(rel, "", content.rstrip("\n") + "\n", _summary(summary, "new skill"), EditKind.CREATE))
         return f"Created {rel}."
 
-    return ToolRegistry([read_file, edit_file, append_to_file, create_skill])
+    tools: list[Tool] = [read_file, edit_file, append_to_file]
+    return ToolRegistry(tools if overlay.person_file else [*tools, create_skill])  # skills are everyone's
 
 
 def taken_skill_names(workspace: Path) -> frozenset[str]:

@@ -1,5 +1,5 @@
-"""The git log of long-term memory: every edit of SOUL.md, USER.md, memory/MEMORY.md and skills/*/SKILL.md
-is its own commit, so a person can read and undo each one.
+"""The git log of long-term memory: every edit of SOUL.md, USER.md, memory/MEMORY.md, skills/*/SKILL.md and the
+dated notes memory/YYYY-MM-DD.md is its own commit, so a person can read and undo each one.
 
 The git dir lives under `$NANOAGENT_HOME/git/`, outside the workspace: the agent's file tools cannot
 reach it, and a workspace that sits inside another repository keeps working (no `.git` is ever written
@@ -33,12 +33,15 @@ from typing import Any
 
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, uninterrupted
-from nanoagent.paths import MEMORY_FILES, is_memory_file
-from nanoagent.tools.base import current_turn
+from nanoagent.memory.people import may_write
+from nanoagent.paths import MEMORY_FILES, is_memory_file, memory_files_on_disk
+from nanoagent.tools.base import ToolError, current_turn
 from nanoagent.tools.fs import WriteHook
 from nanoagent.tools.shell import CommandHook
 
 SKILLS_PATHSPEC = ":(glob)skills/*/SKILL.md"
+PEOPLE_PATHSPEC = ":(glob)memory/people/*.md"
+NOTES_PATHSPEC = ":(glob)memory/*.md"  # the dated notes among them (`is_memory_file` picks)
 IDENTITY = ("nanoagent", "nanoagent@localhost")
 LOCK_TIMEOUT = 60.0
 NOT_COMMITTED = "0" * 40  # the sha git blame gives lines not yet committed
@@ -112,11 +115,7 @@ class MemoryGit:
     def contents(self) -> dict[str, bytes | None]:
         """Each memory file's bytes as it is now (None: missing, or a link, which is not followed); a command's
         edits are found by comparing two of these."""
-        files = [*MEMORY_FILES]
-        skills = self.workspace / "skills"
-        if skills.is_dir():
-            files += [f"skills/{d.name}/SKILL.md" for d in skills.iterdir()]
-        return {rel: _read_nofollow(self.workspace / rel) for rel in files}
+        return {rel: _read_nofollow(self.workspace / rel) for rel in memory_files_on_disk(self.workspace)}
 
     def record_change(self, before: dict[str, bytes | None], message: str, author: str = "agent"
                       ) -> MemoryCommit | None:
@@ -328,11 +327,9 @@ class MemoryGit:
 
     def _memory_files(self, with_head: bool = True) -> list[str]:
         """Memory files on disk plus those in the index or HEAD (so deletions are seen), sorted."""
-        on_disk = [rel for rel in MEMORY_FILES if (self.workspace / rel).exists()]
-        skills = self.workspace / "skills"
-        if skills.is_dir():
-            on_disk += [f"skills/{d.name}/SKILL.md" for d in skills.iterdir() if (d / "SKILL.md").is_file()]
-        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, SKILLS_PATHSPEC).split("\0") \
+        on_disk = [rel for rel in memory_files_on_disk(self.workspace) if (self.workspace / rel).is_file()]
+        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, SKILLS_PATHSPEC,
+                          PEOPLE_PATHSPEC, NOTES_PATHSPEC).split("\0") \
             if with_head else []
         return sorted({rel for rel in on_disk + known if rel and is_memory_file(rel)})
 
@@ -404,7 +401,7 @@ class MemoryGit:
 
 def agent_edits(git: MemoryGit, warn: Callable[[str], None]) -> WriteHook:
     """The file tools' write hook: the agent's edit of a memory file (SOUL.md, USER.md, memory/MEMORY.md, a
-    skill's SKILL.md) becomes its own commit by "agent", naming the tool and the session, so dream-log lists it
+    skill's SKILL.md, a dated note) becomes its own commit by "agent", naming the tool and the session, so dream-log lists it
     and dream-restore undoes it. Other files are just written. The tools run in worker threads, so git does too.
     When git fails the edit is still made, with a warning: a memory edit must not depend on its log."""
 
@@ -412,6 +409,9 @@ def agent_edits(git: MemoryGit, warn: Callable[[str], None]) -> WriteHook:
         if not is_memory_file(relpath):
             write()
             return
+        if not may_write(current_turn.get().session_key, relpath):
+            raise ToolError(f"{relpath} is not written from this chat: it is the owner's memory or another person's. "
+                            "What you learn about the person in this chat goes in USER.md (their own file).")
         written = False
 
         def write_once() -> None:

@@ -116,6 +116,40 @@ class HistoryLog:
                         return
                     yield entry
 
+    def around(self, cursor: int, before: int = 0, after: int = 0) -> list[HistoryEntry]:
+        """The entries with cursors from `cursor - before` to `cursor + after`, found by bisecting the file (lines
+        are in cursor order), so the cost follows how many are read, not how long the history is."""
+        try:
+            f = open(self.path, "rb")
+        except FileNotFoundError:
+            return []
+        first, last = cursor - before, cursor + after
+        out: list[HistoryEntry] = []
+        with f:
+            lo, hi = 0, f.seek(0, os.SEEK_END)  # lo: a line start at or before the first wanted line
+            while hi - lo > 4096:
+                mid = (lo + hi) // 2
+                f.seek(mid)
+                f.readline()  # the rest of the line mid falls in
+                start = f.tell()
+                found = _cursor_of(f.readline())
+                if found is not None and found < first and start < hi:
+                    lo = f.tell()
+                else:
+                    hi = mid
+            f.seek(lo)
+            for line in f:
+                found = _cursor_of(line)
+                if found is None or found < first:
+                    continue
+                entry = _parse(line.rstrip(b"\n"), self.key())
+                if entry is None:
+                    continue
+                if entry.cursor > last:
+                    break
+                out.append(entry)
+        return out
+
     def _refresh(self) -> None:
         """Parse only the bytes appended since the last read (the file is append-only)."""
         try:
@@ -245,6 +279,14 @@ def read_entries(path: Path, offset: int = 0, warn: Callable[[str], None] | None
         elif line.strip() and warn:
             warn(f"{path}: skipped a corrupt line ({line[:60]!r})")
     return entries, offset + complete
+
+
+def _cursor_of(line: bytes) -> int | None:
+    try:
+        cursor = json.loads(line)["cursor"]
+    except (ValueError, KeyError, TypeError):
+        return None
+    return cursor if isinstance(cursor, int) and not isinstance(cursor, bool) else None
 
 
 def _parse(line: bytes, key: bytes | None = None) -> HistoryEntry | None:

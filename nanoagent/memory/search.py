@@ -1,7 +1,8 @@
 """Memory search: one SQLite FTS5 index over everything the agent remembers, ranked by BM25.
 
 Documents:
-    - `memory/MEMORY.md`, `USER.md`, `SOUL.md`: whole paragraphs grouped under their heading, with line ranges
+    - `memory/MEMORY.md`, `USER.md`, `SOUL.md` and the dated notes `memory/YYYY-MM-DD.md`: whole paragraphs grouped
+      under their heading, with line ranges
     - every `memory/history.jsonl` entry
     - every user and assistant message in `$NANOAGENT_HOME/sessions/*.jsonl` (user text without the runtime block)
 
@@ -21,20 +22,31 @@ work in proportion to what is new:
   mtime, an edit that shifted the indexed bytes) is indexed again from the start. One edit escapes this: a
   same-length edit before the indexed tail made together with an append, between two searches.
 
-How text is split for the `body` and `cjk` columns and turned into a MATCH expression (CJK bigrams, stopwords)
-is in `search_text.py`.
+How text is split for the `body` and `cjk` columns and turned into a MATCH expression (CJK bigrams, stopwords,
+irregular forms), and how a query's time and a transcript line's speaker and date are read, is in `search_text.py`.
+
+Ranking: the best POOL keyword matches (BM25) are re-scored (`_keyword_ranking`, `_rerank`): a session message
+or history entry gets NEAR_WEIGHT of its best neighbour's score (the one before or after it in its session or
+history thread, linked by `docs.prev`), so the answer after a question turn is found by the question's words;
+then boosts for holding every query word, for the turns of a person the query names, for a text that says when
+(for a question asking when), for a document from the time the query names, and a weak one for recency. Session
+messages take their time from the runtime block (an assistant message, its user message's), or from a date in
+the line's head ("[8 May 2023] Caroline: ...").
 
 With `memory.embeddingModel` set, documents are also embedded (`embeddings.py`); vectors are stored with the
-model name (another model re-embeds everything) and the BM25 and cosine rankings are merged by reciprocal rank
+model name (another model re-embeds everything; a cache beside the index keeps every vector by model and text,
+so a rebuilt index embeds only new text) and the keyword and cosine rankings are merged by reciprocal rank
 fusion. Any embedding failure falls back to BM25 with a warning.
 """
 
 from __future__ import annotations
 
+import hashlib
 import heapq
 import json
 import operator
 import os
+import re
 import shlex
 import sqlite3
 import threading
@@ -42,8 +54,9 @@ from array import array
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -61,24 +74,43 @@ from nanoagent.memory.embeddings import (
 from nanoagent.memory.history import read_entries
 from nanoagent.memory.search_text import (
     DOC_CHARS,
+    MAX_QUERY_TERMS,
+    STOPWORDS,
+    asks_when,
     chunk_markdown,
     cjk_bigrams,
+    line_head,
     make_snippet,
     match_expression,
+    mentions_time,
     message_text,
+    message_time,
     needles,
     split_cjk_edges,
+    time_filter,
+    without_time,
 )
-from nanoagent.paths import MEMORY_FILES, Paths
+from nanoagent.paths import MEMORY_FILES, Paths, is_dated_note, is_person_file, memory_files_on_disk
 from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
 
-SCHEMA_VERSION = 2  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+SCHEMA_VERSION = 4  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
+POOL = 50  # keyword matches re-ranked by speaker, time and recency
+NEAR_WORDS = 3  # a document found only through its neighbour has at least this many words
+ENOUGH = 15  # documents holding every word: with this many the slower OR query (a few words missing) is skipped
+NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
+EVERY_BOOST = 0.2  # the document holds every word of the query
+SPEAKER_BOOST = 0.25  # added to a normalised BM25 score (the best match is 1.0): the question names this speaker
+WHEN_BOOST = 0.15  # a "when" question and a document that holds a date or a relative time
+WINDOW_BOOST = 0.3  # the question names a time ("last week", "in May") and the document is from then
+RECENCY_BOOST = 0.03  # the newest of the matches against the oldest: a weak prior
 RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight of the very top ranks
 # SQLite errors that mean the index's place is unusable (a directory, read-only, full): removing it is the fix.
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
+FILTERED_FIRST = 256  # a filtered search first asks the ranking for this many matches, then eight times more
+MAX_FILTERED = 2000  # and looks at most at this many of the best
 TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 
 
@@ -91,14 +123,15 @@ class SourceKind(StrEnum):
 @dataclass(frozen=True)
 class SearchHit:
     kind: SourceKind
-    ref: str  # the file relative to the workspace, "history", or the session key
+    ref: str  # the file relative to the workspace, or the session key (of a history entry: the session it came from)
     start: int  # first line of a file chunk, the history cursor, or the message's index in the session
     end: int  # last line of a file chunk; equal to start otherwise
-    timestamp: str  # history entries only
+    timestamp: str  # history entries; session messages: the time of the turn ("" before a runtime block had one)
     role: str  # session messages only: "user" or "assistant"
     content: str
     snippet: str
-    score: float  # higher is better: -bm25 for keyword search, the fused reciprocal-rank score with embeddings
+    score: float  # higher is better: -bm25 (with embeddings, the fused reciprocal-rank score) with the boosts of
+    # `_rerank` added as fractions of the best match's score
 
     @property
     def source(self) -> str:
@@ -121,7 +154,7 @@ class IndexUpdate:
     added: int = 0  # documents indexed
     removed: int = 0  # documents dropped (a changed memory file, a replaced session)
     sources: int = 0  # files or logs that had changed
-    embedded: int = 0  # documents embedded
+    embedded: int = 0  # texts sent to be embedded (a vector the cache kept from before a rebuild is not counted)
 
 class _StaleIndex(Exception):
     pass
@@ -140,6 +173,7 @@ class _Doc:
     text: str
     timestamp: str = ""
     role: str = ""
+    thread: str = ""  # neighbours are the documents before and after in the same source and thread
 
 
 @dataclass
@@ -171,9 +205,14 @@ CREATE TABLE sources(name TEXT PRIMARY KEY, ino INTEGER, size INTEGER, mtime_ns 
                      position INTEGER, label TEXT, tail BLOB);
 CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NULL, ref TEXT NOT NULL,
                   start INTEGER NOT NULL, "end" INTEGER NOT NULL, timestamp TEXT NOT NULL, role TEXT NOT NULL,
+                  speaker TEXT NOT NULL,  -- "caroline" for a transcript line "Caroline: ...", else ""
+                  thread TEXT NOT NULL,  -- history: the entry's session, and neighbours share a thread
+                  prev INTEGER,  -- the document before this one in its source and thread: its neighbour
+                  words INTEGER NOT NULL,  -- how many words it has: a reply of a word or two is not a neighbour hit
                   text TEXT  -- the document as written when fts.body differs from it (see split_cjk_edges), else NULL
                   );
 CREATE INDEX docs_source ON docs(source);
+CREATE INDEX docs_prev ON docs(prev);
 CREATE VIRTUAL TABLE fts USING fts5(body, cjk, tokenize = 'porter unicode61 remove_diacritics 2');
 CREATE TABLE vectors(doc_id INTEGER PRIMARY KEY, vec BLOB NOT NULL);
 """
@@ -194,6 +233,7 @@ class MemorySearch:
         self._db: sqlite3.Connection | None = None
         self._lock = threading.Lock()
         self._warned: set[str] = set()
+        self._cache: sqlite3.Connection | None = None  # the vector cache, opened when something needs embedding
 
     @property
     def index_path(self) -> Path:
@@ -203,17 +243,31 @@ class MemorySearch:
     def _sessions(self) -> SessionStore:
         return SessionStore(self.paths.sessions_dir)
 
-    def search(self, query: str, limit: int = 8) -> list[SearchHit]:
-        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises.
-        Raises SearchIndexError, saying what to do, when the index file cannot be created, opened or written."""
+    def search(self, query: str, limit: int = 8, allow: Callable[[SearchHit], bool] | None = None,
+               max_term_docs: int | None = None, now: datetime | None = None) -> list[SearchHit]:
+        """The best `limit` matches for `query`, best first. Any text is a valid query; none raises. With `allow`,
+        only hits it accepts (the ranking is asked for more until `limit` of them or no more matches).
+        `max_term_docs` leaves out of the keyword ranking each word of `query` found in more documents than that:
+        such words say little, and scoring every document they match is what makes a long query slow (automatic
+        recall searches whole messages). Times the query names ("last week", "yesterday") count back from `now`
+        (default: the current time). Raises SearchIndexError, saying what to do, when the index file cannot be
+        created, opened or written."""
+        if allow is not None:  # ranking costs about the same for 8 or 256 (every match is scored): ask for more
+            wanted = max(limit, FILTERED_FIRST)
+            while True:
+                hits = self.search(query, wanted, max_term_docs=max_term_docs, now=now)
+                kept = [h for h in hits if allow(h)]
+                if len(kept) >= limit or len(hits) < wanted or wanted >= MAX_FILTERED:
+                    return kept[:limit]
+                wanted = min(wanted * 8, MAX_FILTERED)
         with self._lock, self._explained():
             try:
-                return self._search(query, limit)
+                return self._search(query, limit, max_term_docs, now)
             except sqlite3.DatabaseError as e:
                 if not _is_corrupt(e):
                     raise
                 self._rebuild()
-                return self._search(query, limit)
+                return self._search(query, limit, max_term_docs, now)
 
     def update(self) -> IndexUpdate:
         """Bring the index up to date without searching (search does this itself)."""
@@ -232,6 +286,9 @@ class MemorySearch:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None
 
     # --- the index file ---------------------------------------------------------------------------
 
@@ -294,7 +351,10 @@ class MemorySearch:
         return stats
 
     def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        for rel in MEMORY_FILES:
+        known = [name[5:] for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'file:%'")]
+        for rel in dict.fromkeys([*memory_files_on_disk(self.paths.workspace), *known]):
+            if not (rel in MEMORY_FILES or is_person_file(rel) or is_dated_note(rel)):
+                continue  # skills are not indexed
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)
@@ -332,8 +392,8 @@ class MemorySearch:
         # HistoryLog, the file's owner, warns about bad lines; read_entries drops any whose cursor SQLite cannot hold
         entries, offset = read_entries(path, row.offset)
         entries = [e for e in entries if e.cursor > row.position]
-        docs = [_Doc(SourceKind.HISTORY, "history", e.cursor, e.cursor, e.content, timestamp=e.timestamp)
-                for e in entries if isinstance(e.content, str) and e.content.strip()]
+        docs = [_Doc(SourceKind.HISTORY, e.session, e.cursor, e.cursor, e.content, timestamp=e.timestamp,
+                     thread=e.session) for e in entries if isinstance(e.content, str) and e.content.strip()]
         stats.added += _insert(db, name, docs)
         last = max((e.cursor for e in entries), default=row.position)
         _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, offset, position=last,
@@ -358,10 +418,13 @@ class MemorySearch:
             session = Session(key=row.label, path=path, size=row.offset)
             self._sessions.refresh(session)  # reads only the bytes after row.offset
             docs = []
+            stamp = "" if row.position == 0 else _last_timestamp(db, name)  # an assistant turn: its user turn's time
             for index, message in enumerate(session.messages, start=row.position):
+                stamp = message_time(message) or stamp
                 text = message_text(message)
                 if text:
-                    docs.append(_Doc(SourceKind.SESSION, row.label, index, index, text, role=message["role"]))
+                    docs.append(_Doc(SourceKind.SESSION, row.label, index, index, text, timestamp=stamp,
+                                     role=message["role"]))
             stats.added += _insert(db, name, docs)
             _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, session.size,
                                            row.position + len(session.messages), row.label,
@@ -373,20 +436,25 @@ class MemorySearch:
 
     # --- searching ---------------------------------------------------------------------------------
 
-    def _search(self, query: str, limit: int) -> list[SearchHit]:
+    def _search(self, query: str, limit: int, max_term_docs: int | None, now: datetime | None) -> list[SearchHit]:
         db = self._connection()
         self.last_update = self._update(db)
         if match_expression(query) is None or limit < 1:
             return []
-        wanted = max(limit, CANDIDATES) if self.embedding else limit
-        ranked = _keyword_ranking(db, query, wanted)
-        order = [doc_id for doc_id, _ in ranked]
-        scores = dict(ranked)
-        if self.embedding is not None:
-            fused = self._fuse(db, self.embedding, query, order)
+        keywords = without_time(query)
+        if max_term_docs is not None:
+            keywords = _distinctive(db, keywords, max_term_docs)
+        ranked: list[tuple[int, float]] = []
+        every: set[int] = set()
+        if match_expression(keywords) is not None:
+            ranked, every = _keyword_ranking(db, keywords, max(limit, POOL))
+        if self.embedding is not None:  # the boosts apply to the fused ranking: the time or person a query names
+            fused = self._fuse(db, self.embedding, query, [doc_id for doc_id, _ in ranked])
             if fused is not None:
                 order, scores = fused
-        return _hits(db, order[:limit], scores, needles(query))
+                ranked = [(doc_id, scores[doc_id]) for doc_id in order]
+        ranked = _rerank(db, query, ranked, every, now or datetime.now())
+        return _hits(db, [doc_id for doc_id, _ in ranked[:limit]], dict(ranked), needles(query))
 
     def _fuse(self, db: sqlite3.Connection, settings: EmbeddingSettings, query: str,
               keyword_order: list[int]) -> tuple[list[int], dict[int, float]] | None:
@@ -421,15 +489,55 @@ class MemorySearch:
                 db.execute("INSERT OR REPLACE INTO meta(key, value) VALUES ('embedding_model', ?)", (settings.model,))
         missing = db.execute("SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id "
                              "WHERE d.id NOT IN (SELECT doc_id FROM vectors)").fetchall()
+        if not missing:
+            return
+        keys = [_text_key(body[:EMBED_CHARS]) for _, body in missing]
+        known = self._cached(lambda cache: _cached_vectors(cache, settings.model, keys)) or {}
         for start in range(0, len(missing), EMBED_BATCH):
-            batch = missing[start:start + EMBED_BATCH]
-            vectors = embed_texts(settings, [body[:EMBED_CHARS] for _, body in batch])
+            batch = [(doc_id, body, key) for (doc_id, body), key in
+                     zip(missing[start:start + EMBED_BATCH], keys[start:start + EMBED_BATCH], strict=True)]
+            new = [(key, body) for _, body, key in batch if key not in known]
+            if new:
+                vectors = embed_texts(settings, [body[:EMBED_CHARS] for _, body in new])
+                fresh = {key: unit_vector(v).tobytes() for (key, _), v in zip(new, vectors, strict=True)}
+                known.update(fresh)
+                self._cached(partial(_store_vectors, model=settings.model, vectors=fresh))
+                self.last_update.embedded += len(new)
             with _writing(db):
                 db.executemany("INSERT OR REPLACE INTO vectors(doc_id, vec) SELECT ?, ? "
                                "WHERE EXISTS (SELECT 1 FROM docs WHERE id = ?)",
-                               [(doc_id, unit_vector(v).tobytes(), doc_id) for (doc_id, _), v in zip(batch, vectors,
-                                                                                          strict=True)])
-            self.last_update.embedded += len(batch)
+                               [(doc_id, known[key], doc_id) for doc_id, _, key in batch])
+
+    def _cached(self, use: Callable[[sqlite3.Connection], Any]) -> Any:
+        """`use(cache)`; None, with the cache file removed, when it is damaged: vectors are then embedded again."""
+        try:
+            return use(self._vector_cache())
+        except sqlite3.DatabaseError as e:
+            if not _is_corrupt(e):
+                raise
+            if self._cache is not None:
+                self._cache.close()
+                self._cache = None
+            _remove_index(str(self.index_path.with_suffix(".vectors.sqlite")))
+            return None
+
+    def _vector_cache(self) -> sqlite3.Connection:
+        """`<index>.vectors.sqlite`: every vector by model and text, kept when the index is rebuilt (a new schema,
+        a corrupt file), so a rebuild embeds only what it never saw. A damaged cache is started again."""
+        if self._cache is None:
+            path = self.index_path.with_suffix(".vectors.sqlite")
+            private_file(path)
+            db = sqlite3.connect(str(path), timeout=10.0, isolation_level=None, check_same_thread=False)
+            try:
+                db.execute("CREATE TABLE IF NOT EXISTS vectors(model TEXT NOT NULL, key BLOB NOT NULL, "
+                           "vec BLOB NOT NULL, PRIMARY KEY(model, key)) WITHOUT ROWID")
+                db.execute("PRAGMA journal_mode = WAL")
+                db.execute("PRAGMA synchronous = NORMAL")
+            except BaseException:
+                db.close()
+                raise
+            self._cache = db
+        return self._cache
 
 
 # --- SQLite helpers -------------------------------------------------------------------------------
@@ -456,6 +564,26 @@ def _open(path: str) -> sqlite3.Connection:
         db.close()
         raise
     return db
+
+
+def _text_key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8", "surrogatepass"), digest_size=16).digest()
+
+
+def _cached_vectors(cache: sqlite3.Connection, model: str, keys: list[bytes]) -> dict[bytes, bytes]:
+    found: dict[bytes, bytes] = {}
+    unique = list(dict.fromkeys(keys))
+    for start in range(0, len(unique), 500):
+        part = unique[start:start + 500]
+        found.update(cache.execute(f"SELECT key, vec FROM vectors WHERE model = ? AND key IN "
+                                   f"({','.join('?' * len(part))})", [model, *part]).fetchall())
+    return found
+
+
+def _store_vectors(cache: sqlite3.Connection, model: str, vectors: dict[bytes, bytes]) -> None:
+    with _writing(cache):
+        cache.executemany("INSERT OR REPLACE INTO vectors(model, key, vec) VALUES (?, ?, ?)",
+                          [(model, key, vec) for key, vec in vectors.items()])
 
 
 def _remove_index(path: str) -> None:
@@ -518,19 +646,35 @@ def _save_source(db: sqlite3.Connection, name: str, source: _Source) -> None:
 
 
 def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
+    """Adds `docs` after the source's earlier ones, each linked to the one before it in its thread."""
     if not docs:
         return 0
     first = db.execute("SELECT coalesce(max(id), 0) + 1 FROM docs").fetchone()[0]
     ids = range(first, first + len(docs))
     texts = [d.text[:DOC_CHARS] for d in docs]
     bodies = [split_cjk_edges(text) for text in texts]
-    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, text) '
-                   "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                   [(i, source, d.kind.value, d.ref, d.start, d.end, d.timestamp, d.role, None if b == t else t)
-                    for i, d, t, b in zip(ids, docs, texts, bodies, strict=True)])
+    previous: tuple[int, str] | None = None  # (id, thread)
+    if docs[0].kind is not SourceKind.FILE:  # a memory file's chunks are whole sections already
+        previous = db.execute("SELECT id, thread FROM docs WHERE source = ? ORDER BY id DESC LIMIT 1",
+                              (source,)).fetchone()
+    links = []
+    for doc_id, doc in zip(ids, docs, strict=True):
+        links.append(previous[0] if previous is not None and previous[1] == doc.thread else None)
+        previous = (doc_id, doc.thread) if doc.kind is not SourceKind.FILE else None
+    heads = [line_head(t) for t in texts]
+    db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, speaker, thread, prev, '
+                   "words, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   [(i, source, d.kind.value, d.ref, d.start, d.end, date or d.timestamp, d.role, speaker, d.thread,
+                     link, len(t[head:].split()), None if b == t else t)
+                    for i, d, t, b, link, (speaker, date, head) in zip(ids, docs, texts, bodies, links, heads, strict=True)])
     db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
                    [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
     return len(docs)
+
+
+def _last_timestamp(db: sqlite3.Connection, source: str) -> str:
+    row = db.execute("SELECT timestamp FROM docs WHERE source = ? ORDER BY id DESC LIMIT 1", (source,)).fetchone()
+    return row[0] if row else ""
 
 
 def _drop(db: sqlite3.Connection, source: str) -> int:
@@ -540,17 +684,114 @@ def _drop(db: sqlite3.Connection, source: str) -> int:
     return db.execute("DELETE FROM docs WHERE source = ?", (source,)).rowcount
 
 
-def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> list[tuple[int, float]]:
-    """The best `wanted` (doc id, -bm25). Documents holding every term come first when there are enough of them:
-    the AND query is ~10x faster than OR for common words (BM25 must score every document that matches), and
-    those documents are what OR would rank first anyway. Otherwise OR, so a partial match still counts."""
-    sql = "SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?"
-    every = match_expression(query, "AND")
+def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[list[tuple[int, float]], set[int]]:
+    """The best `wanted` (doc id, -bm25), and which of them hold every term in their own text. Only
+    those when there are ENOUGH of them: the AND query is ~10x faster than OR for common words (BM25 must score
+    every document that matches). Otherwise OR, so a partial match still counts."""
+    ranked, every = _matches(db, "fts", query, "body", wanted)
+    if NEAR_WEIGHT and ranked:  # a neighbour's match adds to a turn's score, or brings it in
+        own = dict(ranked)
+        marks = ",".join("?" * len(own))
+        pairs = f"SELECT d.id, d.prev, p.words >= {NEAR_WORDS}, d.words >= {NEAR_WORDS} FROM docs d JOIN docs p ON p.id = d.prev"
+        links = db.execute(f"{pairs} WHERE d.id IN ({marks}) UNION ALL {pairs} WHERE d.prev IN ({marks})",
+                           [*own, *own]).fetchall()
+        near: dict[int, float] = {}  # the best score of a document's neighbours
+        for doc_id, prev, prev_says, says in links:  # neighbours: each gets a part of the other's score
+            if says or doc_id in own:  # a reply of a word or two ("ok") is not worth finding for its neighbour
+                near[doc_id] = max(near.get(doc_id, 0.0), own.get(prev, 0.0))
+            if prev_says or prev in own:
+                near[prev] = max(near.get(prev, 0.0), own.get(doc_id, 0.0))
+        scores = {doc_id: own.get(doc_id, 0.0) + NEAR_WEIGHT * near.get(doc_id, 0.0) for doc_id in own.keys() | near}
+        ranked = heapq.nlargest(wanted, scores.items(), key=operator.itemgetter(1))
+    return ranked, every
+
+
+def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted: int
+             ) -> tuple[list[tuple[int, float]], set[int]]:
+    """The best `wanted` (doc id, -bm25), and those that hold every term."""
+    sql = f"SELECT rowid, -rank FROM {table} WHERE {table} MATCH ? ORDER BY rank LIMIT ?"
+    every = match_expression(query, "AND", column)
+    complete: list[tuple[int, float]] = []
     if every is not None and " AND " in every:
-        ranked = db.execute(sql, (every, wanted)).fetchall()
-        if len(ranked) >= wanted:
-            return ranked
-    return db.execute(sql, (match_expression(query), wanted)).fetchall()
+        complete = db.execute(sql, (every, wanted)).fetchall()
+        if len(complete) >= min(wanted, ENOUGH):
+            return complete, {doc_id for doc_id, _ in complete}
+    some = match_expression(query, "OR", column)
+    if some is None:  # CJK alone, looked for in neighbours
+        return [], set()
+    return db.execute(sql, (some, wanted)).fetchall(), {doc_id for doc_id, _ in complete}
+
+
+def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]], every: set[int], now: datetime
+            ) -> list[tuple[int, float]]:
+    """The keyword matches re-scored: BM25 scaled so the best is 1.0, plus a boost for holding every term, for a
+    turn of the person the question names, for a dated text when it asks when, for a document from the time it
+    names, and for recency."""
+    if not ranked:
+        return ranked
+    top = max(score for _, score in ranked) or 1.0
+    marks = ",".join("?" * len(ranked))
+    ids = [doc_id for doc_id, _ in ranked]
+    rows = {row[0]: row[1:] for row in db.execute(f"SELECT id, speaker, timestamp FROM docs WHERE id IN ({marks})",
+                                                  ids)}
+    words = {w.lower() for w in _WORDS.findall(query)}
+    named = {speaker for speaker, _ in rows.values() if speaker and set(speaker.split()) <= words}
+    dated = set()
+    if asks_when(query):  # reading the texts costs more than the rest of re-ranking: only for this
+        dated = {doc_id for doc_id, text in db.execute(
+            f"SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id WHERE d.id IN ({marks})",
+            ids) if mentions_time(text[line_head(text)[2]:])}  # a date in the line's head is not the answer
+    window = time_filter(query, now)
+    stamps = sorted(stamp for _, stamp in rows.values() if stamp)
+    oldest, newest = (_days(stamps[0]), _days(stamps[-1])) if stamps else (0.0, 0.0)
+    span = (newest - oldest) or 1.0
+    out = []
+    for doc_id, score in ranked:
+        speaker, stamp = rows.get(doc_id, ("", ""))
+        score = max(score, 0.0) / top
+        if doc_id in every:
+            score += EVERY_BOOST
+        if named and speaker in named:
+            score += SPEAKER_BOOST
+        if doc_id in dated:
+            score += WHEN_BOOST
+        if window is not None and stamp and window(stamp):
+            score += WINDOW_BOOST
+        if stamp:
+            score += RECENCY_BOOST * (_days(stamp) - oldest) / span
+        out.append((doc_id, score * top))  # back in the scale of the ranking: a minimum score keeps its meaning
+    out.sort(key=lambda pair: -pair[1])
+    return out
+
+
+_WORDS = re.compile(r"\w+")
+_EPOCH = datetime(2000, 1, 1)
+
+
+def _days(stamp: str) -> float:
+    """Days since 2000 of a "YYYY-MM-DD HH:MM" timestamp (0 when it is not one)."""
+    try:
+        return (datetime.fromisoformat(stamp[:16]) - _EPOCH).total_seconds() / 86400
+    except ValueError:
+        return 0.0
+
+
+def _distinctive(db: sqlite3.Connection, query: str, max_docs: int) -> str:
+    """The words of `query` (its first MAX_QUERY_TERMS) found in at most `max_docs` documents. Counting stops at
+    `max_docs + 1`, so a common word costs no more than a rare one."""
+    kept = []
+    words = [w for w in dict.fromkeys(query.split())  # alone, a stopword is searched (see match_expression)
+             if any(not part.isascii() or (len(part) > 1 and part not in STOPWORDS)
+                    for part in re.findall(r"\w+", w.lower()))]
+    for word in words[:MAX_QUERY_TERMS]:
+        expression = match_expression(word, "AND")
+        if expression is None:
+            continue
+        count = db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
+                           (expression, max_docs + 1)).fetchone()[0]
+        if count <= max_docs:
+            kept.append(word)
+    return " ".join(kept)
 
 
 def _hits(db: sqlite3.Connection, order: list[int], scores: dict[int, float], wanted: list[str]) -> list[SearchHit]:

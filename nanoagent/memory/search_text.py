@@ -12,9 +12,10 @@ single character. Other text goes through unicode61 and the porter stemmer ("mee
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from datetime import datetime, timedelta
 
-from nanoagent.messages import Message, is_assistant, is_user, shown_text, strip_runtime_context
+from nanoagent.messages import RUNTIME_OPEN, Message, is_assistant, is_user, shown_text, strip_runtime_context
 
 CHUNK_CHARS = 800  # memory-file chunks group paragraphs up to about this size
 DOC_CHARS = 8000  # a longer document (a pasted file in a message) is indexed by its first DOC_CHARS only
@@ -32,6 +33,9 @@ STOPWORDS = frozenset(
     "in into is it its me my of on or our she so than that the their them then there these they this to was we "
     "were what when where which who whom why will with would you your".split()
 )
+# words of a question rather than of what it asks about
+QUESTION_WORDS = frozenset("any both kind likely many mention mentioned much said say some sort tell told type".split())
+STOPWORDS |= QUESTION_WORDS
 
 
 def chunk_markdown(text: str, limit: int = CHUNK_CHARS) -> list[tuple[int, int, str]]:
@@ -89,6 +93,63 @@ def message_text(message: Message) -> str:
     return ""
 
 
+_RUNTIME_TIME = re.compile(r"\ntime: (\d{4}-\d\d-\d\d \d\d:\d\d)")
+
+
+def message_time(message: Message) -> str:
+    """"YYYY-MM-DD HH:MM" from the `time:` line of a user message's runtime block; "" when it has none."""
+    if not is_user(message):
+        return ""
+    content = message["content"]
+    text = content if isinstance(content, str) else next((b["text"] for b in content if b["type"] == "text"), "")
+    if not text.startswith(RUNTIME_OPEN):
+        return ""
+    found = _RUNTIME_TIME.search(text, 0, 400)
+    return found.group(1) if found else ""
+
+
+# A transcript line's head: an optional date in brackets, then the speaker ("[8 May 2023] **Caroline**: ...",
+# "Caroline (8 May 2023): ..."); a group chat's message is "Name: text" (channels/engine.py), any case.
+_HEAD = re.compile(r"\s*(?:[\[(]([^\])\n]{1,60})[\])]\s*)?(?:\*\*)?"
+                   r"(?:([^\W\d][\w'.-]{0,30}(?: (?!said:)[^\W\d][\w'.-]{0,30}){0,2})(?:\*\*)?"
+                   r"(?: ?[\[(]([^\])\n]{1,60})[\])])?(?: said)?:\s)?")
+_ISO_DATE = re.compile(r"(\d{4})-(\d\d)-(\d\d)(?:[ T](\d\d):(\d\d))?")
+_DAY_MONTH = re.compile(r"(?:(\d{1,2})(?:st|nd|rd|th)? ([A-Z][a-z]+)|([A-Z][a-z]+) (\d{1,2})(?:st|nd|rd|th)?),? (\d{4})")
+_CLOCK = re.compile(r"(\d{1,2}):(\d\d)\s*([ap]\.?m\.?)?", re.IGNORECASE)
+
+
+def line_head(text: str) -> tuple[str, str, int]:
+    """(speaker, date, where the words start) of a transcript line: "Caroline: I went..." -> ("caroline", "", 10);
+    "[1:56 pm on 8 May, 2023] Melanie: ..." -> ("melanie", "2023-05-08 13:56", 26). "" for what it lacks."""
+    found = _HEAD.match(text)
+    if found is None or not found.group(0):
+        return "", "", 0
+    speaker = (found.group(2) or "").lower()
+    return speaker, _date_of(found.group(1) or found.group(3) or ""), found.end() if speaker or found.group(1) else 0
+
+
+def _date_of(text: str) -> str:
+    """"YYYY-MM-DD HH:MM" of a date written in `text` (ISO, "8 May 2023", "May 8, 2023"); "" when none is."""
+    iso = _ISO_DATE.search(text)
+    if iso:
+        return f"{iso.group(1)}-{iso.group(2)}-{iso.group(3)} {iso.group(4) or '00'}:{iso.group(5) or '00'}"
+    found = _DAY_MONTH.search(text)
+    if not found:
+        return ""
+    day, month = (found.group(1), found.group(2)) if found.group(1) else (found.group(4), found.group(3))
+    if month.lower() not in MONTHS:
+        return ""
+    hour, minute = 0, 0
+    clock = _CLOCK.search(text)
+    if clock:
+        hour, minute = int(clock.group(1)) % 24, int(clock.group(2)) % 60
+        if clock.group(3) and clock.group(3)[0].lower() == "p" and hour < 12:
+            hour += 12
+        elif clock.group(3) and clock.group(3)[0].lower() == "a" and hour == 12:
+            hour = 0
+    return f"{found.group(5)}-{MONTHS.index(month.lower()) + 1:02}-{int(day):02} {hour:02}:{minute:02}"
+
+
 def split_cjk_edges(text: str) -> str:
     """`text` with a space wherever a CJK character meets a letter or digit, so unicode61 ends the token there."""
     return _CJK_EDGE.sub(" ", text) if _CJK_RUN.search(text) else text  # the check alone is ~5x cheaper
@@ -103,16 +164,33 @@ def cjk_bigrams(text: str) -> str:
     return " ".join(tokens)
 
 
-def match_expression(query: str, joiner: str = "OR") -> str | None:
+# Irregular forms the porter stemmer cannot join ("went" and "go"): each line is one word's forms. A query word in
+# a line matches any of them.
+IRREGULAR = """be was were been|become became|begin began begun|bring brought|build built|buy bought|catch caught
+choose chose chosen|come came|cut|do did done|draw drew drawn|drink drank drunk|drive drove driven|eat ate eaten
+fall fell fallen|feel felt|fight fought|find found|fly flew flown|forget forgot forgotten|get got gotten
+give gave given|go went gone|grow grew grown|have had|hear heard|hold held|hurt|keep kept|know knew known
+lead led|leave left|lend lent|lose lost|make made|mean meant|meet met|pay paid|put|read|ride rode ridden
+ring rang rung|rise rose risen|run ran|say said|see saw seen|sell sold|send sent|set|sing sang sung|sit sat
+sleep slept|speak spoke spoken|spend spent|stand stood|steal stole stolen|swim swam swum|take took taken
+teach taught|tear tore torn|tell told|think thought|throw threw thrown|understand understood|wake woke woken
+wear wore worn|win won|write wrote written|child children|person people|man men|woman women|tooth teeth
+foot feet|mouse mice"""
+FORMS = {word: tuple(line.split()) for line in IRREGULAR.replace("\n", "|").split("|") for word in line.split()
+         if len(line.split()) > 1}
+
+
+def match_expression(query: str, joiner: str = "OR", column: str = "body") -> str | None:
     """An FTS5 MATCH expression for free text, or None when it holds nothing to search for.
 
     Every term is a quoted string, so no input (quotes, `*`, `AND`, parentheses, a lone `-`) is FTS5 syntax.
-    With OR, BM25 ranks documents matching more, and rarer, terms first.
+    With OR, BM25 ranks documents matching more, and rarer, terms first. Words are looked for in `column`;
+    CJK runs in `cjk` when that column is `body`.
     """
     words = [w.lower() for w in _WORD.findall(query)]
     meaningful = [w for w in words if w not in STOPWORDS and len(w) > 1]
-    terms = [f"body:{_quote(w)}" for w in dict.fromkeys(meaningful or words)]
-    for run in dict.fromkeys(_CJK_RUN.findall(query)):
+    terms = [f"{column}:{_term(w)}" for w in dict.fromkeys(meaningful or words)]
+    for run in dict.fromkeys(_CJK_RUN.findall(query) if column == "body" else ()):
         if len(run) == 1:
             terms.append(f"cjk:{_quote(run)}*")
             continue
@@ -122,6 +200,84 @@ def match_expression(query: str, joiner: str = "OR") -> str | None:
             terms.append(f"cjk:{_quote(' '.join(bigrams))}")  # the whole run in order ranks higher
     terms = list(dict.fromkeys(terms))[:MAX_QUERY_TERMS]
     return f" {joiner} ".join(terms) if terms else None
+
+
+MONTHS = ["january", "february", "march", "april", "may", "june", "july", "august", "september", "october",
+          "november", "december"]
+_NUMBERS = {"a": 1, "an": 1, "one": 1, "two": 2, "three": 3, "four": 4, "five": 5, "six": 6, "few": 3, "couple": 2}
+_UNIT_DAYS = {"day": 1, "week": 7, "month": 30, "year": 365}
+_ASKS_WHEN = re.compile(r"\bwhen\b|\bwhat (?:date|day|time|year|month)\b|\bwhich (?:date|day|year|month)\b|"
+                        r"\bhow long ago\b|\bwhat time\b", re.IGNORECASE)
+_DATED = re.compile(r"\b(?:yesterday|today|tonight|tomorrow|last|ago|weekend|recently|earlier|since|"
+                    r"(?:mon|tues|wednes|thurs|fri|satur|sun)day|" + "|".join(MONTHS) + r"|\d{4}|\d{1,2}(?:st|nd|rd|th))\b",
+                    re.IGNORECASE)
+_MONTH = "|".join(m.capitalize() for m in MONTHS)
+_IN_MONTH = re.compile(rf"\b(?:in|of|during|since|early|late|mid)\s+({_MONTH})(?:,?\s+(\d{{4}}))?\b|"
+                       rf"\b({_MONTH})\s+(\d{{4}})\b|\b(?:in|during)\s+(\d{{4}})\b", re.IGNORECASE)
+_RELATIVE = re.compile(r"\b(today|tonight|yesterday|this (?:week|month|year)|last (?:week|weekend|month|year)|"
+                       r"recently|(a|an|one|two|three|four|five|six|few|couple|\d+)\s+(?:of\s+)?(day|week|month|year)s?"
+                       r" ago)\b", re.IGNORECASE)
+
+
+def asks_when(query: str) -> bool:
+    """Whether the question is about when something happened."""
+    return _ASKS_WHEN.search(query) is not None
+
+
+def mentions_time(text: str) -> bool:
+    """Whether a text holds a date or a time relative to when it was said ("yesterday", "last week", "in May")."""
+    return _DATED.search(text) is not None
+
+
+def time_filter(query: str, now: datetime) -> Callable[[str], bool] | None:
+    """For a query that names a time ("last week", "yesterday", "in May", "May 2023", "in 2023", "3 days ago"),
+    a test of a "YYYY-MM-DD HH:MM" timestamp: whether it falls in that time, counted back from `now`.
+    A month without a year is that month in any year. None when the query names no time."""
+    found = _IN_MONTH.search(query)
+    if found:
+        month_name, year = (found.group(1), found.group(2)) if found.group(1) else (found.group(3), found.group(4))
+        if month_name is None:
+            only_year: str = found.group(5)
+            return lambda stamp: stamp.startswith(only_year)
+        if month_name != "may" or year:  # "in may" in lower case is more likely the verb
+            prefix = f"-{MONTHS.index(month_name.lower()) + 1:02}-"
+            return lambda stamp: stamp[4:8] == prefix and (not year or stamp.startswith(year))
+    found = _RELATIVE.search(query)
+    if not found:
+        return None
+    phrase = found.group(1).lower()
+    today = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    if phrase in ("today", "tonight"):
+        start, end = today, now
+    elif phrase == "yesterday":
+        start, end = today - timedelta(days=1), today
+    elif phrase in ("this week", "last weekend"):
+        start, end = today - timedelta(days=7), now
+    elif phrase == "last week":
+        start, end = today - timedelta(days=14), now
+    elif phrase == "this month":
+        start, end = today.replace(day=1), now
+    elif phrase == "last month":
+        start, end = today - timedelta(days=62), now
+    elif phrase == "this year":
+        start, end = today.replace(month=1, day=1), now
+    elif phrase == "last year":
+        start, end = today.replace(year=today.year - 1, month=1, day=1), today.replace(month=1, day=1)
+    elif phrase == "recently":
+        start, end = today - timedelta(days=30), now
+    else:
+        count = found.group(2).lower()
+        days = (_NUMBERS.get(count) or int(count)) * _UNIT_DAYS[found.group(3).lower()]
+        margin = max(1, days // 4)
+        start, end = today - timedelta(days=days + margin), today - timedelta(days=max(0, days - margin) - 1)
+    low, high = start.strftime("%Y-%m-%d %H:%M"), end.strftime("%Y-%m-%d %H:%M")
+    return lambda stamp: low <= stamp[:16] <= high
+
+
+def without_time(query: str) -> str:
+    """The query without the time it names ("garden last week" -> "garden "): its words are not what to match."""
+    rest = _RELATIVE.sub(" ", _IN_MONTH.sub(" ", query))
+    return rest if match_expression(rest) is not None else query
 
 
 def needles(query: str) -> list[str]:
@@ -153,6 +309,11 @@ def make_snippet(text: str, wanted: Sequence[str], width: int = SNIPPET_CHARS) -
         best = space + 1 if space >= 0 else best
     piece = flat[best:best + width]
     return ("…" if best else "") + piece + ("…" if best + width < len(flat) else "")
+
+
+def _term(word: str) -> str:
+    forms = FORMS.get(word)
+    return f"({' OR '.join(map(_quote, forms))})" if forms else _quote(word)
 
 
 def _quote(term: str) -> str:

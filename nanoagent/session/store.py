@@ -3,10 +3,17 @@
 Format (version 1), one JSON object a line:
     {"type": "header", "version": 1, "key": "cli:direct", "created": "2026-11-22T14:05:00+00:00"}
     {"type": "message", "message": {"role": "user", "content": "..."}}
-    {"type": "meta", "last_consolidated": 12}          # partial update; later lines win
+    {"type": "meta", "last_consolidated": 12}          # partial update; later lines win (also model, flushed, pruned)
     {"type": "usage", "model": "...", "input_tokens": 10, ...}
     {"type": "turn_failed", "start": 14, "end": 16, "error": "..."}   # messages[14:16] are not sent again
     {"type": "notice", "ts": "...", "source": "subagent 3fa9c1", "text": "..."}   # not a message (see SessionNotice)
+
+A temporary (incognito) session lives in `sessions/incognito/`, out of `keys()`, `sessions list` and the search
+index (which read `sessions/*.jsonl`), and its header says so and names the process that owns it:
+    {"type": "header", ..., "incognito": true, "pid": 4242}
+It is deleted when it ends (`end_incognito`); one whose owner died (kill -9) is deleted by the next process that
+starts (`sweep_incognito`). Its usage records go first to `sessions/incognito/usage.jsonl`, the spend ledger, so
+what it cost is still counted while nothing of what was said is kept.
 
 Messages on disk are never rewritten (except by `reset`, for the heartbeat's session, which starts
 afresh each run and keeps only its usage records). Writers hold an exclusive lock on
@@ -19,9 +26,11 @@ clamped with a warning naming the line, so no stored value can break a later tur
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import secrets
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass, field
@@ -30,7 +39,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.errors import NanoagentError
-from nanoagent.fsutil import append_lines, async_file_lock, atomic_write, file_lock, fsync_dir
+from nanoagent.fsutil import append_lines, async_file_lock, atomic_write, file_lock, fsync_dir, private_dir
 from nanoagent.messages import Message, checked_message
 from nanoagent.paths import check_session_key, safe_key, session_file
 from nanoagent.usage import UsageRecord
@@ -50,6 +59,10 @@ class SessionMeta:
     model: str = ""  # the model /model chose for this session; "" means the default
     last_consolidated: int = 0  # messages before this index are archived to history.jsonl
     notices_delivered: int = 0  # notices before this index went to the model in a turn's opening message
+    flushed: int = 0  # the memory flush has run (or was claimed) for the messages before this index
+    pruned: int = 0  # long tool results before this index are sent trimmed (`agent/budget.py`)
+    pruned_calls: int = 0  # usage records the session held when `pruned` last moved
+    incognito: bool = False  # a temporary chat: never archived, Dreamed or indexed; deleted when it ends
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,7 @@ class Session:
     notices: list[SessionNotice] = field(default_factory=list)
     size: int = 0  # bytes of the file this object reflects; lets a reload read only what is new
     lines: int = 0  # lines read so far, so a warning can name the line
+    ended: bool = False  # a temporary session that was deleted: the key's turns go back to its saved session
 
     @property
     def last_consolidated(self) -> int:
@@ -89,10 +103,17 @@ class Session:
         return frozenset(i for start, end in self.failed_turns for i in range(start, end))
 
 
+INCOGNITO_DIR = "incognito"
+SPEND_LEDGER = "usage.jsonl"  # in INCOGNITO_DIR: the usage records of ended temporary sessions, nothing else
+ENDED = ".ended"  # in INCOGNITO_DIR, `<safe key>.ended`: that key's temporary chat ended without its person asking
+_OWN: set[Path] = set()  # the temporary session files of this process: a sweep never takes them
+
+
 class SessionStore:
     def __init__(self, directory: Path, warn: Callable[[str], None] | None = None):
         self.directory = directory
         self.warn = warn or (lambda message: None)
+        self.temporary: dict[str, Session] = {}  # key -> the temporary session that key's turns go to now
 
     def path_for(self, key: str) -> Path:
         return session_file(self.directory, key)
@@ -150,6 +171,8 @@ class SessionStore:
         elif kind == "header":
             if not session.meta.created and isinstance(record.get("created"), str):
                 session.meta.created = record["created"]
+            if record.get("incognito") is True:
+                session.meta.incognito = True
             version = record.get("version", 1)
             if isinstance(version, int) and version > FORMAT_VERSION:
                 self.warn(f"{session.path} was written by a newer nanoagent (format {version}); "
@@ -188,6 +211,13 @@ class SessionStore:
                 self.warn(f"{where}: ignored model {value!r} (it must be a model name)")
         if "created" in record and isinstance(record["created"], str):
             meta.created = record["created"]
+        for name in ("flushed", "pruned", "pruned_calls"):
+            if name in record:
+                value = record[name]
+                if _index(value):
+                    setattr(meta, name, value)
+                else:
+                    self.warn(f"{where}: ignored {name} {value!r} (it must be a whole number)")
         if "notices_delivered" in record:
             value = record["notices_delivered"]
             if _index(value):
@@ -202,7 +232,10 @@ class SessionStore:
         new_file = not session.path.exists()
         if new_file:
             created = datetime.now(UTC).isoformat(timespec="seconds")
-            header = {"type": "header", "version": FORMAT_VERSION, "key": session.key, "created": created}
+            header: dict[str, Any] = {"type": "header", "version": FORMAT_VERSION, "key": session.key,
+                                      "created": created}
+            if session.meta.incognito:
+                header.update(incognito=True, pid=os.getpid())
             records = [header, *records]
         payload = b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n" for r in records)
         end = append_lines(session.path, payload, sync)
@@ -238,6 +271,13 @@ class SessionStore:
 
     def set_consolidated(self, session: Session, index: int) -> None:
         self.append(session, [{"type": "meta", "last_consolidated": index}], sync=True)
+
+    def set_flushed(self, session: Session, index: int) -> None:
+        self.append(session, [{"type": "meta", "flushed": index}], sync=True)
+
+    def set_pruned(self, session: Session, index: int) -> None:
+        record = {"type": "meta", "pruned": index, "pruned_calls": len(session.usage)}
+        self.append(session, [record], sync=True)
 
     def mark_failed(self, session: Session, start: int, error: str) -> None:
         """The turn whose messages start at `start` failed: keep them on disk, never send them again."""
@@ -294,6 +334,106 @@ class SessionStore:
 
         return waiting
 
+    # --- temporary (incognito) sessions ---------------------------------------------------
+
+    @property
+    def incognito_dir(self) -> Path:
+        return self.directory / INCOGNITO_DIR
+
+    def start_incognito(self, key: str) -> Session:
+        """A new temporary session for `key`: from now on that key's turns go to it (see `temporary`). Its file is
+        made at its first message, in `incognito_dir`, named for this process so two never share one."""
+        private_dir(self.incognito_dir)
+        name = f"{safe_key(check_session_key(key))}-{os.getpid()}-{secrets.token_hex(4)}.jsonl"
+        session = Session(key=key, path=self.incognito_dir / name,
+                          meta=SessionMeta(created=datetime.now(UTC).isoformat(timespec="seconds"), incognito=True))
+        self.temporary[key] = session
+        _OWN.add(session.path)
+        self._ended_mark(key).unlink(missing_ok=True)
+        return session
+
+    def end_incognito(self, session: Session, unasked: bool = False) -> None:
+        """Delete a temporary session: its usage records go to the spend ledger, then its file and lock go.
+        `unasked`: it ended without its person asking (an idle hour, the gateway stopping), so the key's next
+        message is refused once rather than going to the saved session unannounced (`take_ended`)."""
+        self.refresh(session)
+        self._discard(session.path, session.usage)
+        session.ended = True
+        if self.temporary.get(session.key) is session:
+            del self.temporary[session.key]
+        if unasked:
+            self._mark_ended(session.key)
+
+    def end_all_incognito(self, unasked: bool = False) -> int:
+        """End every temporary session of this store (the gateway stopping, the terminal closing)."""
+        ended = list(self.temporary.values())
+        for session in ended:
+            self.end_incognito(session, unasked)
+        return len(ended)
+
+    def take_ended(self, key: str) -> bool:
+        """Whether `key`'s temporary chat ended without its person asking since they last wrote (said once)."""
+        mark = self._ended_mark(key)
+        if not mark.exists():
+            return False
+        mark.unlink(missing_ok=True)
+        return True
+
+    def _ended_mark(self, key: str) -> Path:
+        return self.incognito_dir / f"{safe_key(key)}{ENDED}"
+
+    def _mark_ended(self, key: str) -> None:
+        with contextlib.suppress(NanoagentError):
+            check_session_key(key)
+            private_dir(self.incognito_dir)
+            atomic_write(self._ended_mark(key), b"", mode=0o600)
+
+    def sweep_incognito(self) -> int:
+        """Delete the temporary sessions whose owning process is gone (killed before it could): at every start."""
+        folder = self.incognito_dir
+        if not folder.is_dir():
+            return 0
+        swept = 0
+        for path in sorted(folder.glob("*.jsonl")):
+            header = _header(path)
+            if header is None or header.get("incognito") is not True:
+                continue
+            pid = header.get("pid")
+            if path in _OWN or (isinstance(pid, int) and pid != os.getpid() and _alive(pid)):
+                continue
+            session = self.load_file(path)
+            self._discard(path, session.usage)
+            if session.messages:
+                self._mark_ended(session.key)
+            swept += 1
+        return swept
+
+    def load_file(self, path: Path) -> Session:
+        session = Session(key=_header_key(path) or path.stem, path=path)
+        self.refresh(session)
+        return session
+
+    def incognito_usage(self) -> list[UsageRecord]:
+        """The usage records of ended temporary sessions (what they cost, not what was said)."""
+        ledger = self.incognito_dir / SPEND_LEDGER
+        if not ledger.exists():
+            return []
+        return self.load_file(ledger).usage
+
+    def _discard(self, path: Path, usage: list[UsageRecord]) -> None:
+        if usage:
+            private_dir(path.parent)
+            records = [dataclasses.replace(record, window=None).to_json() for record in usage]
+            ledger = path.parent / SPEND_LEDGER
+            busy = SessionBusy(f"{ledger} is locked by another nanoagent process; try again when it finishes.")
+            with file_lock(Path(f"{ledger}.lock"), 60.0, busy):
+                append_lines(ledger, b"".join(json.dumps(r, ensure_ascii=False).encode("utf-8") + b"\n"
+                                              for r in records), True)
+        for gone in (path, Path(f"{path}.lock")):
+            gone.unlink(missing_ok=True)
+        _OWN.discard(path)
+        fsync_dir(path.parent)
+
     def keys(self) -> list[str]:
         return [key for path in sorted(self.directory.glob("*.jsonl")) if (key := _header_key(path)) is not None]
 
@@ -304,12 +444,28 @@ class SessionStore:
 
 
 def _header_key(path: Path) -> str | None:
+    header = _header(path)
+    key = header.get("key") if header is not None else None
+    return key if isinstance(key, str) else None
+
+
+def _header(path: Path) -> dict[str, Any] | None:
     try:
         with open(path, "rb") as f:
-            key = json.loads(f.readline())["key"]
-    except (OSError, ValueError, KeyError, TypeError):
+            header = json.loads(f.readline())
+    except (OSError, ValueError):
         return None
-    return key if isinstance(key, str) else None
+    return header if isinstance(header, dict) and header.get("type") == "header" else None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, someone else's
+        pass
+    return True
 
 
 def _index(value: Any) -> bool:

@@ -78,6 +78,10 @@ class TurnScope:
     visible_from: int = 0  # that session's messages from this index on are already in the prompt
     notify: Callable[[str], None] = _nobody  # a line for the person (a warning), not for the model
     ask: Ask | None = None  # None: nobody can answer here (no terminal, a schedule, a channel)
+    # (path, what it stands for), workspace-relative, for the file tools in this turn: in a chat with someone other
+    # than the owner, USER.md is that person's own file (memory/people.py)
+    aliases: tuple[tuple[str, str], ...] = ()
+    hidden: tuple[str, ...] = ()  # files and folders the file tools neither read nor list in this turn (not aliases)
 
 
 # Set by the loop for the length of a turn; tasks started inside the turn (parallel tool calls) inherit it.

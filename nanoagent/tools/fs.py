@@ -13,7 +13,7 @@ from pathlib import Path
 from nanoagent.fsutil import atomic_write
 from nanoagent.paths import PROTECTED_FILES, is_protected
 from nanoagent.resources import skills_dir
-from nanoagent.tools.base import FunctionTool, ToolContext, ToolError, tool
+from nanoagent.tools.base import FunctionTool, ToolContext, ToolError, current_turn, tool
 
 MAX_LINE_CHARS = 2000
 MAX_LIST = 1000
@@ -38,6 +38,12 @@ def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Pat
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
         candidate = ctx.workspace / candidate
+    for alias, target in current_turn.get().aliases:
+        if os.path.normpath(candidate) == os.path.normpath(ctx.workspace / alias):
+            candidate = ctx.workspace / target
+    if _hidden(ctx, candidate):
+        raise ToolError(f"'{path}' is not for this chat: it holds what your owner or other people said. Keep what "
+                        "you learn here in USER.md.")
     if ctx.restrict_to_workspace:
         real = Path(os.path.realpath(candidate))  # follows symlinks, even when the tail does not exist yet
         if not _inside(real, _allowed_roots(ctx, read_only)):
@@ -47,6 +53,20 @@ def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Pat
                             f"{hint} (restrictToWorkspace is on).")
         return real
     return Path(os.path.abspath(candidate))
+
+
+def _hidden(ctx: ToolContext, path: Path) -> bool:
+    """Whether `path` is one of the turn's hidden files or inside a hidden folder (and not an alias's target)."""
+    turn = current_turn.get()
+    if not turn.hidden:
+        return False
+    root = Path(os.path.realpath(ctx.workspace))
+    real = Path(os.path.realpath(path))
+    if not _inside(real, (root,)):
+        return False
+    rel = real.relative_to(root).as_posix().casefold()  # a case-insensitive file system has other names for it
+    return rel not in {target.casefold() for _, target in turn.aliases} and any(
+        rel == h.casefold() or rel.startswith(f"{h.casefold()}/") for h in turn.hidden)
 
 
 def _allowed_roots(ctx: ToolContext, read_only: bool) -> tuple[Path, ...]:
@@ -266,7 +286,7 @@ def list_dir(ctx: ToolContext, path: str = ".") -> str:
     target = resolve_path(ctx, path, read_only=True)
     if not target.is_dir():
         raise ToolError(f"'{path}' is not a folder." + ("" if target.exists() else " It does not exist."))
-    entries = sorted(target.iterdir(), key=lambda p: p.name)
+    entries = sorted((p for p in target.iterdir() if not _hidden(ctx, p)), key=lambda p: p.name)
     lines = [p.name + ("/" if p.is_dir() else "") for p in entries[:MAX_LIST]]
     if len(entries) > MAX_LIST:
         lines.append(f"[{len(entries) - MAX_LIST} more entries not shown]")
@@ -289,7 +309,7 @@ def glob(ctx: ToolContext, pattern: str, path: str = ".") -> str:
     for match in sorted(base.glob(pattern)):
         if SKIP_DIRS & set(match.relative_to(base).parts):
             continue
-        if ctx.restrict_to_workspace and not _inside(Path(os.path.realpath(match)), roots):
+        if ctx.restrict_to_workspace and not _inside(Path(os.path.realpath(match)), roots) or _hidden(ctx, match):
             continue
         found.append(_display(ctx, match))
         if len(found) > MAX_GLOB:
@@ -321,7 +341,7 @@ def grep(ctx: ToolContext, pattern: str, path: str = ".", glob: str | None = Non
     results: list[str] = []
     roots = _allowed_roots(ctx, read_only=True)
     for file in _walk(base):
-        if glob and not fnmatch.fnmatch(file.name, glob):
+        if glob and not fnmatch.fnmatch(file.name, glob) or _hidden(ctx, file):
             continue
         if ctx.restrict_to_workspace and not _inside(Path(os.path.realpath(file)), roots):
             continue  # a symlink inside the workspace pointing out of it

@@ -14,6 +14,9 @@ from nanoagent.channels.base import Chunk, Link, Question, Timing
 from nanoagent.channels.keys import Place, make
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from nanoagent.config.schema import Config, DiscordConfig
     from nanoagent.paths import Paths
 
@@ -68,10 +71,10 @@ class DiscordChannel:
 
         return await verify(settings)
 
-    async def deliver(self, settings: DiscordConfig, place: Place, text: str) -> None:
+    async def deliver(self, settings: DiscordConfig, place: Place, text: str, files: Sequence[Path] = ()) -> None:
         from nanoagent.channels.discord.link import deliver
 
-        await deliver(settings, place, self.split(text))
+        await deliver(settings, place, self.split(text) if text.strip() or not files else [], files)
 
     def questions(self) -> list[Question]:
         return [Question("token", "Bot token (Developer Portal > your app > Bot > Reset Token; turn on the Message "

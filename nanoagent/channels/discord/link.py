@@ -38,6 +38,9 @@ from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     import discord
 
     from nanoagent.config.schema import DiscordConfig
@@ -388,9 +391,9 @@ async def verify(settings: DiscordConfig) -> str:
     return f"@{user['username']}"
 
 
-async def deliver(settings: DiscordConfig, place: Place, chunks: list[Chunk]) -> None:
+async def deliver(settings: DiscordConfig, place: Place, chunks: list[Chunk], files: Sequence[Path] = ()) -> None:
     """Send the chunks to `place` over REST: a user's DM (`discord:<user id>`, opened with `POST /users/@me/channels`),
-    a channel or a thread. DeliveryError when they did not arrive."""
+    a channel or a thread; then each file as a message with it attached. DeliveryError when they did not arrive."""
     import discord
 
     client = _client(settings)
@@ -401,12 +404,32 @@ async def deliver(settings: DiscordConfig, place: Place, chunks: list[Chunk]) ->
         target = client.get_partial_messageable(destination)
         for chunk in chunks:
             await target.send(chunk.body)
+        for path in files:
+            await _send_file(target, path)
     except discord.LoginFailure:
         raise DeliveryError(REFUSED) from None
     except (TimeoutError, discord.HTTPException, OSError) as e:
         raise DeliveryError(f"Discord did not take the message for {place.key} ({_why(e)})") from None
     finally:
         await client.close()
+
+
+UPLOAD_BYTES = 10 * 1024 * 1024  # what Discord takes in one message's files from a bot in a server without boosts
+
+
+async def _send_file(target: discord.PartialMessageable, path: Path) -> None:
+    """One file as a message with it attached (multipart); an image keeps an image's ending, so Discord shows it."""
+    import io
+
+    import discord
+
+    from nanoagent.attachments import outgoing
+
+    name, data, _ = outgoing(path)
+    if len(data) > UPLOAD_BYTES:
+        raise DeliveryError(f"{name} is {len(data) / 1_048_576:.1f} MB; Discord takes files up to "
+                            f"{UPLOAD_BYTES // 1_048_576} MB from a bot: send a smaller one")
+    await target.send(file=discord.File(io.BytesIO(data), filename=name))
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------

@@ -18,6 +18,9 @@ from nanoagent.channels import keys
 from nanoagent.channels.base import Chunk, Question, Timing
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from nanoagent.channels.base import Link
     from nanoagent.config.schema import Config, EmailConfig
     from nanoagent.paths import Paths
@@ -98,11 +101,11 @@ class EmailChannel:
                                  "and smtp (host, port, security).") from None
         return own_address(settings)
 
-    async def deliver(self, settings: EmailConfig, place: keys.Place, text: str) -> None:
+    async def deliver(self, settings: EmailConfig, place: keys.Place, text: str, files: Sequence[Path] = ()) -> None:
         from nanoagent.channels.email.link import deliver
         from nanoagent.paths import Paths
 
-        await deliver(settings, Paths.from_env(), place, text)
+        await deliver(settings, Paths.from_env(), place, text, files)
 
     def questions(self) -> list[Question]:
         return [

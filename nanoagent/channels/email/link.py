@@ -35,6 +35,9 @@ from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from nanoagent.config.schema import EmailConfig, MailServerConfig
     from nanoagent.paths import Paths
 
@@ -577,17 +580,21 @@ def _thread(value: str) -> mail.Thread | None:
         return None
 
 
-async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: str) -> None:
-    """One mail from a process without a gateway: to `email:<address>` as a new thread, or into a known thread."""
+async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: str,
+                  files: Sequence[Path] = ()) -> None:
+    """One mail from a process without a gateway: to `email:<address>` as a new thread, or into a known thread;
+    `files` attached to its last part."""
     own = own_address(settings)
     data = state_file(paths, mail.NAME).read()
     thread = _thread(data.cursor.get(f"thread:{place.chat}", "")) if "@" not in place.chat else None
     if thread is None and "@" not in place.chat:
         raise DeliveryError(f"No mail thread {place.key} is known here; deliver to email:<address> instead.")
-    chunks = fmt.split(text)
+    chunks = fmt.split(text) or (fmt.split("Files: " + ", ".join(path.name for path in files)) if files else [])
     for chunk in chunks:
         to = thread.to if thread else place.chat
         msg = mail.compose(own, to, fmt.new_subject(chunk.plain), chunk.plain, chunk.body, thread)
+        if chunk is chunks[-1]:
+            _attach(msg, files)
         try:
             await smtp_send(settings, msg, TIMEOUT)
         except Refused as e:
@@ -603,6 +610,19 @@ async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: 
             thread = mail.Thread(to, str(msg["Subject"]), msgid, [msgid])
             key = mail.thread_hash(msgid)
         _keep_thread(paths, key, thread)
+
+
+def _attach(msg: EmailMessage, files: Sequence[Path]) -> None:
+    """Each file as an attachment under its name: an image's type told by its bytes, others' by their name."""
+    import mimetypes
+
+    from nanoagent.attachments import outgoing
+
+    for path in files:
+        name, data, image = outgoing(path)
+        kind = image or mimetypes.guess_type(name)[0] or "application/octet-stream"
+        maintype, _, subtype = kind.partition("/")
+        msg.add_attachment(data, maintype=maintype, subtype=subtype, filename=name)
 
 
 def _keep_thread(paths: Paths, key: str, thread: mail.Thread) -> None:

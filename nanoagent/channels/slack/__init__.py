@@ -11,6 +11,9 @@ from typing import TYPE_CHECKING
 from nanoagent.channels.base import Chunk, Question, Timing
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from nanoagent.channels.keys import Place
     from nanoagent.channels.slack.link import SlackLink
     from nanoagent.config.schema import Config, SlackConfig
@@ -73,11 +76,12 @@ class SlackChannel:
         me = await web_call(settings, "auth_test", "botToken")
         return f"@{me.get('user') or me.get('user_id')}"
 
-    async def deliver(self, settings: SlackConfig, place: Place, text: str) -> None:
-        """Post `text` through the Web API alone (no socket): each piece into the place's thread."""
+    async def deliver(self, settings: SlackConfig, place: Place, text: str, files: Sequence[Path] = ()) -> None:
+        """Post `text` through the Web API alone (no socket): each piece into the place's thread, then the files
+        uploaded there."""
         from nanoagent.channels.slack.link import deliver
 
-        await deliver(settings, place, self.split(text))
+        await deliver(settings, place, self.split(text) if text.strip() or not files else [], files)
 
     def questions(self) -> list[Question]:
         return [Question("botToken", "Bot token (xoxb-..., under OAuth & Permissions)", secret=True),

@@ -53,6 +53,9 @@ from nanoagent.channels.state import state_file
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+    from pathlib import Path
+
     from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
     from nanoagent.config.schema import SlackConfig
@@ -652,10 +655,10 @@ async def web_call(settings: SlackConfig, method: str, setting: str, **kwargs: A
         await api.close()
 
 
-async def deliver(settings: SlackConfig, place: Place, chunks: list[Chunk]) -> None:
-    """`chunks` posted to `place` (into its thread) through the Web API alone; DeliveryError when one did not
-    arrive."""
-    from slack_sdk.errors import SlackApiError
+async def deliver(settings: SlackConfig, place: Place, chunks: list[Chunk], files: Sequence[Path] = ()) -> None:
+    """`chunks` posted to `place` (into its thread) through the Web API alone, then `files` uploaded there;
+    DeliveryError when one did not arrive."""
+    from slack_sdk.errors import SlackApiError, SlackRequestError
 
     api = WebAPI(settings, Timing())
     try:
@@ -664,6 +667,11 @@ async def deliver(settings: SlackConfig, place: Place, chunks: list[Chunk]) -> N
             thread: dict[str, Any] = {"thread_ts": place.thread} if place.thread else {}
             await api.call("chat_postMessage", persistent=False, channel=channel, text=chunk.body,
                            unfurl_links=False, unfurl_media=False, **thread)
+        for path in files:
+            await _upload(api, channel, place, path)
+    except SlackRequestError as e:  # the upload itself (step 2 of files_upload_v2) failed
+        raise DeliveryError(f"Slack did not take a file for {place} ({str(e).split(' (', 1)[0]}); it was not "
+                            "sent.") from None
     except SlackApiError as e:
         raise DeliveryError(f"Slack refused the message to {place} ({_error(e)}); check that the bot is in that "
                             "channel and channels.slack.botToken.") from None
@@ -672,3 +680,14 @@ async def deliver(settings: SlackConfig, place: Place, chunks: list[Chunk]) -> N
                             f"{place} was not sent.") from None
     finally:
         await api.close()
+
+
+async def _upload(api: WebAPI, channel: str, place: Place, path: Path) -> None:
+    """One file into the place's chat or thread by `files_upload_v2` (files.getUploadURLExternal, the upload,
+    files.completeUploadExternal); Slack shows an image as one by its own look at the file."""
+    from nanoagent.attachments import outgoing
+
+    name, data, _ = outgoing(path)
+    thread: dict[str, Any] = {"thread_ts": place.thread} if place.thread else {}
+    await api.call("files_upload_v2", persistent=False, channel=channel, file=data, filename=name, title=name,
+                   **thread)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import importlib.util
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.channels.base import Chunk, DeliveryError, Question, Timing
@@ -18,11 +19,14 @@ from nanoagent.channels.keys import Place
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from nanoagent.channels.telegram.link import TelegramLink
     from nanoagent.config.schema import Config, TelegramConfig
     from nanoagent.paths import Paths
 
 MAX_RETRY_AFTER = 30.0  # a delivery waits out a 429 up to this long
+PHOTO_BYTES = 10 * 1024 * 1024  # sendPhoto takes images up to 10 MB; a larger one goes as a document
 ATTEMPTS = 3  # a delivery's tries of one message through 429s and network failures
 
 
@@ -87,10 +91,11 @@ class Telegram:
         finally:
             await _shutdown(bot)
 
-    async def deliver(self, settings: TelegramConfig, place: Place, text: str, *,
+    async def deliver(self, settings: TelegramConfig, place: Place, text: str, files: Sequence[Path] = (), *,
                       backoff: tuple[float, ...] = (1.0, 3.0)) -> None:
         """sendMessage as Telegram HTML split under the limit, sent again as plain text when Telegram refuses the
-        markup; a 429 waited out (up to MAX_RETRY_AFTER), a network failure tried again after `backoff`."""
+        markup; a 429 waited out (up to MAX_RETRY_AFTER), a network failure tried again after `backoff`. Then each
+        file: sendPhoto for an image (by its bytes) up to PHOTO_BYTES, sendDocument otherwise."""
         from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
 
         from nanoagent.channels.telegram.link import make_bot, retry_after, unparsable
@@ -100,7 +105,7 @@ class Telegram:
         bot = make_bot(settings)
         thread = int(place.thread) if place.thread else None
         try:
-            for chunk in self.split(text):
+            for chunk in self.split(text) if text.strip() or not files else []:
                 for body, mode in ((chunk.body, "HTML"), (chunk.plain, None)):
                     call = functools.partial(bot.send_message, int(place.chat), body, parse_mode=mode,
                                              message_thread_id=thread)
@@ -119,6 +124,8 @@ class Telegram:
                     except TelegramError as e:
                         raise DeliveryError(f"Telegram refused the message to chat {place.chat}: {e.message}") \
                             from None
+            for path in files:
+                await _send_file(bot, place, path, backoff)
         finally:
             await _shutdown(bot)
 
@@ -146,6 +153,37 @@ async def _persist(call: Any, backoff: tuple[float, ...]) -> Any:
         except NetworkError:
             await asyncio.sleep(backoff[min(attempt, len(backoff) - 1)])
     return await call()
+
+
+async def _send_file(bot: Any, place: Place, path: Path, backoff: tuple[float, ...]) -> None:
+    """One file to `place`: a photo when its bytes are an image Telegram shows as one (else, or when Telegram
+    refuses it as a photo, a document under its name); DeliveryError when it did not arrive."""
+    from telegram import InputFile
+    from telegram.error import BadRequest, NetworkError, RetryAfter, TelegramError
+
+    from nanoagent.attachments import outgoing
+    from nanoagent.channels.telegram.link import retry_after
+
+    name, data, image = outgoing(path)
+    thread = int(place.thread) if place.thread else None
+    as_photo = image is not None and len(data) <= PHOTO_BYTES
+    for method in ("send_photo", "send_document") if as_photo else ("send_document",):
+        field = "photo" if method == "send_photo" else "document"
+        call = functools.partial(getattr(bot, method), int(place.chat), **{field: InputFile(data, filename=name)},
+                                 message_thread_id=thread, read_timeout=60, write_timeout=60)
+        try:
+            await _persist(call, backoff)
+            return
+        except BadRequest as e:
+            if method == "send_photo":
+                continue  # too large a picture, odd dimensions: it still goes, as a document
+            raise DeliveryError(f"Telegram refused the file {name} for chat {place.chat}: {e.message}") from None
+        except RetryAfter as e:
+            raise DeliveryError(f"Telegram kept asking to wait (429, {retry_after(e):g} s)") from None
+        except NetworkError as e:
+            raise DeliveryError(f"Telegram could not be reached ({type(e).__name__}); {name} was not sent") from None
+        except TelegramError as e:
+            raise DeliveryError(f"Telegram refused the file {name} for chat {place.chat}: {e.message}") from None
 
 
 async def _shutdown(bot: Any) -> None:
