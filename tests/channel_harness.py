@@ -44,8 +44,7 @@ class StandIn(Protocol):
     def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
               file: tuple[str, str, bytes] | None = None) -> str:
         """A person sends a message (a DM; or in a group or channel, mentioning the bot), with an image attached
-        when given, and a file (its name, its media type, its bytes) when given; the message's id. (`file` came
-        later: the case that needs it is skipped for a stand-in whose `write` does not take it yet.)"""
+        when given, and a file (its name, its media type, its bytes) when given; the message's id."""
         ...
 
     def shown(self, user: str) -> list[str]:

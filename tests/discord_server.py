@@ -128,13 +128,18 @@ class DiscordAPI:
 
     def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
               channel: str | None = None, mention: bool = True, reply_to: str | None = None,
-              document: tuple[str, bytes] | None = None, at: float | None = None) -> str:
+              document: tuple[str, bytes] | None = None, at: float | None = None,
+              file: tuple[str, str, bytes] | None = None) -> str:
         """A person sends a message: a DM (`private`), else in the guild's #general (or `channel`, a thread),
-        mentioning the bot unless `mention` is False; `reply_to` a message id answers it; `at` backdates it. Its id."""
+        mentioning the bot unless `mention` is False; `reply_to` a message id answers it; `at` backdates it; with an
+        image, a text `document` (name, bytes) or a `file` (name, media type, bytes) attached. Its id."""
         message_id = snowflake(at)
+        files = ([("image.png", image, "image/png")] if image is not None else []) + \
+                ([(document[0], document[1], "text/plain; charset=utf-8")] if document is not None else []) + \
+                ([(file[0], file[2], file[1])] if file is not None else [])
 
         def made() -> Any:
-            return self._write(message_id, user, text, private, image, channel, mention, reply_to, document)
+            return self._write(message_id, user, text, private, files, channel, mention, reply_to)
 
         def write() -> Any:
             if self.sessions or self.resumed:
@@ -467,9 +472,8 @@ class DiscordAPI:
         channel["last_message_id"] = message["id"]
         return message
 
-    async def _write(self, message_id: str, user: str, text: str, private: bool, image: bytes | None,
-                     channel: str | None, mention: bool, reply_to: str | None,
-                     document: tuple[str, bytes] | None) -> None:
+    async def _write(self, message_id: str, user: str, text: str, private: bool, files: list[tuple[str, bytes, str]],
+                     channel: str | None, mention: bool, reply_to: str | None) -> None:
         cid = self._dm(user)["id"] if private and channel is None else channel or self.general
         guild = bool(self.channels[cid].get("guild_id"))
         content = f"<@{self.bot['id']}> {text}" if guild and mention else text
@@ -478,8 +482,6 @@ class DiscordAPI:
             replied = next(m for m in self.history.get(cid, []) if m["id"] == reply_to)
             extra.update(type=19, message_reference={"message_id": reply_to, "channel_id": cid},
                          referenced_message=replied)
-        files = ([("image.png", image, "image/png")] if image is not None else []) + \
-                ([(document[0], document[1], "text/plain; charset=utf-8")] if document is not None else [])
         extra["attachments"] = [self._attach(cid, name, data, kind) for name, data, kind in files]
         message = self._message(cid, self.users[user], content, message_id=message_id, **extra)
         await self._dispatch("MESSAGE_CREATE", message)

@@ -508,15 +508,18 @@ class MailStandIn:
         self.sent[str(msg["Message-ID"])] = msg
         return self.imap.mailbox.add(bytes(msg))
 
-    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None) -> str:
+    def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
+              file: tuple[str, str, bytes] | None = None) -> str:
         """`user` writes to the bot, answering the latest mail between them when there is one (so it stays in the
-        thread), else starting a thread whose subject is the text's first line; not private: others in Cc."""
+        thread), else starting a thread whose subject is the text's first line; not private: others in Cc; `file`
+        (name, media type, bytes) attached."""
         ours = [(r.at, r.message) for r in list(self.smtp.received) if user in r.recipients]
         theirs = [(at, m) for at, m in self.written if address_of(str(m["From"])) == user]
         last = max([*ours, *theirs], key=lambda pair: pair[0], default=(0.0, None))[1]
         subject = text.strip().split("\n")[0][:60] or "(no subject)"
         headers = {} if private else {"Cc": "friend@example.net, another@example.net"}
-        msg = letter(user, text, image=image, reply_to=last, subject=subject, headers=headers)
+        msg = letter(user, text, image=image, reply_to=last, subject=subject, headers=headers,
+                     attachments=[file] if file is not None else None)
         self.written.append((time.monotonic(), msg))
         self.deliver(msg)
         return str(msg["Message-ID"])

@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import importlib
-import inspect
 import json
 import os
 import re
@@ -22,6 +21,7 @@ import pytest
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.channels import registry
 from nanoagent.channels.state import state_file
+from nanoagent.gateway.server import Component
 from nanoagent.messages import is_tool, is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
@@ -156,6 +156,20 @@ def test_a_reply_streams_by_editing_where_the_app_edits(stand_in):
     assert (stand_in.edits() > 0) == channel.edits
 
 
+def test_with_streaming_off_only_the_finished_reply_is_sent(stand_in):
+    if not registry.get(stand_in.channel).edits:
+        pytest.skip(f"{stand_in.channel} sends only the finished reply anyway")
+    reply = " ".join(f"w{i}" for i in range(60))
+
+    async def scenario():
+        async with running(stand_in, Slow(reply, pause=0.01), streaming=False) as runner:
+            stand_in.write(stand_in.owner, "no streaming please")
+            await until(lambda: settled(runner) and stand_in.shown(stand_in.owner) == [reply], "the whole reply")
+
+    asyncio.run(scenario())
+    assert stand_in.edits() == 0  # one message, sent once, never edited
+
+
 class FirstWordThenHold(ScriptedProvider):
     """Streams the first word of its reply, then holds the rest until `hold` is set; `first` is when it gave it."""
 
@@ -229,6 +243,32 @@ def test_a_reply_ready_while_the_api_is_down_arrives_once_it_is_back(stand_in):
     assert user_texts(dm(stand_in, stand_in.owner)) == ["a question"]
 
 
+def test_while_the_api_is_down_health_says_failing_and_why_then_connected_once_it_is_back(stand_in):
+    secrets = [v for v in json.dumps(stand_in.settings()).split('"') if len(v) >= 12 and "://" not in v and "@" not in v]
+
+    async def scenario():
+        hold = asyncio.Event()
+        provider = Slow("the answer", hold=hold)
+        async with running(stand_in, provider) as runner:
+            component = runner.component = Component(stand_in.channel, runner.run)  # before the run starts
+            await until(lambda: component.health.startswith("connected as "), "the link to connect")
+            connected = component.health
+            stand_in.write(stand_in.owner, "a question")
+            await until(provider.started.is_set, "the model call")
+            stand_in.down(True)
+            hold.set()  # a reply is due while the app is away
+            await until(lambda: component.health.startswith("failing: "), "health to say failing")
+            failing = component.health
+            stand_in.down(False)
+            await until(lambda: stand_in.shown(stand_in.owner) == ["the answer"], "the answer")
+            await until(lambda: component.health == connected, "health to say connected again")
+        return failing
+
+    failing = asyncio.run(scenario())
+    assert len(failing.removeprefix("failing: ").strip()) > 5  # a reason, not only the word
+    assert not any(secret in failing for secret in secrets)
+
+
 def test_an_image_reaches_the_model_as_an_image(stand_in):
     provider = ScriptedProvider(["A single pixel."])
 
@@ -247,8 +287,6 @@ def test_an_image_reaches_the_model_as_an_image(stand_in):
 
 
 def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
-    if "file" not in inspect.signature(stand_in.write).parameters:
-        pytest.skip(f"the {stand_in.channel} stand-in cannot attach a file yet")
     provider = ScriptedProvider(["Two lines."])
 
     async def scenario():

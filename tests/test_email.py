@@ -7,6 +7,7 @@ import json
 import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -409,6 +410,35 @@ def _log_holds_no_secret(mail, caplog) -> None:
     everything = "\n".join(r.getMessage() for r in caplog.records)
     for secret in (PASSWORD, "secret plan", "stranger things", "secret answer"):
         assert secret not in everything
+
+
+def test_while_smtp_is_down_health_stays_failing_though_the_mailbox_is_read_well(mail):
+    reports: list[str | None] = []
+    mail.deliver(letter(mail.owner, "first"))
+
+    async def scenario() -> None:
+        link = EmailLink(config(mail), Paths.from_env(), replace(FAST, report=reports.append))
+        async with asyncio.timeout(PATIENCE):
+            await talk(link)
+
+    async def talk(link: EmailLink) -> None:
+        async with running(link) as batches:
+            [first] = await next_batch(batches)
+            await link.acknowledge([first])
+            with mail.smtp.cond:
+                mail.smtp.is_down = True
+            sending = asyncio.create_task(answer(link, first, "the answer"))
+            while not (reports and reports[-1]):  # the first failed SMTP attempt
+                await asyncio.sleep(0.02)
+            mail.deliver(letter(mail.owner, "second"))
+            await next_batch(batches)  # the mailbox was read: IMAP is fine
+            assert reports[-1] and "SMTP" in reports[-1]
+            with mail.smtp.cond:
+                mail.smtp.is_down = False
+            assert await asyncio.wait_for(sending, PATIENCE)
+        assert reports[-1] is None
+
+    asyncio.run(scenario())
 
 
 def test_the_reply_is_readable_text_and_the_subject_gets_re_once():

@@ -411,6 +411,20 @@ def test_a_slash_command_is_a_message_of_the_chat_it_was_typed_in(slack: SlackAP
     scenario(slack, tmp_path, body)
 
 
+def test_with_group_policy_off_a_slash_command_in_a_channel_is_dropped_as_its_messages_are(slack: SlackAPI,
+                                                                                            tmp_path: Any) -> None:
+    async def body(driver: Driver) -> None:
+        slack.send_envelope("slash_commands", {"command": "/nanoagent", "text": "new", "user_id": OWNER,
+                                               "channel_id": GENERAL, "trigger_id": "1.5.abc"})
+        slack.send_envelope("slash_commands", {"command": "/nanoagent", "text": "status", "user_id": OWNER,
+                                               "channel_id": f"D{OWNER}", "trigger_id": "1.6.abc"})
+        [incoming] = await driver.next()
+        assert (incoming.place.key, incoming.text) == (f"slack:{OWNER}", "/status")  # the DM's, not the channel's
+        await until(lambda: len(slack.acked()) == 2, "both acknowledged")
+
+    scenario(slack, tmp_path, body, group_policy="off")
+
+
 def test_a_file_is_downloaded_with_the_bot_token_and_only_from_slack(slack: SlackAPI, tmp_path: Any) -> None:
     async def body(driver: Driver) -> None:
         slack.write(OWNER, "look", file=("notes.txt", "text/plain", b"some notes"), image=b"\x89PNG fake")

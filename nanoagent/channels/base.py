@@ -13,6 +13,7 @@ This module is light on purpose: the registry, cron and the CLI import it; no ap
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
@@ -34,6 +35,11 @@ class DeliveryError(NanoagentError):
 
 def _unheard(problem: str | None) -> None:
     """Where a link's reports go when no engine listens (`verify`, `deliver`)."""
+
+
+def record(event: str, **fields: Any) -> str:
+    """A channel's log line: a JSON record of the event and its fields; never a message's text nor a token."""
+    return json.dumps({"event": event, **fields}, ensure_ascii=False)
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 from collections.abc import Coroutine
 from dataclasses import dataclass, replace
@@ -29,7 +28,7 @@ from nanoagent.agent.commands import STOP_COMMANDS
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.attachments import Attached, as_text, compose, sniff
 from nanoagent.channels import keys
-from nanoagent.channels.base import Channel, FileIn, Incoming, Link, Timing
+from nanoagent.channels.base import Channel, FileIn, Incoming, Link, Timing, record
 from nanoagent.channels.inbox import Inbox, Waiting
 from nanoagent.channels.keys import Place
 from nanoagent.channels.media import media_name, save_media
@@ -82,7 +81,7 @@ class ChannelRunner:
 
     def record(self, event: str, **fields: Any) -> str:
         """A structured log line: the event and its fields; never message contents or a token."""
-        return json.dumps({"event": f"{self.channel.name}_{event}", **fields}, ensure_ascii=False)
+        return record(f"{self.channel.name}_{event}", **fields)
 
     def health(self, text: str) -> None:
         if self.component is not None:

@@ -16,15 +16,12 @@ import re
 from dataclasses import dataclass
 
 from nanoagent.channels.base import Chunk
+from nanoagent.channels.markdown import units
 
 LIMIT = 2000  # characters in one Discord message
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]*)")
 DEEP_HEADING = re.compile(r"^\s{0,3}#{4,6}\s+(.*?)\s*#*\s*$")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)+\|?\s*$")
-
-
-def units(text: str) -> int:
-    return len(text.encode("utf-16-le")) // 2
 
 
 @dataclass

@@ -27,13 +27,12 @@ nanoagent was down is not known, so not caught up: a bot cannot list its DMs.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing
+from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
 from nanoagent.channels.keys import Place, make, parse
 from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.errors import NanoagentError
@@ -108,7 +107,7 @@ class DiscordLink:
             await self.close()
             raise failure
         assert client.user is not None
-        log.info(_record("discord_connected", bot_id=str(client.user.id)))
+        log.info(record("discord_connected", bot_id=str(client.user.id)))
         return f"@{client.user.name}"
 
     async def _run(self, client: discord.Client) -> None:
@@ -132,7 +131,7 @@ class DiscordLink:
             if self.closing:
                 return
             error = NanoagentError("the Discord gateway connection closed")
-        log.error(_record("discord_gateway_failed", error=type(error).__name__))
+        log.error(record("discord_gateway_failed", error=type(error).__name__))
         self.queue.put_nowait(error)
 
     async def close(self) -> None:
@@ -191,9 +190,9 @@ class DiscordLink:
                     if incoming is not None:
                         found.append(incoming)
             except (TimeoutError, discord.HTTPException, OSError) as e:
-                log.warning(_record("discord_catch_up_failed", error=type(e).__name__))
+                log.warning(record("discord_catch_up_failed", error=type(e).__name__))
         if found:
-            log.info(_record("discord_caught_up", messages=len(found)))
+            log.info(record("discord_caught_up", messages=len(found)))
         return found
 
     async def incoming(self, message: discord.Message) -> Incoming | None:
@@ -241,7 +240,7 @@ class DiscordLink:
             try:
                 found = await self._channel(channel.id)
             except (TimeoutError, discord.HTTPException, OSError) as e:
-                log.warning(_record("discord_channel_unknown", channel=str(channel.id), error=type(e).__name__))
+                log.warning(record("discord_channel_unknown", channel=str(channel.id), error=type(e).__name__))
                 return None  # not remembered: asked again next time
             known = found is not None and not isinstance(found, discord.PartialMessageable)
             self.places[channel.id] = await self._where(found) if known else None
@@ -320,7 +319,7 @@ class DiscordLink:
         try:
             return await self.client.http.get_from_cdn(file.ref)
         except (TimeoutError, discord.HTTPException, OSError) as e:
-            log.warning(_record("discord_download_failed", error=type(e).__name__))
+            log.warning(record("discord_download_failed", error=type(e).__name__))
             return None
 
     async def _target(self, place: Place) -> discord.PartialMessageable:
@@ -354,15 +353,18 @@ class DiscordLink:
         failures = 0
         while True:
             try:
-                return await call()
+                result = await call()
+                self.timing.report(None)
+                return result
             except discord.DiscordServerError as e:
-                error: str = f"{e.status}"
+                error: str = f"HTTP {e.status}"
             except discord.HTTPException as e:
-                log.warning(_record("discord_refused", call=what, status=e.status, code=e.code))
+                log.warning(record("discord_refused", call=what, status=e.status, code=e.code))
                 return None
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
                 error = type(e).__name__
-            log.warning(_record("discord_call_failed", call=what, error=error, failures=failures + 1))
+            log.warning(record("discord_call_failed", call=what, error=error, failures=failures + 1))
+            self.timing.report(f"Discord's API failing: {error}")
             if not persistent or self.closing:
                 return None
             await asyncio.sleep(self.timing.pause(failures))
@@ -536,11 +538,6 @@ def _drain(queue: asyncio.Queue[Any]) -> list[Any]:
 def _snowflake(at: float) -> int:
     """The smallest id Discord could give a message at time `at`."""
     return max(0, int(at * 1000) - EPOCH_MS) << 22
-
-
-def _record(event: str, **fields: Any) -> str:
-    """A structured log line: the event and its fields; never a message's text nor the token."""
-    return json.dumps({"event": event, **fields}, ensure_ascii=False)
 
 
 __all__ = ["CATCH_UP", "DiscordLink", "deliver", "verify"]

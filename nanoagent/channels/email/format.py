@@ -13,22 +13,14 @@ import re
 from html.parser import HTMLParser
 
 from nanoagent.channels.base import Chunk
+from nanoagent.channels.markdown import BOLD, BULLET, CODE_SPAN, FENCE, HEADING, HOLE, QUOTE, RULE, STRIKE
 
 LIMIT = 100_000  # characters of one mail's text: far past any reply, so a reply is one mail
-FENCE = re.compile(r"^\s{0,3}(```+|~~~+)\s*([\w+#.-]*)[^\n`]*$")
-HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 NUMBERED = re.compile(r"^(\s*)(\d+[.)])\s+(.*)$")
-QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
-CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 IMAGE = re.compile(r"!\[([^\]\n]*)\]\(([^\s()]+)\)")
 LINK = re.compile(r"\[([^\]\n]+)\]\(([^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
 AUTOLINK = re.compile(r"<((?:https?|mailto):[^\s<>]+)>")
-BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
-STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^_\n]+?)(?<!\s)_(?![\w_])")
-HOLE = re.compile(r"\x00(\d+)\x00")
 REPLY_PREFIX = re.compile(r"^\s*((re|aw|sv|antw)(\[\d+\])?\s*:\s*)+", re.I)
 
 

@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 import nanoagent.channels.email.format as fmt
 import nanoagent.channels.email.mail as mail
 from nanoagent.channels import keys
-from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing
+from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
 from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.errors import NanoagentError
 
@@ -47,11 +47,6 @@ IDLE_RENEW = 25 * 60.0  # seconds before IDLE is renewed (servers end it after 3
 TIMEOUT = 30.0  # seconds for one IMAP command or SMTP exchange
 MAX_THREADS = 500  # threads remembered for replies, the least recent dropped
 FETCH = re.compile(rb"^\d+ FETCH \(.*\bUID (\d+)\b.*\{(\d+)\}$")
-
-
-def record(event: str, **fields: Any) -> str:
-    """A structured log line: the event and its fields; never a message's text or a password."""
-    return json.dumps({"event": event, **fields}, ensure_ascii=False)
 
 
 def own_address(settings: EmailConfig) -> str:
@@ -293,6 +288,7 @@ class EmailLink:
         self.cache: dict[int, bytes] = {}  # recent mails with attachments, for `download`
         self.threads: dict[str, mail.Thread] = {}
         self.roots: dict[str, str] = {}  # Message-ID in a known thread -> the thread's root
+        self.problems: dict[str, str] = {}  # "imap" | "smtp" -> what fails there, until a call there succeeds
 
     # --- connecting ---------------------------------------------------------------------------------------------
 
@@ -333,6 +329,7 @@ class EmailLink:
                     log.info(record("email_reconnected"))
                 await self._mark()
                 batch = await self._check(self.imap)
+                self._health("imap", None)
                 failures = 0
                 if batch:
                     yield batch
@@ -343,13 +340,24 @@ class EmailLink:
                     await self.imap.wait(float(self.settings.poll_seconds), self.wake)
             except Refused as e:
                 log.error(record("email_refused", error=str(e)))
+                self._health("imap", str(e))
                 await self._drop()
                 await asyncio.sleep(self.timing.pause(len(self.timing.backoff)))
             except _imap_errors() as e:
                 log.warning(record("email_imap_failed", error=type(e).__name__))
+                self._health("imap", f"the IMAP server unreachable: {type(e).__name__}")
                 await self._drop()
                 await asyncio.sleep(self.timing.pause(failures))
                 failures += 1
+
+    def _health(self, server: str, problem: str | None) -> None:
+        """IMAP and SMTP fail apart: the link is failing while either does (a mailbox read well does not hide a
+        failing SMTP server), with the first failure's reason."""
+        if problem:
+            self.problems[server] = problem
+        else:
+            self.problems.pop(server, None)
+        self.timing.report(next(iter(self.problems.values()), None))
 
     async def _drop(self) -> None:
         if self.imap is not None:
@@ -502,13 +510,16 @@ class EmailLink:
         while True:
             try:
                 await smtp_send(self.settings, msg, TIMEOUT)
+                self._health("smtp", None)
                 break
             except Refused as e:
                 log.error(record("email_send_refused", error=str(e)))
                 return None
             except OSError as e:
-                log.warning(record("email_smtp_failed", error=str(e) if str(e).startswith("SMTP") else
-                                   type(e).__name__, persistent=persistent))
+                answered = str(e) if str(e).startswith("SMTP") else ""  # a 4xx answer: "SMTP 421"
+                log.warning(record("email_smtp_failed", error=answered or type(e).__name__, persistent=persistent))
+                self._health("smtp", f"the SMTP server answered {answered}" if answered else
+                             f"the SMTP server unreachable: {type(e).__name__}")
                 if not persistent:
                     return None
                 await asyncio.sleep(self.timing.pause(failures))

@@ -16,29 +16,30 @@ Text from Slack comes the other way through `from_slack`: mentions, channel link
 
 from __future__ import annotations
 
-import functools
 import re
-from collections.abc import Callable
-from dataclasses import dataclass
 
 from nanoagent.channels.base import Chunk
+from nanoagent.channels.markdown import (
+    BOLD,
+    BULLET,
+    CODE_SPAN,
+    HEADING,
+    HOLE,
+    QUOTE,
+    RULE,
+    STRIKE,
+    Packer,
+    parse_blocks,
+)
+from nanoagent.channels.markdown import Block as MarkdownBlock
 
 LIMIT = 4000  # characters of mrkdwn in one message (see the module's docstring)
-FENCE = re.compile(r"^\s{0,3}(```+|~~~+)\s*([\w+#.-]*)[^\n`]*$")
-HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.*?)\s*#*\s*$")
-BULLET = re.compile(r"^(\s*)[-*+]\s+(.*)$")
 NUMBERED = re.compile(r"^(\s*)(\d{1,9}[.)])\s+(.*)$")
-QUOTE = re.compile(r"^\s{0,3}>\s?(.*)$")
-RULE = re.compile(r"^\s{0,3}([-*_])(\s*\1){2,}\s*$")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
-CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
 BARE_URL = re.compile(r"(?:https?)://[^\s<>\"]+")
-BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
 BOLD_MARK = re.compile(r"\*\*|__")
-STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^_\n]+?)(?<!\s)_(?![\w_])")
-HOLE = re.compile(r"\x00(\d+)\x00")
 # what Slack puts in a message's text: <@U123>, <#C123|name>, <!here>, <https://x|label>, <mailto:a@b|a@b>
 SPECIAL = re.compile(r"<([@#!]?)([^<>|]+)(?:\|([^<>]*))?>")
 
@@ -52,15 +53,12 @@ def unescape(text: str) -> str:
 
 
 def markdown_to_mrkdwn(text: str) -> str:
-    return "\n\n".join(block.mrkdwn() for block in parse_blocks(text))
+    return "\n\n".join(block.mrkdwn() for block in parse_blocks(text, Block))
 
 
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:
     """The messages `text` becomes: each under `limit` as mrkdwn and as plain text; none empty."""
-    packer = _Packer(limit)
-    for block in parse_blocks(text):
-        packer.add(block)
-    return packer.done()
+    return Packer(limit, Block.mrkdwn, _shows).pack(parse_blocks(text, Block))
 
 
 def from_slack(text: str, bot_user: str = "") -> str:
@@ -84,59 +82,12 @@ def from_slack(text: str, bot_user: str = "") -> str:
 # --- blocks ----------------------------------------------------------------------------------------
 
 
-@dataclass
-class Block:
-    lines: list[str]
-    code: bool = False
-    lang: str = ""
-
+class Block(MarkdownBlock):
     def mrkdwn(self, lines: list[str] | None = None) -> str:
         lines = self.lines if lines is None else lines
         if self.code:
             return "```\n" + escape("\n".join(lines)) + "\n```"
         return _text_mrkdwn(lines)
-
-    def plain(self, lines: list[str] | None = None) -> str:
-        lines = self.lines if lines is None else lines
-        if self.code:
-            return "\n".join([f"```{self.lang}", *lines, "```"])
-        return "\n".join(lines)
-
-
-def parse_blocks(text: str) -> list[Block]:
-    """Paragraphs (separated by blank lines) and fenced code blocks; an unclosed fence runs to the end (a reply
-    still streaming)."""
-    blocks: list[Block] = []
-    paragraph: list[str] = []
-    fence: tuple[str, Block] | None = None
-
-    def end_paragraph() -> None:
-        if paragraph:
-            blocks.append(Block(list(paragraph)))
-            paragraph.clear()
-
-    for line in text.replace("\r\n", "\n").split("\n"):
-        if fence is not None:
-            marker, block = fence
-            stripped = line.strip()
-            if stripped.startswith(marker[:3]) and set(stripped) <= set(marker[0]) and len(stripped) >= len(marker):
-                blocks.append(block)
-                fence = None
-            else:
-                block.lines.append(line)
-            continue
-        opening = FENCE.match(line)
-        if opening:
-            end_paragraph()
-            fence = (opening.group(1), Block([], code=True, lang=opening.group(2)))
-        elif line.strip():
-            paragraph.append(line.rstrip())
-        else:
-            end_paragraph()
-    end_paragraph()
-    if fence is not None:
-        blocks.append(fence[1])
-    return blocks
 
 
 def _text_mrkdwn(lines: list[str]) -> str:
@@ -189,99 +140,5 @@ def inline_mrkdwn(text: str) -> str:
     return text
 
 
-# --- splitting -------------------------------------------------------------------------------------
-
-
-class _Packer:
-    """Fills messages block by block; a block that fits in no message is cut at lines (code blocks are closed and
-    reopened), and a line that fits in no message is cut inside."""
-
-    def __init__(self, limit: int):
-        self.limit = limit
-        self.chunks: list[Chunk] = []
-        self.body: list[str] = []
-        self.plain: list[str] = []
-
-    def size(self, body: str, plain: str) -> int:
-        """The current message's size with one more part: the larger of its mrkdwn and plain forms."""
-        sep = 2 * len(self.body)
-        return max(sum(map(len, self.body)) + len(body), sum(map(len, self.plain)) + len(plain)) + sep
-
-    def put(self, body: str, plain: str) -> bool:
-        if self.size(body, plain) > self.limit:
-            return False
-        self.body.append(body)
-        self.plain.append(plain)
-        return True
-
-    def flush(self) -> None:
-        """End the current message; one that would show nothing (a code fence just opened) is left out."""
-        if self.body:
-            body, plain = "\n\n".join(self.body), "\n\n".join(self.plain)
-            if body.replace("```", "").strip() and plain.replace("```", "").strip():
-                self.chunks.append(Chunk(body, plain))
-        self.body, self.plain = [], []
-
-    def add(self, block: Block) -> None:
-        if self.put(block.mrkdwn(), block.plain()):
-            return
-        self.flush()
-        if self.put(block.mrkdwn(), block.plain()):
-            return
-        self.add_lines(block)
-
-    def add_lines(self, block: Block) -> None:
-        """A block bigger than one message: as many lines as fit in each message, each message's share a block of
-        its own (a code block closed and reopened)."""
-        lines: list[str] = []
-        for line in block.lines:
-            if self.fits(block, [*lines, line]):
-                lines.append(line)
-                continue
-            if lines:
-                self.put(block.mrkdwn(lines), block.plain(lines))
-                self.flush()
-                lines = []
-            if self.fits(block, [line]):
-                lines = [line]
-                continue
-            for piece in self.cut(block, line):  # one line longer than a message
-                self.put(block.mrkdwn([piece]), block.plain([piece]))
-                self.flush()
-        if lines:
-            self.put(block.mrkdwn(lines), block.plain(lines))
-
-    def fits(self, block: Block, lines: list[str]) -> bool:
-        return self.size(block.mrkdwn(lines), block.plain(lines)) <= self.limit
-
-    def cut(self, block: Block, line: str) -> list[str]:
-        """`line` in pieces that each fit in a message of their own, cut at a space where one is near."""
-        def size(text: str, k: int) -> int:
-            return max(len(block.mrkdwn([text[:k]])), len(block.plain([text[:k]])))
-
-        pieces = []
-        rest = line
-        while rest:
-            n = _longest(rest, functools.partial(size, rest), self.limit)
-            space = rest.rfind(" ", n // 2, n)
-            if space > 0 and n < len(rest):
-                n = space + 1
-            pieces.append(rest[:n])
-            rest = rest[n:]
-        return pieces
-
-    def done(self) -> list[Chunk]:
-        self.flush()
-        return self.chunks
-
-
-def _longest(text: str, size: Callable[[int], int], limit: int) -> int:
-    """The longest prefix length whose size fits `limit` (at least 1): a binary search, sizes grow with length."""
-    low, high = 1, len(text)
-    while low < high:
-        mid = (low + high + 1) // 2
-        if size(mid) <= limit:
-            low = mid
-        else:
-            high = mid - 1
-    return low
+def _shows(body: str, plain: str) -> bool:
+    return bool(body.replace("```", "").strip() and plain.replace("```", "").strip())

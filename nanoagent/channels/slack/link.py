@@ -38,7 +38,6 @@ reply or a delivery to a person's id).
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import time
 import urllib.parse
@@ -47,7 +46,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.channels import keys
-from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing
+from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
 from nanoagent.channels.keys import Place
 from nanoagent.channels.slack.format import from_slack
 from nanoagent.channels.state import state_file
@@ -163,7 +162,8 @@ class SlackLink:
         kind = message.get("type")
         if kind == "hello":
             self.hellos += 1
-            log.info(_record("slack_connected", reconnect=self.hellos > 1))
+            self.timing.report(None)
+            log.info(record("slack_connected", reconnect=self.hellos > 1))
             if self.hellos > 1:  # events sent while the socket was away are lost: read them from the history
                 self._spawn(self._queue_catch_up())
             return
@@ -190,7 +190,8 @@ class SlackLink:
                 await self.queue.put([incoming])
 
     async def _on_close(self, message: Any) -> None:
-        log.info(_record("slack_disconnected"))
+        # no health report here: the SDK calls this only once it has reconnected (or never, when it could not)
+        log.info(record("slack_disconnected"))
 
     def _late(self, envelope: str, item: Incoming) -> None:
         """The engine has not stored it yet: acknowledge so Slack stops resending. The cursor has not passed it, so
@@ -198,7 +199,7 @@ class SlackLink:
         self.timers.pop(envelope, None)
         if envelope in self.pending.get(item.id, []):
             self.pending[item.id].remove(envelope)
-        log.warning(_record("slack_ack_early", after=self.ack_deadline))
+        log.warning(record("slack_ack_early", after=self.ack_deadline))
         ts = str(item.raw.get("ts") or "")
         before = {place: f"{_float(ts) - 0.000001:.6f}" for place in _places(item) if place not in self.cursor}
         self.cursor.update(before)
@@ -223,6 +224,8 @@ class SlackLink:
         chat it was typed in (commands have no thread)."""
         command, channel, user = payload.get("command"), payload.get("channel_id"), payload.get("user_id")
         if not (isinstance(command, str) and isinstance(channel, str) and isinstance(user, str)):
+            return None
+        if not channel.startswith("D") and self.settings.group_policy == "off":  # channels are off: commands too
             return None
         text = str(payload.get("text") or "").strip()
         if command in UMBRELLA:
@@ -311,9 +314,9 @@ class SlackLink:
             try:
                 await self.socket.send_socket_mode_response({"envelope_id": envelope})
             except Exception as e:  # the socket went away: Slack sends it again, and the engine keeps the first
-                log.warning(_record("slack_ack_failed", error=type(e).__name__))
+                log.warning(record("slack_ack_failed", error=type(e).__name__))
             if waited > 3.0:
-                log.warning(_record("slack_ack_late", seconds=round(waited, 2)))
+                log.warning(record("slack_ack_late", seconds=round(waited, 2)))
 
     # --- catching up ------------------------------------------------------------------------------------------
 
@@ -340,7 +343,7 @@ class SlackLink:
                 else:
                     messages = await self._history("conversations_history", channel=channel, oldest=oldest)
             except _failures() as e:
-                log.warning(_record("slack_catch_up_failed", error=_error(e) if isinstance(e, SlackApiError)
+                log.warning(record("slack_catch_up_failed", error=_error(e) if isinstance(e, SlackApiError)
                                     else type(e).__name__))
                 continue
             for message in messages:
@@ -351,7 +354,7 @@ class SlackLink:
                     found[incoming.id] = incoming
         caught = sorted(found.values(), key=lambda item: _float(item.raw.get("ts")))
         if caught:
-            log.info(_record("slack_caught_up", messages=len(caught)))
+            log.info(record("slack_caught_up", messages=len(caught)))
         return caught
 
     async def _history(self, method: str, **kwargs: Any) -> list[dict[str, Any]]:
@@ -400,9 +403,9 @@ class SlackLink:
         try:
             return await self._api().conversation(place.chat, self.dms, persistent)
         except SlackApiError as e:
-            log.warning(_record("slack_call_failed", method="conversations_open", error=_error(e)))
+            log.warning(record("slack_call_failed", method="conversations_open", error=_error(e)))
         except _network_errors() as e:
-            log.warning(_record("slack_call_failed", method="conversations_open", error=type(e).__name__))
+            log.warning(record("slack_call_failed", method="conversations_open", error=type(e).__name__))
         return None
 
     async def typing(self, place: Place) -> None:
@@ -420,7 +423,7 @@ class SlackLink:
                                    channel_id=channel, thread_ts=place.thread, status=status)
         except SlackApiError as e:
             self.status_works = False  # an app without the AI feature: no indicator this run
-            log.info(_record("slack_status_off", error=_error(e)))
+            log.info(record("slack_status_off", error=_error(e)))
         except _network_errors():
             pass
         else:
@@ -434,7 +437,7 @@ class SlackLink:
         import aiohttp
 
         if self.api is None or not self._trusted(file.ref):
-            log.warning(_record("slack_download_refused", reason="not a Slack file URL"))
+            log.warning(record("slack_download_refused", reason="not a Slack file URL"))
             return None
         if file.size is not None and file.size > MAX_DOWNLOAD:
             return None
@@ -443,12 +446,12 @@ class SlackLink:
                                         allow_redirects=False) as response:
                 kind = response.headers.get("Content-Type", "")
                 if response.status != 200 or kind.startswith("text/html"):  # Slack's login page: no files:read
-                    log.warning(_record("slack_download_failed", status=response.status))
+                    log.warning(record("slack_download_failed", status=response.status))
                     return None
                 data = await response.content.read(MAX_DOWNLOAD + 1)
                 return data if len(data) <= MAX_DOWNLOAD else None
         except (TimeoutError, aiohttp.ClientError, OSError) as e:
-            log.warning(_record("slack_download_failed", error=type(e).__name__))
+            log.warning(record("slack_download_failed", error=type(e).__name__))
             return None
 
     def _trusted(self, url: str) -> bool:
@@ -521,10 +524,10 @@ class WebAPI:
         try:
             response = await self.call(method, persistent, **kwargs)
         except SlackApiError as e:
-            log.warning(_record("slack_call_failed", method=method, error=_error(e)))
+            log.warning(record("slack_call_failed", method=method, error=_error(e)))
             return None
         except _network_errors() as e:
-            log.warning(_record("slack_call_failed", method=method, error=type(e).__name__))
+            log.warning(record("slack_call_failed", method=method, error=type(e).__name__))
             return None
         return dict(response.data) if isinstance(response.data, dict) else {}
 
@@ -536,24 +539,29 @@ class WebAPI:
         failures = 0
         while True:
             try:
-                return await getattr(self.web, method)(**kwargs)
+                response = await getattr(self.web, method)(**kwargs)
+                self.timing.report(None)
+                return response
             except SlackApiError as e:
                 status = e.response.status_code
+                if status >= 500:
+                    self.timing.report(f"Slack's Web API answered HTTP {status}")
                 if wait and (status == 429 or _error(e) == "ratelimited"):
                     delay = _float(e.response.headers.get("Retry-After"), 1.0)
-                    log.warning(_record("slack_rate_limited", method=method, retry_after=delay))
+                    log.warning(record("slack_rate_limited", method=method, retry_after=delay))
                     await asyncio.sleep(delay)
                     continue
                 if not (persistent and status >= 500):
                     raise
                 error: str = f"http {status}"
             except _network_errors() as e:
+                self.timing.report(f"Slack's Web API unreachable: {type(e).__name__}")
                 if not persistent:
                     raise
                 error = type(e).__name__
             delay = self.timing.pause(failures)
             failures += 1
-            log.warning(_record("slack_call_retry", method=method, error=error, retry_in=delay))
+            log.warning(record("slack_call_retry", method=method, error=error, retry_in=delay))
             await asyncio.sleep(delay)
 
 
@@ -624,11 +632,6 @@ def _network_errors() -> tuple[type[Exception], ...]:
     import aiohttp
 
     return (TimeoutError, aiohttp.ClientError, OSError)
-
-
-def _record(event: str, **fields: Any) -> str:
-    """A structured log line: the event and its fields; never message contents or a token."""
-    return json.dumps({"event": event, **fields}, ensure_ascii=False)
 
 
 def _quiet() -> logging.Logger:

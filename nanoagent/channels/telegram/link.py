@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 import logging
 import os
 import re
@@ -23,7 +22,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from nanoagent.channels.base import Chunk, FileIn, Incoming, Timing
+from nanoagent.channels.base import Chunk, FileIn, Incoming, Timing, record
 from nanoagent.channels.keys import Place, make
 from nanoagent.channels.state import state_file
 from nanoagent.config.schema import TelegramConfig
@@ -172,7 +171,7 @@ class TelegramLink:
             found = await self.api("getFile", lambda: self.bot.get_file(file.ref))
             data = await found.download_as_bytearray(read_timeout=120) if found is not None else None
         except TelegramError as e:
-            log.warning(_record("telegram_download_failed", error=type(e).__name__))
+            log.warning(record("telegram_download_failed", error=type(e).__name__))
             return None
         return bytes(data) if data is not None else None
 
@@ -190,7 +189,7 @@ class TelegramLink:
             except BadRequest as e:
                 if mode and unparsable(e):
                     continue
-                log.warning(_record("telegram_send_refused", error=type(e).__name__))
+                log.warning(record("telegram_send_refused", error=type(e).__name__))
                 return None
             return str(message.message_id) if message is not None else None
         return None
@@ -209,7 +208,7 @@ class TelegramLink:
                     return True
                 if mode and unparsable(e):
                     continue
-                log.warning(_record("telegram_edit_refused", error=type(e).__name__))
+                log.warning(record("telegram_edit_refused", error=type(e).__name__))
                 return False
             return done is not None
         return False
@@ -236,14 +235,14 @@ class TelegramLink:
                 result = await call()
             except RetryAfter as e:
                 wait = retry_after(e)
-                log.warning(_record("telegram_rate_limited", method=method, retry_after=wait))
+                log.warning(record("telegram_rate_limited", method=method, retry_after=wait))
                 await asyncio.sleep(wait)
                 continue
             except BadRequest:
                 raise
             except NetworkError as e:
                 if failures == 0:
-                    log.warning(_record("telegram_unreachable", method=method, error=type(e).__name__))
+                    log.warning(record("telegram_unreachable", method=method, error=type(e).__name__))
                 self.timing.report(f"Telegram's Bot API unreachable: {self.reason(e)}")
                 if not persistent:
                     return None
@@ -255,15 +254,15 @@ class TelegramLink:
                     raise TelegramUnauthorized("Telegram rejected the bot token: check channels.telegram.token or "
                                                "TELEGRAM_BOT_TOKEN (from @BotFather).") from None
                 self.unsupported.add(method)  # a 404: a server without this method
-                log.warning(_record("telegram_method_unsupported", method=method))
+                log.warning(record("telegram_method_unsupported", method=method))
                 return None
             except TelegramError as e:
-                log.warning(_record("telegram_call_failed", method=method, error=type(e).__name__))
+                log.warning(record("telegram_call_failed", method=method, error=type(e).__name__))
                 if method == "getUpdates":  # no message reaches us (another poller, a webhook): the link is failing
                     self.timing.report(f"Telegram refused getUpdates: {self.reason(e)}")
                 return None
             if failures:
-                log.info(_record("telegram_reachable", method=method))
+                log.info(record("telegram_reachable", method=method))
             self.timing.report(None)
             return result
 
@@ -283,7 +282,7 @@ class TelegramLink:
             await self.api(method, call)
         except BadRequest:
             self.unsupported.add(method)
-            log.warning(_record("telegram_method_unsupported", method=method))
+            log.warning(record("telegram_method_unsupported", method=method))
 
 
 def files_of(message: Message) -> list[FileIn]:
@@ -312,11 +311,5 @@ def unparsable(error: Exception) -> bool:
     return "parse entities" in str(error).lower()
 
 
-
 def _thread(place: Place) -> int | None:
     return int(place.thread) if place.thread else None
-
-
-def _record(event: str, **fields: Any) -> str:
-    """A structured log line: the event and its fields; never message contents or the token."""
-    return json.dumps({"event": event, **fields}, ensure_ascii=False)
