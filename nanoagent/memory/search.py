@@ -111,6 +111,7 @@ RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
 FILTERED_FIRST = 256  # a filtered search first asks the ranking for this many matches, then eight times more
 MAX_FILTERED = 2000  # and looks at most at this many of the best
+MAX_COUNTS = 20_000  # word counts kept for `_distinctive` before they are forgotten and counted again
 TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 
 
@@ -234,10 +235,11 @@ class MemorySearch:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._cache: sqlite3.Connection | None = None  # the vector cache, opened when something needs embedding
-        # words found in more documents than this many (a lower bound), as `_distinctive` counted them: adding
-        # documents keeps them common, so they are forgotten only when documents go (or another process wrote)
-        self._common: dict[str, int] = {}
-        self._common_version: int | None = None  # the index's data_version when `_common` was last valid
+        # `_distinctive`'s word counts: (documents, the LIMIT it counted with, `_added` then). Adding n documents
+        # adds at most n to a count, so they are forgotten only when documents go or another process writes
+        self._counts: dict[str, tuple[int, int, int]] = {}
+        self._counts_version: int | None = None  # the index's data_version when `_counts` was last valid
+        self._added = 0  # documents this searcher added to the index
 
     @property
     def index_path(self) -> Path:
@@ -290,7 +292,7 @@ class MemorySearch:
             if self._db is not None:
                 self._db.close()
                 self._db = None
-                self._common.clear()
+                self._counts.clear()
             if self._cache is not None:
                 self._cache.close()
                 self._cache = None
@@ -340,7 +342,7 @@ class MemorySearch:
         return self._db
 
     def _rebuild(self) -> None:
-        self._common.clear()
+        self._counts.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -362,8 +364,9 @@ class MemorySearch:
             if "history" in changed:
                 self._update_history(db, stats)
             self._update_sessions(db, stats, {name for name in changed if name.startswith("session:")})
+        self._added += stats.added
         if stats.removed:
-            self._common.clear()  # a common word may be rare now
+            self._counts.clear()  # a common word may be rare now
         return stats
 
     def _changed(self, db: sqlite3.Connection) -> list[str]:
@@ -481,10 +484,10 @@ class MemorySearch:
         keywords = without_time(query)
         if max_term_docs is not None:
             version = db.execute("PRAGMA data_version").fetchone()[0]  # changes when another connection writes
-            if version != self._common_version:
-                self._common.clear()
-                self._common_version = version
-            keywords = _distinctive(db, keywords, max_term_docs, self._common)
+            if version != self._counts_version or len(self._counts) > MAX_COUNTS:
+                self._counts.clear()
+                self._counts_version = version
+            keywords = _distinctive(db, keywords, max_term_docs, self._counts, self._added)
         ranked: list[tuple[int, float]] = []
         every: set[int] = set()
         if match_expression(keywords) is not None:
@@ -821,24 +824,31 @@ def _days(stamp: str) -> float:
         return 0.0
 
 
-def _distinctive(db: sqlite3.Connection, query: str, max_docs: int, common: dict[str, int]) -> str:
+def _distinctive(db: sqlite3.Connection, query: str, max_docs: int, counts: dict[str, tuple[int, int, int]],
+                 added: int) -> str:
     """The words of `query` (its first MAX_QUERY_TERMS) found in at most `max_docs` documents. Counting stops at
-    `max_docs + 1`, so a common word costs no more than a rare one. A word `common` holds with more documents than
-    `max_docs` is not counted again; one counted as common is added to it."""
+    `max_docs + 1`, so a common word costs no more than a rare one. A word is counted again only when `counts`
+    (word: documents, the limit counted with, `added` then; kept up to date here) cannot tell: `added` is how many
+    documents were added since the counts began, and each adds one at most to a word's count."""
     kept = []
     words = [w for w in dict.fromkeys(query.split())  # alone, a stopword is searched (see match_expression)
              if any(not part.isascii() or (len(part) > 1 and part not in STOPWORDS)
                     for part in re.findall(r"\w+", w.lower()))]
     for word in words[:MAX_QUERY_TERMS]:
         expression = match_expression(word, "AND")
-        if expression is None or common.get(word, 0) > max_docs:
+        if expression is None:
+            continue
+        count, limit, then = counts.get(word, (0, 0, added))
+        if count > max_docs:
+            continue  # common, and adding documents keeps it so
+        if count < limit and count + added - then <= max_docs:  # an exact count, that cannot have grown past
+            kept.append(word)
             continue
         count = db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
                            (expression, max_docs + 1)).fetchone()[0]
+        counts[word] = (count, max_docs + 1, added)
         if count <= max_docs:
             kept.append(word)
-        else:
-            common[word] = count
     return " ".join(kept)
 
 
