@@ -148,6 +148,41 @@ def test_an_unchanged_corpus_does_no_reindex_work(paths):
     assert second.last_update == IndexUpdate()
 
 
+def test_two_searchers_on_one_index_each_find_what_the_other_indexed_and_index_it_once(paths):
+    add_session(paths, "cli:direct", user("hello there"))
+    first, second = MemorySearch(paths), MemorySearch(paths)  # two processes sharing the index
+    first.search("hello")
+    add_session(paths, "telegram:42", user("the spare key is under the heron statue"))
+    assert sources(second.search("heron statue"))[:1] == ["session telegram:42 #0"]
+    add_session(paths, "cli:direct", user("the boat is moored at pier nine"))
+    assert sources(first.search("heron statue"))[:1] == ["session telegram:42 #0"]
+    assert first.last_update == IndexUpdate(added=1, sources=1)  # only the message the other had not indexed
+    assert sources(second.search("moored pier"))[:1] == ["session cli:direct #1"]
+    assert second.last_update == IndexUpdate()
+
+
+def test_a_word_that_became_common_since_the_last_search_is_left_out_of_a_recall_query(paths):
+    searcher = MemorySearch(paths)
+    add_session(paths, "cli:direct", user("a zebra crossed the road"))
+    assert sources(searcher.search("zebra", max_term_docs=3)) == ["session cli:direct #0"]
+    add_session(paths, "telegram:42", *(user(f"zebra number {n}") for n in range(3)))
+    assert searcher.search("zebra", max_term_docs=3) == []  # four documents now: too common to say anything
+
+
+def test_a_word_that_became_rare_again_is_searched_even_when_another_searcher_dropped_its_documents(paths):
+    add_session(paths, "cli:direct", user("a zebra crossed the road"))
+    add_session(paths, "telegram:42", *(user(f"zebra number {n}") for n in range(3)))
+    searcher, other = MemorySearch(paths), MemorySearch(paths)
+    assert searcher.search("zebra", max_term_docs=3) == []
+    paths.session_file("telegram:42").unlink()
+    other.search("anything")  # another process drops the deleted session's messages first
+    assert sources(searcher.search("zebra", max_term_docs=3)) == ["session cli:direct #0"]
+    add_session(paths, "telegram:7", *(user(f"zebra number {n}") for n in range(3)))
+    assert searcher.search("zebra", max_term_docs=3) == []
+    paths.session_file("telegram:7").unlink()
+    assert sources(searcher.search("zebra", max_term_docs=3)) == ["session cli:direct #0"]
+
+
 def test_a_session_file_that_shrank_is_indexed_again_from_the_start(paths):
     add_session(paths, "cli:direct", user("the old quokka story"), {"role": "assistant", "content": "ok " * 200})
     searcher = MemorySearch(paths)

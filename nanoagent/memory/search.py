@@ -111,6 +111,7 @@ RRF_K = 60  # reciprocal rank fusion constant (Cormack et al.); damps the weight
 _UNUSABLE = ("SQLITE_CANTOPEN", "SQLITE_READONLY", "SQLITE_PERM", "SQLITE_IOERR", "SQLITE_FULL")
 FILTERED_FIRST = 256  # a filtered search first asks the ranking for this many matches, then eight times more
 MAX_FILTERED = 2000  # and looks at most at this many of the best
+MAX_COUNTS = 20_000  # word counts kept for `_distinctive` before they are forgotten and counted again
 TAIL_BYTES = 64  # a log's last indexed bytes, kept to tell an append from an edit that moved them
 
 
@@ -234,6 +235,11 @@ class MemorySearch:
         self._lock = threading.Lock()
         self._warned: set[str] = set()
         self._cache: sqlite3.Connection | None = None  # the vector cache, opened when something needs embedding
+        # `_distinctive`'s word counts: (documents, the LIMIT it counted with, `_added` then). Adding n documents
+        # adds at most n to a count, so they are forgotten only when documents go or another process writes
+        self._counts: dict[str, tuple[int, int, int]] = {}
+        self._counts_version: int | None = None  # the index's data_version when `_counts` was last valid
+        self._added = 0  # documents this searcher added to the index
 
     @property
     def index_path(self) -> Path:
@@ -286,6 +292,7 @@ class MemorySearch:
             if self._db is not None:
                 self._db.close()
                 self._db = None
+                self._counts.clear()
             if self._cache is not None:
                 self._cache.close()
                 self._cache = None
@@ -335,6 +342,7 @@ class MemorySearch:
         return self._db
 
     def _rebuild(self) -> None:
+        self._counts.clear()
         if self._db is not None:
             self._db.close()
             self._db = None
@@ -343,18 +351,49 @@ class MemorySearch:
     # --- catching up ---------------------------------------------------------------------------------
 
     def _update(self, db: sqlite3.Connection) -> IndexUpdate:
+        """Indexes what changed since the index last saw it. A read of the sources table and a stat per file say
+        which files those are (every search asks, so nothing changed costs no write transaction); inside the
+        transaction each of them is compared with its row again, so another process catching up meanwhile is
+        seen."""
         stats = IndexUpdate()
+        changed = self._changed(db)
+        if not changed:
+            return stats
         with _writing(db):
-            self._update_files(db, stats)
-            self._update_history(db, stats)
-            self._update_sessions(db, stats)
+            self._update_files(db, stats, [name[5:] for name in changed if name.startswith("file:")])
+            if "history" in changed:
+                self._update_history(db, stats)
+            self._update_sessions(db, stats, {name for name in changed if name.startswith("session:")})
+        self._added += stats.added
+        if stats.removed:
+            self._counts.clear()  # a common word may be rare now
         return stats
 
-    def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        known = [name[5:] for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'file:%'")]
-        for rel in dict.fromkeys([*memory_files_on_disk(self.paths.workspace), *known]):
-            if not (rel in MEMORY_FILES or is_person_file(rel) or is_dated_note(rel)):
-                continue  # skills are not indexed
+    def _changed(self, db: sqlite3.Connection) -> list[str]:
+        """The sources (as named in the sources table) whose file differs from its row: new, changed or gone."""
+        indexed = {name: (ino, size, mtime_ns) for name, ino, size, mtime_ns in
+                   db.execute("SELECT name, ino, size, mtime_ns FROM sources")}
+        indexed = {name: row for name, row in indexed.items() if not name.startswith("file:") or _indexed_file(name[5:])}
+        workspace = str(self.paths.workspace)  # paths as strings: pathlib would cost more than the stats
+        on_disk = {f"file:{rel}": os.path.join(workspace, rel) for rel in memory_files_on_disk(self.paths.workspace)
+                   if _indexed_file(rel)}
+        on_disk["history"] = str(self.paths.memory_dir / "history.jsonl")
+        try:
+            with os.scandir(self.paths.sessions_dir) as entries:
+                on_disk.update((f"session:{e.name}", e.path) for e in entries if e.name.endswith(".jsonl"))
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        changed = []  # in the order the files were indexed before: memory files as listed, then the gone ones
+        for name, path in on_disk.items():
+            st = _stat(path)
+            if (None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)) != indexed.get(name):
+                changed.append(name)
+        return changed + [name for name in indexed if name not in on_disk]
+
+    def _update_files(self, db: sqlite3.Connection, stats: IndexUpdate, rels: list[str]) -> None:
+        for rel in rels:
+            if not _indexed_file(rel):
+                continue
             name = f"file:{rel}"
             st = _stat(self.paths.workspace / rel)
             row = _load_source(db, name)
@@ -399,11 +438,12 @@ class MemorySearch:
         _save_source(db, name, _Source(st.st_ino, st.st_size, st.st_mtime_ns, offset, position=last,
                                        tail=_read_tail(path, offset)))
 
-    def _update_sessions(self, db: sqlite3.Connection, stats: IndexUpdate) -> None:
-        known = {name for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'session:%'")}
-        directory = self.paths.sessions_dir
-        files = sorted(directory.glob("*.jsonl")) if directory.is_dir() else []
-        for path in files:
+    def _update_sessions(self, db: sqlite3.Connection, stats: IndexUpdate, names: set[str]) -> None:
+        """Indexes the session files `names` (as in the sources table) that changed; drops those that are gone."""
+        known = {name for (name,) in db.execute("SELECT name FROM sources WHERE name LIKE 'session:%'")} & names
+        for path in sorted(self.paths.sessions_dir / name[8:] for name in names):
+            if not path.is_file():
+                continue
             name = f"session:{path.name}"
             known.discard(name)
             st = _stat(path)
@@ -443,7 +483,11 @@ class MemorySearch:
             return []
         keywords = without_time(query)
         if max_term_docs is not None:
-            keywords = _distinctive(db, keywords, max_term_docs)
+            version = db.execute("PRAGMA data_version").fetchone()[0]  # changes when another connection writes
+            if version != self._counts_version or len(self._counts) > MAX_COUNTS:
+                self._counts.clear()
+                self._counts_version = version
+            keywords = _distinctive(db, keywords, max_term_docs, self._counts, self._added)
         ranked: list[tuple[int, float]] = []
         every: set[int] = set()
         if match_expression(keywords) is not None:
@@ -612,7 +656,11 @@ def _writing(db: sqlite3.Connection) -> Iterator[None]:
     db.execute("COMMIT")
 
 
-def _stat(path: Path) -> os.stat_result | None:
+def _indexed_file(rel: str) -> bool:
+    return rel in MEMORY_FILES or is_person_file(rel) or is_dated_note(rel)  # skills are not indexed
+
+
+def _stat(path: Path | str) -> os.stat_result | None:
     try:
         return os.stat(path)
     except OSError:
@@ -776,9 +824,12 @@ def _days(stamp: str) -> float:
         return 0.0
 
 
-def _distinctive(db: sqlite3.Connection, query: str, max_docs: int) -> str:
+def _distinctive(db: sqlite3.Connection, query: str, max_docs: int, counts: dict[str, tuple[int, int, int]],
+                 added: int) -> str:
     """The words of `query` (its first MAX_QUERY_TERMS) found in at most `max_docs` documents. Counting stops at
-    `max_docs + 1`, so a common word costs no more than a rare one."""
+    `max_docs + 1`, so a common word costs no more than a rare one. A word is counted again only when `counts`
+    (word: documents, the limit counted with, `added` then; kept up to date here) cannot tell: `added` is how many
+    documents were added since the counts began, and each adds one at most to a word's count."""
     kept = []
     words = [w for w in dict.fromkeys(query.split())  # alone, a stopword is searched (see match_expression)
              if any(not part.isascii() or (len(part) > 1 and part not in STOPWORDS)
@@ -787,8 +838,15 @@ def _distinctive(db: sqlite3.Connection, query: str, max_docs: int) -> str:
         expression = match_expression(word, "AND")
         if expression is None:
             continue
+        count, limit, then = counts.get(word, (0, 0, added))
+        if count > max_docs:
+            continue  # common, and adding documents keeps it so
+        if count < limit and count + added - then <= max_docs:  # an exact count, that cannot have grown past
+            kept.append(word)
+            continue
         count = db.execute("SELECT count(*) FROM (SELECT 1 FROM fts WHERE fts MATCH ? LIMIT ?)",
                            (expression, max_docs + 1)).fetchone()[0]
+        counts[word] = (count, max_docs + 1, added)
         if count <= max_docs:
             kept.append(word)
     return " ".join(kept)
