@@ -114,3 +114,40 @@ def test_a_key_and_url_from_config_json_are_named_as_its_settings_not_as_variabl
     configure(f"http://127.0.0.1:{free_port()}")
     line = error_line(invoke("agent", "-m", "hi"))
     assert line.endswith(f"is the server running? check providers.{provider}.apiBase.") and "BASE_URL" not in line
+
+
+def test_a_fallback_without_a_key_is_skipped_with_one_warning_and_the_primary_answers(llm, isolated_home, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    keyless = "openai/gpt-keyless-fallback"  # warned about once per process: a name no other test uses
+    write_config(isolated_home, {"agents": {"defaults": {"fallbackModels": [keyless, "anthropic/claude-spare"]}}})
+    llm.default_reply = Reply(text="from the primary")
+    proc = invoke("agent", "-m", "hi", env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    assert "from the primary" in proc.stdout
+    warnings = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert warnings == [f"warning: Fallback model {keyless} is skipped: no API key for openai; set OPENAI_API_KEY "
+                        "(or providers.openai.apiKey in config.json) to use it, or remove it from "
+                        "agents.defaults.fallbackModels."]
+    proc = invoke("agent", "-m", "again", env=anthropic_env(llm))
+    assert proc.returncode == 0 and "from the primary" in proc.stdout
+    assert "warning" not in proc.stderr  # once per process
+    assert len(llm.requests) == 2
+
+
+def test_a_keyed_fallback_still_answers_when_a_keyless_one_is_skipped(llm, isolated_home, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    write_config(isolated_home, {"agents": {"defaults": {"maxRetries": 0,
+                                                         "fallbackModels": ["openai/gpt-keyless-2", "anthropic/spare"]}}})
+    llm.script(Reply(status=529), Reply(text="from the keyed fallback"))
+    proc = invoke("agent", "-m", "hi", env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    assert "from the keyed fallback" in proc.stdout
+    assert [r.body["model"] for r in llm.requests] == ["claude-test", "spare"]
+
+
+def test_a_primary_without_a_key_still_fails_with_its_clear_error(isolated_home, monkeypatch):
+    monkeypatch.delenv("OPENAI_API_KEY", raising=False)
+    write_config(isolated_home, {"agents": {"defaults": {"fallbackModels": ["anthropic/claude-test"]}}})
+    env = {"ANTHROPIC_API_KEY": "sk-ant-x", "NANOAGENT_MODEL": "openai/gpt-4.1"}
+    line = error_line(invoke("agent", "-m", "hi", env=env))
+    assert line.startswith("Error: No API key for openai (NANOAGENT_MODEL is openai/gpt-4.1): set OPENAI_API_KEY")

@@ -59,10 +59,10 @@ def build_agent(
     default_model = model or config.defaults.model
     if provider is None:
         if check_model:
-            build_provider(config, default_model)  # a bad model name or missing key fails before the first turn
+            build_provider(config, default_model, warn)  # a bad model name or missing key fails before the first turn
 
         def provider_for(name: str) -> Provider:
-            return build_provider(config, name)
+            return build_provider(config, name, warn)
     else:
         def provider_for(name: str) -> Provider:
             return provider
@@ -197,7 +197,7 @@ def _dream_provider(config: Config, model: str, batch: bool, warn: Callable[[str
         if provider is not None:
             return provider, 0.5  # Message Batches are billed at half price
         warn(f"--batch needs an Anthropic model; {model} gets direct calls instead.")
-    return build_provider(config, model), 1.0
+    return build_provider(config, model, warn), 1.0
 
 
 class DeferredProvider:

@@ -7,6 +7,8 @@ litellm knows goes through litellm, as does anything prefixed `litellm/`.
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Callable
 from functools import lru_cache
 
 from nanoagent.config.schema import Config
@@ -23,6 +25,8 @@ DEFAULT_MODELS = {
     "openrouter": "openrouter/anthropic/claude-sonnet-4.5",
     "ollama": "ollama/llama3.1",
 }
+log = logging.getLogger("nanoagent")
+_skipped: set[str] = set()  # fallback models already warned about in this process
 EXAMPLES = "e.g. anthropic/claude-sonnet-4-5, openai/gpt-4.1, openrouter/<vendor>/<model> or ollama/llama3.1"
 
 
@@ -39,6 +43,10 @@ def provider_name(model: str) -> str:
     raise ConfigError(f"Unknown model '{model}': name it as provider/model, {EXAMPLES}.")
 
 
+class MissingKeyError(ConfigError):
+    """A model's provider needs an API key and has none."""
+
+
 def make_provider(model: str, config: Config) -> Provider:
     name = provider_name(model)
     settings = config.provider(name)
@@ -46,14 +54,14 @@ def make_provider(model: str, config: Config) -> Provider:
     via_litellm = model.startswith("litellm/")
     if name == "anthropic" and not via_litellm:
         if not settings.api_key:
-            raise ConfigError(missing_key_message(name, model, config))
+            raise MissingKeyError(missing_key_message(name, model, config))
         from nanoagent.providers.anthropic import AnthropicProvider
 
         return AnthropicProvider(settings.api_key, settings.api_base, timeout)
     if (name in OPENAI_COMPATIBLE or (settings.api_base and name not in litellm_providers())) and not via_litellm:
         default_base, key_var = OPENAI_COMPATIBLE.get(name, (None, None))
         if key_var and not settings.api_key:
-            raise ConfigError(missing_key_message(name, model, config))
+            raise MissingKeyError(missing_key_message(name, model, config))
         from nanoagent.providers.openai_compat import OpenAICompatProvider
 
         return OpenAICompatProvider(name, settings.api_key, settings.api_base or default_base or "", timeout)
@@ -121,11 +129,26 @@ def default_model(provider: str) -> str | None:
     return DEFAULT_MODELS.get(provider)
 
 
-def build_provider(config: Config, model: str | None = None) -> RetryingProvider:
-    """The primary model and its fallbacks, each checked now so a bad name fails before the first turn."""
-    d = config.defaults
-    models = [model or d.model, *[m for m in d.fallback_models if m != (model or d.model)]]
-    return with_retries(config, [(m, make_provider(m, config)) for m in models])
+def build_provider(config: Config, model: str | None = None,
+                   warn: Callable[[str], None] = log.warning) -> RetryingProvider:
+    """The primary model and its fallbacks, each checked now so a bad name fails before the first turn. A fallback
+    whose provider has no key is left out of the chain (warned about once per process): it could only fail, and
+    failing every call for it would stop a healthy primary."""
+    primary = model or config.defaults.model
+    chain = [(primary, make_provider(primary, config))]
+    for fallback in config.defaults.fallback_models:
+        if fallback == primary:
+            continue
+        try:
+            chain.append((fallback, make_provider(fallback, config)))
+        except MissingKeyError:
+            if fallback not in _skipped:
+                _skipped.add(fallback)
+                name = provider_name(fallback)
+                warn(f"Fallback model {fallback} is skipped: no API key for {name}; set {key_variable(name)} "
+                     f"(or providers.{name}.apiKey in config.json) to use it, or remove it from "
+                     "agents.defaults.fallbackModels.")
+    return with_retries(config, chain)
 
 
 def with_retries(config: Config, chain: list[tuple[str, Provider]], deadline: bool = True) -> RetryingProvider:
