@@ -20,9 +20,20 @@ def test_list_shows_every_session_newest_first_with_messages_tokens_and_cost(llm
     talk(llm, "newer", Reply(text="second"))
     listed = json.loads(invoke("sessions", "list", "--json").stdout)
     assert [row["key"] for row in listed] == ["cli:newer", "cli:older"]
-    assert listed[0]["messages"] == 2 and listed[0]["tokens"] > 0 and listed[0]["cost"]
+    assert listed[0]["messages"] == 2 and listed[0]["tokens"] > 0
+    assert listed[0]["cost"] is None and listed[0]["unpriced"]  # claude-test has no listed price
     table = invoke("sessions", "list").stdout
     assert "cli:newer" in table and "cli:older" in table
+
+
+def test_list_json_gives_cost_as_a_number_in_usd_as_agent_json_does(llm, isolated_home):
+    env = {**anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/claude-sonnet-4-5"}
+    llm.script(Reply(text="priced"))
+    turn = json.loads(invoke("agent", "-m", "hi", "-s", "priced", "--json", env=env).stdout)
+    [row] = json.loads(invoke("sessions", "list", "--json").stdout)
+    assert isinstance(row["cost"], float) and row["cost"] > 0 and not row["unpriced"]
+    assert row["cost"] == pytest.approx(turn["cost"])
+    assert "$" in invoke("sessions", "list").stdout  # the table still shows it as money
 
 
 def test_list_with_no_sessions_says_how_to_start_one(isolated_home):

@@ -18,6 +18,7 @@ from nanoagent.errors import NanoagentError
 if TYPE_CHECKING:
     from nanoagent.messages import Message, ToolCallData
     from nanoagent.session.store import Session, SessionStore
+    from nanoagent.usage import Total
 
 sessions_app = App(help="List, read, export and remove saved conversations.\n\nExample: nanoagent sessions list", no_args_is_help=True)
 
@@ -30,12 +31,16 @@ class Summary:
     messages: int
     last_active: str  # ISO time, UTC
     tokens: int
-    cost: str
+    spend: Total
     preview: str = ""  # the start of the last thing the user said
 
     def to_dict(self) -> dict[str, Any]:
+        """As `agent --json` gives cost: a number in USD at the listed prices, null when no call had a price;
+        `unpriced` says some calls had none, and the cost counts only the others."""
+        spend = self.spend
+        cost = None if spend.unpriced and spend.cost == 0 else spend.cost
         return {"key": self.key, "messages": self.messages, "last_active": self.last_active, "tokens": self.tokens,
-                "cost": self.cost, "preview": self.preview}
+                "cost": cost, "unpriced": spend.unpriced, "preview": self.preview}
 
 
 def _store() -> SessionStore:
@@ -70,7 +75,7 @@ def summarize(store: SessionStore, keys: list[str] | None = None, limit: int | N
         total = session_total(session.usage)
         stamp = datetime.fromtimestamp(stamps[key], UTC).isoformat(timespec="seconds")
         rows.append(Summary(key, len(session.messages), stamp, total.usage.input_tokens + total.usage.output_tokens,
-                            total.cost_text(), _preview(session)))
+                            total, _preview(session)))
         if limit is not None and len(rows) >= limit:
             break
     return rows
@@ -117,7 +122,7 @@ def list_sessions(
     table = Table("session", "messages", "last active", "tokens", "cost")
     for row in rows:
         table.add_row(terminal_safe(row.key), f"{row.messages:,}", _local_time(row.last_active), f"{row.tokens:,}",
-                      row.cost)
+                      row.spend.cost_text())
     table_console().print(table)
 
 
