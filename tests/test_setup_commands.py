@@ -126,7 +126,7 @@ def test_usage_summarises_tokens_and_cost_per_day_session_and_model(isolated_hom
     proc = invoke("usage", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "$4.50" in proc.stdout  # 1M in at $3/M + 100k out at $15/M
-    assert "n/a" in proc.stdout  # unknown model: tokens shown, no price
+    assert "—" in proc.stdout  # unknown model: tokens shown, no price
     assert "2020-01-01" in proc.stdout
     recent = invoke("usage", "--days", "7", "--session", "work", env={"COLUMNS": "200"})
     assert "2020-01-01" not in recent.stdout and "unknown-model" in recent.stdout
@@ -169,6 +169,18 @@ def test_usage_on_a_narrow_terminal_shows_every_cost_and_token_figure_whole(isol
     assert "total" in shown
     if columns < 120:  # too narrow for every column with these figures: the columns left out are named
         assert f"Not shown at {columns} columns: cache write, cache read" in shown
+
+
+def test_usage_names_the_models_without_a_price_and_leaves_their_cost_out_of_the_total(isolated_home):
+    add_call(isolated_home, "cli:work", "mystery/unknown-model", (5000, 500, 0, 0))
+    add_call(isolated_home, "cli:work", "mystery/unknown-model", (5000, 500, 0, 0))
+    add_call(isolated_home, "cli:work", "anthropic/claude-sonnet-4-5", (1_000_000, 100_000, 0, 0))
+    shown = on_terminal("usage", columns=200)
+    row = next(line for line in shown.splitlines() if "unknown-model" in line and "│" in line)
+    assert row.rstrip(" │").endswith("—") and "$" not in row
+    assert "$4.50 + —" in shown  # the total counts only the priced calls, and says some are not in it
+    note = next(line for line in shown.splitlines() if line.startswith("—"))
+    assert "mystery/unknown-model (2 calls)" in note and "unknown" in note and "not in the total" in note
 
 
 def test_skills_list_shows_source_and_availability(isolated_home):

@@ -424,13 +424,29 @@ def usage(
     table, dropped, table_width = usage_table(rows, columns)
     console.width = max(columns, table_width)  # the figures alone are wider: the terminal wraps, never a number
     console.print(table)
+    unpriced: dict[str, int] = {}
+    for _, _, model, total in rows:
+        if total.unpriced:
+            unpriced[model] = unpriced.get(model, 0) + total.calls
+    if unpriced:
+        named = ", ".join(f"{model} ({calls:,} call{'' if calls == 1 else 's'})" for model, calls in unpriced.items())
+        print(f"{UNKNOWN_COST} no known price for {named}: the cost of these calls is unknown and not in the total.")
     if dropped:
         print(f"Not shown at {columns} columns: {', '.join(dropped)} (a wider terminal, or piped, shows every column).")
 
 
+UNKNOWN_COST = "—"
 # the columns a narrow terminal drops first, in order; numbers are never cut, session and model names shrink instead
 _DROP_ORDER = ("cache write", "cache read", "calls", "day")
 _NAMES_MIN = 8  # the least width session and model names shrink to before another column goes
+
+
+def _cost_cell(total: Total) -> str:
+    from nanoagent.pricing import format_cost
+
+    if not total.unpriced:
+        return format_cost(total.cost)
+    return UNKNOWN_COST if total.cost == 0 else f"{format_cost(total.cost)} + {UNKNOWN_COST}"
 
 
 def usage_table(rows: list[tuple[str, str, str, Total]], width: int) -> tuple[Table, list[str], int]:
@@ -447,11 +463,11 @@ def usage_table(rows: list[tuple[str, str, str, Total]], width: int) -> tuple[Ta
     for day, key, model, total in rows:
         u = total.usage
         lines.append([day, key, model, f"{total.calls:,}", f"{u.input_tokens:,}", f"{u.output_tokens:,}",
-                      f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", total.cost_text()])
+                      f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", _cost_cell(total)])
         grand.merge(total)
     g = grand.usage
     lines.append(["total", "", "", f"{grand.calls:,}", f"{g.input_tokens:,}", f"{g.output_tokens:,}",
-                  f"{g.cache_read_tokens:,}", f"{g.cache_write_tokens:,}", grand.cost_text()])
+                  f"{g.cache_read_tokens:,}", f"{g.cache_write_tokens:,}", _cost_cell(grand)])
     headers = ["day", "session", "model", "calls", "input", "output", "cache read", "cache write", "cost"]
     widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
     names = (1, 2)
