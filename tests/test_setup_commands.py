@@ -4,6 +4,7 @@ In-process through the CLI entry point, and each command once as a real process.
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pexpect
 import pytest
 
 from nanoagent.session.store import SessionStore
+from nanoagent.usage import TOKEN_FIELDS
 from tests.conftest import PATIENCE, ROOT, invoke, run_cli, write_config
 
 GOOD_KEY = "sk-ant-api03-abcdefghijklmnopqrstuvwxyz"
@@ -124,11 +126,61 @@ def test_usage_summarises_tokens_and_cost_per_day_session_and_model(isolated_hom
     proc = invoke("usage", env={"COLUMNS": "200"})
     assert proc.returncode == 0, proc.stderr
     assert "$4.50" in proc.stdout  # 1M in at $3/M + 100k out at $15/M
-    assert "n/a" in proc.stdout  # unknown model: tokens shown, no price
+    assert "—" in proc.stdout  # unknown model: tokens shown, no price
     assert "2020-01-01" in proc.stdout
     recent = invoke("usage", "--days", "7", "--session", "work", env={"COLUMNS": "200"})
     assert "2020-01-01" not in recent.stdout and "unknown-model" in recent.stdout
     assert "claude" not in recent.stdout
+
+
+
+def add_call(home, key, model, tokens):
+    from datetime import date
+
+    store = SessionStore(home / "sessions")
+    store.append(store.load(key), [{"type": "usage", "ts": f"{date.today().isoformat()}T10:00:00+00:00",
+                                    "model": model, **dict(zip(TOKEN_FIELDS, tokens, strict=True))}])
+
+
+def on_terminal(*args, columns):
+    """`nanoagent ARGS` as a terminal `columns` wide shows it, its styling taken out."""
+    proc = invoke(*args, env={"COLUMNS": str(columns), "TTY_COMPATIBLE": "1", "NO_COLOR": "1"})
+    assert proc.returncode == 0, proc.stderr
+    return re.sub(r"\x1b\[[0-9;]*m", "", proc.stdout)
+
+
+@pytest.mark.parametrize("columns", [80, 60, 30])
+def test_usage_on_a_narrow_terminal_shows_every_cost_and_token_figure_whole(isolated_home, columns):
+    add_call(isolated_home, "telegram:123456789:a-long-thread-name", "anthropic/claude-sonnet-4-5",
+             (1_234_567, 123_456, 2_345_678, 345_678))
+    add_call(isolated_home, "cli:direct", "anthropic/claude-haiku-4-5", (10_000, 2_000, 0, 0))
+    shown = on_terminal("usage", columns=columns)
+    lines = shown.splitlines()
+    if columns >= 60:  # narrower, the figures alone do not fit: the lines wrap on the terminal, no number is cut
+        assert all(len(line) <= columns for line in lines if line[:1] in "┏┃┡│└"), shown
+    for figure in ("1,234,567", "123,456", "10,000", "2,000", "1,244,567", "125,456"):
+        assert figure in shown, figure
+    costs = [word for line in lines for word in line.split() if word.startswith("$")]
+    assert len(costs) == 3 and all(re.fullmatch(r"\$\d+\.\d{2,4}", c) for c in costs), shown
+    assert "…" not in " ".join(costs)
+    dropped = next((line for line in lines if line.startswith("Not shown")), "")
+    assert "2,345,678" in shown or "cache read" in dropped  # a cache column is whole or named as left out
+    assert "345,678" in shown or "cache write" in dropped
+    assert "total" in shown
+    if columns < 120:  # too narrow for every column with these figures: the columns left out are named
+        assert f"Not shown at {columns} columns: cache write, cache read" in shown
+
+
+def test_usage_names_the_models_without_a_price_and_leaves_their_cost_out_of_the_total(isolated_home):
+    add_call(isolated_home, "cli:work", "mystery/unknown-model", (5000, 500, 0, 0))
+    add_call(isolated_home, "cli:work", "mystery/unknown-model", (5000, 500, 0, 0))
+    add_call(isolated_home, "cli:work", "anthropic/claude-sonnet-4-5", (1_000_000, 100_000, 0, 0))
+    shown = on_terminal("usage", columns=200)
+    row = next(line for line in shown.splitlines() if "unknown-model" in line and "│" in line)
+    assert row.rstrip(" │").endswith("—") and "$" not in row
+    assert "$4.50 + —" in shown  # the total counts only the priced calls, and says some are not in it
+    note = next(line for line in shown.splitlines() if line.startswith("—"))
+    assert "mystery/unknown-model (2 calls)" in note and "unknown" in note and "not in the total" in note
 
 
 def test_skills_list_shows_source_and_availability(isolated_home):
