@@ -168,7 +168,7 @@ def sweep_stale() -> None:
                 continue
             for folder in folders:
                 owner = OWNED.fullmatch(folder.name)
-                if owner and not _alive(int(owner.group(1))):
+                if owner and not alive(int(owner.group(1))):
                     Cgroup([folder]).close()
                 elif LEGACY.fullmatch(folder.name) and not _read(folder / "cgroup.procs"):
                     with contextlib.suppress(OSError):
@@ -176,7 +176,8 @@ def sweep_stale() -> None:
                             _rmdir(folder)
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process `pid` exists (someone else's counts)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

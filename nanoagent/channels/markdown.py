@@ -29,6 +29,26 @@ STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 HOLE = re.compile(r"\x00(\d+)\x00")
 
 
+
+class Holes:
+    """Text set aside while inline Markdown is converted, so that nothing inside code or a URL is read as emphasis:
+    `hold` puts a marker in its place, `fill` puts every value back (a value may hold a marker: a link's label with
+    code in it)."""
+
+    def __init__(self) -> None:
+        self.values: list[str] = []
+
+    def hold(self, value: str) -> str:
+        self.values.append(value)
+        return f"\x00{len(self.values) - 1}\x00"
+
+    def fill(self, text: str) -> str:
+        for _ in range(len(self.values) + 1):  # a value can only hold markers made before it: this many passes end
+            if not HOLE.search(text):
+                break
+            text = HOLE.sub(lambda m: self.values[int(m.group(1))], text)
+        return text
+
 def units(text: str) -> int:
     """Length in UTF-16 code units, as Telegram and Discord count it (an emoji outside the BMP counts two)."""
     return len(text.encode("utf-16-le")) // 2

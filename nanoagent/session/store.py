@@ -42,6 +42,7 @@ from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import append_lines, async_file_lock, atomic_write, file_lock, fsync_dir, private_dir
 from nanoagent.messages import Message, checked_message
 from nanoagent.paths import check_session_key, safe_key, session_file
+from nanoagent.procguard import alive
 from nanoagent.usage import UsageRecord
 
 FORMAT_VERSION = 1
@@ -399,7 +400,7 @@ class SessionStore:
             if header is None or header.get("incognito") is not True:
                 continue
             pid = header.get("pid")
-            if path in _OWN or (isinstance(pid, int) and pid != os.getpid() and _alive(pid)):
+            if path in _OWN or (isinstance(pid, int) and pid != os.getpid() and alive(pid)):
                 continue
             session = self.load_file(path)
             self._discard(path, session.usage)
@@ -456,16 +457,6 @@ def _header(path: Path) -> dict[str, Any] | None:
     except (OSError, ValueError):
         return None
     return header if isinstance(header, dict) and header.get("type") == "header" else None
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, someone else's
-        pass
-    return True
 
 
 def _index(value: Any) -> bool:

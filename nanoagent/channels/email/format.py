@@ -13,7 +13,7 @@ import re
 from html.parser import HTMLParser
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import BOLD, BULLET, CODE_SPAN, FENCE, HEADING, HOLE, QUOTE, RULE, STRIKE
+from nanoagent.channels.markdown import BOLD, BULLET, CODE_SPAN, FENCE, HEADING, QUOTE, RULE, STRIKE, Holes
 
 LIMIT = 100_000  # characters of one mail's text: far past any reply, so a reply is one mail
 NUMBERED = re.compile(r"^(\s*)(\d+[.)])\s+(.*)$")
@@ -91,11 +91,7 @@ def plain(markdown: str) -> str:
 
 
 def _inline_plain(text: str) -> str:
-    kept: list[str] = []
-
-    def hold(value: str) -> str:
-        kept.append(value)
-        return f"\x00{len(kept) - 1}\x00"
+    hold = (kept := Holes()).hold
 
     text = CODE_SPAN.sub(lambda m: hold(m.group(2).strip()), text)
     text = IMAGE.sub(lambda m: hold(f"{m.group(1)} <{m.group(2)}>" if m.group(1) else f"<{m.group(2)}>"), text)
@@ -104,7 +100,7 @@ def _inline_plain(text: str) -> str:
     text = BOLD.sub(lambda m: m.group(2), text)
     text = STRIKE.sub(lambda m: m.group(1), text)
     text = ITALIC.sub(lambda m: m.group(1) or m.group(2), text)
-    return HOLE.sub(lambda m: kept[int(m.group(1))], text)
+    return kept.fill(text)
 
 
 def _link_plain(label: str, url: str) -> str:
@@ -155,11 +151,7 @@ def to_html(markdown: str) -> str:
 
 
 def _inline_html(text: str) -> str:
-    kept: list[str] = []
-
-    def hold(value: str) -> str:
-        kept.append(value)
-        return f"\x00{len(kept) - 1}\x00"
+    hold = (kept := Holes()).hold
 
     def link(label: str, url: str) -> str:
         if not re.match(r"(?:https?|mailto):", url):
@@ -174,7 +166,7 @@ def _inline_html(text: str) -> str:
     text = BOLD.sub(lambda m: f"<b>{m.group(2)}</b>", text)
     text = STRIKE.sub(lambda m: f"<s>{m.group(1)}</s>", text)
     text = ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
-    return HOLE.sub(lambda m: kept[int(m.group(1))], text)
+    return kept.fill(text)
 
 
 # --- mail in ---------------------------------------------------------------------------------------------------------

@@ -24,10 +24,10 @@ from nanoagent.channels.markdown import (
     BULLET,
     CODE_SPAN,
     HEADING,
-    HOLE,
     QUOTE,
     RULE,
     STRIKE,
+    Holes,
     Packer,
     parse_blocks,
 )
@@ -118,11 +118,7 @@ def _line_mrkdwn(line: str) -> str:
 def inline_mrkdwn(text: str) -> str:
     """Code spans, links, bold, italic and strikethrough; everything else escaped. Code and URLs are set aside
     first, so an underscore or asterisk inside them is never taken for emphasis."""
-    holes: list[str] = []
-
-    def hole(value: str) -> str:
-        holes.append(value)
-        return f"\x00{len(holes) - 1}\x00"
+    hole = (holes := Holes()).hold
 
     def link(m: re.Match[str]) -> str:
         label = escape(m.group(1)).replace("|", "¦")
@@ -135,9 +131,7 @@ def inline_mrkdwn(text: str) -> str:
     text = BOLD.sub(lambda m: hole("*") + m.group(2) + hole("*"), text)
     text = STRIKE.sub(lambda m: f"~{m.group(1)}~", text)
     text = ITALIC.sub(lambda m: f"_{m.group(1) or m.group(2)}_", text)
-    while HOLE.search(text):  # a hole may hold a hole (a link's label with code in it)
-        text = HOLE.sub(lambda m: holes[int(m.group(1))], text)
-    return text
+    return holes.fill(text)
 
 
 def _shows(body: str, plain: str) -> bool:

@@ -19,10 +19,10 @@ from nanoagent.channels.markdown import (
     BULLET,
     CODE_SPAN,
     HEADING,
-    HOLE,
     QUOTE,
     RULE,
     STRIKE,
+    Holes,
     Packer,
     parse_blocks,
     units,
@@ -91,12 +91,7 @@ def _line_html(line: str) -> str:
 def inline_html(text: str) -> str:
     """Code spans, links, bold, italic and strikethrough; everything else escaped. Code and URLs are set aside
     first, so an underscore or asterisk inside them is never taken for emphasis."""
-    holes: list[str] = []
-
-    def hole(value: str) -> str:
-        holes.append(value)
-        return f"\x00{len(holes) - 1}\x00"
-
+    hole = (holes := Holes()).hold
     text = CODE_SPAN.sub(lambda m: hole(f"<code>{html.escape(m.group(2).strip(), quote=False)}</code>"),
                          text.replace("\x00", ""))
     text = LINK.sub(lambda m: hole(f'<a href="{html.escape(m.group(2))}">') + m.group(1) + hole("</a>"), text)
@@ -105,7 +100,7 @@ def inline_html(text: str) -> str:
     text = BOLD.sub(lambda m: f"<b>{m.group(2)}</b>", text)
     text = STRIKE.sub(lambda m: f"<s>{m.group(1)}</s>", text)
     text = ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
-    return HOLE.sub(lambda m: holes[int(m.group(1))], text)
+    return holes.fill(text)
 
 
 def _shows(body: str, plain: str) -> bool:
