@@ -10,8 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
 from nanoagent.agent.build import build_agent
@@ -23,7 +22,7 @@ from nanoagent.gateway.hub import Hub
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
-from tests.conftest import PATIENCE, write_config
+from tests.conftest import write_config
 
 # fast clocks: edits a tenth of a second apart, retries after 50 ms, so no case waits a real second (or minute)
 TIMING = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2))
@@ -117,13 +116,6 @@ async def running(stand_in: StandIn, provider: ScriptedProvider, timing: Timing 
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-
-async def until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def settled(runner: ChannelRunner) -> bool:

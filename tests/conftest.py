@@ -27,6 +27,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -44,6 +45,17 @@ def wait_until(check: Callable[[], object], what: str, timeout: float = PATIENCE
     while not (result := check()):
         assert time.monotonic() < deadline, f"still waiting for {what} after {timeout:g} s"
         time.sleep(every)
+    return result
+
+
+async def until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> Any:
+    """`wait_until` inside an event loop: the loop runs on while `check` is polled."""
+    import asyncio
+
+    deadline = time.monotonic() + timeout
+    while not (result := check()):
+        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout:g} s"
+        await asyncio.sleep(0.02)
     return result
 
 

@@ -27,8 +27,16 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
-from tests.channel_harness import TIMING, Slow, StandIn, running, settled, until
-from tests.conftest import PATIENCE, invoke, openai_env, start_gateway_process, wait_until, write_config
+from tests.channel_harness import TIMING, Slow, StandIn, running, settled
+from tests.conftest import (
+    PATIENCE,
+    invoke,
+    openai_env,
+    start_gateway_process,
+    until,
+    wait_until,
+    write_config,
+)
 from tests.llm_server import Reply
 
 # channel name -> the module whose StandIn plays its app

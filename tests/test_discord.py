@@ -11,7 +11,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -31,8 +31,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
 from tests.channel_harness import running, settled
-from tests.channel_harness import until as until_sync_state
-from tests.conftest import PATIENCE, openai_env, start_gateway_process, wait_until, write_config
+from tests.conftest import PATIENCE, openai_env, start_gateway_process, until, wait_until, write_config
 from tests.discord_server import DiscordAPI
 from tests.llm_server import Reply
 
@@ -70,13 +69,6 @@ def settings(api: DiscordAPI, **changes: Any) -> DiscordConfig:
                               "api_base": api.api_base, **changes}
     return DiscordConfig(**values)
 
-
-async def until(check: Callable[[], object], what: str) -> Any:
-    deadline = time.monotonic() + PATIENCE
-    while not (found := check()):
-        assert time.monotonic() < deadline, f"gave up waiting for {what}"
-        await asyncio.sleep(0.02)
-    return found
 
 
 @contextlib.asynccontextmanager
@@ -410,15 +402,15 @@ def test_nanoagents_commands_work_as_text_in_a_dm_and_after_a_mention_in_a_guild
     async def scenario() -> None:
         async with running(api, provider) as runner:
             api.write(api.owner, "hello")
-            await until_sync_state(lambda: api.shown(api.owner) == ["First answer."], "the answer")
+            await until(lambda: api.shown(api.owner) == ["First answer."], "the answer")
             for command in ("/status", "/usage", "/help", "/new"):
                 before = len(api.shown(api.owner))
                 api.write(api.owner, command)
-                await until_sync_state(lambda: len(api.shown(api.owner)) > before, command)  # noqa: B023
+                await until(lambda: len(api.shown(api.owner)) > before, command)  # noqa: B023
             api.write(api.owner, "/help", private=False)  # "@Nano /help" in #general
-            await until_sync_state(lambda: api.messages(api.general)[-1]["author"]["id"] == api.bot["id"],
+            await until(lambda: api.messages(api.general)[-1]["author"]["id"] == api.bot["id"],
                                    "/help in the guild")
-            await until_sync_state(lambda: settled(runner), "the inbox to empty")
+            await until(lambda: settled(runner), "the inbox to empty")
 
     asyncio.run(scenario())
     answer, archive = provider.requests  # no command made a model call but /new's archive of the conversation
@@ -440,10 +432,10 @@ def test_a_mention_in_a_thread_is_answered_in_the_thread_in_a_session_of_its_own
         async with running(api, provider) as runner:
             thread = api.thread("plans")
             api.write(api.owner, "here?", channel=thread)
-            await until_sync_state(lambda: last(thread) == "In the thread.", "the reply in the thread")
+            await until(lambda: last(thread) == "In the thread.", "the reply in the thread")
             api.write(api.owner, "and here?", private=False)
-            await until_sync_state(lambda: last(api.general) == "In the channel.", "the reply in the channel")
-            await until_sync_state(lambda: settled(runner), "the inbox to empty")
+            await until(lambda: last(api.general) == "In the channel.", "the reply in the channel")
+            await until(lambda: settled(runner), "the inbox to empty")
             return thread
 
     thread = asyncio.run(scenario())

@@ -528,7 +528,8 @@ def test_a_server_without_starttls_is_refused_rather_than_sent_the_password_in_c
 def test_through_the_engine_an_answer_to_the_reply_continues_the_same_session(mail):
     from nanoagent.providers.scripted import ScriptedProvider
     from tests.channel_harness import running as engine_running
-    from tests.channel_harness import settled, until
+    from tests.channel_harness import settled
+    from tests.conftest import until
     from tests.test_channel_cases import user_texts
 
     provider = ScriptedProvider(["First **answer**.", "Second answer."])

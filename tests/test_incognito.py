@@ -301,7 +301,8 @@ def test_a_sub_agent_of_a_temporary_chat_is_temporary_too_and_goes_with_it(isola
 
 
 def test_incognito_in_a_chat_channel_keeps_nothing_of_the_chat_after_new(isolated_home):
-    from tests.channel_harness import running, settled, until
+    from tests.channel_harness import running, settled
+    from tests.conftest import until
     from tests.telegram_server import StandIn
 
     stand_in = StandIn()

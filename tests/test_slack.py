@@ -10,7 +10,6 @@ import json
 import logging
 import subprocess
 import sys
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from typing import Any
@@ -26,7 +25,7 @@ from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.config.schema import SlackConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.paths import Paths
-from tests.conftest import PATIENCE, invoke, write_config
+from tests.conftest import PATIENCE, invoke, until, write_config
 from tests.slack_server import APP_TOKEN, BOT_TOKEN, BOT_USER, GENERAL, OWNER, STRANGER, SlackAPI
 
 TIMING = Timing(interval=0.1, typing=0.3, backoff=(0.05, 0.1, 0.2))
@@ -68,13 +67,6 @@ def settings(api: SlackAPI, **changes: Any) -> SlackConfig:
     return SlackConfig(enabled=True, bot_token=BOT_TOKEN, app_token=APP_TOKEN, allow_from=[OWNER],
                        api_base=api.api_base, **changes)
 
-
-async def until(check: Callable[[], Any], what: str, timeout: float = PATIENCE) -> Any:
-    deadline = time.monotonic() + timeout
-    while not (result := check()):
-        assert time.monotonic() < deadline, f"still waiting for {what} after {timeout:g} s"
-        await asyncio.sleep(0.02)
-    return result
 
 
 class Driver:

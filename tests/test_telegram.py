@@ -14,7 +14,7 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 
 import pytest
 
@@ -37,7 +37,16 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
-from tests.conftest import PATIENCE, ROOT, invoke, openai_env, start_gateway_process, wait_until, write_config
+from tests.conftest import (
+    PATIENCE,
+    ROOT,
+    invoke,
+    openai_env,
+    start_gateway_process,
+    until,
+    wait_until,
+    write_config,
+)
 from tests.llm_server import Reply
 from tests.telegram_server import BOT, BotAPI, check_text
 
@@ -98,13 +107,6 @@ async def running(api: BotAPI, provider: ScriptedProvider, timing: Timing = TIMI
         with contextlib.suppress(asyncio.CancelledError):
             await task
 
-
-async def until(check: Callable[[], object], what: str, timeout: float = PATIENCE) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(0.02)
 
 
 def taken(channel: ChannelRunner) -> int:
