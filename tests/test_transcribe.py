@@ -158,7 +158,7 @@ async def telegram_voice(api, provider, ears, *notes: bytes) -> ChannelRunner:
         for note in notes:
             shown = len(api.texts(ANN))
             api.message(voice=note)
-            await until(lambda: settled(runner, api) and len(api.texts(ANN)) > shown, "the reply")
+            await until(lambda shown=shown: settled(runner, api) and len(api.texts(ANN)) > shown, "the reply")
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
