@@ -52,7 +52,8 @@ class Attached:
 
     def describe(self) -> str:
         if self.heard is not None:
-            how = "transcribed" if self.heard.transcribed else "not transcribed"
+            heard = self.heard
+            how = "not transcribed" if not heard.transcribed else "partly transcribed" if heard.note else "transcribed"
             return f"{self.name} (audio, {_size(self.size)}, {how})"
         kind = self.image["media_type"].removeprefix("image/").upper() + " image" if self.image else "text file"
         return f"{self.name} ({kind}, {_size(self.size)})"

@@ -209,10 +209,11 @@ class _Run:
             return
         saved = [await self.attach(file) for file in item.files]
         for note in dict.fromkeys(a.note for a in saved if a.note):  # a note cut short, or how to turn it on
-            if face.key not in self.hinted:
-                await face.say(note)
-            if self.runner.transcriber is None:
-                self.hinted.add(face.key)  # the hint: once per chat and run, not with every voice note
+            if self.runner.transcriber is None:  # the hint: once per chat and run, not with every voice note
+                if face.key in self.hinted:
+                    continue
+                self.hinted.add(face.key)
+            await face.say(note)
         own = "\n".join(p for p in [text, *(a.line for a in saved)] if p).strip()
         texts = [a.text for a in saved if a.text is not None]
         if not own and not texts:
