@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 
 import pytest
@@ -215,3 +216,32 @@ def test_with_transcription_off_a_chat_is_told_once_how_to_turn_it_on(api):
     for said in user_texts("telegram:42"):
         assert re.fullmatch(r"\[voice note saved as media/voice-note-\S+\.oga; not transcribed: transcription is "
                             r"off\]", said), said
+
+
+@pytest.mark.process
+def test_slash_attach_in_a_terminal_transcribes_a_voice_note_for_the_next_message(llm, isolated_home, memo):
+    import os
+    import sys
+
+    import pexpect
+
+    from tests.conftest import PATIENCE, ROOT, anthropic_env
+    from tests.test_interactive import PROMPT, wait_for_requests
+
+    write_config(isolated_home, local_whisper(llm))
+    llm.transcriptions.script(Transcript("Pick up the kids at five."))
+    llm.script(Reply(text="At five, then."))
+    env = {**os.environ, **anthropic_env(llm), "TERM": "xterm-256color", "PROMPT_TOOLKIT_NO_CPR": "1"}
+    child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "agent"], cwd=str(ROOT), env=env, encoding="utf-8",
+                          timeout=PATIENCE, dimensions=(30, 250))
+    try:
+        child.expect_exact(PROMPT)
+        child.send(f"/attach {memo}\r")
+        child.expect_exact(f"Attached {memo} (audio, {len(VOICE)} bytes, transcribed); it goes with your next message.")
+        child.send("when?\r")
+        child.expect_exact("At five, then.")
+        wait_for_requests(llm, 1)
+    finally:
+        child.terminate(force=True)
+    sent = json.dumps(llm.requests[-1].body["messages"][-1])
+    assert "transcript of audio file memo.ogg" in sent and "Pick up the kids at five." in sent and "when?" in sent
