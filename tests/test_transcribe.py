@@ -245,3 +245,29 @@ def test_slash_attach_in_a_terminal_transcribes_a_voice_note_for_the_next_messag
         child.terminate(force=True)
     sent = json.dumps(llm.requests[-1].body["messages"][-1])
     assert "transcript of audio file memo.ogg" in sent and "Pick up the kids at five." in sent and "when?" in sent
+
+
+@pytest.mark.process
+def test_the_gateway_transcribes_a_telegram_voice_note_with_the_key_from_groq_api_key(api, llm, isolated_home):
+    import os
+    import signal
+
+    from tests.conftest import PATIENCE, start_gateway_process, wait_until
+
+    write_config(isolated_home, {"channels": {"telegram": {"enabled": True, "allowFrom": [ANN], "apiBase": api.url}},
+                                 "tools": {"transcribe": {"model": "groq/whisper-large-v3-turbo",
+                                                          "apiBase": llm.url + "/v1"}}})
+    llm.transcriptions.script(Transcript("Book the dentist."))
+    llm.script(Reply(text="Booked in your notes."))
+    env = {**os.environ, **openai_env(llm), "TELEGRAM_BOT_TOKEN": api.token, "GROQ_API_KEY": "gsk-test"}
+    gateway = start_gateway_process(env)
+    try:
+        api.message(voice=VOICE)
+        wait_until(lambda: "Booked in your notes." in api.texts(ANN), "the reply")
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        assert gateway.wait(timeout=PATIENCE) == 0
+    [sent] = llm.transcriptions.requests
+    assert sent.headers["authorization"] == "Bearer gsk-test" and sent.fields == {"model": "whisper-large-v3-turbo"}
+    assert 'source="transcript of voice note media/voice-note-' in asked(llm)
+    assert "Book the dentist." in asked(llm)
