@@ -62,11 +62,13 @@ def test_a_sign_in_link_sets_a_private_strict_cookie_and_leads_to_the_app(web):
         signed = http.get(web.signin_url().removeprefix(web.url))
         cookie = signed.headers["set-cookie"]
         page = http.get("/", headers={"Cookie": cookie.split(";")[0]})
+        session = http.get("/api/session", headers={"Cookie": cookie.split(";")[0]})
     assert (signed.status_code, signed.headers["location"]) == (303, "/")
     attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
     assert {"httponly", "samesite", "path"} <= attributes and "secure" not in attributes  # plain HTTP here
     assert "samesite=strict" in cookie.lower()
-    assert page.status_code == 200 and "Signed in" in page.text
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert session.status_code == 200 and session.json()["csrf"]
 
 
 def test_over_https_through_a_proxy_on_this_machine_the_cookie_is_secure(web):
@@ -376,11 +378,15 @@ def _free_port() -> int:
 @pytest.mark.process
 def test_signing_in_through_the_link_lands_in_the_app_signed_in(page, web):
     sign_in(page, web)
-    assert page.locator("#signed-in").is_visible()
+    session = "async () => { const r = await fetch('/api/session'); return [r.status, (await r.json()).csrf]; }"
+    status, token = page.evaluate(session)
+    assert status == 200 and token
+    assert "nanoagent web" not in page.locator("body").inner_text()  # the app, not the sign-in page
     cookies = page.context.cookies()
     assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict"
-    page.goto(web.url + "/")  # still signed in on the next visit
-    assert page.locator("#signed-in").is_visible()
+    assert page.evaluate("() => document.cookie") == ""  # the page's script cannot read it
+    again = page.goto(web.url + "/")  # still signed in on the next visit
+    assert again is not None and again.status == 200
 
 
 @pytest.mark.process
