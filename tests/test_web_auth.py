@@ -400,3 +400,21 @@ def test_a_wrong_or_expired_link_shows_the_page_that_says_to_run_nanoagent_web(p
             assert response is not None and response.status in (401, 403)
             assert "nanoagent web" in page.locator("body").inner_text()
         assert page.context.cookies() == []
+
+
+@pytest.mark.process
+def test_help_a_one_shot_and_an_attaching_terminal_do_not_import_aiohttp(llm):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, anthropic_env
+
+    runs = [["-m", "nanoagent", "--help"], ["-m", "nanoagent", "agent", "-m", "hi"],
+            ["-c", "import nanoagent.gateway.client, nanoagent.cli.attach, nanoagent.cli.web_cmd"]]
+    for args in runs:
+        ran = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, **anthropic_env(llm)}, timeout=PATIENCE)
+        assert ran.returncode == 0, ran.stderr[-500:]
+        imported = {line.split("|")[-1].strip().split(".")[0] for line in ran.stderr.splitlines() if "|" in line}
+        assert "aiohttp" not in imported, args
