@@ -230,6 +230,32 @@ def test_200_idle_event_streams_do_not_keep_out_a_signed_in_client(web):
     assert answers == [200, 200, 200] and models == 200
 
 
+def test_past_the_limit_of_event_streams_the_oldest_is_closed_and_the_newest_served(web, monkeypatch):
+    from nanoagent.gateway import http as listener
+
+    monkeypatch.setattr(listener, "MAX_STREAMS", 3)
+    cookie = web.cookie().encode()
+    request = b"GET /api/events?session=web:many HTTP/1.1\r\nHost: x\r\nCookie: " + cookie + b"\r\n\r\n"
+    streams = []
+    try:
+        for _ in range(4):
+            conn = socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE)
+            conn.sendall(request)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            streams.append(conn)
+        while streams[0].recv(65536):  # read to its end (a timeout would fail the test): the gateway closed it
+            pass
+        streams[-1].sendall(b"")
+        newest = streams[-1].getpeername()  # still connected
+    finally:
+        for conn in streams:
+            conn.close()
+    assert newest[1] == port_of(web)
+
+
 def test_the_event_stream_carries_a_sessions_events_to_a_signed_in_page(isolated_home):
     from nanoagent.providers.scripted import ScriptedProvider
 
