@@ -47,7 +47,8 @@ class TurnRunner:
     tz: tzinfo
 
     async def __call__(self, job: Job, claim: Claim) -> RunOutcome:
-        result = await self.turn(cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz))
+        result = await self.turn(cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz),
+                                 workdir=job.workdir)
         if result is None:
             return RunOutcome(note="joined a turn already running in its session")
         run = result.result
