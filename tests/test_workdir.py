@@ -66,15 +66,13 @@ def test_the_file_tools_work_in_the_folder_and_refuse_dotdot_and_symlink_escapes
 def test_memory_stays_in_the_workspace_reached_by_its_absolute_path(llm, isolated_home, project):
     workspace = Path(os.path.realpath(isolated_home / "workspace"))
     memory = workspace / "memory" / "MEMORY.md"
-    llm.script(Reply(tool_calls=[("edit_file", {"path": str(memory), "old_text": "# Long-term memory",
-                                                "new_text": "# Long-term memory\n\n- The project prints hello."})]),
+    llm.script(Reply(tool_calls=[("write_file", {"path": str(memory), "content": "# Memory\n\n- It prints hello.\n"})]),
                Reply(text="noted"))
-    invoke("agent", "-m", "/status", env=anthropic_env(llm))  # the workspace is made first
-    if "# Long-term memory" not in memory.read_text():  # the template's heading, whatever it is now
-        memory.write_text("# Long-term memory\n")
     ran = invoke("agent", "-C", str(project), "-m", "remember what it does", env=anthropic_env(llm))
     assert ran.returncode == 0, ran.stderr
-    assert "- The project prints hello." in memory.read_text()
+    assert memory.read_text() == "# Memory\n\n- It prints hello.\n"
+    log = invoke("dream-log", env={"COLUMNS": "200"}).stdout  # the agent's commit, as from the workspace
+    assert f"memory/MEMORY.md: write_file by the agent (session {key_of(project)})" in log
     first = llm.requests[0].body["messages"][0]["content"]
     opening = first if isinstance(first, str) else first[0]["text"]
     assert f"working folder: {os.path.realpath(project)}" in opening and str(workspace) in opening

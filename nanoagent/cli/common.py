@@ -75,7 +75,7 @@ class App(typer.Typer):
         return super().command(*args, **{"cls": Command, **kwargs})
 
 
-WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
+WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="The workspace: the folder of its identity, memory and skills.")]
 
 
 def _want_debug(value: bool) -> None:
