@@ -229,3 +229,9 @@ def test_an_attached_terminal_works_in_its_folder_and_its_banner_and_status_say_
         gateway.communicate(timeout=PATIENCE)
     assert (project / "attached.txt").read_text() == "from the terminal"
     assert sorted(p.name for p in project.iterdir()) == ["attached.txt", "main.py"]
+
+
+def test_the_help_names_the_folder_dir_and_each_option_fits_at_80_columns(isolated_home):
+    shown = invoke("agent", "--help", env={"COLUMNS": "80"}).stdout
+    assert "  -C, --dir DIR " in shown and "  --here " in shown and "{" not in shown
+    assert all(len(line) <= 80 for line in shown.splitlines())
