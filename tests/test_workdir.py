@@ -119,7 +119,7 @@ def test_each_folder_has_its_own_sessions_and_c_continues_that_folders_latest(ll
     one.mkdir(parents=True)
     two.mkdir(parents=True)
     env = anthropic_env(llm)
-    llm.script(Reply(text="one"), Reply(text="two"), Reply(text="plain"), Reply(text="again"), Reply(text="here"))
+    llm.default_reply = Reply(text="ok")
     keys = [json.loads(invoke("agent", *args, "-m", "hi", "--json", env=env).stdout)["session"]
             for args in (("-C", str(one)), ("-C", str(two)), ())]
     assert keys[0] != keys[1] and keys[2] == "cli:direct"
@@ -127,6 +127,8 @@ def test_each_folder_has_its_own_sessions_and_c_continues_that_folders_latest(ll
     assert Paths.from_env().session_file(keys[0]).name == f"{keys[0].replace(':', '__')}.jsonl"
     again = json.loads(invoke("agent", "-C", str(one), "-c", "-m", "more", "--json", env=env).stdout)
     assert again["session"] == keys[0]  # not cli:direct, the most recent of all
+    plain = json.loads(invoke("agent", "-c", "-m", "more", "--json", env=env).stdout)
+    assert plain["session"] == "cli:direct"  # without -C a folder's session is not continued out of its folder
     monkeypatch.chdir(two)
     here = json.loads(invoke("agent", "--here", "-c", "-m", "more", "--json", env=env).stdout)
     assert here["session"] == keys[1]

@@ -220,12 +220,12 @@ def agent(
 
 def _pick_session(paths: Paths, choose: bool, workdir: str = "") -> str:
     """-c: the most recently active conversation; --resume: one picked from a numbered list on a terminal. With a
-    working folder, among that folder's conversations."""
+    working folder, among that folder's conversations; without, among those of no folder."""
     from nanoagent.cli.sessions_cmd import conversations
-    from nanoagent.cli.workdir import belongs
+    from nanoagent.cli.workdir import belongs, of_a_folder
     from nanoagent.session.store import SessionStore
 
-    within = (lambda key: belongs(key, workdir)) if workdir else None
+    within = (lambda key: belongs(key, workdir)) if workdir else (lambda key: not of_a_folder(key))
     rows = conversations(SessionStore(paths.sessions_dir, warn=warn), limit=15 if choose else 1, within=within)
     if not rows and workdir:
         raise NanoagentError(f"No earlier conversation in {workdir} to continue; start one with "

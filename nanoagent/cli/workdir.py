@@ -60,3 +60,12 @@ def belongs(key: str, real: str) -> bool:
     """Whether session `key` is one of the folder's (its own or a thread of it)."""
     own = folder_key(real)
     return key == own or key.startswith(own + ":")
+
+
+_FOLDER_KEY = re.compile(r"cli:[A-Za-z0-9._-]+-[0-9a-f]{8}(?::.*)?", re.DOTALL)
+
+
+def of_a_folder(key: str) -> bool:
+    """Whether `key` has the shape of a working folder's session: `-c` without `-C` passes over these, which would
+    go on without their folder."""
+    return _FOLDER_KEY.fullmatch(key) is not None
