@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from nanoagent.channels.keys import parse
 from nanoagent.cli.workdir import folder_key
 from nanoagent.cron.store import JobStore
 from nanoagent.gateway.oneshot import send_one
@@ -119,11 +120,13 @@ def test_each_folder_has_its_own_sessions_and_c_continues_that_folders_latest(ll
     one.mkdir(parents=True)
     two.mkdir(parents=True)
     env = anthropic_env(llm)
-    llm.default_reply = Reply(text="ok")
     keys = [json.loads(invoke("agent", *args, "-m", "hi", "--json", env=env).stdout)["session"]
             for args in (("-C", str(one)), ("-C", str(two)), ())]
     assert keys[0] != keys[1] and keys[2] == "cli:direct"
     assert re.fullmatch(r"cli:app-[0-9a-f]{8}", keys[0]) and check_session_key(keys[0]) == keys[0]
+    for name in ("my project", "проект", "..", "x" * 300):  # any folder's name makes a key of the grammar
+        key = folder_key(f"/somewhere/{name}")
+        assert parse(key) is not None and parse(key).channel == "cli" and len(key) <= 4 + 32 + 9, key
     assert Paths.from_env().session_file(keys[0]).name == f"{keys[0].replace(':', '__')}.jsonl"
     again = json.loads(invoke("agent", "-C", str(one), "-c", "-m", "more", "--json", env=env).stdout)
     assert again["session"] == keys[0]  # not cli:direct, the most recent of all
