@@ -311,6 +311,33 @@ def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
     assert not (Paths.from_env().workspace / "media").exists()
 
 
+def test_an_audio_file_reaches_the_model_as_its_transcript(stand_in, llm):
+    from nanoagent.config.schema import Config, ToolsConfig, TranscribeConfig
+    from nanoagent.transcribe import transcriber
+    from tests.llm_server import Transcript
+
+    voice = b"OggS\x00\x02" + bytes(26) + b"OpusHead" + bytes(100)
+    llm.transcriptions.script(Transcript("Remind me to water the plants."))
+    ears = transcriber(Config(tools=ToolsConfig(transcribe=TranscribeConfig(model="whisper-local",
+                                                                            api_base=llm.url + "/v1"))))
+    provider = ScriptedProvider(["Will do."])
+
+    async def scenario():
+        async with running(stand_in, provider, transcriber=ears) as runner:
+            stand_in.write(stand_in.owner, "note this", file=("memo.ogg", "audio/ogg", voice))
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Will do."], "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
+    match = re.search(r'\[(audio|audio file) saved as (media/\S+); its transcript follows\]\n<untrusted_data source='
+                      r'"transcript of \1 \2">\nRemind me to water the plants\.\n</untrusted_data>', asked)
+    assert match and "note this" in asked, asked
+    assert (Paths.from_env().workspace / match.group(2)).read_bytes() == voice
+    assert [r.file for r in llm.transcriptions.requests] == [voice]
+
+
 def test_stop_mid_turn_ends_the_turn(stand_in):
     async def scenario():
         provider = Slow("never said", hold=asyncio.Event())

@@ -149,7 +149,7 @@ def agent(
     model: Annotated[str | None, typer.Option("--model", help="Model to use, e.g. anthropic/claude-sonnet-4-5.")] = None,
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
     attach: Annotated[list[str] | None, typer.Option("--attach", "-a", help="Attach a file to the -m message "
-                      "(repeatable): an image (PNG, JPEG, GIF, WebP) or a text file.")] = None,
+                      "(repeatable): an image (PNG, JPEG, GIF, WebP), a text file, or audio to transcribe.")] = None,
     workspace: WorkspaceOpt = None,
     folder: Annotated[Path | None, typer.Option("--dir", "-C", metavar="DIR", help="Work in DIR: the file tools and "
                       "exec act there, while memory and sessions stay in the workspace.", show_default=False)] = None,
@@ -202,7 +202,11 @@ def agent(
     if attach:
         from nanoagent.attachments import compose
 
-        message, images = compose(message, [_attacher(paths, config())(name) for name in attach])
+        attached = [_attacher(paths, config())(name) for name in attach]
+        for note in (a.heard.note for a in attached if a.heard is not None):
+            if note:
+                warn(note)
+        message, images = compose(message, attached)
 
     from nanoagent.cli.render import OneShotRenderer
 
@@ -286,10 +290,11 @@ def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
     from pathlib import Path
 
     from nanoagent.attachments import Limits, prepare
+    from nanoagent.transcribe import transcriber
 
     a = config.tools.attachments
-    limits = Limits(a.max_image_bytes, a.max_text_bytes)
-    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name)
+    limits, ears = Limits(a.max_image_bytes, a.max_text_bytes), transcriber(config)
+    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name, transcriber=ears)
 
 
 def _gateway_running(paths: Paths) -> bool:

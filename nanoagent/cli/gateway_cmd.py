@@ -100,6 +100,7 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
     installed) stops the gateway before it starts, with the one line that says how to fix it."""
     from nanoagent.channels import registry
     from nanoagent.channels.engine import channel_component
+    from nanoagent.transcribe import transcriber
 
     components = []
     for name in registry.names():
@@ -117,7 +118,8 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
             raise NanoagentError(problem)
         components.append(channel_component(channel, settings, paths, hub,
                                             max_image_bytes=config.tools.attachments.max_image_bytes,
-                                            max_text_bytes=config.tools.attachments.max_text_bytes))
+                                            max_text_bytes=config.tools.attachments.max_text_bytes,
+                                            transcriber=transcriber(config)))
     return components
 
 

@@ -129,12 +129,31 @@ class AttachmentsConfig:
 
 
 @dataclass
+class TranscribeConfig:
+    """Voice notes and audio files transcribed before the turn, through `POST {apiBase}/audio/transcriptions`."""
+
+    model: str = ""  # empty: off. "groq/whisper-large-v3-turbo", "openai/whisper-1", or a local server's model name
+    api_base: str | None = None  # default: the provider's (openai, groq); required for any other model
+    api_key: str | None = None  # default: the provider's key (providers.<name>.apiKey, OPENAI_API_KEY, GROQ_API_KEY)
+    max_bytes: int = bounded(5_000_000, 1_000, 25_000_000)  # a longer note's first bytes only (25 MB: OpenAI's cap)
+    timeout: float = bounded(120.0, 1, 3600)  # seconds for one transcription
+
+    def __post_init__(self) -> None:
+        provider, slash, _ = self.model.partition("/")
+        if self.model and not self.api_base and not (slash and provider in ("openai", "groq")):
+            raise ConfigError(f"`tools.transcribe.model` is {self.model!r}, which names no provider; write "
+                              "\"openai/whisper-1\" or \"groq/whisper-large-v3-turbo\", or set tools.transcribe.apiBase "
+                              "to your whisper server.")
+
+
+@dataclass
 class ToolsConfig:
     restrict_to_workspace: bool = True
     max_result_chars: int = bounded(16_000, 100, 10_000_000)
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
+    transcribe: TranscribeConfig = field(default_factory=TranscribeConfig)
 
 
 @dataclass
