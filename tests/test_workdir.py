@@ -41,22 +41,25 @@ def key_of(folder: Path) -> str:
     return folder_key(os.path.realpath(folder))
 
 
-def test_the_file_tools_work_in_the_folder_and_refuse_dotdot_and_symlink_escapes(llm, isolated_home, project):
+def test_the_file_tools_work_in_the_folder_and_refuse_dotdot_symlink_and_home_escapes(llm, isolated_home, project):
     (project / "escape").symlink_to(project.parent)  # a link inside the folder that leads out of it
+    Path(os.path.expanduser("~")).mkdir(parents=True, exist_ok=True)
+    Path(os.path.expanduser("~/.profile")).write_text("export SECRET=the secret in the home\n")
     llm.script(Reply(tool_calls=[("read_file", {"path": "main.py"}), ("write_file", {"path": "notes/plan.md",
                                                                                     "content": "the plan\n"}),
                                  ("read_file", {"path": "../secret.txt"}),
                                  ("read_file", {"path": "escape/secret.txt"}),
-                                 ("write_file", {"path": "escape/planted.txt", "content": "x"})]),
+                                 ("write_file", {"path": "escape/planted.txt", "content": "x"}),
+                                 ("read_file", {"path": "~/.profile"})]),
                Reply(text="done"))
     ran = invoke("agent", "-C", str(project), "-m", "look at the code", "--json", env=anthropic_env(llm))
     assert ran.returncode == 0, ran.stderr
     assert json.loads(ran.stdout)["session"] == key_of(project)
-    read, wrote, dotdot, link, planted = tool_results(isolated_home, key_of(project))
+    read, wrote, dotdot, link, planted, home = tool_results(isolated_home, key_of(project))
     assert "print('hello')" in read and "Wrote 9 bytes to notes/plan.md" in wrote
-    for refused in (dotdot, link, planted):
+    for refused in (dotdot, link, planted, home):
         assert f"is outside the working folder {os.path.realpath(project)}" in refused, refused
-    assert "the secret" not in dotdot + link
+    assert "the secret" not in dotdot + link + home
     assert not (project.parent / "planted.txt").exists()
     # nothing is written into the folder but what the tool wrote: no session, memory, log or seed file
     assert sorted(str(p.relative_to(project)) for p in project.rglob("*")) == [
