@@ -59,6 +59,7 @@ class Call:
     session: Session
     args: str
     sink: ev.EventSink  # where the command's own events go (Dream's tool calls and usage)
+    workdir: str = ""  # the folder the person works in (`agent -C DIR`); "" = the workspace
 
 
 @dataclass(frozen=True)
@@ -126,12 +127,13 @@ class Commands:
         found = COMMANDS.get(name)
         return found is not None and found.read_only
 
-    async def run(self, session: Session, text: str, sink: ev.EventSink = ev.discard) -> str | Resend | Refused:
+    async def run(self, session: Session, text: str, sink: ev.EventSink = ev.discard,
+                  workdir: str = "") -> str | Resend | Refused:
         name, _, args = text.partition(" ")
         found = COMMANDS.get(name)
         if found is None:
             return Refused(f"Unknown command {name}. Type /help to see the commands.")
-        return await found.handler(self, Call(session, args.strip(), sink))
+        return await found.handler(self, Call(session, args.strip(), sink, workdir))
 
     # --- the commands ------------------------------------------------------------------------
 
@@ -198,6 +200,8 @@ class Commands:
         u = total.usage
         return "\n".join([
             f"model:    {model}",
+            *([f"folder:   {call.workdir} (file tools and exec work here; memory stays in the workspace)"]
+              if call.workdir else []),
             f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated"
             + ("; a temporary chat, deleted when it ends)" if session.meta.incognito else ")"),
             f"context:  {used:,} of {window.tokens:,} tokens ({used / window.tokens:.0%}{which})",

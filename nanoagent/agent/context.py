@@ -155,7 +155,7 @@ class ContextBuilder:
 
     def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None,
                      images: list[msg.ImageBlock] | None = None, notices: Sequence[str] = (),
-                     recalled: str = "") -> msg.UserMessage:
+                     recalled: str = "", workdir: str = "") -> msg.UserMessage:
         """The user's text after the runtime block. `notices` (background results) and `recalled` (memory found for
         this message, `memory/recall.py`, which cannot close the block) go inside the block: they are not the
         user's words, and `strip_runtime_context` leaves the user's text alone. In a channel's session a `format:`
@@ -166,8 +166,12 @@ class ContextBuilder:
                         for n in notices)
         hint = f"format: {registry.get(channel).hint}\n" if channel in registry.names() else ""
         memory = f"{recalled}\n" if recalled else ""
-        block = (f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\n{hint}chat_id: {chat_id}\n{extra}{memory}"
-                 f"{RUNTIME_CLOSE}\n\n")
+        workdir = workdir.replace(RUNTIME_CLOSE, "&lt;/runtime_context>")  # a folder `<` holding `runtime_context>`
+        folder = (f"working folder: {workdir} (the user works here: file tools and exec work in it and relative paths "
+                  f"start here; reach your workspace's files, memory included, by their absolute paths under "
+                  f"{self.workspace})\n" if workdir else "")
+        block = (f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\n{hint}chat_id: {chat_id}\n{folder}{extra}"
+                 f"{memory}{RUNTIME_CLOSE}\n\n")
         return msg.user(block + text, images or ())
 
     def _now(self) -> datetime:

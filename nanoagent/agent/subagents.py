@@ -64,6 +64,7 @@ class Run:
     status: ev.RunStatus = ev.RunStatus.QUEUED
     result: str = ""  # the final reply, or what went wrong
     tool_calls: int = 0
+    workdir: str = ""  # the folder it works in: its parent's (`agent -C DIR`)
     handle: asyncio.Task[None] | None = None
     holds_slot: bool = False
 
@@ -227,7 +228,7 @@ class Subagents:
         while run_id in self._runs or self.turns.store.path_for(child_key(scope.session.key, run_id)).exists():
             run_id = secrets.token_hex(3)
         run = Run(run_id, task, child_key(scope.session.key, run_id), scope.root.key, scope.depth + 1, model,
-                  background)
+                  background, workdir=current_turn.get().workdir)
         self._runs[run_id] = run
         parent_ask = current_turn.get().ask
         run.handle = asyncio.create_task(self._execute(run, scope, context, tools, history, parent_ask),
@@ -307,7 +308,7 @@ class Subagents:
                 current_turn.set(TurnScope(run.root, 0, lambda text: sink(ev.Notice(text, session=run.root,
                                                                                     agent=run.id)),
                                            self._ask(run, parent_ask), aliases(run.root),
-                                           hidden(run.root)))
+                                           hidden(run.root), run.workdir))
                 async with self.turns.store.lock_async(session):
                     result = await self._work(run, scope, context, history)
             run.status, run.result = _outcome(result)
@@ -344,7 +345,7 @@ class Subagents:
 
     async def _work(self, run: Run, scope: RunScope, context: str, history: list[msg.Message]) -> ev.RunResult:
         opening = await self._opening(run, scope.session, context, history)
-        user = self.context.user_message(opening, PREFIX, run.id)
+        user = self.context.user_message(opening, PREFIX, run.id, workdir=run.workdir)
         system = self.context.system_prompt(run.root) + "\n---\n\n" + render("prompts/subagent.md")
         spec = self.turns.spec(run.key, system, [user], run.model, scope.tools,
                                max_iterations=self.turns.settings.subagents.max_iterations)

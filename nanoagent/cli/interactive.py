@@ -450,7 +450,8 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     prompt = build_prompt([*agent.command_names(), ATTACH], ui.toolbar, history_file,
                           busy=lambda: session.busy, cancel=session.cancel, private=lambda: session.incognito)
     agent.warm_up(key)
-    ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
+    folder = f" · in {escape(terminal_safe(agent.workdir))}" if agent.workdir else ""
+    ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{folder}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
     if incognito:
         session.incognito = True

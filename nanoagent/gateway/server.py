@@ -248,11 +248,12 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": "send needs a string \"text\""})
             return
         images, problem = protocol.attachments_from_wire(message.get("attachments"))
+        workdir, problem = self.workdir(message.get("workdir")) if not problem else ("", problem)
         if problem:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         try:
-            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images)
+            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir)
         except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
@@ -274,6 +275,20 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
         self.write({"type": "signin", "id": request_id, **answer})
+
+    def workdir(self, raw: Any) -> tuple[str, str]:
+        """A send's working folder (`agent -C DIR`), checked as the terminal checked it, or ("", what is wrong)."""
+        from nanoagent.tools.fs import working_folder
+
+        if raw is None or raw == "":
+            return "", ""
+        if not isinstance(raw, str) or not raw.startswith("/"):
+            return "", "\"workdir\" must be an absolute path"
+        paths = self.gateway.paths
+        try:
+            return str(working_folder(raw, paths.home, paths.workspace)), ""
+        except ValueError as e:
+            return "", str(e)
 
     async def ask(self, question: str) -> str:
         """An approval question for the person at this client; no answer (the client gone) is a no."""
