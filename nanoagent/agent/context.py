@@ -23,6 +23,7 @@ from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
 from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens
 from nanoagent.tools import ToolRegistry
+from nanoagent.tools.policy import Allowed, ToolPolicy, ToolView
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
 FILE_CAP_CHARS = 12_000
@@ -34,7 +35,7 @@ class ContextBuilder:
     def __init__(self, workspace: Path, restrict_to_workspace: bool, tools: ToolRegistry,
                  skills: SkillsLoader | None = None, timezone: str | None = None, history: HistoryLog | None = None,
                  recent_history_tokens: int = 4000, clock: Callable[[], datetime] | None = None,
-                 confinement: Callable[[], str] = lambda: ""):
+                 confinement: Callable[[], str] = lambda: "", policy: ToolPolicy | None = None):
         self.workspace = workspace
         self.restrict_to_workspace = restrict_to_workspace
         self.tools = tools
@@ -44,9 +45,28 @@ class ContextBuilder:
         self.recent_history_tokens = recent_history_tokens
         self.clock = clock  # None: the wall clock in the configured time zone
         self.confinement = confinement  # what keeps exec's commands in (the sandbox, or nothing), asked when needed
+        self.policy = policy  # which of `tools` each session is offered (None: all of them)
+        self._views: dict[Allowed, ToolRegistry] = {}
         self._entry_tokens: dict[int, int] = {}
         self._recent: dict[str, tuple[tuple[object, object], tuple[int, list[HistoryEntry], bool]]] = {}  # by person
         self._fixed_cache: dict[tuple[str, int, Callable[[str], int]], int] = {}
+
+    def tools_for(self, key: str, group: bool = False) -> ToolRegistry:
+        """The tools session `key` is offered (`tools/policy.py`; `group`: a group chat): the others are not in its
+        requests, and a call to one is refused with the reason. Sessions with the same rules share one view, so
+        its tool list is built once."""
+        if self.policy is None:
+            return self.tools
+        allowed = self.policy.for_session(key, group)
+        if allowed.everything:
+            return self.tools
+        if allowed not in self._views:
+            self._views[allowed] = ToolView(self.tools, allowed.allows, allowed.reason)
+        return self._views[allowed]
+
+    def tool_tokens(self, tools: ToolRegistry, count: Callable[[str], int] = count_tokens) -> int:
+        """Tokens of a tool list as the fixed part of a request counts it."""
+        return count(json.dumps([t.__dict__ for t in tools.specs()]))
 
     def system_prompt(self, key: str = "") -> str:
         """The system prompt of session `key` ("": the owner's). In a chat with anyone else it shows that person's
@@ -142,9 +162,8 @@ class ContextBuilder:
         when the prompt or the tool list changes."""
         key = (system, self.tools.version, count)
         if key not in self._fixed_cache:
-            tools = json.dumps([t.__dict__ for t in self.tools.specs()])
             self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[:2] == key[:2]}
-            self._fixed_cache[key] = count(system) + count(tools)
+            self._fixed_cache[key] = count(system) + self.tool_tokens(self.tools, count)
         return self._fixed_cache[key]
 
     def prompt_tokens(self, messages: list[Message], start: int, skip: frozenset[int] = frozenset(),

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.budget import PromptBudget, TurnBudget
@@ -34,11 +35,11 @@ from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
 from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
-from nanoagent.memory.people import aliases, hidden, person_of
+from nanoagent.memory.people import CRON, OWNER, aliases, hidden, person_of
 from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
+from nanoagent.tools import Ask, ToolContext, ToolRegistry, TurnScope, current_turn
 
 if TYPE_CHECKING:
     from nanoagent.agent.runner import Shrink
@@ -76,6 +77,7 @@ class AgentLoop:
     recall: AutoRecall | None = None  # memory put in each person's turn (None: none)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
+    _groups: dict[str, bool] = field(default_factory=dict)  # channel sessions: a group chat, as its channel said
 
     @property
     def store(self) -> SessionStore:
@@ -122,6 +124,25 @@ class AgentLoop:
                 self.store.end_incognito(session, unasked=True)
                 ended.append(key)
         return ended
+
+    def note_chat(self, key: str, group: bool) -> None:
+        """What the channel told of the chat of session `key` with its latest message: a group chat or not
+        (`Incoming.private`). A group chat's turns are offered `tools.groupProfile`."""
+        self._groups[key] = group
+
+    def is_group(self, key: str) -> bool:
+        """Whether `key` is a group chat. A channel's session no message has told of yet (a turn resumed after a
+        restart) counts as one: the safer profile until its channel says otherwise."""
+        known = self._groups.get(key)
+        return known if known is not None else key.split(":", 1)[0] in registry.names()
+
+    def tools_for(self, key: str) -> ToolRegistry:
+        """The tools session `key` is offered (`tools/policy.py`). A cron job a person made runs with the tools of
+        their chat (`cron:<id>:<person>`), so a job is no way round a chat's policy."""
+        person = person_of(key)
+        if key.startswith(CRON) and person != OWNER:
+            key = person
+        return self.context.tools_for(key, self.is_group(key))
 
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
@@ -193,6 +214,7 @@ class AgentLoop:
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
                                          notices=[n.text for n in notices], recalled=recalled)
         budget = self.budget.turn(session, model)
+        tools = self.tools_for(session.key)
 
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))
@@ -203,12 +225,12 @@ class AgentLoop:
             prompt = await budget.fit()
             current_turn.set(dataclasses.replace(current_turn.get(), visible_from=prompt.visible))
             return self.turns.spec(session.key, prompt.system, self._request(session, prompt.visible, model), model,
-                                   self.context.tools, injections=injections,
+                                   tools, injections=injections,
                                    shrink=self._shrinker(budget) if budget.can_shrink else None)
 
         scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(session.key),
                                            hidden(session.key)))
-        run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
+        run = current_run.set(RunScope(session, session, 0, model, tools, sink))
         try:
             result = await self.turns.run(session, user, model, prepare, sink,
                                           sent_from=lambda: current_turn.get().visible_from,

@@ -203,6 +203,7 @@ class _Run:
             self.inbox.handled(item.id)
             return
         face = self.face(item.place)
+        self.hub.loop.note_chat(face.key, group=not item.private)  # a group chat's turns get the group profile
         text = item.text.strip()
         if text.startswith("/"):
             self.spawn(self.command(item, face, _command(text)), f"{self.channel.name} command {face.key}")
