@@ -129,6 +129,21 @@ def test_a_group_chat_is_offered_the_group_profile_and_a_private_chat_every_tool
     assert {"exec", "write_file", "spawn"} <= private
 
 
+def test_a_group_chat_keeps_the_group_profile_after_a_restart_before_its_next_message(stand_in):
+    provider = ScriptedProvider(["In the group."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "hello all", private=False)
+            await until(lambda: provider.requests and settled(runner) and not runner.hub.running(), "the answer")
+        [key] = runner.state.read().groups
+        async with running(stand_in, provider) as runner:  # a new gateway: no message from the group yet
+            await until(lambda: runner.hub.loop.is_group(key), "the group to be known")
+            return set(runner.hub.loop.tools_for(key).names())
+
+    assert asyncio.run(scenario()) == set(MINIMAL)
+
+
 def test_a_stranger_approved_by_pairing_is_answered(stand_in):
     if not registry.get(stand_in.channel).pairing:
         pytest.skip(f"{stand_in.channel} does not pair")

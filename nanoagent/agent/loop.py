@@ -22,7 +22,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.budget import PromptBudget, TurnBudget
@@ -129,12 +128,13 @@ class AgentLoop:
         """What the channel told of the chat of session `key` with its latest message: a group chat or not
         (`Incoming.private`). A group chat's turns are offered `tools.groupProfile`."""
         self._groups[key] = group
+        if group:  # a chat with a group thread is a group: the person a cron job made there runs as
+            self._groups[person_of(key)] = True
 
     def is_group(self, key: str) -> bool:
-        """Whether `key` is a group chat. A channel's session no message has told of yet (a turn resumed after a
-        restart) counts as one: the safer profile until its channel says otherwise."""
-        known = self._groups.get(key)
-        return known if known is not None else key.split(":", 1)[0] in registry.names()
+        """Whether `key` is a group chat, as its channel told (a channel keeps what it was told in its state and
+        tells the loop again when it starts). Anything else (the terminal, `agent -s KEY`) is not."""
+        return self._groups.get(key, False)
 
     def tools_for(self, key: str) -> ToolRegistry:
         """The tools session `key` is offered (`tools/policy.py`). A cron job a person made runs with the tools of
