@@ -148,7 +148,7 @@ def test_a_sub_agent_gets_its_parents_tools_at_most_and_cannot_ask_for_more(isol
     loop = build_agent(config, Paths.from_env(), provider=provider)
     asyncio.run(loop.handle("run a command"))
     widened, inherited = [m["content"] for m in loop.session("cli:direct").messages if is_tool(m)]
-    assert "exec" in widened and "only tools you have" in widened
+    assert "exec" in widened and "only tools you have" in widened and "tools.deny" in widened
     assert "exec said:" in inherited and "tools.deny" in inherited
     children = [r for r in provider.requests if "## You are a sub-agent" in r.system]
     assert children and all("exec" not in {t.name for t in r.tools} for r in children)
