@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
 from nanoagent.memory.history import HistoryEntry, HistoryLog
-from nanoagent.memory.people import OWNER, file_of, person_of
+from nanoagent.memory.people import CRON, OWNER, file_of, person_of
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message, wrap_untrusted
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
@@ -47,17 +47,33 @@ class ContextBuilder:
         self.confinement = confinement  # what keeps exec's commands in (the sandbox, or nothing), asked when needed
         self.policy = policy  # which of `tools` each session is offered (None: all of them)
         self._views: dict[Allowed, ToolRegistry] = {}
+        self._groups: dict[str, bool] = {}  # channel sessions: a group chat, as its channel said (`note_chat`)
         self._entry_tokens: dict[int, int] = {}
         self._recent: dict[str, tuple[tuple[object, object], tuple[int, list[HistoryEntry], bool]]] = {}  # by person
         self._fixed_cache: dict[tuple[str, int, Callable[[str], int]], int] = {}
 
-    def tools_for(self, key: str, group: bool = False) -> ToolRegistry:
-        """The tools session `key` is offered (`tools/policy.py`; `group`: a group chat): the others are not in its
-        requests, and a call to one is refused with the reason. Sessions with the same rules share one view, so
-        its tool list is built once."""
+    def note_chat(self, key: str, group: bool) -> None:
+        """What a channel told of the chat of session `key` with its latest message: a group chat or not
+        (`Incoming.private`)."""
+        self._groups[key] = group
+        if group:  # a chat with a group thread is a group: a cron job made in it runs as the chat
+            self._groups[person_of(key)] = True
+
+    def is_group(self, key: str) -> bool:
+        """Whether `key` is a group chat, as its channel told (a channel keeps what it was told in its state and
+        tells again when it starts). Anything else (the terminal, `agent -s KEY`, HTTP) is not."""
+        return self._groups.get(key, False)
+
+    def tools_for(self, key: str) -> ToolRegistry:
+        """The tools session `key` is offered (`tools/policy.py`): the others are not in its requests, and a call
+        to one is refused with the reason. A cron job a person made runs with the tools of their chat
+        (`cron:<id>:<person>`), so a job is no way round a chat's policy. Sessions with the same rules share one
+        view, so its tool list is built once."""
         if self.policy is None:
             return self.tools
-        allowed = self.policy.for_session(key, group)
+        if key.startswith(CRON) and person_of(key) != OWNER:
+            key = person_of(key)
+        allowed = self.policy.for_session(key, self.is_group(key))
         if allowed.everything:
             return self.tools
         if allowed not in self._views:
@@ -75,7 +91,7 @@ class ContextBuilder:
             "File tools reach only the workspace (and read the built-in skills); paths that lead outside are refused."
             if self.restrict_to_workspace else "File tools may reach paths outside the workspace; take care."
         )
-        if "exec" in self.tools.names():
+        if "exec" in self.tools_for(key).names():
             restriction += "\n" + self.confinement()
         parts = [render("prompts/identity.md", workspace=self.workspace, restriction=restriction).strip()]
         person = person_of(key)

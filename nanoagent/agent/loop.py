@@ -34,7 +34,7 @@ from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
 from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.memory.consolidator import Consolidator
-from nanoagent.memory.people import CRON, OWNER, aliases, hidden, person_of
+from nanoagent.memory.people import aliases, hidden, person_of
 from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
@@ -76,7 +76,6 @@ class AgentLoop:
     recall: AutoRecall | None = None  # memory put in each person's turn (None: none)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
-    _groups: dict[str, bool] = field(default_factory=dict)  # channel sessions: a group chat, as its channel said
 
     @property
     def store(self) -> SessionStore:
@@ -127,22 +126,14 @@ class AgentLoop:
     def note_chat(self, key: str, group: bool) -> None:
         """What the channel told of the chat of session `key` with its latest message: a group chat or not
         (`Incoming.private`). A group chat's turns are offered `tools.groupProfile`."""
-        self._groups[key] = group
-        if group:  # a chat with a group thread is a group: the person a cron job made there runs as
-            self._groups[person_of(key)] = True
+        self.context.note_chat(key, group)
 
     def is_group(self, key: str) -> bool:
-        """Whether `key` is a group chat, as its channel told (a channel keeps what it was told in its state and
-        tells the loop again when it starts). Anything else (the terminal, `agent -s KEY`) is not."""
-        return self._groups.get(key, False)
+        return self.context.is_group(key)
 
     def tools_for(self, key: str) -> ToolRegistry:
-        """The tools session `key` is offered (`tools/policy.py`). A cron job a person made runs with the tools of
-        their chat (`cron:<id>:<person>`), so a job is no way round a chat's policy."""
-        person = person_of(key)
-        if key.startswith(CRON) and person != OWNER:
-            key = person
-        return self.context.tools_for(key, self.is_group(key))
+        """The tools session `key` is offered (`tools/policy.py`)."""
+        return self.context.tools_for(key)
 
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
