@@ -163,3 +163,20 @@ def test_a_cron_job_a_group_made_runs_with_the_groups_tools(isolated_home):
     assert set(loop.tools_for("cron:ab12:telegram:-100123").names()) == set(MINIMAL)
     assert "exec" in loop.tools_for("cron:ab12:telegram:42").names()
     assert "exec" in loop.tools_for("cron:ab12").names()  # the owner's job
+
+
+def test_an_mcp_tool_that_appears_while_the_process_runs_is_offered_where_a_pattern_allows_it(isolated_home):
+    write_config(isolated_home, {"tools": {"profile": "minimal", "allow": ["mcp__*"]}})
+    config, _ = load_config(isolated_home / "config.json", env={})
+    provider = ScriptedProvider(["before", ScriptedReply(tool_calls=[("mcp__notes__add", {"text": "tea"})]), "added"])
+    loop = build_agent(config, Paths.from_env(), provider=provider)
+    asyncio.run(loop.handle("hi"))
+
+    async def add(ctx, arguments: dict) -> str:
+        return f"added {arguments['text']}"
+
+    loop.context.tools.register(SchemaTool("mcp__notes__add", "Add a note.", {"type": "object"}, add))
+    asyncio.run(loop.handle("note tea"))
+    before, after, _ = ({t.name for t in r.tools} for r in provider.requests)
+    assert before == set(MINIMAL) and after == set(MINIMAL) | {"mcp__notes__add"}
+    assert [m["content"] for m in loop.session("cli:direct").messages if is_tool(m)][-1].count("added tea") == 1
