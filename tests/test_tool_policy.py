@@ -180,3 +180,13 @@ def test_an_mcp_tool_that_appears_while_the_process_runs_is_offered_where_a_patt
     before, after, _ = ({t.name for t in r.tools} for r in provider.requests)
     assert before == set(MINIMAL) and after == set(MINIMAL) | {"mcp__notes__add"}
     assert [m["content"] for m in loop.session("cli:direct").messages if is_tool(m)][-1].count("added tea") == 1
+
+
+def test_a_deny_that_names_no_tool_is_warned_about_at_every_start(llm, isolated_home):
+    write_config(isolated_home, {"tools": {"deny": ["exce", "mcp__later__*"],
+                                           "policies": {"cli:*": {"allow": ["web_*"]}}}})
+    llm.script(Reply(text="ok"))
+    proc = invoke("agent", "-m", "hi", env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    [warning] = [line for line in proc.error_lines if "no tool" in line]
+    assert "tools.deny names `exce`" in warning and "exec" in warning

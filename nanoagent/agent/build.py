@@ -99,6 +99,8 @@ def build_agent(
         subagents = Subagents(turns, context, busy=lambda key: loop.busy(key))  # `loop` is built below, before any turn asks
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
+    for problem in context.policy.unknown(tools.names()) if context.policy else ():
+        warn(problem)
     models = ModelChoice(default_model, pinned=model is not None)
     flush = MemoryFlush(config.memory.flush, providers, store, paths.workspace, edits, config.memory.dream_model,
                         min(config.defaults.max_tokens, FLUSH_MAX_TOKENS),

@@ -90,6 +90,18 @@ class ToolPolicy:
             steps += [Step(p, False, f'tools.policies["{pattern}"].deny') for p in rule.deny]
         return Allowed(profile, chosen_by, tuple(steps))
 
+    def unknown(self, names: list[str]) -> list[str]:
+        """A line for each allow or deny pattern that names none of `names` (a typo denies nothing). MCP tools
+        (`mcp__...`) are left out: a server's tools may not be known yet."""
+        s = self.settings
+        where = [("tools.allow", p) for p in s.allow] + [("tools.deny", p) for p in s.deny]
+        for key, rule in s.policies.items():
+            where += [(f'tools.policies["{key}"].allow', p) for p in rule.allow]
+            where += [(f'tools.policies["{key}"].deny', p) for p in rule.deny]
+        return [f"{setting} names `{pattern}`, which is no tool here; the tools are {', '.join(names)}."
+                for setting, pattern in where
+                if not pattern.startswith("mcp__") and not any(matches(pattern, name) for name in names)]
+
     def summary(self) -> list[str]:
         """The policy in lines, for `nanoagent status`: each profile in use with its tools, then each rule."""
         s = self.settings
