@@ -150,6 +150,9 @@ class ToolView(ToolRegistry):
     def register(self, tool: Tool) -> None:
         raise TypeError("register tools with the registry a ToolView shows, not the view")
 
+    def unregister(self, name: str) -> None:
+        raise TypeError("unregister tools from the registry a ToolView shows, not the view")
+
     def get(self, name: str) -> Tool | None:
         self._sync()
         return super().get(name)
