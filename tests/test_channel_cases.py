@@ -27,6 +27,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
+from nanoagent.tools.policy import MINIMAL
 from tests.channel_harness import TIMING, Slow, StandIn, running, settled
 from tests.conftest import (
     PATIENCE,
@@ -109,6 +110,38 @@ def test_in_a_group_the_owners_mention_is_answered_and_a_stranger_gets_no_code(s
     asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
     assert asked.endswith(": what time is it?")  # the sender's name first: a group has several people
     assert stand_in.shown(stand_in.stranger) == []  # pairing codes only in a private chat
+
+
+def test_a_group_chat_is_offered_the_group_profile_and_a_private_chat_every_tool(stand_in):
+    provider = ScriptedProvider(["In the group.", "In private."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "what can you do here?", private=False)
+            await until(lambda: len(provider.requests) == 1 and settled(runner) and not runner.hub.running(),
+                        "the group's answer")
+            stand_in.write(stand_in.owner, "and here?")
+            await until(lambda: stand_in.shown(stand_in.owner)[-1:] == ["In private."], "the private answer")
+
+    asyncio.run(scenario())
+    group, private = ({t.name for t in request.tools} for request in provider.requests)
+    assert group == set(MINIMAL)  # tools.groupProfile: minimal unless configured
+    assert {"exec", "write_file", "spawn"} <= private
+
+
+def test_a_group_chat_keeps_the_group_profile_after_a_restart_before_its_next_message(stand_in):
+    provider = ScriptedProvider(["In the group."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "hello all", private=False)
+            await until(lambda: provider.requests and settled(runner) and not runner.hub.running(), "the answer")
+        [key] = runner.state.read().groups
+        async with running(stand_in, provider) as runner:  # a new gateway: no message from the group yet
+            await until(lambda: runner.hub.loop.is_group(key), "the group to be known")
+            return set(runner.hub.loop.tools_for(key).names())
+
+    assert asyncio.run(scenario()) == set(MINIMAL)
 
 
 def test_a_stranger_approved_by_pairing_is_answered(stand_in):

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from nanoagent.providers.base import Providers
     from nanoagent.session.store import Session, SessionStore
     from nanoagent.skills import SkillsLoader
+    from nanoagent.tools import ToolRegistry
 
 INCOGNITO_NOTICE = ("Temporary chat (incognito): nothing said here is archived to memory, Dreamed or searchable, and "
                     "it is deleted when it ends (/new, leaving, an idle hour, or the gateway stopping). What it costs "
@@ -102,6 +103,7 @@ class Commands:
     memory_git: MemoryGit | None = None
     dream_factory: Callable[[ev.EventSink], Dream] | None = None  # builds Dream for /dream, sending to a sink
     subagents: Subagents | None = None  # the sub-agent runs, for /tasks
+    tools_for: Callable[[str], ToolRegistry] | None = None  # the tools a session is offered, for /status
 
     @property
     def consolidator(self) -> Consolidator | None:  # archives old turns to memory/history.jsonl (None: never)
@@ -209,6 +211,7 @@ class Commands:
             f"{u.cache_write_tokens:,} cache write",
             f"cost:     {total.cost_text()} over {total.calls} model call{'' if total.calls == 1 else 's'}"
             + (f" ({len(delegated)} by sub-agents)" if delegated else ""),
+            *([f"tools:    {', '.join(self.tools_for(session.key).names()) or 'none'}"] if self.tools_for else []),
         ])
 
     def _subagent_usage(self, session: Session) -> list[UsageRecord]:

@@ -40,7 +40,7 @@ from nanoagent.memory.people import aliases, hidden, person_of
 from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
+from nanoagent.tools import Ask, ToolContext, ToolRegistry, TurnScope, current_turn
 
 if TYPE_CHECKING:
     from nanoagent.agent.runner import Shrink
@@ -125,6 +125,18 @@ class AgentLoop:
                 ended.append(key)
         return ended
 
+    def note_chat(self, key: str, group: bool) -> None:
+        """What the channel told of the chat of session `key` with its latest message: a group chat or not
+        (`Incoming.private`). A group chat's turns are offered `tools.groupProfile`."""
+        self.context.note_chat(key, group)
+
+    def is_group(self, key: str) -> bool:
+        return self.context.is_group(key)
+
+    def tools_for(self, key: str) -> ToolRegistry:
+        """The tools session `key` is offered (`tools/policy.py`)."""
+        return self.context.tools_for(key)
+
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
 
@@ -199,6 +211,7 @@ class AgentLoop:
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
                                          notices=[n.text for n in notices], recalled=recalled, workdir=workdir)
         budget = self.budget.turn(session, model)
+        tools = self.tools_for(session.key)
 
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))
@@ -209,12 +222,12 @@ class AgentLoop:
             prompt = await budget.fit()
             current_turn.set(dataclasses.replace(current_turn.get(), visible_from=prompt.visible))
             return self.turns.spec(session.key, prompt.system, self._request(session, prompt.visible, model), model,
-                                   self.context.tools, injections=injections,
+                                   tools, injections=injections,
                                    shrink=self._shrinker(budget) if budget.can_shrink else None)
 
         scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(session.key),
                                            hidden(session.key), workdir))
-        run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
+        run = current_run.set(RunScope(session, session, 0, model, tools, sink))
         try:
             result = await self.turns.run(session, user, model, prepare, sink,
                                           sent_from=lambda: current_turn.get().visible_from,

@@ -216,8 +216,9 @@ class Subagents:
         wanted = set(available if names is None else names)
         unknown = sorted(wanted - set(available))
         if unknown:
+            why = next((reason for name in unknown if (reason := scope.tools.refused(name))), None)
             raise ToolError(f"Unknown tool(s) for the sub-agent: {', '.join(unknown)}. It may use only tools you "
-                            f"have: {', '.join(available)}.")
+                            f"have: {', '.join(available)}." + (f" {why}" if why else ""))
         if scope.depth + 1 >= self.turns.settings.subagents.max_depth:
             wanted.discard(SPAWN)  # at the limit spawn is not offered
         return scope.tools.restricted(wanted)

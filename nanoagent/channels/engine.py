@@ -133,6 +133,7 @@ class _Run:
         self.faces: dict[str, Face] = {}
         self.queues: dict[Place, asyncio.Queue[Incoming]] = {}
         self.hinted: set[str] = set()  # chats told, this run, how to turn transcription on
+        self.groups: set[str] = set()  # the group chats' session keys (`ChannelState.groups`)
         self.group = asyncio.TaskGroup()
 
     async def run(self) -> None:
@@ -142,6 +143,9 @@ class _Run:
             self.runner.health(f"connected as {bot}")
             self.log.info(self.runner.record("started", bot=bot))
             async with self.group:
+                self.groups = set(self.inbox.state.read().groups)
+                for key in self.groups:
+                    self.hub.loop.note_chat(key, True)
                 self.resume()
                 self.replay()
                 await self.receive()
@@ -175,6 +179,14 @@ class _Run:
             else:
                 self.dispatch(item)
 
+    def note_chat(self, key: str, group: bool) -> None:
+        """Tell the loop whether a chat is a group chat (its turns get `tools.groupProfile`), and keep it in the
+        state, so a turn resumed after a restart, or a cron job the chat made, is held to it before its next message."""
+        self.hub.loop.note_chat(key, group)
+        if group != (key in self.groups):
+            self.groups ^= {key}
+            self.inbox.state.update(lambda state: state.set_group(key, group))
+
     def dispatch(self, item: Incoming) -> None:
         """Each chat's messages are handled in order, by a worker of its own; chats do not wait for each other."""
         chat = Place(item.place.channel, item.place.chat)
@@ -203,6 +215,7 @@ class _Run:
             self.inbox.handled(item.id)
             return
         face = self.face(item.place)
+        self.note_chat(face.key, group=not item.private)
         text = item.text.strip()
         if text.startswith("/"):
             self.spawn(self.command(item, face, _command(text)), f"{self.channel.name} command {face.key}")

@@ -128,6 +128,22 @@ class AttachmentsConfig:
     image_models: list[str] = field(default_factory=list)  # models sent images whatever the bundled table says
 
 
+TOOL_PROFILES = ("minimal", "coding", "full")  # the presets of `tools/policy.py`
+
+
+@dataclass
+class ToolRuleConfig:
+    """The tools of the sessions one `tools.policies` key pattern names (`telegram:-100*`): a profile, then tool names
+    or `*` patterns added (`allow`) and taken away (`deny`)."""
+
+    profile: str | None = choice(None, TOOL_PROFILES)
+    allow: list[str] = field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_choices(self, "tools.policies.<pattern>")
+
+
 @dataclass
 class TranscribeConfig:
     """Voice notes and audio files transcribed before the turn, through `POST {apiBase}/audio/transcriptions`."""
@@ -154,6 +170,15 @@ class ToolsConfig:
     web: WebConfig = field(default_factory=WebConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     transcribe: TranscribeConfig = field(default_factory=TranscribeConfig)
+    # which tools a session is offered (`tools/policy.py`): a profile, then allow adds and deny removes
+    profile: str = choice("full", TOOL_PROFILES)  # the terminal, direct chats, cron, HTTP
+    group_profile: str = choice("minimal", TOOL_PROFILES)  # group chats, as each channel tells them
+    allow: list[str] = field(default_factory=list)  # tool names or patterns (`mcp__*`)
+    deny: list[str] = field(default_factory=list)
+    policies: dict[str, ToolRuleConfig] = field(default_factory=dict)  # session-key pattern -> its rule
+
+    def __post_init__(self) -> None:
+        check_choices(self, "tools")
 
 
 @dataclass
