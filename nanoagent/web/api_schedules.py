@@ -39,12 +39,19 @@ def add_schedules(app: web.Application, ctx: WebContext) -> None:
     async def listing(request: web.Request) -> web.Response:
         from nanoagent.cron.scheduler import described, scheduler_seen
 
+        from nanoagent.agent.build import build_outbox
+        from nanoagent.agent.cron_runs import system_tasks
+
         def read() -> dict[str, Any]:
             jobs_store = store()
             jobs = jobs_store.read()
-            system = [{"name": name, "schedule": described(s.schedule),
-                       "next_run": s.next_run.isoformat() if s.next_run else None, "last": _run(s.last)}
-                      for name, s in jobs.system.items()]
+            configured = {t.name: t.fingerprint for t in system_tasks(ctx.config, ctx.paths,
+                                                                      build_outbox(ctx.config, ctx.paths))}
+            system = [{"name": name, "schedule": described(s.schedule if s.schedule else configured.get(name, "")),
+                       "next_run": s.next_run.isoformat() if s.next_run else None, "last": _run(s.last),
+                       "on": name in configured} for name, s in jobs.system.items()]
+            system += [{"name": name, "schedule": described(fingerprint), "next_run": None, "last": None, "on": True}
+                       for name, fingerprint in configured.items() if name not in jobs.system]
             return {"jobs": [_job(j) for j in jobs.jobs], "system": system,
                     "scheduler": scheduler_seen(jobs_store), "enabled": ctx.config.cron.enabled}
 

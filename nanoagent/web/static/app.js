@@ -440,7 +440,8 @@ async function schedulesPage() {
           el("button", { type: "button", class: "danger", onclick: act(`/api/schedules/${j.id}`, "DELETE") }, "Remove"))))
         : [el("p", { class: "muted", text: "No scheduled jobs." })]));
     system.replaceChildren(...(data.system.length ? data.system.map((s) => el("div", { class: "card" },
-      el("strong", { text: s.name }), el("div", { class: "small", text: s.schedule }),
+      el("strong", { text: s.name }), s.on ? null : el("span", { class: "badge", text: "off" }),
+      el("div", { class: "small", text: s.schedule }),
       el("div", { class: "small muted", text: s.next_run ? `next ${when(s.next_run)}` : "" }),
       el("div", { class: "small", text: s.last ? `last ${when(s.last.started)}: ${s.last.status}` : "never ran" })))
       : [el("p", { class: "muted", text: "No heartbeat or scheduled Dream yet." })]));
@@ -474,7 +475,7 @@ function chart(days) {
   svg.setAttribute("role", "img");
   svg.setAttribute("aria-label", "Cost per day");
   const max = Math.max(...days.map((d) => d.cost || 0), 0.000001);
-  const step = (width - pad * 2) / Math.max(days.length, 1);
+  const step = Math.min((width - pad * 2) / Math.max(days.length, 1), 60);
   days.forEach((d, i) => {
     const h = ((d.cost || 0) / max) * (height - pad * 2);
     const bar = document.createElementNS(ns, "rect");
