@@ -54,7 +54,7 @@ if TYPE_CHECKING:
 SECTIONS = (
     ("Talk", ("agent", "sessions")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
-    ("Always on", ("gateway", "channels", "pairing", "cron", "heartbeat", "mcp")),
+    ("Always on", ("gateway", "web", "channels", "pairing", "cron", "heartbeat", "mcp")),
     ("Setup", ("onboard", "status", "doctor", "skills", "usage")),
 )
 
@@ -114,10 +114,11 @@ app = App(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import dream_cmd, heartbeat_cmd
+    from nanoagent.cli import dream_cmd, heartbeat_cmd, web_cmd
 
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
+    web_cmd.register(app)
 
 
 def _version(value: bool) -> None:

@@ -8,10 +8,15 @@ Client to gateway:
         "name": "cat.png"}]: images the client stored under the workspace's media/ (by reference, never bytes)
     {"type": "cancel", "session": KEY}                           Ctrl-C or Esc: cancel the running turn and commands
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
+    {"type": "signin", "id": "w1", "enable": false}              `nanoagent web`: a one-time sign-in link for the
+                                                                 web app; "enable": turn the HTTP listener on
+                                                                 (loopback) when it is off
 Gateway to client:
     {"type": "event", "event": {"kind": "TextDelta", "session": KEY, "text": "..."}}   the runner's typed events
     {"type": "ask", "id": "q1", "question": "..."}               an approval question for this client's turn
     {"type": "result", "id": "r1", "reply": "...", "joined": false, "run": {...} | null}
+    {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE"}   or {"type": "signin", "id": "w1",
+        "off": true, "port": 8765}: the listener is off (send again with "enable": true)
     {"type": "error", "message": "..."}                          a bad line; the connection stays
 
 This module is light on purpose: an attaching terminal imports it, never a provider SDK.
