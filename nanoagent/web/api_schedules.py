@@ -37,10 +37,9 @@ def add_schedules(app: web.Application, ctx: WebContext) -> None:
         return JobStore(ctx.paths.cron_jobs_file)
 
     async def listing(request: web.Request) -> web.Response:
-        from nanoagent.cron.scheduler import described, scheduler_seen
-
         from nanoagent.agent.build import build_outbox
         from nanoagent.agent.cron_runs import system_tasks
+        from nanoagent.cron.scheduler import described, scheduler_seen
 
         def read() -> dict[str, Any]:
             jobs_store = store()
