@@ -538,7 +538,8 @@ async function usagePage() {
     }));
     const budget = data.budget ? el("section", { class: "card", id: "budget", "aria-label": "Budgets" },
       el("h2", { text: "Budgets" }), el("pre", { class: "out", text: JSON.stringify(data.budget, null, 1) })) : null;
-    body.replaceChildren(totals, data.by.day.length ? chart(data.by.day) : el("p", { class: "muted", text: "No usage recorded." }),
+    body.replaceChildren(totals, el("h2", { text: "Cost per day" }),
+      data.by.day.length ? chart(data.by.day) : el("p", { class: "muted", text: "No usage recorded." }),
       totalsTable("Per session", data.by.session), totalsTable("Per model", data.by.model),
       totalsTable("Per channel", data.by.channel), context, budget);
   }
@@ -555,11 +556,13 @@ async function settingsPage() {
   const list = (items, line) => items.length ? el("ul", {}, ...items.map((i) => el("li", {}, ...line(i)))) : el("p", { class: "muted", text: "None." });
   root.replaceChildren(el("h1", { text: "Settings" }), el("p", { class: "muted small", text: "Read-only here: change them in config.json or with the nanoagent commands. Keys are never shown." }),
     el("h2", { text: "Model" }), el("p", { text: s.model }),
+    el("h2", { text: "Workspace and listener" }), el("p", { class: "small", text: `${s.workspace} · http://${s.http.host}:${s.http.port}` }),
     el("h2", { text: "Channels" }), list(s.channels, (c) => [el("strong", { text: c.name }), ": ", c.state]),
     el("h2", { text: "MCP servers" }), list(s.mcp, (m) => [el("strong", { text: m.name }), `: ${m.state}`,
       m.tools.length ? el("ul", {}, ...m.tools.map((t) => el("li", { class: "small" }, el("code", { text: t.name }), " ", t.description))) : null]),
     el("h2", { text: "Skills" }), list(s.skills, (k) => [el("strong", { text: k.name }), " ",
-      el("span", { class: "badge", text: k.source }), el("span", { class: "badge", text: k.trust }),
+      el("span", { class: "badge", text: k.source }),
+      k.source === "builtin" ? null : el("span", { class: "badge", text: `trust: ${k.trust}` }),
       k.available ? null : el("span", { class: "badge", text: "unavailable" }), el("div", { class: "small skill-description", text: k.description })]));
 }
 
