@@ -426,6 +426,8 @@ def test_malformed_oversized_slow_and_chunked_requests_get_a_status_and_a_closed
                                                       b"405", b"404"]
     assert b"Got more than 8190 bytes" in answers[1]  # what cannot be parsed is aiohttp's plain-text 400
     assert all(b'"error":{"message":' in a for a in answers[2:])
+    head, _, timed_out = answers[5].partition(b"\r\n\r\n")
+    assert b"Content-Length: %d\r\n" % len(timed_out) in head + b"\r\n"
 
 
 def test_the_http_settings_are_read_from_config_json_with_their_range(tmp_path):

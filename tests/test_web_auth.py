@@ -288,6 +288,35 @@ def test_a_gateway_asked_to_enable_its_listener_turns_it_on_on_loopback_and_sign
     assert on["url"].startswith(f"http://127.0.0.1:{off['port']}/signin/") and signed.status_code == 303
 
 
+@pytest.mark.process
+def test_nanoagent_web_on_a_terminal_asks_before_turning_the_listener_on_and_a_no_leaves_it_off(isolated_home):
+    import os
+    import sys
+
+    import pexpect
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "TERM": "dumb", "BROWSER": "true"}
+    with _gateway_without_http() as paths:
+        answers = {}
+        for answer in ("n", "y"):
+            child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "web"], cwd=str(ROOT), env=env,
+                                  encoding="utf-8", timeout=PATIENCE, dimensions=(30, 200))
+            child.expect_exact("The gateway's HTTP listener is off. Turn it on at http://127.0.0.1:")
+            child.expect_exact("[y/N] ")
+            child.send(answer + "\r")
+            child.expect(pexpect.EOF)
+            child.close()
+            answers[answer] = (child.exitstatus, child.before)
+        still_off = _ask(paths, False)
+    assert answers["n"][0] == 1 and "gateway.http.enabled" in answers["n"][1]
+    code, shown = answers["y"]
+    link = shown.split("Sign-in link (good once, for one minute): ")[1].split()[0]
+    assert code == 0 and link.startswith("http://127.0.0.1:") and "/signin/" in link
+    assert "url" in still_off  # turned on by the yes, until the gateway stops
+
+
 def _ask(paths: Any, enable: bool) -> dict[str, Any]:
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
         conn.settimeout(PATIENCE)

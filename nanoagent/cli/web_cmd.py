@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-import socket
 import sys
 from pathlib import Path
 from typing import Annotated, Any
@@ -64,6 +62,9 @@ def web(
 
 def _signin(path: Path, enable: bool) -> dict[str, Any]:
     """The gateway's answer to a sign-in request (a NanoagentError with its message when it refuses)."""
+    import json
+    import socket
+
     from nanoagent.gateway.protocol import decode, encode
 
     try:

@@ -76,10 +76,10 @@ KEEPALIVE = 15.0  # seconds of silence in a stream before a comment line keeps p
 JOINED = ("Your message joined the turn already running in session {key}; the reply to both comes in the "
           "response to the message that started it.")
 NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would send the message again: a second turn
+_TIMEOUT_BODY = (b'{"error":{"message":"No authenticated request came in time; connect again.","type":'
+                 b'"invalid_request_error","param":null,"code":null}}')
 TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
-                    b"Content-Length: 124\r\n\r\n"
-                    b'{"error":{"message":"No authenticated request came in time; connect again.","type":'
-                    b'"invalid_request_error","param":null,"code":null}}')
+                    b"Content-Length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
 
 
 class HttpError(Exception):
@@ -382,6 +382,8 @@ class Endpoint:
             await asyncio.Event().wait()  # until cancelled
         finally:
             server.close()
+            for stream in list(self.doors.streams):  # they never end by themselves: their handlers stop now
+                _close(stream)
             await runner.cleanup()
 
     # --- every request ---------------------------------------------------------------------------
