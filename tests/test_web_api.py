@@ -253,3 +253,43 @@ def test_the_page_and_its_files_are_served_without_inline_script_or_style():
             assert (await client.get("/static/../app.py")).status in (403, 404)
 
     run(test)
+
+
+def test_dream_now_runs_dream_through_the_chat_route_and_answers_the_memory_page():
+    async def test() -> None:
+        async with app_client() as (client, _):
+            files = await (await client.get("/api/memory")).json()
+            key = files["dream_session"]
+            tab = Stream(await client.get(f"/api/sessions/{key}/events"))
+            await client.post(f"/api/sessions/{key}/messages", json={"text": "/dream"})
+            result = await tab.next(lambda m: m["type"] in ("result", "error"))
+            assert result["type"] == "result" and result["command"] is True and result["html"]
+
+    run(test)
+
+
+def test_a_memory_search_hit_links_to_the_file_it_came_from():
+    paths = Paths.from_env()
+    (paths.workspace / "memory").mkdir(parents=True, exist_ok=True)
+    (paths.workspace / "memory" / "MEMORY.md").write_text("# Memory\n\n- Prefers green tea in the afternoon.\n")
+
+    async def test() -> None:
+        async with app_client() as (client, _):
+            hits = (await (await client.get("/api/memory/search", params={"q": "green tea"})).json())["hits"]
+            assert hits and hits[0]["link"] == "#/memory/file/memory/MEMORY.md"
+            shown = await (await client.get("/api/memory/file", params={"path": "memory/MEMORY.md"})).json()
+            assert "<li>Prefers green tea in the afternoon.</li>" in shown["html"]
+
+    run(test)
+
+
+def test_the_persons_message_reaches_every_tab_as_text_without_the_runtime_block():
+    async def test() -> None:
+        async with app_client() as (client, _):
+            tab = Stream(await client.get("/api/sessions/web:m/events"))
+            await client.post("/api/sessions/web:m/messages", json={"text": "<b>hi</b> there"})
+            added = await tab.next(lambda m: kind("MessageAdded")(m) and (m["event"]["view"] or {}).get("role") == "user")
+            assert added["event"]["view"]["text"] == "<b>hi</b> there"
+            assert added["event"]["message"] is None
+
+    run(test)

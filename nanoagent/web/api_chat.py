@@ -291,8 +291,12 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         queue = rooms.open(key)
 
         def on_event(event: ev.Event) -> None:
-            if len(queue._queue) < MAX_QUEUED:  # type: ignore[attr-defined]
-                queue.put_nowait({"type": "event", "event": protocol.event_to_wire(event)})
+            if queue.qsize() >= MAX_QUEUED:
+                return
+            wire = protocol.event_to_wire(event)
+            if wire["kind"] == "MessageAdded" and not event.agent:  # as the page shows it: text, or rendered
+                wire = {**wire, "message": None, "view": (message_views([wire["message"]]) or [None])[0]}
+            queue.put_nowait({"type": "event", "event": wire})
 
         unwatch = ctx.hub.watch(key, on_event)
         try:

@@ -153,6 +153,8 @@ async function conversation(view, key) {
   view.replaceChildren(heading, model, marker, log, questions, status, form);
   let images = [];
   let live = null;
+  let hellos = 0;
+  const sent = new Set();  // what this tab showed when it sent, so its own MessageAdded is not shown twice
   let tools = {};
 
   function busy(on) { stop.disabled = !on; }
@@ -223,6 +225,12 @@ async function conversation(view, key) {
         if (line) line.querySelector("summary").textContent = `${e.error ? "✗" : "✓"} ${e.name} (${e.elapsed.toFixed(1)} s)`;
         break;
       }
+      case "MessageAdded":  // the person's message, also when another tab or device sent it
+        if (e.view && e.view.role === "user" && !sent.delete(e.view.text)) {
+          log.append(messageView(e.view));
+          live = null;
+        }
+        break;
       case "Progress": status.textContent = e.text; break;
       case "Notice": log.append(el("div", { class: "msg system", text: e.text })); break;
       case "Retrying": status.textContent = `Retrying: ${e.reason}`; break;
@@ -250,7 +258,10 @@ async function conversation(view, key) {
 
   stream(key, (m) => {
     if (m.type === "event") onEvent(m.event);
-    else if (m.type === "hello") busy(m.busy);
+    else if (m.type === "hello") {  // after a dropped stream reconnects: catch up with what was missed
+      busy(m.busy);
+      if (hellos++ > 0) reload();
+    }
     else if (m.type === "ask") askView(m);
     else if (m.type === "answered") questions.querySelector(`[data-id="${CSS.escape(m.id)}"]`)?.remove();
     else if (m.type === "result" && m.command) {
@@ -278,6 +289,7 @@ async function conversation(view, key) {
     if (images.length) body.attachments = images;
     if (!message.startsWith("/")) {
       log.append(el("div", { class: "msg user" }, message || "(image)"));
+      sent.add(message);
       live = null;
     }
     try {
