@@ -295,7 +295,8 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
                 return
             wire = protocol.event_to_wire(event)
             if wire["kind"] == "MessageAdded" and not event.agent:  # as the page shows it: text, or rendered
-                wire = {**wire, "message": None, "view": (message_views([wire["message"]]) or [None])[0]}
+                views = message_views([wire["message"]])  # none for a tool result: the page folds those in
+                wire = {**wire, "message": None, "view": views[0] if views else None}
             queue.put_nowait({"type": "event", "event": wire})
 
         unwatch = ctx.hub.watch(key, on_event)
