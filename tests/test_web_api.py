@@ -15,13 +15,14 @@ from aiohttp.test_utils import TestClient, TestServer
 
 from nanoagent.agent.build import build_agent
 from nanoagent.config.schema import Config
+from nanoagent.cron.store import JobStore
 from nanoagent.gateway.hub import Hub
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
 from nanoagent.web.app import add_app
 from nanoagent.web.context import WebContext
-from tests.conftest import PATIENCE, invoke
+from tests.conftest import PATIENCE, invoke, until
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
@@ -291,5 +292,40 @@ def test_the_persons_message_reaches_every_tab_as_text_without_the_runtime_block
             added = await tab.next(lambda m: kind("MessageAdded")(m) and (m["event"]["view"] or {}).get("role") == "user")
             assert added["event"]["view"]["text"] == "<b>hi</b> there"
             assert added["event"]["message"] is None
+
+    run(test)
+
+
+def test_run_now_runs_a_job_through_the_gateway_and_its_result_is_listed():
+    async def test() -> None:
+        async with app_client(ScriptedProvider(default="watered")) as (client, _):
+            made = await client.post("/api/schedules", json={"kind": "every", "when": "1d", "message": "water",
+                                                             "to": "none"})
+            job = (await made.json())["job"]
+            assert (await client.post(f"/api/schedules/{job['id']}/run")).status == 202
+            jobs = JobStore(Paths.from_env().cron_jobs_file)
+            await until(lambda: jobs.read().jobs[0].last, "the job's run to be recorded")
+            listed = (await (await client.get("/api/schedules")).json())["jobs"][0]
+            assert listed["last"]["status"] == "ok"
+
+    run(test)
+
+
+def test_declining_an_approval_from_the_page_does_not_run_the_command(tmp_path):
+    config = Config()
+    config.tools.exec.sandbox, config.tools.exec.approve = "none", "always"
+    marker = tmp_path / "ran"
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("exec", {"command": f"touch {marker}"})]),
+                                 ScriptedReply("ok, not run")])
+
+    async def test() -> None:
+        async with app_client(provider, config) as (client, _):
+            tab = Stream(await client.get("/api/sessions/web:d/events"))
+            await client.post("/api/sessions/web:d/messages", json={"text": "run it"})
+            ask = await tab.next(lambda m: m["type"] == "ask")
+            await client.post("/api/sessions/web:d/answer", json={"id": ask["id"], "answer": "no"})
+            finished = await tab.next(kind("ToolFinished"))
+            assert "declined" in finished["event"]["error"]
+            assert not marker.exists()
 
     run(test)

@@ -36,6 +36,7 @@ log = logging.getLogger("nanoagent.web")
 KEEPALIVE = 15.0  # seconds of silence before a comment line keeps the stream open through proxies
 MAX_QUEUED = 10_000  # events waiting for a tab that stopped reading before its stream is dropped
 MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
+MAX_LISTED = 200  # sessions the list reads, the most recently active first (each is a file read)
 _BAD_NAME = re.compile(r"\.\.|[/\\\x00-\x1f\x7f]")
 
 
@@ -138,7 +139,7 @@ def session_rows(ctx: WebContext) -> list[dict[str, Any]]:
         with contextlib.suppress(OSError):
             stamps[key] = os.stat(store.path_for(key)).st_mtime
     rows = []
-    for key in sorted(stamps, key=stamps.__getitem__, reverse=True):
+    for key in sorted(stamps, key=stamps.__getitem__, reverse=True)[:MAX_LISTED]:
         session = _session(ctx, key)
         total = session_total(session.usage)
         rows.append({"key": key, "channel": key.split(":", 1)[0], "messages": len(session.messages),
@@ -252,7 +253,7 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         if question is None or question.key != key:
             return web.json_response({"error": "That question was already answered or its turn ended."}, status=409)
         if not question.answer.done():
-            question.answer.set_result("y" if body.get("answer") == "yes" else "n")
+            question.answer.set_result({"yes": "y", "always": "a"}.get(str(body.get("answer")), "n"))  # as typed
         return web.json_response({"answered": True})
 
     async def upload(request: web.Request) -> web.Response:

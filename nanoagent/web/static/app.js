@@ -248,9 +248,10 @@ async function conversation(view, key) {
     const answer = (value) => api(`/api/sessions/${encodeURIComponent(key)}/answer`,
       { method: "POST", json: { id: q.id, answer: value } }).catch((e) => card.append(alertBox(e.message)));
     const card = el("div", { class: "ask", role: "alertdialog", "aria-label": "Approval", "data-id": q.id },
-      el("p", {}, el("strong", { text: "Approve this command?" })), el("pre", { text: q.question }),
+      el("p", {}, el("strong", { text: "Approve this command?" })), el("pre", { text: q.question.replace(/\n\[y\]es .*$/s, "") }),
       el("div", { class: "row" },
         el("button", { type: "button", class: "primary", onclick: () => answer("yes") }, "Approve"),
+        el("button", { type: "button", onclick: () => answer("always") }, "Always this session"),
         el("button", { type: "button", onclick: () => answer("no") }, "Decline")));
     questions.append(card);
     card.querySelector("button").focus();
