@@ -228,7 +228,7 @@ def test_the_pages_fit_a_phone_and_work_from_the_keyboard(browser, web):
         width = page_.evaluate("() => document.documentElement.scrollWidth")
         assert width <= 390, f"{route} is {width} px wide"
     page_.goto(f"{web.url}/#/chat/web:phone")
-    page_.locator("#message").wait_for()
+    page_.focus("#message")
     page_.keyboard.press("Shift+Tab")  # from the message box back through real controls
     focused = page_.evaluate("() => document.activeElement.tagName")
     assert focused in ("BUTTON", "A", "INPUT", "TEXTAREA", "SELECT")
