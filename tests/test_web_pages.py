@@ -131,6 +131,7 @@ def test_a_dream_edit_is_shown_with_its_diff_and_undone_from_the_page(browser, w
     page_.goto(f"{web.url}/#/memory")
     edit = page_.locator(f'li[data-sha="{made.short}"]')
     edit.get_by_role("button", name="Show diff").click()
+    edit.locator(".diff-add").first.wait_for(timeout=WAIT)
     assert "+- Prefers green tea in the afternoon." in edit.locator(".diff-add").all_inner_texts()
     edit.get_by_role("button", name="Undo this edit").click()
     edit.get_by_role("status").wait_for(timeout=WAIT)
@@ -225,6 +226,7 @@ def test_the_pages_fit_a_phone_and_work_from_the_keyboard(browser, web):
     for route in ("chat/web:phone", "memory", "schedules", "usage", "settings"):
         page_.goto(f"{web.url}/#/{route}")
         page_.locator("main h1").first.wait_for(timeout=WAIT)
+        page_.wait_for_load_state("networkidle")
         width = page_.evaluate("() => document.documentElement.scrollWidth")
         assert width <= 390, f"{route} is {width} px wide"
     page_.goto(f"{web.url}/#/chat/web:phone")
