@@ -133,7 +133,7 @@ def test_a_slash_command_answers_every_tab_with_its_reply_rendered():
             tab = Stream(await client.get("/api/sessions/web:c/events"))
             await client.post("/api/sessions/web:c/messages", json={"text": "/incognito"})
             result = await tab.next(lambda m: m["type"] == "result")
-            assert result["command"] is True and "Temporary chat" in result["html"]
+            assert result["command"] is True and "Temporary chat" in result["text"]
             shown = await (await client.get("/api/sessions/web:c")).json()
             assert shown["incognito"] is True
 
@@ -264,7 +264,7 @@ def test_dream_now_runs_dream_through_the_chat_route_and_answers_the_memory_page
             tab = Stream(await client.get(f"/api/sessions/{key}/events"))
             await client.post(f"/api/sessions/{key}/messages", json={"text": "/dream"})
             result = await tab.next(lambda m: m["type"] in ("result", "error"))
-            assert result["type"] == "result" and result["command"] is True and result["html"]
+            assert result["type"] == "result" and result["command"] is True and result["text"]
 
     run(test)
 

@@ -351,8 +351,9 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
         rooms.post(key, {"type": "joined"})
         return
     command = turn.result is None
+    # a command's reply is plain text laid out in columns (/help, /status): the page shows it as text
     rooms.post(key, {"type": "result", "command": command, "refused": turn.refused,
-                     "html": render(turn.reply) if command else "", "error": (turn.result.error or "") if turn.result
+                     "text": turn.reply if command else "", "error": (turn.result.error or "") if turn.result
                      else "", "elapsed": round(time.monotonic() - started, 3)})
 
 

@@ -266,7 +266,7 @@ async function conversation(view, key) {
     else if (m.type === "ask") askView(m);
     else if (m.type === "answered") questions.querySelector(`[data-id="${CSS.escape(m.id)}"]`)?.remove();
     else if (m.type === "result" && m.command) {
-      reload().then(() => log.append(rendered(m.html, "msg system")));
+      reload().then(() => log.append(el("pre", { class: "msg system reply", text: m.text })));
       loadSessions(document.querySelector(".sessions"), key);
     } else if (m.type === "result") loadSessions(document.querySelector(".sessions"), key);
     else if (m.type === "error") { log.append(alertBox(m.message)); busy(false); }
@@ -361,7 +361,7 @@ async function memoryPage() {
     const source = stream(key, (m) => {
       if (m.type === "event" && m.event.kind === "Progress") dreamStatus.textContent = m.event.text;
       else if (m.type === "result" || m.type === "error") {
-        dreamStatus.replaceChildren(m.html ? rendered(m.html) : document.createTextNode(m.message || "Done."));
+        dreamStatus.replaceChildren(el("pre", { class: "reply", text: m.text || m.message || "Done." }));
         dreamButton.disabled = false;
         source.close();
         loadTimeline(timeline);
