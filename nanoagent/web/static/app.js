@@ -99,15 +99,15 @@ function newKey(prefix) {
   return `web:${prefix}${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
 }
 
-async function chatPage(key) {
-  const root = main();
+async function chatPage(root, key) {
   const list = el("ul", { class: "sessions", "aria-label": "Sessions" });
   const side = el("section", { "aria-label": "Sessions" },
     el("div", { class: "row" },
       el("button", { class: "primary", type: "button", onclick: () => { location.hash = `#/chat/${newKey("")}`; } },
         "New chat"),
       el("button", { type: "button", id: "incognito", onclick: () => startIncognito() }, "Incognito chat")),
-    el("h2", { text: "Sessions" }), list);
+    el("details", { class: "session-list", open: !(key && window.matchMedia("(max-width: 720px)").matches) },
+      el("summary", {}, el("h2", { class: "inline", text: "Sessions" })), list));
   const view = el("section", { class: "conversation", "aria-label": "Conversation" });
   root.replaceChildren(el("div", { class: "chat" }, side, view));
   loadSessions(list, key);
@@ -324,8 +324,7 @@ async function conversation(view, key) {
 
 // --- memory ----------------------------------------------------------------------------------------------------
 
-async function memoryPage() {
-  const root = main();
+async function memoryPage(root) {
   const files = el("div", {});
   const timeline = el("ol", { class: "timeline", "aria-label": "Dream log" });
   const dreamStatus = el("div", { class: "status", role: "status", id: "dream-status" });
@@ -401,8 +400,7 @@ async function loadTimeline(timeline) {
   }));
 }
 
-async function memoryFilePage(path) {
-  const root = main();
+async function memoryFilePage(root, path) {
   root.replaceChildren(el("p", { class: "muted", text: "Loading…" }));
   try {
     const f = await api(`/api/memory/file?path=${encodeURIComponent(path)}`);
@@ -413,8 +411,7 @@ async function memoryFilePage(path) {
 
 // --- schedules -------------------------------------------------------------------------------------------------
 
-async function schedulesPage() {
-  const root = main();
+async function schedulesPage(root) {
   const jobs = el("div", { id: "jobs" });
   const system = el("div", {});
   const error = el("div", { id: "schedule-error" });
@@ -530,8 +527,7 @@ function totalsTable(title, rows) {
       el("td", { class: "num", text: money(r.cost) + (r.unpriced ? " + —" : "") }))))));
 }
 
-async function usagePage() {
-  const root = main();
+async function usagePage(root) {
   const days = el("select", { id: "usage-days", "aria-label": "Period" }, el("option", { value: "" }, "all time"),
     el("option", { value: "7" }, "last 7 days"), el("option", { value: "30" }, "last 30 days"));
   const body = el("div", {});
@@ -562,8 +558,7 @@ async function usagePage() {
 
 // --- settings --------------------------------------------------------------------------------------------------
 
-async function settingsPage() {
-  const root = main();
+async function settingsPage(root) {
   let s;
   try { s = await api("/api/settings"); } catch (e) { root.replaceChildren(alertBox(e.message)); return; }
   const list = (items, line) => items.length ? el("ul", {}, ...items.map((i) => el("li", {}, ...line(i)))) : el("p", { class: "muted", text: "None." });
@@ -591,12 +586,15 @@ async function route() {
     link.setAttribute("aria-current", link.dataset.page === page ? "page" : "false");
   }
   document.title = `${page.charAt(0).toUpperCase()}${page.slice(1)} · nanoagent`;
-  if (page === "memory" && rest[0] === "file") return memoryFilePage(decodeURIComponent(rest.slice(1).join("/")));
-  if (page === "memory") return memoryPage();
-  if (page === "schedules") return schedulesPage();
-  if (page === "usage") return usagePage();
-  if (page === "settings") return settingsPage();
-  return chatPage(arg);
+  // each page draws into a container of its own: a page still loading when another is chosen draws into nothing
+  const root = el("div", { class: "page" });
+  main().replaceChildren(root);
+  if (page === "memory" && rest[0] === "file") return memoryFilePage(root, decodeURIComponent(rest.slice(1).join("/")));
+  if (page === "memory") return memoryPage(root);
+  if (page === "schedules") return schedulesPage(root);
+  if (page === "usage") return usagePage(root);
+  if (page === "settings") return settingsPage(root);
+  return chatPage(root, arg);
 }
 
 window.addEventListener("hashchange", route);
