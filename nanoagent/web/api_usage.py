@@ -55,9 +55,9 @@ def context_use(ctx: WebContext) -> list[dict[str, Any]]:
     return out
 
 
-def budget_figures(ctx: WebContext) -> dict[str, Any] | None:
-    """The budget panel: what `nanoagent.spend.report` (issue 21) gives, or None where this install has no spend
-    caps yet (the panel is then left out)."""
+def budget_figures(ctx: WebContext) -> Any:
+    """The budget panel: each cap `nanoagent.spend.report` (issue 21) gives, as JSON (name, period, limit, spent,
+    reserved, resets_at, forecast, setting), or None where this install has no spend caps (the panel is left out)."""
     try:
         from nanoagent.spend import report as spend_report  # type: ignore[import-not-found,unused-ignore]
     except ImportError:
@@ -67,6 +67,8 @@ def budget_figures(ctx: WebContext) -> dict[str, Any] | None:
 
 
 def _plain(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return _plain(value.to_json())
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return _plain(dataclasses.asdict(value))
     if hasattr(value, "to_dict"):

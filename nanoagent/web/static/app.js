@@ -527,6 +527,19 @@ function totalsTable(title, rows) {
       el("td", { class: "num", text: money(r.cost) + (r.unpriced ? " + —" : "") }))))));
 }
 
+function budgetPanel(caps) {  // the budgets as `nanoagent budget` shows them: spent, cap, forecast, reset
+  const rows = Array.isArray(caps) ? caps : [];
+  return el("section", { class: "card", id: "budget", "aria-label": "Budgets" }, el("h2", { text: "Budgets" }),
+    rows.length ? el("div", { class: "scroll" }, el("table", { class: "data" },
+      el("thead", {}, el("tr", {}, ...["budget", "spent", "cap", "forecast", "resets"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, ...rows.map((c) => el("tr", {}, el("td", { text: c.name }),
+        el("td", { class: "num", text: money(c.spent) + (c.reserved ? ` (+${money(c.reserved)} held)` : "") }),
+        el("td", { class: "num", text: money(c.limit) }),
+        el("td", { class: "num", text: c.forecast === null || c.forecast === undefined ? "—" : money(c.forecast) }),
+        el("td", { text: c.resets_at ? when(c.resets_at) : "each run" }))))))
+      : el("p", { class: "muted", text: "No budget is set (budget in config.json)." }));
+}
+
 async function usagePage(root) {
   const days = el("select", { id: "usage-days", "aria-label": "Period" }, el("option", { value: "" }, "all time"),
     el("option", { value: "7" }, "last 7 days"), el("option", { value: "30" }, "last 30 days"));
@@ -545,8 +558,7 @@ async function usagePage(root) {
       return el("div", { class: "card small" }, el("div", { text: `${c.session} · ${num(c.used)} of ${num(c.window)} tokens` }),
         el("div", { class: "meter" }, el("span", { class: `w${share}` })));
     }));
-    const budget = data.budget ? el("section", { class: "card", id: "budget", "aria-label": "Budgets" },
-      el("h2", { text: "Budgets" }), el("pre", { class: "out", text: JSON.stringify(data.budget, null, 1) })) : null;
+    const budget = data.budget === null || data.budget === undefined ? null : budgetPanel(data.budget);
     body.replaceChildren(totals, el("h2", { text: "Cost per day" }),
       data.by.day.length ? chart(data.by.day) : el("p", { class: "muted", text: "No usage recorded." }),
       totalsTable("Per session", data.by.session), totalsTable("Per model", data.by.model),
