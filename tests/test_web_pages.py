@@ -266,3 +266,38 @@ def test_an_incognito_chat_is_marked_while_it_lasts_and_new_ends_it(browser, web
     page_.locator(".msg.system", has_text="Ended the temporary chat").wait_for(timeout=WAIT)
     assert not marker.is_visible()
     page_.context.close()
+
+
+def tiny_png() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" + b"\xff\x00\x00" * 2 + b"\x00" + b"\x00\x00\xff" * 2))
+            + chunk(b"IEND", b""))
+
+
+def test_an_image_attached_in_the_page_goes_with_the_message_and_shows_in_the_conversation(browser, isolated_home):
+    seen: list[int] = []
+
+    def respond(request: Any) -> str:
+        seen.append(sum(1 for m in request.messages for b in (m.get("content") if isinstance(m.get("content"), list)
+                                                              else []) if b.get("type") != "text"))
+        return "A red and blue square."
+
+    with web_gateway(ScriptedProvider(respond=respond)) as gateway:
+        page_ = browser.new_context().new_page()
+        open_chat(page_, gateway, "web:image")
+        page_.set_input_files("#attach", files=[{"name": "square.png", "mimeType": "image/png", "buffer": tiny_png()}])
+        page_.locator("text=1 image(s) attached").wait_for(timeout=WAIT)
+        page_.fill("#message", "what is this?")
+        page_.click("#send")
+        page_.locator(".msg.assistant", has_text="A red and blue square.").wait_for(timeout=WAIT)
+        image = page_.locator(".msg.user img")
+        image.wait_for(timeout=WAIT)
+        page_.wait_for_function("() => document.querySelector('.msg.user img').naturalWidth === 2", timeout=WAIT)
+        assert seen and seen[-1] == 1
+        page_.context.close()
