@@ -68,6 +68,17 @@ def kind(name: str) -> Callable[[dict[str, Any]], bool]:
     return lambda m: m.get("type") == "event" and m["event"]["kind"] == name
 
 
+def test_a_machine_session_without_a_channel_prefix_can_be_read():
+    async def test() -> None:
+        async with app_client() as (client, hub):
+            await hub.send("heartbeat", "check the list")
+            shown = await client.get("/api/sessions/heartbeat")
+            assert shown.status == 200
+            assert (await shown.json())["messages"][0]["text"] == "check the list"
+
+    run(test)
+
+
 def test_a_message_sent_from_the_page_streams_its_reply_to_every_tab_of_the_session():
     async def test() -> None:
         async with app_client(ScriptedProvider([ScriptedReply("Hello **there**")])) as (client, _):
@@ -140,8 +151,9 @@ def test_a_slash_command_answers_every_tab_with_its_reply_rendered():
     run(test)
 
 
-@pytest.mark.parametrize("name", ["web:..", "web:../../etc", "..%2F..%2Fconfig.json", "web:a%2Fb", "nocolon"])
-def test_a_session_name_with_dots_slashes_or_no_channel_is_refused(name):
+@pytest.mark.parametrize("name", ["web:..", "web:..%2F..%2Fetc", "%2E%2E", "..%2F..%2Fconfig.json", "web:a%2Fb", "web:a%5Cb",
+                                  "..", "web:%01"])
+def test_a_session_name_with_dots_slashes_or_control_characters_is_refused(name):
     async def test() -> None:
         async with app_client() as (client, _):
             for response in (await client.get(f"/api/sessions/{name}"),

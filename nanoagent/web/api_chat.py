@@ -46,11 +46,11 @@ class BadRequest(web.HTTPBadRequest):
 
 
 def session_key(raw: str) -> str:
-    """A session key from the page: refused (400) when it holds `..`, a slash or a control character, or cannot
-    name a session file."""
+    """A session key from the page (`web:x`, or a machine's such as `heartbeat`): refused (400) when it holds `..`, a
+    slash or a control character, or cannot name a session file."""
     from nanoagent.paths import check_session_key
 
-    if not raw.strip() or _BAD_NAME.search(raw) or ":" not in raw:
+    if not raw.strip() or _BAD_NAME.search(raw):
         raise BadRequest(f"{raw[:60]!r} is not a session name: use a key such as web:default, without `..`, "
                          "slashes or control characters.")
     try:

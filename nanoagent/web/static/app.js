@@ -309,6 +309,7 @@ async function conversation(view, key) {
   });
   text.addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); form.requestSubmit(); }
+    if (event.key === "Escape" && !stop.disabled) { event.preventDefault(); stop.click(); }  // as at the terminal
   });
   stop.addEventListener("click", () => api(`/api/sessions/${encodeURIComponent(key)}/stop`, { method: "POST", json: {} })
     .catch((e) => log.append(alertBox(e.message))));
