@@ -62,11 +62,13 @@ def test_a_sign_in_link_sets_a_private_strict_cookie_and_leads_to_the_app(web):
         signed = http.get(web.signin_url().removeprefix(web.url))
         cookie = signed.headers["set-cookie"]
         page = http.get("/", headers={"Cookie": cookie.split(";")[0]})
+        session = http.get("/api/session", headers={"Cookie": cookie.split(";")[0]})
     assert (signed.status_code, signed.headers["location"]) == (303, "/")
     attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
     assert {"httponly", "samesite", "path"} <= attributes and "secure" not in attributes  # plain HTTP here
     assert "samesite=strict" in cookie.lower()
-    assert page.status_code == 200 and "Signed in" in page.text
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert session.status_code == 200 and session.json()["csrf"]
 
 
 def test_over_https_through_a_proxy_on_this_machine_the_cookie_is_secure(web):
@@ -228,6 +230,32 @@ def test_200_idle_event_streams_do_not_keep_out_a_signed_in_client(web):
     assert answers == [200, 200, 200] and models == 200
 
 
+def test_past_the_limit_of_event_streams_the_oldest_is_closed_and_the_newest_served(web, monkeypatch):
+    from nanoagent.gateway import http as listener
+
+    monkeypatch.setattr(listener, "MAX_STREAMS", 3)
+    cookie = web.cookie().encode()
+    request = b"GET /api/events?session=web:many HTTP/1.1\r\nHost: x\r\nCookie: " + cookie + b"\r\n\r\n"
+    streams = []
+    try:
+        for _ in range(4):
+            conn = socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE)
+            conn.sendall(request)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            streams.append(conn)
+        while streams[0].recv(65536):  # read to its end (a timeout would fail the test): the gateway closed it
+            pass
+        streams[-1].sendall(b"")
+        newest = streams[-1].getpeername()  # still connected
+    finally:
+        for conn in streams:
+            conn.close()
+    assert newest[1] == port_of(web)
+
+
 def test_the_event_stream_carries_a_sessions_events_to_a_signed_in_page(isolated_home):
     from nanoagent.providers.scripted import ScriptedProvider
 
@@ -376,11 +404,15 @@ def _free_port() -> int:
 @pytest.mark.process
 def test_signing_in_through_the_link_lands_in_the_app_signed_in(page, web):
     sign_in(page, web)
-    assert page.locator("#signed-in").is_visible()
+    session = "async () => { const r = await fetch('/api/session'); return [r.status, (await r.json()).csrf]; }"
+    status, token = page.evaluate(session)
+    assert status == 200 and token
+    assert "nanoagent web" not in page.locator("body").inner_text()  # the app, not the sign-in page
     cookies = page.context.cookies()
     assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict"
-    page.goto(web.url + "/")  # still signed in on the next visit
-    assert page.locator("#signed-in").is_visible()
+    assert page.evaluate("() => document.cookie") == ""  # the page's script cannot read it
+    again = page.goto(web.url + "/")  # still signed in on the next visit
+    assert again is not None and again.status == 200
 
 
 @pytest.mark.process
@@ -394,3 +426,21 @@ def test_a_wrong_or_expired_link_shows_the_page_that_says_to_run_nanoagent_web(p
             assert response is not None and response.status in (401, 403)
             assert "nanoagent web" in page.locator("body").inner_text()
         assert page.context.cookies() == []
+
+
+@pytest.mark.process
+def test_help_a_one_shot_and_an_attaching_terminal_do_not_import_aiohttp(llm):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, anthropic_env
+
+    runs = [["-m", "nanoagent", "--help"], ["-m", "nanoagent", "agent", "-m", "hi"],
+            ["-c", "import nanoagent.gateway.client, nanoagent.cli.attach, nanoagent.cli.web_cmd"]]
+    for args in runs:
+        ran = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, **anthropic_env(llm)}, timeout=PATIENCE)
+        assert ran.returncode == 0, ran.stderr[-500:]
+        imported = {line.split("|")[-1].strip().split(".")[0] for line in ran.stderr.splitlines() if "|" in line}
+        assert "aiohttp" not in imported, args

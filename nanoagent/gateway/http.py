@@ -309,7 +309,9 @@ class Doors:
         if len(self.streams) > MAX_STREAMS:
             self._prune()
         if len(self.streams) > MAX_STREAMS:
-            _close(next(iter(self.streams)))
+            oldest = next(iter(self.streams))
+            del self.streams[oldest]
+            _close(oldest)
 
     def streamed(self, connection: RequestHandler) -> None:
         if self.streams.pop(connection, 0) is None and connection.transport is not None:
