@@ -147,6 +147,8 @@ def test_a_slash_command_answers_every_tab_with_its_reply_rendered():
             assert result["command"] is True and "Temporary chat" in result["text"]
             shown = await (await client.get("/api/sessions/web:c")).json()
             assert shown["incognito"] is True
+            listed = (await (await client.get("/api/sessions")).json())["sessions"]
+            assert [(s["key"], s["incognito"]) for s in listed] == [("web:c", True)]
 
     run(test)
 

@@ -138,6 +138,8 @@ def session_rows(ctx: WebContext) -> list[dict[str, Any]]:
     for key in store.keys():
         with contextlib.suppress(OSError):
             stamps[key] = os.stat(store.path_for(key)).st_mtime
+    for key in store.temporary:  # a temporary chat (/incognito) is listed while it lasts, as active now
+        stamps[key] = time.time()
     rows = []
     for key in sorted(stamps, key=stamps.__getitem__, reverse=True)[:MAX_LISTED]:
         session = _session(ctx, key)
