@@ -126,6 +126,11 @@ def add_schedules(app: web.Application, ctx: WebContext) -> None:
         task.add_done_callback(running.discard)
         return web.json_response({"started": job.id}, status=202)
 
+    async def closing(app: web.Application) -> None:  # a run started here stops with the listener, as a turn does
+        for task in running:
+            task.cancel()
+
+    app.on_shutdown.append(closing)
     app.router.add_get("/api/schedules", listing)
     app.router.add_post("/api/schedules", add)
     app.router.add_post("/api/schedules/{id}/{verb:enable|disable}", toggle)
