@@ -310,7 +310,7 @@ def test_the_warning_and_the_cap_reach_the_chat_the_turn_came_from(llm, isolated
             try:
                 for n in range(4):
                     stand_in.write(stand_in.owner, f"question {n}")
-                    await until(lambda: len(stand_in.shown(stand_in.owner)) > n, f"the reply to question {n}")
+                    await until(lambda n=n: len(stand_in.shown(stand_in.owner)) > n, f"the reply to question {n}")
             finally:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -326,3 +326,38 @@ def test_the_warning_and_the_cap_reach_the_chat_the_turn_came_from(llm, isolated
     assert "The daily budget of sessions telegram:* is reached: $0.3000 spent of $0.3000" in shown[3]
     assert 'raise budget.sessions."telegram:*" in config.json' in shown[3]
     assert len(llm.requests) == 3
+
+
+def spend_earlier(home: Path, usd: float, session: str, kind: str) -> None:
+    ledger = Ledger(home / "spend")
+    with ledger.locked():
+        line = ledger.reserve(usd, {"session": session, "kind": kind}, MODEL)
+        ledger.append([line, ledger.settlement(line, usd)])
+
+
+def test_the_heartbeat_at_its_cap_starts_no_turn_and_says_why(llm, isolated_home):
+    configure(isolated_home, {"heartbeat": 0.05})
+    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace" / "HEARTBEAT.md").write_text("- check the inbox\n")
+    spend_earlier(isolated_home, 0.05, "heartbeat", "heartbeat")
+    ran = invoke("heartbeat", "--force", env=anthropic_env(llm))
+    assert ran.returncode == 1 and len(ran.error_lines) == 1
+    assert "The heartbeat did not run: The heartbeat's daily budget is reached: $0.0500 spent" in ran.stderr
+    assert "raise budget.heartbeat in config.json" in ran.stderr
+    assert llm.requests == []
+    state = json.loads((isolated_home / "heartbeat.json").read_text())
+    assert state["last"] == "over_budget"
+
+
+def test_scheduled_dream_at_its_cap_starts_nothing_and_notes_it_in_its_log(llm, isolated_home):
+    import asyncio
+
+    from nanoagent.agent.scheduled_dream import scheduled_dream
+
+    configure(isolated_home, {"dream": 0.02})
+    spend_earlier(isolated_home, 0.02, "dream", "dream")
+    config, _ = load_config(isolated_home / "config.json", env=anthropic_env(llm))
+    assert asyncio.run(scheduled_dream(config, Paths.from_env())) is None  # nothing to tell the user each run
+    log = (isolated_home / "logs" / "dream.log").read_text()
+    assert "skipped: Dream's daily budget is reached: $0.0200 spent of $0.0200" in log
+    assert llm.requests == []
