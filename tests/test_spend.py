@@ -361,3 +361,26 @@ def test_scheduled_dream_at_its_cap_starts_nothing_and_notes_it_in_its_log(llm, 
     log = (isolated_home / "logs" / "dream.log").read_text()
     assert "skipped: Dream's daily budget is reached: $0.0200 spent of $0.0200" in log
     assert llm.requests == []
+
+
+def test_message_batches_calls_are_counted_at_half_the_price(llm, isolated_home):
+    import asyncio
+
+    from nanoagent.config.schema import ModelPrice, ProviderConfig
+    from nanoagent.providers.anthropic_batch import build_batch_provider
+    from nanoagent.providers.base import ChatRequest, complete_text
+    from nanoagent.spend import Meter
+
+    config, _ = load_config(isolated_home / "config.json", env={})
+    config.agents.defaults.model = f"anthropic/{MODEL}"
+    config.providers["anthropic"] = ProviderConfig(api_key="sk-ant-test", api_base=llm.url,
+                                                   prices={MODEL: ModelPrice(input=3.0, output=15.0)})
+    llm.default_reply = Reply(text="summed up", input_tokens=1000, output_tokens=200)
+    provider = build_batch_provider(config, poll_interval=0.01, max_poll_interval=0.02,
+                                    meter=Meter(config, Paths.from_env()))
+    request = ChatRequest(model=f"anthropic/{MODEL}", system="s", messages=[{"role": "user", "content": "hi"}],
+                          max_tokens=100)
+    text, usage, _ = asyncio.run(complete_text(provider, request))
+    assert text == "summed up"
+    full = (usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens) * 3e-6 + usage.output_tokens * 15e-6
+    assert spent(isolated_home) == pytest.approx(full / 2)

@@ -57,8 +57,9 @@ class Meter:
     paths: Paths
     provider_of: Callable[[str], str] | None = None
     clock: Callable[[], float] = time.time
-    _prices: dict[str, tuple[Price, str | None]] = field(default_factory=dict, repr=False)
-    _caps: dict[Scope | None, list[Cap]] = field(default_factory=dict, repr=False)
+    price_factor: float = 1.0  # the share of the list price these calls are billed at (Message Batches: 0.5)
+    _prices: dict[str, tuple[Price, str | None]] = field(default_factory=dict, repr=False, init=False)
+    _caps: dict[Scope | None, list[Cap]] = field(default_factory=dict, repr=False, init=False)
 
     @property
     def ledger(self) -> Any:
@@ -69,7 +70,10 @@ class Meter:
         expensive of its provider in the table (of the whole table when the provider has none), with a note."""
         known = self._prices.get(model)
         if known is None:
-            known = self._prices[model] = self._price(model)
+            price, note = self._price(model)
+            f = self.price_factor
+            known = self._prices[model] = (Price(price.input * f, price.output * f, price.cache_read * f,
+                                                 price.cache_write * f), note)
         return known
 
     def caps(self, scope: Scope | None) -> list[Cap]:
