@@ -384,3 +384,44 @@ def test_message_batches_calls_are_counted_at_half_the_price(llm, isolated_home)
     assert text == "summed up"
     full = (usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens) * 3e-6 + usage.output_tokens * 15e-6
     assert spent(isolated_home) == pytest.approx(full / 2)
+
+
+@pytest.mark.process
+def test_a_gateway_and_a_cron_tick_spending_at_once_never_cross_the_cap_together(llm, isolated_home):
+    """The gateway answers a chat while `cron tick` (the gateway's own scheduler off) runs a due job: two processes,
+    one ledger. Whichever reserves first holds its worst case until its call ends; the other is refused."""
+    from datetime import UTC
+
+    from nanoagent.cron.schedule import Schedule
+    from nanoagent.cron.store import Job, JobStore
+    from tests.conftest import PATIENCE, start_gateway_process
+
+    write_config(isolated_home, {"agents": {"defaults": {"maxTokens": OUT}}, "budget": {"daily": 0.15},
+                                 "providers": PRICES, "cron": {"enabled": False}})
+    now = datetime.now(UTC)
+    store = JobStore(Paths.from_env().cron_jobs_file)
+    store.update(lambda jobs: jobs.jobs.append(Job(
+        id="tea", message="Say hello.", schedule=Schedule.every("1h", now - timedelta(hours=1, seconds=1)),
+        target="none", created=now, next_run=now - timedelta(seconds=1))))
+    release = threading.Event()
+    llm.default_reply = costly(text="the one answer", release=release)
+    env = {**os.environ, **anthropic_env(llm)}
+    gateway = start_gateway_process(env)
+    try:
+        chat = nanoagent_process(isolated_home, env, "agent", "-m", "hello there")
+        tick = nanoagent_process(isolated_home, env, "cron", "tick")
+        try:
+            wait_until(lambda: len(llm.requests) >= 1, "the first call")
+            wait_until(lambda: chat.poll() is not None or tick.poll() is not None, "the other to be refused")
+        finally:
+            release.set()
+            outputs = [p.communicate(timeout=PATIENCE) for p in (chat, tick)]
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(timeout=PATIENCE)
+    assert len(llm.requests) == 1, outputs
+    assert spent(isolated_home) == pytest.approx(CALL)
+    job = store.read().get("tea")
+    answered = "the one answer" in outputs[0][0]
+    refused = "The daily budget ($0.1500) would be crossed" in (outputs[0][1] if not answered else job.runs[0].error)
+    assert refused, (outputs, job.runs)
