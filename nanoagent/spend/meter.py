@@ -26,6 +26,7 @@ from nanoagent.spend.caps import (
     reached_line,
     warning_line,
 )
+from nanoagent.spend.ledger import Ledger
 from nanoagent.usage import Usage
 
 log = logging.getLogger("nanoagent")
@@ -61,9 +62,13 @@ class Meter:
     _prices: dict[str, tuple[Price, str | None]] = field(default_factory=dict, repr=False, init=False)
     _caps: dict[Scope | None, list[Cap]] = field(default_factory=dict, repr=False, init=False)
 
+    _ledger: Ledger | None = field(default=None, repr=False, init=False)
+
     @property
-    def ledger(self) -> Any:
-        return ledger_for(self.paths, self.config.defaults.timezone)
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = ledger_for(self.paths, self.config.defaults.timezone)
+        return self._ledger
 
     def price(self, model: str) -> tuple[Price, str | None]:
         """The model's price: the user's (`providers.<name>.prices`), the bundled table's, or else the most
