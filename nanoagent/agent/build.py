@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -58,6 +59,7 @@ def build_agent(
     from nanoagent.providers.registry import build_provider
 
     default_model = model or config.defaults.model
+    meter = None
     if provider is None:
         if check_model:
             build_provider(config, default_model, warn)  # a bad model name or missing key fails before the first turn
@@ -80,7 +82,10 @@ def build_agent(
     access = Access(config, paths)
     exec_config = exec_settings(config, paths)
     edits = agent_edits(memory_git, warn)
-    searcher = MemorySearch(paths, embedding_settings(config), warn=warn)  # one index for the tools and recall
+    embeddings = embedding_settings(config)
+    if embeddings is not None:  # its requests count against the session that searched
+        embeddings = dataclasses.replace(embeddings, meter=meter)
+    searcher = MemorySearch(paths, embeddings, warn=warn)  # one index for the tools and recall
     tools = ToolRegistry([
         *file_tools(edits),
         exec_tool(exec_config, agent_commands(memory_git, warn)),
