@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -30,6 +31,7 @@ from nanoagent.paths import PROTECTED_FILES, Paths
 from nanoagent.providers.base import ChatRequest, Provider, ProviderEvent, Providers
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader, SkillTrust
+from nanoagent.spend import Meter
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.policy import ToolPolicy
@@ -58,12 +60,14 @@ def build_agent(
     from nanoagent.providers.registry import build_provider
 
     default_model = model or config.defaults.model
+    meter = None
     if provider is None:
         if check_model:
             build_provider(config, default_model, warn)  # a bad model name or missing key fails before the first turn
+        meter = spend_meter(config, paths)
 
         def provider_for(name: str) -> Provider:
-            return build_provider(config, name, warn)
+            return build_provider(config, name, warn, meter)
     else:
         def provider_for(name: str) -> Provider:
             return provider
@@ -79,7 +83,10 @@ def build_agent(
     access = Access(config, paths)
     exec_config = exec_settings(config, paths)
     edits = agent_edits(memory_git, warn)
-    searcher = MemorySearch(paths, embedding_settings(config), warn=warn)  # one index for the tools and recall
+    embeddings = embedding_settings(config)
+    if embeddings is not None:  # its requests count against the session that searched
+        embeddings = dataclasses.replace(embeddings, meter=meter)
+    searcher = MemorySearch(paths, embeddings, warn=warn)  # one index for the tools and recall
     tools = ToolRegistry([
         *file_tools(edits),
         exec_tool(exec_config, agent_commands(memory_git, warn)),
@@ -124,6 +131,13 @@ def build_agent(
     return loop
 
 
+def spend_meter(config: Config, paths: Paths) -> Meter:
+    """The spend check every model call of this agent goes through (`nanoagent/spend/`)."""
+    from nanoagent.providers.registry import provider_name
+
+    return Meter(config, paths, provider_of=provider_name)
+
+
 def build_outbox(config: Config, paths: Paths, warn: Callable[[str], None] = lambda message: None) -> Outbox:
     """Where scheduled replies and the message tool deliver: every channel through the registry, and the sessions'
     logs."""
@@ -163,7 +177,7 @@ def build_dream(
     dream_model = model or memory.dream_model or config.defaults.model
     deferred = None
     if provider is None:  # built at the first call: a run with nothing new needs no key
-        provider = deferred = DeferredProvider(lambda: _dream_provider(config, dream_model, batch, warn))
+        provider = deferred = DeferredProvider(lambda: _dream_provider(config, paths, dream_model, batch, warn))
     seed_workspace(paths.workspace)
     store = SessionStore(paths.sessions_dir, warn=warn)
     ledger = store.load(f"dream:{paths.workspace_slug()}")  # Dream's model calls show in `nanoagent usage`
@@ -190,18 +204,19 @@ def build_dream(
     )
 
 
-def _dream_provider(config: Config, model: str, batch: bool, warn: Callable[[str], None]) -> tuple[Provider, float]:
+def _dream_provider(config: Config, paths: Paths, model: str, batch: bool,
+                    warn: Callable[[str], None]) -> tuple[Provider, float]:
     """Dream's provider and the share of the list price its calls cost."""
     from nanoagent.providers.registry import build_provider
 
     if batch:
         from nanoagent.providers.anthropic_batch import build_batch_provider
 
-        provider = build_batch_provider(config, model)
+        provider = build_batch_provider(config, model, meter=spend_meter(config, paths))
         if provider is not None:
             return provider, 0.5  # Message Batches are billed at half price
         warn(f"--batch needs an Anthropic model; {model} gets direct calls instead.")
-    return build_provider(config, model, warn), 1.0
+    return build_provider(config, model, warn, spend_meter(config, paths)), 1.0
 
 
 class DeferredProvider:

@@ -24,6 +24,7 @@ from nanoagent.cron.store import Job, JobStore
 from nanoagent.cron.targets import TargetError, parse_target
 from nanoagent.memory.people import cron_key
 from nanoagent.paths import Paths
+from nanoagent.spend import Scope, current_scope
 
 log = logging.getLogger("nanoagent.cron")
 NO_REPLY = "NO_REPLY"
@@ -48,8 +49,12 @@ class TurnRunner:
 
     async def __call__(self, job: Job, claim: Claim) -> RunOutcome:
         key, prompt = cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz)
-        # in the folder of the turn that made it (`agent -C DIR`); asked only then, so a plain TurnCall still fits
-        result = await (self.turn(key, prompt, workdir=job.workdir) if job.workdir else self.turn(key, prompt))
+        scope = current_scope.set(Scope(key, "cron", job.id, getattr(job, "budget", None)))  # its session, its cap
+        try:
+            # in the folder of the turn that made it (`agent -C DIR`); asked only then, so a plain TurnCall still fits
+            result = await (self.turn(key, prompt, workdir=job.workdir) if job.workdir else self.turn(key, prompt))
+        finally:
+            current_scope.reset(scope)
         if result is None:
             return RunOutcome(note="joined a turn already running in its session")
         run = result.result

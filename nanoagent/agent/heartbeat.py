@@ -31,6 +31,8 @@ from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import SessionStore
+from nanoagent.spend import Scope, blocked, current_scope
+from nanoagent.spend.caps import reached_line
 from nanoagent.templates import render
 from nanoagent.usage import Usage
 
@@ -48,6 +50,7 @@ class HeartbeatStatus(StrEnum):
     DELIVERED = "delivered"
     UNDELIVERED = "undelivered"  # a reply, but no target (heartbeat.target "none", or no chat yet)
     FAILED = "failed"  # the turn failed (provider error); `error` says why
+    OVER_BUDGET = "over_budget"  # a spend cap it counts against (budget.heartbeat, ...) is reached; `error` says which
 
 
 @dataclass
@@ -76,6 +79,10 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
     if not ignore_hours and not within_active_hours(hb.active_hours, local_time(moment, config.defaults.timezone, warn)):
         await asyncio.to_thread(_count, paths, HeartbeatStatus.OUTSIDE_HOURS)
         return HeartbeatResult(HeartbeatStatus.OUTSIDE_HOURS)
+    cap = blocked(config, paths, Scope(SESSION, "heartbeat"))
+    if cap is not None:  # no turn to start: its first call would be refused
+        await asyncio.to_thread(_count, paths, HeartbeatStatus.OVER_BUDGET)
+        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, error=reached_line(cap, 0, config.defaults.timezone))
     result = await _turn(config, paths, tasks, turn, provider, warn)
     if result.status is HeartbeatStatus.DELIVERED:
         target = hb.target if hb.target is not None else latest_chat(SessionStore(paths.sessions_dir))
@@ -94,6 +101,15 @@ async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None,
     Its status is FAILED, NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller finds the target)."""
     text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
     model = config.heartbeat.model
+    scope = current_scope.set(Scope(SESSION, "heartbeat"))  # budget.heartbeat counts its calls
+    try:
+        return await _heartbeat_turn(config, paths, text, model, turn, provider, warn)
+    finally:
+        current_scope.reset(scope)
+
+
+async def _heartbeat_turn(config: Config, paths: Paths, text: str, model: str | None, turn: TurnCall | None,
+                          provider: Provider | None, warn: Callable[[str], None]) -> HeartbeatResult:
     if turn is not None:
         done = await turn(SESSION, text, model=model, fresh=True)
     else:
@@ -107,6 +123,8 @@ async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None,
     if done is None or done.result is None:  # not a turn (it joined one, or a command answered): nothing ran
         return HeartbeatResult(HeartbeatStatus.FAILED, error=done.reply if done else "a turn was running there")
     usage = done.result.usage
+    if done.result.capped is not None:
+        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, usage=usage, error=done.result.error)
     if done.result.error is not None:
         return HeartbeatResult(HeartbeatStatus.FAILED, usage=usage, error=done.result.error)
     reply = worth_sending(done.reply)

@@ -50,6 +50,8 @@ def heartbeat(
         print("Nothing to report.")
     elif result.status is HeartbeatStatus.FAILED:
         raise NanoagentError(f"The heartbeat failed: {result.error}")
+    elif result.status is HeartbeatStatus.OVER_BUDGET:
+        raise NanoagentError(f"The heartbeat did not run: {result.error}")
     else:
         print(result.reply)
         print(f"({_where(result.target, config.heartbeat.target)})", file=sys.stderr)
