@@ -74,8 +74,8 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
         return
     now, tz = utc_now(), _tz(config)
     table = Table("id", "name", "schedule", "to", "next run", "last run")
-    rows = [(j.id, j.title, j.schedule.explain(), j.target, j.next_run if j.enabled else None, j.enabled, j.last)
-            for j in jobs.jobs]
+    rows = [(j.id, j.title, j.schedule.explain() + (f"; at most {usd(j.budget)} a run" if j.budget else ""), j.target,
+             j.next_run if j.enabled else None, j.enabled, j.last) for j in jobs.jobs]
     rows += [(name, f"({name})", described(s.schedule), "-", s.next_run, True, s.last)
              for name, s in jobs.system.items()]
     for ident, title, schedule, target, next_run, enabled, last in rows:
@@ -96,9 +96,16 @@ def _last(run: RunRecord | None, now: datetime) -> str:
     text = f"{run.status} {relative(run.started, now)}"
     if run.error:
         text += f": {run.error[:80]}"
+    elif run.status == "skipped" and run.note:  # which cap, and when it resets
+        text += f": {run.note[:80]}"
     if run.delivery:
         text += f" (not delivered: {run.delivery[:60]})"
     return text
+
+
+def usd(amount: float) -> str:
+    """A budget as it was given: $0.20, $1.00, $0.005."""
+    return f"${amount:,.2f}" if abs(amount * 100 - round(amount * 100)) < 1e-9 else f"${amount:g}"
 
 
 @cron_app.command("add")
@@ -115,6 +122,10 @@ def add(
     missed: Annotated[str, typer.Option("--missed", help="Runs missed while nothing ran: once or skip.")] = "once",
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds a run may take (default "
                                                                     "cron.runTimeout).")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", metavar="USD",
+                                               help="The most one run may spend, e.g. 0.20; a run at its cap is "
+                                                    "skipped, not failed. Daily and monthly caps (budget.daily, "
+                                                    "budget.monthly) apply too.")] = None,
 ) -> None:
     """Add a job; prints its id (details on stderr).
 
@@ -122,7 +133,7 @@ def add(
     """
     from nanoagent.cron.schedule import format_time, make_schedule, relative
     from nanoagent.cron.scheduler import scheduler_seen, utc_now
-    from nanoagent.cron.store import Job, new_job_id
+    from nanoagent.cron.store import Job, new_job_id, parse_budget
     from nanoagent.cron.targets import Access, target_text
 
     paths, config, store = _store()
@@ -132,6 +143,7 @@ def add(
         raise NanoagentError(f"--missed is {missed!r}; use once or skip.")
     if timeout is not None and not 1 <= timeout <= 86_400:
         raise NanoagentError("--timeout must be from 1 to 86400 seconds.")
+    cap = parse_budget(budget) if budget is not None else None
     now = utc_now()
     schedule, note = make_schedule(cron, every, at, tz, config.defaults.timezone, now)
     access = Access(config, paths)
@@ -140,7 +152,7 @@ def add(
 
     def change(jobs: JobsFile) -> Job:
         job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=target_text(target),
-                  name=name.strip(), missed=missed, timeout=timeout, created=now, created_by="cli",
+                  name=name.strip(), missed=missed, timeout=timeout, budget=cap, created=now, created_by="cli",
                   next_run=schedule.next_after(now))
         jobs.jobs.append(job)
         return job
@@ -150,7 +162,8 @@ def add(
     assert job.next_run is not None
     tz_info = _tz(config) if not tz else schedule_zone(schedule)
     print(f"{job.schedule.explain()}; next run {format_time(job.next_run, tz_info)} ({relative(job.next_run, now)}); "
-          f"replies go to {job.target}.", file=sys.stderr)
+          f"replies go to {job.target}" + (f"; at most {usd(job.budget)} a run" if job.budget else "") + ".",
+          file=sys.stderr)
     if note:
         print(f"note: {note}", file=sys.stderr)
     if not scheduler_seen(store):
@@ -249,7 +262,8 @@ def _scheduler(paths: Paths, config: Config, replies: list[str] | None = None): 
 def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace: WorkspaceOpt = None) -> None:
     """Run a job now, in this process, and print its reply.
 
-    Its schedule is unchanged; a one-off job is removed once it ran.
+    Its schedule is unchanged; a one-off job is removed once it ran. A run a spending cap stops is `skipped`
+    (exit 0: the cap did its work).
 
     Example: nanoagent cron run 3f9a1c2e
     """
@@ -266,7 +280,7 @@ def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace:
     for reply in replies:  # what the run said (also delivered to the job's target)
         if reply.strip() and reply.strip() != NO_REPLY:
             print(terminal_safe(reply.strip()))
-    if record.status != "ok" or record.delivery:
+    if record.status not in ("ok", "skipped") or record.delivery:
         raise typer.Exit(1)
 
 
@@ -277,8 +291,8 @@ def tick(
 ) -> None:
     """Run every job that is due, then exit: for a crontab line.
 
-    The line: `* * * * * nanoagent cron tick`. Silent unless a run fails; does nothing while the gateway runs
-    the jobs.
+    The line: `* * * * * nanoagent cron tick`. Silent unless a run fails (a run skipped at a spending cap is
+    no failure); does nothing while the gateway runs the jobs.
 
     Example: nanoagent cron tick
     """
@@ -292,7 +306,7 @@ def tick(
         if verbose:
             print(str(e))
         return
-    failed = [(title, r) for title, r in finished if r.status not in ("ok", "missed") or r.delivery]
+    failed = [(title, r) for title, r in finished if r.status not in ("ok", "missed", "skipped") or r.delivery]
     stamp = "" if sys.stderr.isatty() else datetime.now().astimezone().isoformat(timespec="seconds") + " "
     for title, record in finished:
         if verbose or (title, record) in failed:
