@@ -62,6 +62,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     from nanoagent.cli.render import table_console
     from nanoagent.cron.schedule import format_time, relative
     from nanoagent.cron.scheduler import described, scheduler_seen, utc_now
+    from nanoagent.pricing import format_limit
 
     _, config, store = _store()
     jobs = store.read()
@@ -74,8 +75,8 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
         return
     now, tz = utc_now(), _tz(config)
     table = Table("id", "name", "schedule", "to", "next run", "last run")
-    rows = [(j.id, j.title, j.schedule.explain() + (f"; at most {usd(j.budget)} a run" if j.budget else ""), j.target,
-             j.next_run if j.enabled else None, j.enabled, j.last) for j in jobs.jobs]
+    rows = [(j.id, j.title, j.schedule.explain() + (f"; at most {format_limit(j.budget)} a run" if j.budget else ""),
+             j.target, j.next_run if j.enabled else None, j.enabled, j.last) for j in jobs.jobs]
     rows += [(name, f"({name})", described(s.schedule), "-", s.next_run, True, s.last)
              for name, s in jobs.system.items()]
     for ident, title, schedule, target, next_run, enabled, last in rows:
@@ -101,11 +102,6 @@ def _last(run: RunRecord | None, now: datetime) -> str:
     if run.delivery:
         text += f" (not delivered: {run.delivery[:60]})"
     return text
-
-
-def usd(amount: float) -> str:
-    """A budget as it was given: $0.20, $1.00, $0.005."""
-    return f"${amount:,.2f}" if abs(amount * 100 - round(amount * 100)) < 1e-9 else f"${amount:g}"
 
 
 @cron_app.command("add")
@@ -135,6 +131,7 @@ def add(
     from nanoagent.cron.scheduler import scheduler_seen, utc_now
     from nanoagent.cron.store import Job, new_job_id, parse_budget
     from nanoagent.cron.targets import Access, target_text
+    from nanoagent.pricing import format_limit
 
     paths, config, store = _store()
     if not message.strip():
@@ -162,8 +159,8 @@ def add(
     assert job.next_run is not None
     tz_info = _tz(config) if not tz else schedule_zone(schedule)
     print(f"{job.schedule.explain()}; next run {format_time(job.next_run, tz_info)} ({relative(job.next_run, now)}); "
-          f"replies go to {job.target}" + (f"; at most {usd(job.budget)} a run" if job.budget else "") + ".",
-          file=sys.stderr)
+          f"replies go to {job.target}" + (f"; at most {format_limit(job.budget)} a run" if job.budget else "")
+          + ".", file=sys.stderr)
     if note:
         print(f"note: {note}", file=sys.stderr)
     if not scheduler_seen(store):
