@@ -123,6 +123,12 @@ class Paths(Frozen):
         return self.home / "logs"
 
     @property
+    def spend_dir(self) -> Path:
+        """The spend ledger, its running totals and the warnings given (`nanoagent/spend/`); outside the sessions, so
+        deleting one never lowers what was spent."""
+        return self.home / "spend"
+
+    @property
     def heartbeat_state(self) -> Path:
         """The heartbeat's counters: runs, idle runs (no task, no model call), skips outside active hours."""
         return self.home / "heartbeat.json"

@@ -169,7 +169,7 @@ def numeric_settings():
             name = prefix + to_camel(f.name)
             if dataclasses.is_dataclass(tp):
                 yield from walk(tp, name + ".")
-            elif typing.get_origin(tp) is not list and {int, float} & set(typing.get_args(tp) or (tp,)):
+            elif typing.get_origin(tp) not in (list, dict) and {int, float} & set(typing.get_args(tp) or (tp,)):
                 yield name, f
 
     return list(walk(Config, ""))

@@ -30,6 +30,7 @@ from nanoagent.paths import PROTECTED_FILES, Paths
 from nanoagent.providers.base import ChatRequest, Provider, ProviderEvent, Providers
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader, SkillTrust
+from nanoagent.spend import Meter
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.sandbox import SandboxPolicy
@@ -60,9 +61,10 @@ def build_agent(
     if provider is None:
         if check_model:
             build_provider(config, default_model, warn)  # a bad model name or missing key fails before the first turn
+        meter = spend_meter(config, paths)
 
         def provider_for(name: str) -> Provider:
-            return build_provider(config, name, warn)
+            return build_provider(config, name, warn, meter)
     else:
         def provider_for(name: str) -> Provider:
             return provider
@@ -120,6 +122,13 @@ def build_agent(
     return loop
 
 
+def spend_meter(config: Config, paths: Paths) -> Meter:
+    """The spend check every model call of this agent goes through (`nanoagent/spend/`)."""
+    from nanoagent.providers.registry import provider_name
+
+    return Meter(config, paths, provider_of=provider_name)
+
+
 def build_outbox(config: Config, paths: Paths, warn: Callable[[str], None] = lambda message: None) -> Outbox:
     """Where scheduled replies and the message tool deliver: every channel through the registry, and the sessions'
     logs."""
@@ -159,7 +168,7 @@ def build_dream(
     dream_model = model or memory.dream_model or config.defaults.model
     deferred = None
     if provider is None:  # built at the first call: a run with nothing new needs no key
-        provider = deferred = DeferredProvider(lambda: _dream_provider(config, dream_model, batch, warn))
+        provider = deferred = DeferredProvider(lambda: _dream_provider(config, paths, dream_model, batch, warn))
     seed_workspace(paths.workspace)
     store = SessionStore(paths.sessions_dir, warn=warn)
     ledger = store.load(f"dream:{paths.workspace_slug()}")  # Dream's model calls show in `nanoagent usage`
@@ -186,7 +195,8 @@ def build_dream(
     )
 
 
-def _dream_provider(config: Config, model: str, batch: bool, warn: Callable[[str], None]) -> tuple[Provider, float]:
+def _dream_provider(config: Config, paths: Paths, model: str, batch: bool,
+                    warn: Callable[[str], None]) -> tuple[Provider, float]:
     """Dream's provider and the share of the list price its calls cost."""
     from nanoagent.providers.registry import build_provider
 
@@ -197,7 +207,7 @@ def _dream_provider(config: Config, model: str, batch: bool, warn: Callable[[str
         if provider is not None:
             return provider, 0.5  # Message Batches are billed at half price
         warn(f"--batch needs an Anthropic model; {model} gets direct calls instead.")
-    return build_provider(config, model, warn), 1.0
+    return build_provider(config, model, warn, spend_meter(config, paths)), 1.0
 
 
 class DeferredProvider:

@@ -24,6 +24,7 @@ from nanoagent.cron.store import Job, JobStore
 from nanoagent.cron.targets import TargetError, parse_target
 from nanoagent.memory.people import cron_key
 from nanoagent.paths import Paths
+from nanoagent.spend import Scope, current_scope
 
 log = logging.getLogger("nanoagent.cron")
 NO_REPLY = "NO_REPLY"
@@ -47,7 +48,12 @@ class TurnRunner:
     tz: tzinfo
 
     async def __call__(self, job: Job, claim: Claim) -> RunOutcome:
-        result = await self.turn(cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz))
+        key = cron_key(job.id, job.created_by)  # the run's calls count against its session and its own cap
+        scope = current_scope.set(Scope(key, "cron", job.id, getattr(job, "budget", None)))
+        try:
+            result = await self.turn(key, job_prompt(job, claim, self.tz))
+        finally:
+            current_scope.reset(scope)
         if result is None:
             return RunOutcome(note="joined a turn already running in its session")
         run = result.result

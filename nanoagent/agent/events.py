@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from typing import Any
 
     from nanoagent.messages import Message
+    from nanoagent.spend import CapStatus
 
 # Events and results are `lean_dataclass`es: a one-shot through the gateway imports this module after sending, and the
 # methods dataclasses compiled for each of its 18 classes (frozen, eq, repr) took 22 ms of it here (now 6.5 ms).
@@ -206,6 +207,7 @@ class RunResult(ByValue):
     tool_calls: list[ToolCallRecord] = field(default_factory=list)
     error: str | None = None
     sent: bool = True  # False: the run failed before any model took its message (no server could be reached)
+    capped: CapStatus | None = None  # the spend cap that ended the run before a call (`error` is its line)
 
 
 @lean_dataclass()

@@ -31,6 +31,7 @@ from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import SessionStore
+from nanoagent.spend import Scope, current_scope
 from nanoagent.templates import render
 from nanoagent.usage import Usage
 
@@ -94,6 +95,15 @@ async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None,
     Its status is FAILED, NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller finds the target)."""
     text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
     model = config.heartbeat.model
+    scope = current_scope.set(Scope(SESSION, "heartbeat"))  # budget.heartbeat counts its calls
+    try:
+        return await _heartbeat_turn(config, paths, text, model, turn, provider, warn)
+    finally:
+        current_scope.reset(scope)
+
+
+async def _heartbeat_turn(config: Config, paths: Paths, text: str, model: str | None, turn: TurnCall | None,
+                          provider: Provider | None, warn: Callable[[str], None]) -> HeartbeatResult:
     if turn is not None:
         done = await turn(SESSION, text, model=model, fresh=True)
     else:

@@ -38,6 +38,7 @@ from nanoagent.memory.people import aliases, hidden, person_of
 from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
+from nanoagent.spend import Scope, current_scope
 from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
 
 if TYPE_CHECKING:
@@ -144,6 +145,16 @@ class AgentLoop:
         take images refuses them with AttachmentError before anything is stored. `model` replaces the session's
         for this turn only; `fresh` empties the session first (a session that starts anew each run: the
         heartbeat's)."""
+        outer = current_scope.get()  # a cron run or the heartbeat set theirs for this session; else it is a turn's
+        scope = current_scope.set(outer if outer is not None and outer.session == key else Scope(key, "turn"))
+        try:
+            return await self._handle(text, key, sink, injections, ask, images, model, fresh)
+        finally:
+            current_scope.reset(scope)
+
+    async def _handle(self, text: str, key: str, sink: ev.EventSink, injections: Callable[[], list[str]] | None,
+                      ask: Ask | None, images: list[msg.ImageBlock] | None, model: str | None,
+                      fresh: bool) -> TurnResult:
         session = self.session(key)
         images = list(images or [])
         if not text.strip().startswith("/") and not session.meta.incognito and self.store.take_ended(key):

@@ -24,6 +24,7 @@ from nanoagent.messages import (
 )
 from nanoagent.providers import base as pb
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, ToolCall
+from nanoagent.spend import CapReached
 from nanoagent.tools import ToolContext, ToolError, ToolRegistry, ToolResult
 
 MAX_ITERATIONS_REPLY = (
@@ -92,6 +93,9 @@ class AgentRunner:
             try:
                 reply = await self._call_model(spec, messages, result)
             except ProviderError as e:
+                if isinstance(e, CapReached):  # a spend cap: the call was not made, the turn ends with its line
+                    result.capped, result.sent = e.cap, bool(result.messages)
+                    return self._fail(spec, result, e.line)
                 refit = await self._make_room(spec, messages, e)
                 if isinstance(refit, str):
                     result.sent = e.reached or bool(result.messages)
@@ -176,6 +180,8 @@ class AgentRunner:
                     self._emit(spec, ev.UsageRecorded(model or spec.model, usage))
                 case pb.RetryNotice(model=model, reason=reason, wait=wait, next_model=next_model):
                     self._emit(spec, ev.Retrying(model, reason, wait, next_model))
+                case pb.SpendNotice(text=text):
+                    self._emit(spec, ev.Notice(text))
                 case pb.StreamEnd(stop_reason=stop):
                     reply.stop_reason = stop
         return reply

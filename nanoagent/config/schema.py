@@ -63,9 +63,26 @@ class AgentDefaults:
 
 
 @dataclass
+class ModelPrice:
+    """What a model costs, USD per million tokens (`providers.<name>.prices.<model>`); cache reads and writes cost the
+    input price unless given."""
+
+    input: float | None = bounded(None, 0, 1_000_000)
+    output: float | None = bounded(None, 0, 1_000_000)
+    cache_read: float | None = bounded(None, 0, 1_000_000)
+    cache_write: float | None = bounded(None, 0, 1_000_000)
+
+    def __post_init__(self) -> None:
+        if self.input is None or self.output is None:
+            raise ConfigError("a price in `providers.<name>.prices` needs both `input` and `output` (USD per million "
+                              "tokens), e.g. {\"input\": 3.0, \"output\": 15.0}.")
+
+
+@dataclass
 class ProviderConfig:
     api_key: str | None = None
     api_base: str | None = None
+    prices: dict[str, ModelPrice] = field(default_factory=dict)  # model name -> its price, over the bundled table's
 
 
 @dataclass
@@ -355,6 +372,25 @@ class CronConfig:
 
 
 @dataclass
+class BudgetConfig:
+    """What the agent may spend, in USD (`nanoagent/spend/`): unset means no cap. Days and months are the user's
+    (agents.defaults.timezone)."""
+
+    daily: float | None = bounded(None, 0, 1_000_000_000)  # the whole agent, per day
+    monthly: float | None = bounded(None, 0, 1_000_000_000)  # the whole agent, per month
+    sessions: dict[str, float] = field(default_factory=dict)  # session-key pattern ("telegram:*") -> USD per day
+    heartbeat: float | None = bounded(None, 0, 1_000_000_000)  # the heartbeat's turns, per day
+    dream: float | None = bounded(None, 0, 1_000_000_000)  # Dream's calls, per day
+    warn_at: float = bounded(0.8, 0, 1)  # the share of a cap at which the user is told, once per period
+
+    def __post_init__(self) -> None:
+        for pattern, limit in self.sessions.items():
+            if not pattern.strip() or not 0 <= limit <= 1_000_000_000:  # NaN too
+                raise ConfigError(f"`budget.sessions` has {pattern!r}: {limit!r}; write a session-key pattern such as "
+                                  "\"telegram:*\" and a number of USD per day from 0 up.")
+
+
+@dataclass
 class AgentsConfig:
     defaults: AgentDefaults = field(default_factory=AgentDefaults)
 
@@ -370,6 +406,7 @@ class Config:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)  # `mcpServers`, by name
+    budget: BudgetConfig = field(default_factory=BudgetConfig)
 
     @property
     def defaults(self) -> AgentDefaults:

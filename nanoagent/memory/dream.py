@@ -47,6 +47,7 @@ from nanoagent.memory.people import OWNER, file_of, person_of
 from nanoagent.messages import truncate, user, wrap_untrusted
 from nanoagent.paths import MEMORY_FILES, is_memory_file
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, complete_text
+from nanoagent.spend import Scope, current_scope
 from nanoagent.templates import render
 from nanoagent.tools import ToolContext, ToolError
 from nanoagent.usage import Usage
@@ -105,6 +106,13 @@ class Dream:
 
     async def run(self, all_entries: bool = False, dry_run: bool = False) -> list[DreamResult]:
         """One batch, or with `all_entries` every batch until none is left. Empty list: nothing new."""
+        scope = current_scope.set(Scope("dream", "dream"))  # budget.dream counts its calls
+        try:
+            return await self._run(all_entries, dry_run)
+        finally:
+            current_scope.reset(scope)
+
+    async def _run(self, all_entries: bool, dry_run: bool) -> list[DreamResult]:
         results: list[DreamResult] = []
         busy = DreamBusy("Another Dream is already running for this workspace; this one did nothing. "
                          "Try again when it has finished.")

@@ -79,6 +79,14 @@ class RetryNotice:
 
 
 @dataclass(frozen=True)
+class SpendNotice:
+    """Something the spend check tells the user (`nanoagent/spend/`): a cap passed budget.warnAt, or a model's price
+    was assumed."""
+
+    text: str
+
+
+@dataclass(frozen=True)
 class ReplyStarted:
     """The model began its reply (its first content block): from here the stream idle timeout alone bounds each
     wait, not the request deadline, so a long reply that keeps streaming is never cut."""
@@ -90,7 +98,7 @@ class StreamEnd:
 
 
 ProviderEvent = (TextDelta | ThinkingDelta | ThinkingBlock | ToolCallReady | UsageReport | StreamEnd | RetryNotice
-                 | ReplyStarted)
+                 | ReplyStarted | SpendNotice)
 
 
 class ProviderError(Exception):

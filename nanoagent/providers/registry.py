@@ -16,6 +16,7 @@ from nanoagent.errors import ConfigError
 from nanoagent.pricing import model_table
 from nanoagent.providers.base import OPENAI_COMPATIBLE, Provider, key_variable
 from nanoagent.providers.retry import RetryingProvider, RetryPolicy
+from nanoagent.spend import Meter
 
 OPENAI_BARE_PREFIXES = ("gpt-", "o1", "o3", "o4", "chatgpt-")
 # a model that works for each provider onboard offers; also what `doctor` suggests when only that provider has a key
@@ -130,7 +131,7 @@ def default_model(provider: str) -> str | None:
 
 
 def build_provider(config: Config, model: str | None = None,
-                   warn: Callable[[str], None] = log.warning) -> RetryingProvider:
+                   warn: Callable[[str], None] = log.warning, meter: Meter | None = None) -> RetryingProvider:
     """The primary model and its fallbacks, each checked now so a bad name fails before the first turn. A fallback
     whose provider has no key is left out of the chain (warned about once per process): it could only fail, and
     failing every call for it would stop a healthy primary."""
@@ -148,16 +149,18 @@ def build_provider(config: Config, model: str | None = None,
                 warn(f"Fallback model {fallback} is skipped: no API key for {name}; set {key_variable(name)} "
                      f"(or providers.{name}.apiKey in config.json) to use it, or remove it from "
                      "agents.defaults.fallbackModels.")
-    return with_retries(config, chain)
+    return with_retries(config, chain, meter=meter)
 
 
-def with_retries(config: Config, chain: list[tuple[str, Provider]], deadline: bool = True) -> RetryingProvider:
+def with_retries(config: Config, chain: list[tuple[str, Provider]], deadline: bool = True,
+                 meter: Meter | None = None) -> RetryingProvider:
     """A chain of (model, provider) behind the one retry layer, with the policy from config. `deadline=False` for
-    calls that are slow by design (Message Batches, bounded by their own timeout)."""
+    calls that are slow by design (Message Batches, bounded by their own timeout). `meter` checks spend caps before
+    every attempt and records what each cost (None: no check, no record)."""
     d = config.defaults
     policy = RetryPolicy(max_retries=d.max_retries, base_delay=d.retry_base_delay, max_retry_wait=d.max_retry_wait,
                          deadline=d.request_deadline if deadline else None)
-    return RetryingProvider(chain, policy)
+    return RetryingProvider(chain, policy, meter=meter)
 
 
 @lru_cache(maxsize=1)

@@ -8,12 +8,17 @@ One deadline (`requestDeadline`) covers every attempt, wait and fallback until t
 model's reply begins; a server that accepts the connection and never answers is
 given up on then, not after retries x the idle timeout. Once the reply has begun
 (`ReplyStarted`) the idle timeout alone bounds it, so a long reply is never cut.
+
+Spend caps are checked here, before every attempt (each retry, each fallback): the `Meter` reserves the attempt's
+worst case (its prompt's byte bound in, `max_tokens` out, at the model's price) or refuses it with `Capped`, which
+ends the whole call; the attempt is settled at what it used once it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import random
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -25,11 +30,15 @@ from nanoagent.providers.base import (
     ProviderEvent,
     ReplyStarted,
     RetryNotice,
+    SpendNotice,
     TextDelta,
     ThinkingDelta,
     ToolCallReady,
     UsageReport,
 )
+from nanoagent.spend import CapReached, Hold, Meter
+from nanoagent.tokens import message_bound, token_bound
+from nanoagent.usage import Usage
 
 _OUTPUT = (TextDelta, ThinkingDelta, ToolCallReady)
 
@@ -54,10 +63,12 @@ class RetryingProvider:
         chain: list[tuple[str, Provider]],
         policy: RetryPolicy,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        meter: Meter | None = None,
     ):
         self.chain = chain
         self.policy = policy
         self.sleep = sleep
+        self.meter = meter
 
     def prepare(self) -> None:
         if self.chain:
@@ -68,17 +79,28 @@ class RetryingProvider:
         deadline = None if self.policy.deadline is None else clock() + self.policy.deadline
         failures: list[str] = []
         reached = False  # some server in the chain took the request
+        prompt = prompt_bound(request) if self.meter is not None else 0
         for position, (model, provider) in enumerate(self.chain):
             next_model = self.chain[position + 1][0] if position + 1 < len(self.chain) else ""
             attempt, last = 0, ""
             while True:
                 streamed = started = False
+                hold = self._reserve(model, prompt, request.max_tokens)
+                for note in hold.notes if hold is not None else ():
+                    yield SpendNotice(note)
+                used = Usage()
                 events = provider.stream(dataclasses.replace(request, model=model))
                 try:
                     while (event := await _next(events, None if started else deadline)) is not None:
                         started = started or isinstance(event, ReplyStarted)
                         streamed = streamed or isinstance(event, _OUTPUT)
-                        yield dataclasses.replace(event, model=model) if isinstance(event, UsageReport) else event
+                        if isinstance(event, UsageReport):
+                            used = used + event.usage
+                            event = dataclasses.replace(event, model=model)
+                        yield event
+                    if hold is not None and self.meter is not None:
+                        for warning in self.meter.settle(hold, used, streamed):
+                            yield SpendNotice(warning)
                     return
                 except _OutOfTime:
                     raise self._out_of_time(failures, model, attempt + 1, last) from None
@@ -101,9 +123,20 @@ class RetryingProvider:
                     await self.sleep(wait)
                     attempt += 1
                 finally:  # the attempt's stream is closed here, also when the deadline ends it mid-wait
+                    if hold is not None and self.meter is not None:
+                        self.meter.settle(hold, used, streamed)  # a failed or cancelled attempt: what it used
                     if isinstance(events, AsyncGenerator):
                         await events.aclose()
         raise ProviderError("; ".join(failures) or "no model configured", reached=reached)
+
+    def _reserve(self, model: str, prompt: int, max_tokens: int) -> Hold | None:
+        """The attempt's reservation (None without a meter); `Capped` when its worst case could cross a cap."""
+        if self.meter is None:
+            return None
+        try:
+            return self.meter.reserve(model, prompt, max_tokens)
+        except CapReached as e:
+            raise Capped(e) from None
 
     def _out_of_time(self, failures: list[str], model: str, attempts: int, last: str) -> ProviderError:
         tried = f"{attempts} attempt{'s' if attempts > 1 else ''}" + (f" (earlier: {last})" if last else "")
@@ -125,6 +158,24 @@ class RetryingProvider:
         if e.retryable:
             return f"{e.message} (after {attempt + 1} attempts)"
         return e.message
+
+
+class Capped(ProviderError, CapReached):
+    """A call not made because its worst case could cross a spend cap: a ProviderError (so whatever goes on after a
+    failed call, a summary or a flush, goes on) that is also the CapReached it came from. Never retried."""
+
+    def __init__(self, reached: CapReached):
+        Exception.__init__(self, reached.line)  # each base's own __init__ would call the other's with its arguments
+        self.__dict__.update(vars(ProviderError(reached.line, reached=False)))
+        self.cap, self.line, self.worst = reached.cap, reached.line, reached.worst
+
+
+def prompt_bound(request: ChatRequest) -> int:
+    """An upper bound on the request's prompt tokens, without a tokenizer (a token is at least one byte)."""
+    total = token_bound(request.system) + sum(message_bound(m) for m in request.messages)
+    for tool in request.tools:
+        total += token_bound(tool.name) + token_bound(tool.description) + len(json.dumps(tool.parameters)) + 8
+    return total
 
 
 class _OutOfTime(Exception):
