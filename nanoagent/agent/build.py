@@ -31,6 +31,7 @@ from nanoagent.providers.base import ChatRequest, Provider, ProviderEvent, Provi
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.spend import Meter
+from nanoagent.spend.view import spend_view
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.sandbox import SandboxPolicy
@@ -107,7 +108,7 @@ def build_agent(
                           Consolidator(history, store, config.defaults, providers.complete, before_archive=flush))
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
-        memory_git=memory_git, subagents=subagents,
+        memory_git=memory_git, subagents=subagents, spending=lambda: spend_view(config, paths),
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     loop = AgentLoop(

@@ -55,7 +55,7 @@ SECTIONS = (
     ("Talk", ("agent", "sessions")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
     ("Always on", ("gateway", "channels", "pairing", "cron", "heartbeat", "mcp")),
-    ("Setup", ("onboard", "status", "doctor", "skills", "usage")),
+    ("Setup", ("onboard", "status", "doctor", "skills", "usage", "budget")),
 )
 
 
@@ -114,10 +114,11 @@ app = App(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import dream_cmd, heartbeat_cmd
+    from nanoagent.cli import budget_cmd, dream_cmd, heartbeat_cmd
 
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
+    budget_cmd.register(app)
 
 
 def _version(value: bool) -> None:
@@ -396,17 +397,22 @@ _register_subcommands()
 def usage(
     session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session key.")] = None,
     days: Annotated[int | None, typer.Option("--days", "-d", help="Only the last N days.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the rows, the total and the spend caps as JSON "
+                                                             "(costs in USD).")] = False,
 ) -> None:
     """Tokens and cost per day, session and model.
+
+    Under the table, when caps are set (`nanoagent budget`), what each has spent of its limit.
 
     Example: nanoagent usage --days 7
     """
     from nanoagent.agent.subagents import root_key
     from nanoagent.cli.render import table_console
     from nanoagent.session.store import SessionStore
+    from nanoagent.spend.view import spend_view
     from nanoagent.usage import summarize
 
-    paths, _ = setup(None)
+    paths, config = setup(None)
     store = SessionStore(paths.sessions_dir, warn=warn)
     known = store.keys()
     keys = [session if ":" in session or session in known else f"cli:{session}"] if session else known
@@ -416,8 +422,16 @@ def usage(
     if not session:  # ended temporary chats: what they cost, under one name, without what was said
         records += [("(incognito)", record) for record in store.incognito_usage()]
     rows = summarize(records, days=days)
+    view = spend_view(config, paths)
+    if json_output:
+        import json
+
+        print(json.dumps(usage_json(rows, view.to_json()), ensure_ascii=False, indent=1))
+        return
     if not rows:
         print("No usage recorded" + (f" for session {keys[0]}" if session else "") + ".")
+        if view.caps:
+            print(view.short())
         return
     console = table_console()
     columns = console.width
@@ -433,6 +447,26 @@ def usage(
         print(f"{UNKNOWN_COST} no known price for {named}: the cost of these calls is unknown and not in the total.")
     if dropped:
         print(f"Not shown at {columns} columns: {', '.join(dropped)} (a wider terminal, or piped, shows every column).")
+    if view.caps:
+        print(view.short())
+
+
+def usage_json(rows: list[tuple[str, str, str, Total]], budget: dict[str, Any]) -> dict[str, Any]:
+    """`usage --json`: a row per day, session and model, the total, and the spend caps (`nanoagent budget --json`).
+    A cost is a number of USD: what the priced calls cost; `unpriced` says some calls had no known price."""
+    from nanoagent.usage import Total
+
+    def figures(total: Total) -> dict[str, Any]:
+        u = total.usage
+        return {"calls": total.calls, "input_tokens": u.input_tokens, "output_tokens": u.output_tokens,
+                "cache_read_tokens": u.cache_read_tokens, "cache_write_tokens": u.cache_write_tokens,
+                "cost": round(total.cost, 6), "unpriced": total.unpriced}
+
+    grand = Total()
+    for *_, total in rows:
+        grand.merge(total)
+    return {"rows": [{"day": day, "session": key, "model": model, **figures(total)} for day, key, model, total in rows],
+            "total": figures(grand), "budget": budget}
 
 
 UNKNOWN_COST = "—"
