@@ -32,6 +32,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import SessionStore
 from nanoagent.spend import Scope, current_scope
+from nanoagent.spend.view import skip_note
 from nanoagent.templates import render
 from nanoagent.usage import Usage
 
@@ -49,6 +50,7 @@ class HeartbeatStatus(StrEnum):
     DELIVERED = "delivered"
     UNDELIVERED = "undelivered"  # a reply, but no target (heartbeat.target "none", or no chat yet)
     FAILED = "failed"  # the turn failed (provider error); `error` says why
+    SKIPPED = "skipped"  # a spend cap ended the turn before a call; `error` says which (not a failure)
 
 
 @dataclass
@@ -92,7 +94,7 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
 async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None, provider: Provider | None,
                 warn: Callable[[str], None]) -> HeartbeatResult:
     """The light turn in session `heartbeat`, emptied first so each run sees only the prompt and the tasks.
-    Its status is FAILED, NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller finds the target)."""
+    Its status is FAILED, SKIPPED (at a spend cap), NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller finds the target)."""
     text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
     model = config.heartbeat.model
     scope = current_scope.set(Scope(SESSION, "heartbeat"))  # budget.heartbeat counts its calls
@@ -117,6 +119,8 @@ async def _heartbeat_turn(config: Config, paths: Paths, text: str, model: str | 
     if done is None or done.result is None:  # not a turn (it joined one, or a command answered): nothing ran
         return HeartbeatResult(HeartbeatStatus.FAILED, error=done.reply if done else "a turn was running there")
     usage = done.result.usage
+    if done.result.capped is not None:
+        return HeartbeatResult(HeartbeatStatus.SKIPPED, usage=usage, error=skip_note(done.result.capped))
     if done.result.error is not None:
         return HeartbeatResult(HeartbeatStatus.FAILED, usage=usage, error=done.result.error)
     reply = worth_sending(done.reply)

@@ -48,6 +48,8 @@ def heartbeat(
         print(f"Outside heartbeat.activeHours ({config.heartbeat.active_hours}): skipped. --force runs it anyway.")
     elif result.status is HeartbeatStatus.NOTHING_TO_REPORT:
         print("Nothing to report.")
+    elif result.status is HeartbeatStatus.SKIPPED:
+        print(f"Skipped: {result.error}. `nanoagent budget` shows the caps.")
     elif result.status is HeartbeatStatus.FAILED:
         raise NanoagentError(f"The heartbeat failed: {result.error}")
     else:
