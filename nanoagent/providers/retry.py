@@ -11,7 +11,9 @@ given up on then, not after retries x the idle timeout. Once the reply has begun
 
 Spend caps are checked here, before every attempt (each retry, each fallback): the `Meter` reserves the attempt's
 worst case (its prompt's byte bound in, `max_tokens` out, at the model's price) or refuses it with `Capped`, which
-ends the whole call; the attempt is settled at what it used once it ends.
+ends the whole call. An attempt is settled at what it used when that is known: it ended, or the server refused it
+(an error status) or was never reached; otherwise (a timeout, a dropped connection, a cancel, a reply cut off) it
+may have been billed, so its worst case stays spent.
 """
 
 from __future__ import annotations
@@ -84,7 +86,7 @@ class RetryingProvider:
             next_model = self.chain[position + 1][0] if position + 1 < len(self.chain) else ""
             attempt, last = 0, ""
             while True:
-                streamed = started = False
+                streamed = started = refused = False
                 hold = self._reserve(model, prompt, request.max_tokens)
                 for note in hold.notes if hold is not None else ():
                     yield SpendNotice(note)
@@ -99,12 +101,13 @@ class RetryingProvider:
                             event = dataclasses.replace(event, model=model)
                         yield event
                     if hold is not None and self.meter is not None:
-                        for warning in self.meter.settle(hold, used, streamed):
+                        for warning in self.meter.settle(hold, used, known=True):
                             yield SpendNotice(warning)
                     return
                 except _OutOfTime:
                     raise self._out_of_time(failures, model, attempt + 1, last) from None
                 except ProviderError as e:
+                    refused = e.status is not None or not e.reached  # nothing done: nothing to pay
                     reached = reached or e.reached
                     if streamed:
                         raise ProviderError(f"{model}: {e.message} (the reply was cut off mid-stream)",
@@ -123,8 +126,8 @@ class RetryingProvider:
                     await self.sleep(wait)
                     attempt += 1
                 finally:  # the attempt's stream is closed here, also when the deadline ends it mid-wait
-                    if hold is not None and self.meter is not None:
-                        self.meter.settle(hold, used, streamed)  # a failed or cancelled attempt: what it used
+                    if hold is not None and self.meter is not None:  # a failed or cancelled attempt
+                        self.meter.settle(hold, used, known=refused and not streamed)
                     if isinstance(events, AsyncGenerator):
                         await events.aclose()
         raise ProviderError("; ".join(failures) or "no model configured", reached=reached)

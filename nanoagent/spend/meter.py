@@ -102,18 +102,14 @@ class Meter:
             notes.append(note)
         return Hold(line, price, scope, notes)
 
-    def settle(self, hold: Hold, usage: Usage | None, streamed: bool) -> list[str]:
-        """Replace the reservation with what the attempt cost: its usage at the price reserved with; without usage,
-        nothing when no output came (the request failed) and the worst case when some did. Returns the warnings
-        (budget.warnAt) to give now, each once per period across processes."""
+    def settle(self, hold: Hold, usage: Usage, known: bool) -> list[str]:
+        """Replace the reservation with what the attempt cost: `usage` at the price reserved with when it is `known`
+        (the attempt ended, or the server refused it), else its worst case (it may have been billed). Returns the
+        warnings (budget.warnAt) to give now, each once per period across processes."""
         if hold.settled:
             return []
         hold.settled = True
-        if usage is not None and (usage.input_tokens or usage.output_tokens or usage.cache_read_tokens
-                                  or usage.cache_write_tokens):
-            real = usage.cost_at(hold.price)
-        else:
-            real = hold.worst if streamed else 0.0
+        real = usage.cost_at(hold.price) if known else max(hold.worst, usage.cost_at(hold.price))
         ledger = self.ledger
         share = self.config.budget.warn_at
         warnings = []
