@@ -117,7 +117,9 @@ def test_budget_and_its_json_give_the_ledgers_figures_after_real_calls(isolated_
     assert data["today"]["spent"] == round(spent, 6) and data["month"]["spent"] == round(spent, 6)
     lines = invoke("budget").stdout.splitlines()
     assert lines[0].startswith("daily: $0.0350 spent of $5.00 (1%); resets 00:00 (Europe/Berlin); at this rate $")
-    assert lines[0].endswith(". Raise it: budget.daily.")
+    assert lines[0].endswith(". Raise it: `budget.daily`.")
+    assert lines[2].startswith("sessions `cli:*`: $0.0350 spent of $1.00 (4%)")
+    assert lines[2].endswith("Raise it: `budget.sessions.\"cli:*\"`.")
     assert lines[1].startswith("monthly: $0.0350 spent of $50.00 (0%); resets 00:00")
     assert lines[3].startswith("Spent today (") and "$0.0350" in lines[3]
 

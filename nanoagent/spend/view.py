@@ -16,8 +16,9 @@ from nanoagent.pricing import format_cost, format_limit
 from nanoagent.spend.caps import CapStatus, ledger_for, report
 
 SHOWN = 0.00005  # USD: less shows as $0.0000, so it is not shown
-HOW_TO_CAP = ("Set a cap in config.json: \"budget\": {\"daily\": 1.0} (USD a day; also \"monthly\", \"heartbeat\", "
-              "\"dream\", and \"sessions\": {\"telegram:*\": 0.5}); `nanoagent cron add --budget` caps a job's run.")
+HOW_TO_CAP = ("Set a cap in config.json: `\"budget\": {\"daily\": 1.0}` (USD a day; `monthly` is USD a month, "
+              "`heartbeat` and `dream` a day each, `\"sessions\": {\"telegram:*\": 0.5}` a day per session pattern); "
+              "`nanoagent cron add --budget` caps one run of a job.")
 
 
 @dataclass(frozen=True)
@@ -54,16 +55,23 @@ class SpendView:
 
     def short(self) -> str:
         """One line for under `nanoagent usage`'s table: each cap's use of its limit."""
-        parts = [f"{cap.name} {format_cost(cap.used)} of {format_limit(cap.limit)}"
+        parts = [f"{label(cap)} {format_cost(cap.used)} of {format_limit(cap.limit)}"
                  + (f" (resets {_when(cap.resets_at)})" if cap.resets_at else "") for cap in self.caps]
         return "Budget: " + "; ".join(parts) + ". `nanoagent budget` shows more."
 
 
+def label(cap: CapStatus) -> str:
+    """The cap's name with a session pattern in backticks ("sessions `telegram:*`"): a chat's Markdown would read the
+    stars of two patterns as emphasis."""
+    pattern = cap.name.removeprefix("sessions ")
+    return f"sessions `{pattern}`" if pattern != cap.name else cap.name
+
+
 def cap_line(cap: CapStatus, timezone: str) -> str:
     """"daily: $0.4210 of $1.00 (42%), $0.0100 reserved by calls under way; resets 00:00 on 2026-11-27 (Europe/Berlin);
-    at this rate $1.20 by then. Raise it: budget.daily.\""""
+    at this rate $1.20 by then. Raise it: `budget.daily`.\""""
     share = cap.used / cap.limit if cap.limit > 0 else 1.0
-    text = f"{cap.name}: {format_cost(cap.spent)} spent of {format_limit(cap.limit)} ({share:.0%})"
+    text = f"{label(cap)}: {format_cost(cap.spent)} spent of {format_limit(cap.limit)} ({share:.0%})"
     if cap.reserved >= SHOWN:
         text += f", {format_cost(cap.reserved)} reserved by calls under way"
     if cap.resets_at is not None:
@@ -73,7 +81,7 @@ def cap_line(cap: CapStatus, timezone: str) -> str:
         text += f"; at this rate {format_cost(cap.forecast)} by then{over}"
     if cap.used >= cap.limit:
         text += "; reached: model calls wait for the reset"
-    return text + (f". Raise it: {cap.setting}." if cap.setting else ".")
+    return text + (f". Raise it: `{cap.setting}`." if cap.setting else ".")
 
 
 def spend_view(config: Config, paths: Paths, now: datetime | None = None) -> SpendView:
@@ -94,7 +102,7 @@ def skip_note(cap: CapStatus) -> str:
     run stopped before a call whose worst case would cross it, "... would be crossed by the next call ($0.0100
     spent)"."""
     name = f"this run's cap {format_limit(cap.limit)} (its --budget)" if cap.period == "run" else \
-        f"{cap.name} cap {format_limit(cap.limit)}"
+        f"{label(cap)} cap {format_limit(cap.limit)}"
     state = "reached" if cap.used >= cap.limit else f"would be crossed by the next call ({format_cost(cap.used)} spent)"
     when = f", resets {_when(cap.resets_at)}" if cap.resets_at is not None else ""
     return f"budget: {name} {state}{when}"
