@@ -94,7 +94,8 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
 async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None, provider: Provider | None,
                 warn: Callable[[str], None]) -> HeartbeatResult:
     """The light turn in session `heartbeat`, emptied first so each run sees only the prompt and the tasks.
-    Its status is FAILED, SKIPPED (at a spend cap), NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller finds the target)."""
+    Its status is FAILED, SKIPPED (at a spend cap), NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller
+    finds the target)."""
     text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
     model = config.heartbeat.model
     scope = current_scope.set(Scope(SESSION, "heartbeat"))  # budget.heartbeat counts its calls
