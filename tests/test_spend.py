@@ -275,3 +275,54 @@ def test_session_patterns_heartbeat_and_dream_caps_count_only_their_own_calls(is
     run = Scope("cron:job1", "cron", "job1", run_cap=0.0)
     assert blocked(config, paths, run).name == "cron job1 (per run)"
     assert by_name["heartbeat"].to_json()["resets_at"].endswith(("+00:00", "Z")) or by_name["heartbeat"].resets_at
+
+
+def test_the_warning_and_the_cap_reach_the_chat_the_turn_came_from(llm, isolated_home):
+    """Through the shared channel engine and the Telegram stand-in, the agent on the local LLM server: the warning at
+    warnAt is shown in the chat, once; at the cap the reply is the cap's line and the server gets no request."""
+    import asyncio
+    import contextlib
+
+    from nanoagent.agent.build import build_agent
+    from nanoagent.channels import registry
+    from nanoagent.channels.engine import ChannelRunner
+    from nanoagent.gateway.hub import Hub
+    from tests.channel_harness import TIMING
+    from tests.conftest import until
+    from tests.telegram_server import StandIn
+
+    stand_in = StandIn()
+    try:
+        write_config(isolated_home, {
+            "agents": {"defaults": {"maxTokens": OUT, "model": f"anthropic/{MODEL}"}},
+            "budget": {"sessions": {"telegram:*": 0.3}, "warnAt": 0.5},
+            "providers": {"anthropic": {**PRICES["anthropic"], "apiKey": "sk-ant-test", "apiBase": llm.url}},
+            "channels": {"telegram": stand_in.settings()}})
+        config, _ = load_config(isolated_home / "config.json", env={})
+        paths = Paths.from_env()
+        llm.default_reply = costly(text="answered")
+
+        async def scenario() -> None:
+            hub = Hub(build_agent(config, paths))
+            runner = ChannelRunner(registry.get("telegram"), registry.get("telegram").settings(config), paths, hub,
+                                   TIMING)
+            task = asyncio.create_task(runner.run())
+            try:
+                for n in range(4):
+                    stand_in.write(stand_in.owner, f"question {n}")
+                    await until(lambda: len(stand_in.shown(stand_in.owner)) > n, f"the reply to question {n}")
+            finally:
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+        asyncio.run(scenario())
+    finally:
+        stand_in.close()
+    shown = stand_in.shown(stand_in.owner)
+    warned = [n for n, text in enumerate(shown) if "over 50%" in text]
+    assert warned == [1]  # the second call brought telegram:* to $0.20 of $0.30
+    assert "answered" in shown[2]
+    assert "The daily budget of sessions telegram:* is reached: $0.3000 spent of $0.3000" in shown[3]
+    assert 'raise budget.sessions."telegram:*" in config.json' in shown[3]
+    assert len(llm.requests) == 3

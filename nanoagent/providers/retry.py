@@ -36,6 +36,7 @@ from nanoagent.providers.base import (
     TextDelta,
     ThinkingDelta,
     ToolCallReady,
+    ToolSpec,
     UsageReport,
 )
 from nanoagent.spend import CapReached, Hold, Meter
@@ -175,10 +176,22 @@ class Capped(ProviderError, CapReached):
 
 def prompt_bound(request: ChatRequest) -> int:
     """An upper bound on the request's prompt tokens, without a tokenizer (a token is at least one byte)."""
-    total = token_bound(request.system) + sum(message_bound(m) for m in request.messages)
-    for tool in request.tools:
-        total += token_bound(tool.name) + token_bound(tool.description) + len(json.dumps(tool.parameters)) + 8
-    return total
+    return (token_bound(request.system) + sum(message_bound(m) for m in request.messages)
+            + sum(_tool_bound(tool) for tool in request.tools))
+
+
+_tool_bounds: dict[int, tuple[ToolSpec, int]] = {}  # the registry keeps its specs: each is measured once
+
+
+def _tool_bound(tool: ToolSpec) -> int:
+    known = _tool_bounds.get(id(tool))
+    if known is not None and known[0] is tool:
+        return known[1]
+    if len(_tool_bounds) > 10_000:
+        _tool_bounds.clear()
+    bound = token_bound(tool.name) + token_bound(tool.description) + len(json.dumps(tool.parameters)) + 8
+    _tool_bounds[id(tool)] = (tool, bound)
+    return bound
 
 
 class _OutOfTime(Exception):

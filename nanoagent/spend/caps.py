@@ -100,10 +100,11 @@ class Cap:
         if self.bucket == "kind":
             return list(day["kinds"].get(self.key, [0.0, 0.0]))
         found = [0.0, 0.0]
-        for session, pair in day["sessions"].items():
-            if matches(self.key, session):
-                found[0] += pair[0]
-                found[1] += pair[1]
+        sessions = day["sessions"]
+        for session in _matching(self.key, sessions):
+            pair = sessions[session]
+            found[0] += pair[0]
+            found[1] += pair[1]
         return found
 
     def period_key(self, calendar: Calendar, now: float) -> str:
@@ -120,6 +121,23 @@ class Cap:
         length = ends.timestamp() - starts.timestamp()
         forecast = (spent + held) * max(1.0, length / elapsed)
         return CapStatus(self.name, self.period, self.limit, spent, held, ends, forecast, self.setting)
+
+
+_matched: dict[tuple[str, int], tuple[dict[str, Pair], int, list[str]]] = {}
+
+
+def _matching(pattern: str, sessions: dict[str, Pair]) -> list[str]:
+    """The sessions of one day's totals that `pattern` names. A day's sessions are only ever added to, so the matches
+    are found again only when their number changed."""
+    key = (pattern, id(sessions))
+    cached = _matched.get(key)
+    if cached is not None and cached[0] is sessions and cached[1] == len(sessions):
+        return cached[2]
+    if len(_matched) > 1000:
+        _matched.clear()
+    found = [session for session in sessions if matches(pattern, session)]
+    _matched[key] = (sessions, len(sessions), found)
+    return found
 
 
 def caps(config: Config, scope: Scope | None = None, every: bool = False) -> list[Cap]:

@@ -35,7 +35,8 @@ from nanoagent.fsutil import append_lines, atomic_write, file_lock
 
 VERSION = 1
 SNAPSHOT_EVERY = 2000  # ledger lines read since the last totals.json before it is written again
-KEEP_DAYS = 70  # days whose details (sessions, kinds) totals.json keeps; months are kept whole
+KEEP_DAYS = 70  # days whose totals totals.json keeps; months are kept whole
+DETAIL_DAYS = 3  # days whose sessions and kinds it keeps (today's, and yesterday's and tomorrow's in another zone)
 KEEP_RUNS = 2000  # cron runs whose spend is kept (a run is short: its cap is checked while it runs)
 
 Pair = list[float]  # [spent, held]: settled USD, and USD reserved by calls not settled yet
@@ -54,7 +55,7 @@ class Calendar:
                 self.zone = ZoneInfo(timezone)
             except (ZoneInfoNotFoundError, ValueError):
                 self.name = "local"
-        self._day: tuple[float, float, str] = (0.0, 0.0, "")  # [start, end) of the last day asked for, and its name
+        self._days: dict[int, str] = {}  # quarter-hour since the epoch -> its day (no zone moves midnight off one)
 
     def local(self, t: float) -> datetime:
         return datetime.fromtimestamp(t, self.zone) if self.zone is not None else datetime.fromtimestamp(t).astimezone()
@@ -64,13 +65,13 @@ class Calendar:
         return start.replace(tzinfo=self.zone) if self.zone is not None else start.astimezone()
 
     def day(self, t: float) -> str:
-        start, end, name = self._day
-        if start <= t < end:
-            return name
-        today = self.local(t).date()
-        first, after = self.midnight(today), self.midnight(today + timedelta(days=1))
-        self._day = (first.timestamp(), after.timestamp(), today.isoformat())
-        return today.isoformat()
+        quarter = int(t // 900)
+        name = self._days.get(quarter)
+        if name is None:
+            if len(self._days) > 100_000:
+                self._days.clear()
+            name = self._days[quarter] = self.local(quarter * 900).date().isoformat()
+        return name
 
     def day_ends(self, t: float) -> datetime:
         return self.midnight(self.local(t).date() + timedelta(days=1))
@@ -120,9 +121,14 @@ class Totals:
                 self.runs.pop(next(iter(self.runs)))
 
     def to_json(self) -> dict[str, Any]:
+        """The snapshot: each day's total for KEEP_DAYS, its sessions and kinds for the last DETAIL_DAYS (the caps
+        that read them are daily), every month."""
         newest = sorted(self.days)[-KEEP_DAYS:]
+        detail = set(newest[-DETAIL_DAYS:])
+        days = {d: self.days[d] if d in detail else {"all": self.days[d]["all"], "sessions": {}, "kinds": {}}
+                for d in newest}
         return {"version": VERSION, "timezone": self.timezone, "offset": self.offset, "inode": self.inode,
-                "days": {d: self.days[d] for d in newest}, "months": self.months, "runs": self.runs}
+                "days": days, "months": self.months, "runs": self.runs}
 
     @classmethod
     def from_json(cls, data: Any, timezone: str) -> Totals | None:
@@ -151,26 +157,14 @@ class Ledger:
 
     def __init__(self, folder: Path, timezone: str | None = None):
         self.folder = folder
+        self.file = folder / "ledger.jsonl"
+        self.snapshot_file = folder / "totals.json"  # the running totals and the offset they cover
+        self.lock_file = folder / "ledger.lock"
+        self.warned_file = folder / "warned.json"  # the warnings given: {cap name: period}
         self.calendar = Calendar(timezone)
         self.totals: Totals | None = None
         self._unsaved = 0  # lines read since totals.json was last written
         self._mutex = threading.Lock()  # one catch-up at a time in this process
-
-    @property
-    def file(self) -> Path:
-        return self.folder / "ledger.jsonl"
-
-    @property
-    def snapshot_file(self) -> Path:
-        return self.folder / "totals.json"
-
-    @property
-    def lock_file(self) -> Path:
-        return self.folder / "ledger.lock"
-
-    @property
-    def warned_file(self) -> Path:
-        return self.folder / "warned.json"
 
     @contextmanager
     def locked(self) -> Iterator[Totals]:
@@ -183,10 +177,10 @@ class Ledger:
         with self._mutex:
             return self._catch_up()
 
-    def append(self, lines: list[dict[str, Any]]) -> None:
-        """Append `lines` (fsynced) and count them; call inside `locked`."""
+    def append(self, lines: list[dict[str, Any]], sync: bool = True) -> None:
+        """Append `lines` (fsynced unless `sync` is False) and count them; call inside `locked`."""
         data = b"".join(json.dumps(line, separators=(",", ":")).encode() + b"\n" for line in lines)
-        at = append_lines(self.file, data, sync=True)
+        at = append_lines(self.file, data, sync=sync)
         totals = self.totals
         if totals is not None and at == totals.offset:
             for line in lines:

@@ -17,6 +17,7 @@ from nanoagent.config.schema import Config
 from nanoagent.paths import Paths
 from nanoagent.pricing import Price, format_cost, model_table, price_for
 from nanoagent.spend.caps import (
+    Cap,
     CapReached,
     Scope,
     caps,
@@ -56,6 +57,8 @@ class Meter:
     paths: Paths
     provider_of: Callable[[str], str] | None = None
     clock: Callable[[], float] = time.time
+    _prices: dict[str, tuple[Price, str | None]] = field(default_factory=dict, repr=False)
+    _caps: dict[Scope | None, list[Cap]] = field(default_factory=dict, repr=False)
 
     @property
     def ledger(self) -> Any:
@@ -64,6 +67,21 @@ class Meter:
     def price(self, model: str) -> tuple[Price, str | None]:
         """The model's price: the user's (`providers.<name>.prices`), the bundled table's, or else the most
         expensive of its provider in the table (of the whole table when the provider has none), with a note."""
+        known = self._prices.get(model)
+        if known is None:
+            known = self._prices[model] = self._price(model)
+        return known
+
+    def caps(self, scope: Scope | None) -> list[Cap]:
+        """The caps a call in `scope` counts against (config.json is read once per process)."""
+        found = self._caps.get(scope)
+        if found is None:
+            if len(self._caps) > 1000:
+                self._caps.clear()
+            found = self._caps[scope] = caps(self.config, scope)
+        return found
+
+    def _price(self, model: str) -> tuple[Price, str | None]:
         provider = self._provider(model)
         own = self._own_price(model, provider)
         if own is not None:
@@ -85,7 +103,7 @@ class Meter:
         price, note = self.price(model)
         worst = (prompt_tokens * max(price.input, price.cache_read, price.cache_write)
                  + max(0, max_tokens) * price.output)
-        applicable = caps(self.config, scope)
+        applicable = self.caps(scope)
         ledger = self.ledger
         now = self.clock()
         with ledger.locked() as totals:
@@ -114,9 +132,9 @@ class Meter:
         share = self.config.budget.warn_at
         warnings = []
         with ledger.locked() as totals:
-            ledger.append([ledger.settlement(hold.line, real)])
+            ledger.append([ledger.settlement(hold.line, real)], sync=False)  # lost in a crash: the worst case stays
             now = self.clock()
-            for cap in caps(self.config, hold.scope):
+            for cap in self.caps(hold.scope):
                 spent, held = cap.use(totals, ledger.calendar, now)
                 if cap.limit > 0 and spent + held >= share * cap.limit \
                         and ledger.first_warning(cap.name, cap.period_key(ledger.calendar, now)):
