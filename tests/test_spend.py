@@ -310,7 +310,7 @@ def test_the_warning_and_the_cap_reach_the_chat_the_turn_came_from(llm, isolated
             try:
                 for n in range(4):
                     stand_in.write(stand_in.owner, f"question {n}")
-                    await until(lambda: len(stand_in.shown(stand_in.owner)) > n, f"the reply to question {n}")
+                    await until(lambda n=n: len(stand_in.shown(stand_in.owner)) > n, f"the reply to question {n}")
             finally:
                 task.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
@@ -326,3 +326,104 @@ def test_the_warning_and_the_cap_reach_the_chat_the_turn_came_from(llm, isolated
     assert "The daily budget of sessions telegram:* is reached: $0.3000 spent of $0.3000" in shown[3]
     assert 'raise budget.sessions."telegram:*" in config.json' in shown[3]
     assert len(llm.requests) == 3
+
+
+def spend_earlier(home: Path, usd: float, session: str, kind: str) -> None:
+    ledger = Ledger(home / "spend")
+    with ledger.locked():
+        line = ledger.reserve(usd, {"session": session, "kind": kind}, MODEL)
+        ledger.append([line, ledger.settlement(line, usd)])
+
+
+def test_the_heartbeat_at_its_cap_starts_no_turn_and_says_why(llm, isolated_home):
+    configure(isolated_home, {"heartbeat": 0.05})
+    (isolated_home / "workspace").mkdir(parents=True)
+    (isolated_home / "workspace" / "HEARTBEAT.md").write_text("- check the inbox\n")
+    spend_earlier(isolated_home, 0.05, "heartbeat", "heartbeat")
+    ran = invoke("heartbeat", "--force", env=anthropic_env(llm))
+    assert ran.returncode == 1 and len(ran.error_lines) == 1
+    assert "The heartbeat did not run: The heartbeat's daily budget is reached: $0.0500 spent" in ran.stderr
+    assert "raise budget.heartbeat in config.json" in ran.stderr
+    assert llm.requests == []
+    state = json.loads((isolated_home / "heartbeat.json").read_text())
+    assert state["last"] == "over_budget"
+
+
+def test_scheduled_dream_at_its_cap_starts_nothing_and_notes_it_in_its_log(llm, isolated_home):
+    import asyncio
+
+    from nanoagent.agent.scheduled_dream import scheduled_dream
+
+    configure(isolated_home, {"dream": 0.02})
+    spend_earlier(isolated_home, 0.02, "dream", "dream")
+    config, _ = load_config(isolated_home / "config.json", env=anthropic_env(llm))
+    assert asyncio.run(scheduled_dream(config, Paths.from_env())) is None  # nothing to tell the user each run
+    log = (isolated_home / "logs" / "dream.log").read_text()
+    assert "skipped: Dream's daily budget is reached: $0.0200 spent of $0.0200" in log
+    assert llm.requests == []
+
+
+def test_message_batches_calls_are_counted_at_half_the_price(llm, isolated_home):
+    import asyncio
+
+    from nanoagent.config.schema import ModelPrice, ProviderConfig
+    from nanoagent.providers.anthropic_batch import build_batch_provider
+    from nanoagent.providers.base import ChatRequest, complete_text
+    from nanoagent.spend import Meter
+
+    config, _ = load_config(isolated_home / "config.json", env={})
+    config.agents.defaults.model = f"anthropic/{MODEL}"
+    config.providers["anthropic"] = ProviderConfig(api_key="sk-ant-test", api_base=llm.url,
+                                                   prices={MODEL: ModelPrice(input=3.0, output=15.0)})
+    llm.default_reply = Reply(text="summed up", input_tokens=1000, output_tokens=200)
+    provider = build_batch_provider(config, poll_interval=0.01, max_poll_interval=0.02,
+                                    meter=Meter(config, Paths.from_env()))
+    request = ChatRequest(model=f"anthropic/{MODEL}", system="s", messages=[{"role": "user", "content": "hi"}],
+                          max_tokens=100)
+    text, usage, _ = asyncio.run(complete_text(provider, request))
+    assert text == "summed up"
+    full = (usage.input_tokens + usage.cache_read_tokens + usage.cache_write_tokens) * 3e-6 + usage.output_tokens * 15e-6
+    assert spent(isolated_home) == pytest.approx(full / 2)
+
+
+@pytest.mark.process
+def test_a_gateway_and_a_cron_tick_spending_at_once_never_cross_the_cap_together(llm, isolated_home):
+    """The gateway answers a chat while `cron tick` (the gateway's own scheduler off) runs a due job: two processes,
+    one ledger. Whichever reserves first holds its worst case until its call ends; the other is refused."""
+    from datetime import UTC
+
+    from nanoagent.cron.schedule import Schedule
+    from nanoagent.cron.store import Job, JobStore
+    from tests.conftest import PATIENCE, start_gateway_process
+
+    write_config(isolated_home, {"agents": {"defaults": {"maxTokens": OUT}}, "budget": {"daily": 0.15},
+                                 "providers": PRICES, "cron": {"enabled": False}})
+    now = datetime.now(UTC)
+    store = JobStore(Paths.from_env().cron_jobs_file)
+    store.update(lambda jobs: jobs.jobs.append(Job(
+        id="tea", message="Say hello.", schedule=Schedule.every("1h", now - timedelta(hours=1, seconds=1)),
+        target="none", created=now, next_run=now - timedelta(seconds=1))))
+    release = threading.Event()
+    llm.default_reply = costly(text="the one answer", release=release)
+    env = {**os.environ, **anthropic_env(llm)}
+    gateway = start_gateway_process(env)
+    try:
+        chat = nanoagent_process(isolated_home, env, "agent", "-m", "hello there")
+        tick = nanoagent_process(isolated_home, env, "cron", "tick")
+        try:
+            wait_until(lambda: len(llm.requests) >= 1, "the first call")
+            wait_until(lambda: chat.poll() is not None or tick.poll() is not None, "the other to be refused")
+        finally:
+            release.set()
+            outputs = [p.communicate(timeout=PATIENCE) for p in (chat, tick)]
+    finally:
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(timeout=PATIENCE)
+    assert len(llm.requests) == 1, outputs
+    assert spent(isolated_home) == pytest.approx(CALL)
+    job = store.read().get("tea")
+    answered = "the one answer" in outputs[0][0]
+    run = job.runs[0]  # a run refused at the cap is recorded skipped, not failed (spendcli)
+    refused = ("The daily budget ($0.1500) would be crossed" in outputs[0][1] if not answered
+               else run.status == "skipped" and "daily cap $0.15 would be crossed" in (run.note or ""))
+    assert refused, (outputs, job.runs)

@@ -204,7 +204,7 @@ def _dream_provider(config: Config, paths: Paths, model: str, batch: bool,
     if batch:
         from nanoagent.providers.anthropic_batch import build_batch_provider
 
-        provider = build_batch_provider(config, model)
+        provider = build_batch_provider(config, model, meter=spend_meter(config, paths))
         if provider is not None:
             return provider, 0.5  # Message Batches are billed at half price
         warn(f"--batch needs an Anthropic model; {model} gets direct calls instead.")

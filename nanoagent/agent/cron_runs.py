@@ -126,8 +126,8 @@ def system_tasks(config: Config, paths: Paths, outbox: Outbox, now: datetime | N
         result = await run_heartbeat(config, paths, deliver, turn=turn,
                                      warn=lambda message: log.warning("heartbeat: %s", message))
         tokens = result.usage.prompt_tokens + result.usage.output_tokens
-        if result.status is HeartbeatStatus.SKIPPED:
-            return RunOutcome("skipped", tokens, note=result.error)
+        if result.status is HeartbeatStatus.OVER_BUDGET:  # skipped at a cap: no failure
+            return RunOutcome("skipped", tokens, note=skip_note(result.cap) if result.cap else result.error)
         if result.status is HeartbeatStatus.FAILED:
             return RunOutcome("error", tokens, error=result.error)
         return RunOutcome(tokens=tokens, note=result.status.value)

@@ -31,8 +31,8 @@ from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import SessionStore
-from nanoagent.spend import Scope, current_scope
-from nanoagent.spend.view import skip_note
+from nanoagent.spend import CapStatus, Scope, blocked, current_scope
+from nanoagent.spend.caps import reached_line
 from nanoagent.templates import render
 from nanoagent.usage import Usage
 
@@ -50,7 +50,7 @@ class HeartbeatStatus(StrEnum):
     DELIVERED = "delivered"
     UNDELIVERED = "undelivered"  # a reply, but no target (heartbeat.target "none", or no chat yet)
     FAILED = "failed"  # the turn failed (provider error); `error` says why
-    SKIPPED = "skipped"  # a spend cap ended the turn before a call; `error` says which (not a failure)
+    OVER_BUDGET = "over_budget"  # a spend cap it counts against (budget.heartbeat, ...) is reached; `error` says which
 
 
 @dataclass
@@ -60,6 +60,7 @@ class HeartbeatResult:
     target: str | None = None
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
+    cap: CapStatus | None = None  # OVER_BUDGET: the cap it met (the scheduler records the run skipped)
 
 
 async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = None, *, turn: TurnCall | None = None,
@@ -79,6 +80,11 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
     if not ignore_hours and not within_active_hours(hb.active_hours, local_time(moment, config.defaults.timezone, warn)):
         await asyncio.to_thread(_count, paths, HeartbeatStatus.OUTSIDE_HOURS)
         return HeartbeatResult(HeartbeatStatus.OUTSIDE_HOURS)
+    cap = blocked(config, paths, Scope(SESSION, "heartbeat"))
+    if cap is not None:  # no turn to start: its first call would be refused
+        await asyncio.to_thread(_count, paths, HeartbeatStatus.OVER_BUDGET)
+        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, error=reached_line(cap, 0, config.defaults.timezone),
+                               cap=cap)
     result = await _turn(config, paths, tasks, turn, provider, warn)
     if result.status is HeartbeatStatus.DELIVERED:
         target = hb.target if hb.target is not None else latest_chat(SessionStore(paths.sessions_dir))
@@ -94,7 +100,7 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
 async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None, provider: Provider | None,
                 warn: Callable[[str], None]) -> HeartbeatResult:
     """The light turn in session `heartbeat`, emptied first so each run sees only the prompt and the tasks.
-    Its status is FAILED, SKIPPED (at a spend cap), NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller
+    Its status is FAILED, OVER_BUDGET (a spend cap ended it), NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller
     finds the target)."""
     text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
     model = config.heartbeat.model
@@ -121,7 +127,8 @@ async def _heartbeat_turn(config: Config, paths: Paths, text: str, model: str | 
         return HeartbeatResult(HeartbeatStatus.FAILED, error=done.reply if done else "a turn was running there")
     usage = done.result.usage
     if done.result.capped is not None:
-        return HeartbeatResult(HeartbeatStatus.SKIPPED, usage=usage, error=skip_note(done.result.capped))
+        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, usage=usage, error=done.result.error,
+                               cap=done.result.capped)
     if done.result.error is not None:
         return HeartbeatResult(HeartbeatStatus.FAILED, usage=usage, error=done.result.error)
     reply = worth_sending(done.reply)

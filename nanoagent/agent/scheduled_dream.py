@@ -20,7 +20,8 @@ from nanoagent.fsutil import append_lines, file_lock
 from nanoagent.memory.dream import DreamBusy, DreamFailed, describe, run_header
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
-from nanoagent.spend import CapReached
+from nanoagent.spend import CapReached, Scope, blocked
+from nanoagent.spend.caps import reached_line
 
 log = logging.getLogger("nanoagent.dream")
 
@@ -34,6 +35,11 @@ async def scheduled_dream(config: Config, paths: Paths, provider: Provider | Non
     lines: list[str] = []
     notice = None
     capped: CapReached | None = None
+    cap = blocked(config, paths, Scope("dream", "dream"))
+    if cap is not None:  # at a cap its calls count against: nothing to start, nothing to tell every run
+        await asyncio.to_thread(_append_log, paths, [run_header("scheduled dream", started),
+                                                     f"skipped: {reached_line(cap, 0, config.defaults.timezone)}"])
+        return None
     try:
         dream = build_dream(config, paths, provider=provider, warn=lambda message: lines.append(f"warning: {message}"))
         results = await dream.run(all_entries=True)

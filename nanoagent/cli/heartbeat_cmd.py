@@ -48,10 +48,10 @@ def heartbeat(
         print(f"Outside heartbeat.activeHours ({config.heartbeat.active_hours}): skipped. --force runs it anyway.")
     elif result.status is HeartbeatStatus.NOTHING_TO_REPORT:
         print("Nothing to report.")
-    elif result.status is HeartbeatStatus.SKIPPED:
-        print(f"Skipped: {result.error}. `nanoagent budget` shows the caps.")
     elif result.status is HeartbeatStatus.FAILED:
         raise NanoagentError(f"The heartbeat failed: {result.error}")
+    elif result.status is HeartbeatStatus.OVER_BUDGET:
+        raise NanoagentError(f"The heartbeat did not run: {result.error}")
     else:
         print(result.reply)
         print(f"({_where(result.target, config.heartbeat.target)})", file=sys.stderr)

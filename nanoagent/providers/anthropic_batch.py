@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import json
 from collections.abc import AsyncIterator, Awaitable
 from typing import Any, TypeVar
@@ -34,6 +35,7 @@ from nanoagent.providers.base import (
     refused,
 )
 from nanoagent.providers.registry import missing_key_message, provider_name, with_retries
+from nanoagent.spend import Meter
 from nanoagent.usage import Usage
 
 T = TypeVar("T")
@@ -213,8 +215,10 @@ def build_batch_provider(
     poll_interval: float = 1.0,
     max_poll_interval: float = 30.0,
     timeout: float = 3600.0,
+    meter: Meter | None = None,
 ) -> Provider | None:
-    """`model` (default: the configured model) through the Batches API behind the retry layer.
+    """`model` (default: the configured model) through the Batches API behind the retry layer (with `meter`'s spend
+    check, its prices halved as Batches bill).
 
     None when the model is not served by the native Anthropic provider (another vendor, or forced
     through `litellm/`): the caller then calls the model directly with `build_provider`.
@@ -231,4 +235,6 @@ def build_batch_provider(
     provider = AnthropicBatchProvider(settings.api_key, settings.api_base, config.defaults.stream_idle_timeout,
                                       poll_interval=poll_interval, max_poll_interval=max_poll_interval,
                                       timeout=timeout)
-    return with_retries(config, [(model, provider)], deadline=False)
+    if meter is not None:
+        meter = dataclasses.replace(meter, price_factor=0.5)
+    return with_retries(config, [(model, provider)], deadline=False, meter=meter)

@@ -4,9 +4,18 @@
 `Meter` is the check the retry layer makes before every attempt; `report` and `blocked` read the running totals.
 """
 
-from nanoagent.spend.caps import CapReached, CapStatus, Scope, blocked, current_scope, ledger_for, report
+from nanoagent.spend.caps import (
+    CapReached,
+    CapStatus,
+    Scope,
+    blocked,
+    current_scope,
+    ledger_for,
+    reached_line,
+    report,
+)
 from nanoagent.spend.ledger import Ledger
 from nanoagent.spend.meter import Hold, Meter
 
 __all__ = ["CapReached", "CapStatus", "Hold", "Ledger", "Meter", "Scope", "blocked", "current_scope", "ledger_for",
-           "report"]
+           "reached_line", "report"]

@@ -168,7 +168,11 @@ class Ledger:
 
     @contextmanager
     def locked(self) -> Iterator[Totals]:
-        """Hold the ledger's lock (across processes) with the totals caught up: check, then append, atomically."""
+        """Hold the ledger's lock (across processes) with the totals caught up: check, then append, atomically. The
+        first loading (a rebuild of the totals, when totals.json is missing) is done before the lock is taken, so the
+        lock is held only for the lines appended meanwhile."""
+        if self.totals is None:
+            self.refresh()
         with file_lock(self.lock_file), self._mutex:
             yield self._catch_up()
 
@@ -212,7 +216,7 @@ class Ledger:
         totals.inode = inode
         if size > totals.offset:
             self._read(totals, size)
-        if self._unsaved >= SNAPSHOT_EVERY:
+        if self._unsaved >= SNAPSHOT_EVERY and totals.offset:
             self._save(totals)
         return totals
 

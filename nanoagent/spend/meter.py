@@ -26,6 +26,7 @@ from nanoagent.spend.caps import (
     reached_line,
     warning_line,
 )
+from nanoagent.spend.ledger import Ledger
 from nanoagent.usage import Usage
 
 log = logging.getLogger("nanoagent")
@@ -57,19 +58,27 @@ class Meter:
     paths: Paths
     provider_of: Callable[[str], str] | None = None
     clock: Callable[[], float] = time.time
-    _prices: dict[str, tuple[Price, str | None]] = field(default_factory=dict, repr=False)
-    _caps: dict[Scope | None, list[Cap]] = field(default_factory=dict, repr=False)
+    price_factor: float = 1.0  # the share of the list price these calls are billed at (Message Batches: 0.5)
+    _prices: dict[str, tuple[Price, str | None]] = field(default_factory=dict, repr=False, init=False)
+    _caps: dict[Scope | None, list[Cap]] = field(default_factory=dict, repr=False, init=False)
+
+    _ledger: Ledger | None = field(default=None, repr=False, init=False)
 
     @property
-    def ledger(self) -> Any:
-        return ledger_for(self.paths, self.config.defaults.timezone)
+    def ledger(self) -> Ledger:
+        if self._ledger is None:
+            self._ledger = ledger_for(self.paths, self.config.defaults.timezone)
+        return self._ledger
 
     def price(self, model: str) -> tuple[Price, str | None]:
         """The model's price: the user's (`providers.<name>.prices`), the bundled table's, or else the most
         expensive of its provider in the table (of the whole table when the provider has none), with a note."""
         known = self._prices.get(model)
         if known is None:
-            known = self._prices[model] = self._price(model)
+            price, note = self._price(model)
+            f = self.price_factor
+            known = self._prices[model] = (Price(price.input * f, price.output * f, price.cache_read * f,
+                                                 price.cache_write * f), note)
         return known
 
     def caps(self, scope: Scope | None) -> list[Cap]:
