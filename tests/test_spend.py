@@ -427,3 +427,24 @@ def test_a_gateway_and_a_cron_tick_spending_at_once_never_cross_the_cap_together
     refused = ("The daily budget ($0.1500) would be crossed" in outputs[0][1] if not answered
                else run.status == "skipped" and "daily cap $0.15 would be crossed" in (run.note or ""))
     assert refused, (outputs, job.runs)
+
+
+def test_embedding_requests_go_through_the_spend_check_of_the_session_that_searched(llm, isolated_home):
+    from nanoagent.memory.embeddings import EmbeddingError, EmbeddingSettings, embed_texts
+    from nanoagent.spend import Meter, current_scope
+
+    write_config(isolated_home, {"budget": {"sessions": {"telegram:*": 0.01}}})
+    config, _ = load_config(isolated_home / "config.json", env={})
+    settings = EmbeddingSettings("openai/text-embedding-3-small", "openai", llm.url + "/v1", "sk-test", None,
+                                 meter=Meter(config, Paths.from_env()))
+    token = current_scope.set(Scope("telegram:9"))
+    try:
+        assert len(embed_texts(settings, ["colour of the sky", "a cup of tea"])) == 2
+        line = ledger_lines(isolated_home)[0]
+        assert (line["session"], line["model"]) == ("telegram:9", "openai/text-embedding-3-small")
+        spend_earlier(isolated_home, 0.01, "telegram:9", "turn")
+        with pytest.raises(EmbeddingError, match=r"The daily budget of sessions telegram:\* is reached"):
+            embed_texts(settings, ["one more"])
+    finally:
+        current_scope.reset(token)
+    assert len([r for r in llm.requests if r.path.endswith("/embeddings")]) == 1

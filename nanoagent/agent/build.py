@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Callable
 from typing import TYPE_CHECKING
@@ -34,6 +35,7 @@ from nanoagent.spend import Meter
 from nanoagent.spend.view import spend_view
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
+from nanoagent.tools.policy import ToolPolicy
 from nanoagent.tools.sandbox import SandboxPolicy
 from nanoagent.tools.shell import ExecSettings, describe_confinement, exec_tool
 from nanoagent.tools.web import web_tools
@@ -59,6 +61,7 @@ def build_agent(
     from nanoagent.providers.registry import build_provider
 
     default_model = model or config.defaults.model
+    meter = None
     if provider is None:
         if check_model:
             build_provider(config, default_model, warn)  # a bad model name or missing key fails before the first turn
@@ -81,7 +84,10 @@ def build_agent(
     access = Access(config, paths)
     exec_config = exec_settings(config, paths)
     edits = agent_edits(memory_git, warn)
-    searcher = MemorySearch(paths, embedding_settings(config), warn=warn)  # one index for the tools and recall
+    embeddings = embedding_settings(config)
+    if embeddings is not None:  # its requests count against the session that searched
+        embeddings = dataclasses.replace(embeddings, meter=meter)
+    searcher = MemorySearch(paths, embeddings, warn=warn)  # one index for the tools and recall
     tools = ToolRegistry([
         *file_tools(edits),
         exec_tool(exec_config, agent_commands(memory_git, warn)),
@@ -92,7 +98,8 @@ def build_agent(
     mcp = mcp_servers(config, paths, tools, warn)
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens,
-                             confinement=functools.partial(describe_confinement, exec_config))
+                             confinement=functools.partial(describe_confinement, exec_config),
+                             policy=ToolPolicy(tools_config))
     turns = Turns(store, providers, ToolContext(paths.workspace, tools_config.restrict_to_workspace),
                   config.defaults, tools_config.max_result_chars, tuple(tools_config.attachments.image_models))
     subagents = None
@@ -100,6 +107,8 @@ def build_agent(
         subagents = Subagents(turns, context, busy=lambda key: loop.busy(key))  # `loop` is built below, before any turn asks
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
+    for problem in context.policy.unknown(tools.names()) if context.policy else ():
+        warn(problem)
     models = ModelChoice(default_model, pinned=model is not None)
     flush = MemoryFlush(config.memory.flush, providers, store, paths.workspace, edits, config.memory.dream_model,
                         min(config.defaults.max_tokens, FLUSH_MAX_TOKENS),
@@ -108,7 +117,8 @@ def build_agent(
                           Consolidator(history, store, config.defaults, providers.complete, before_archive=flush))
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
-        memory_git=memory_git, subagents=subagents, spending=lambda: spend_view(config, paths),
+        memory_git=memory_git, subagents=subagents, tools_for=lambda key: loop.tools_for(key),
+        spending=lambda: spend_view(config, paths),
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     loop = AgentLoop(

@@ -50,10 +50,11 @@ class TurnRunner:
     tz: tzinfo
 
     async def __call__(self, job: Job, claim: Claim) -> RunOutcome:
-        key = cron_key(job.id, job.created_by)  # the run's calls count against its session and its own cap
-        scope = current_scope.set(run_scope(job))
+        key, prompt = cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz)
+        scope = current_scope.set(run_scope(job))  # its session and its own cap
         try:
-            result = await self.turn(key, job_prompt(job, claim, self.tz))
+            # in the folder of the turn that made it (`agent -C DIR`); asked only then, so a plain TurnCall still fits
+            result = await (self.turn(key, prompt, workdir=job.workdir) if job.workdir else self.turn(key, prompt))
         finally:
             current_scope.reset(scope)
         if result is None:

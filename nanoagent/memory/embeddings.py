@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import math
 from array import array
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
+    from nanoagent.spend import Meter
 
 EMBED_BATCH = 64
 EMBED_CHARS = 4000
@@ -24,6 +26,7 @@ class EmbeddingSettings:
     api_base: str  # "" when no base URL is known for the provider
     api_key: str | None
     key_variable: str | None  # the variable that must hold the key, for hosted providers that need one
+    meter: Meter | None = field(default=None, compare=False)  # the spend check of each request (build_agent's)
 
 
 class EmbeddingError(Exception):
@@ -61,12 +64,19 @@ def embed_texts(settings: EmbeddingSettings, texts: list[str]) -> list[list[floa
     name = settings.model.split("/", 1)[1] if "/" in settings.model else settings.model
     headers = {"Authorization": f"Bearer {settings.api_key}"} if settings.api_key else {}
     url = f"{settings.api_base}/embeddings"
-    try:
-        response = httpx.post(url, json={"model": name, "input": texts}, headers=headers, timeout=EMBED_TIMEOUT)
-    except httpx.HTTPError as e:
-        raise EmbeddingError(f"cannot reach {url}: {e or type(e).__name__}") from None
-    if response.status_code >= 400:
-        raise EmbeddingError(f"{url} answered {response.status_code}: {response.text[:200]}")
+    with _metered(settings, texts) as counted:
+        try:
+            response = httpx.post(url, json={"model": name, "input": texts}, headers=headers, timeout=EMBED_TIMEOUT)
+        except httpx.HTTPError as e:
+            raise EmbeddingError(f"cannot reach {url}: {e or type(e).__name__}") from None
+        if response.status_code >= 400:
+            counted.append(0)  # refused: nothing to pay
+            raise EmbeddingError(f"{url} answered {response.status_code}: {response.text[:200]}")
+        try:
+            tokens = response.json().get("usage", {}).get("prompt_tokens")
+            counted.extend([tokens] if isinstance(tokens, int) and not isinstance(tokens, bool) else [])
+        except (ValueError, AttributeError):
+            pass
     try:
         data = sorted(response.json()["data"], key=lambda item: item["index"])
         vectors = [[float(x) for x in item["embedding"]] for item in data]
@@ -75,6 +85,28 @@ def embed_texts(settings: EmbeddingSettings, texts: list[str]) -> list[list[floa
     if len(vectors) != len(texts):
         raise EmbeddingError(f"{url} returned {len(vectors)} vectors for {len(texts)} texts")
     return vectors
+
+
+@contextmanager
+def _metered(settings: EmbeddingSettings, texts: list[str]) -> Iterator[list[int]]:
+    """Reserve the request's worst case with the spend check (its texts' bytes at the model's input price), or
+    EmbeddingError at a cap; settle at the tokens the caller appends to the list given (none: the worst case)."""
+    if settings.meter is None:
+        yield []
+        return
+    from nanoagent.spend import CapReached
+    from nanoagent.tokens import token_bound
+    from nanoagent.usage import Usage
+
+    try:
+        hold = settings.meter.reserve(settings.model, sum(token_bound(text) for text in texts), 0)
+    except CapReached as e:
+        raise EmbeddingError(e.line) from None
+    counted: list[int] = []
+    try:
+        yield counted
+    finally:
+        settings.meter.settle(hold, Usage(input_tokens=counted[0] if counted else 0), known=bool(counted))
 
 
 def unit_vector(vector: Sequence[float]) -> array:

@@ -87,7 +87,7 @@ class RetryingProvider:
             next_model = self.chain[position + 1][0] if position + 1 < len(self.chain) else ""
             attempt, last = 0, ""
             while True:
-                streamed = started = refused = False
+                streamed = started = refused = reported = False
                 hold = self._reserve(model, prompt, request.max_tokens)
                 for note in hold.notes if hold is not None else ():
                     yield SpendNotice(note)
@@ -98,17 +98,17 @@ class RetryingProvider:
                         started = started or isinstance(event, ReplyStarted)
                         streamed = streamed or isinstance(event, _OUTPUT)
                         if isinstance(event, UsageReport):
-                            used = used + event.usage
+                            used, reported = used + event.usage, True
                             event = dataclasses.replace(event, model=model)
                         yield event
-                    if hold is not None and self.meter is not None:
-                        for warning in self.meter.settle(hold, used, known=True):
-                            yield SpendNotice(warning)
+                    for warning in self._settle(hold, used, known=reported):  # no usage said: the worst case
+                        yield SpendNotice(warning)
                     return
                 except _OutOfTime:
                     raise self._out_of_time(failures, model, attempt + 1, last) from None
                 except ProviderError as e:
                     refused = e.status is not None or not e.reached  # nothing done: nothing to pay
+                    self._settle(hold, used, known=refused and not streamed)  # before any wait for a retry
                     reached = reached or e.reached
                     if streamed:
                         raise ProviderError(f"{model}: {e.message} (the reply was cut off mid-stream)",
@@ -127,8 +127,7 @@ class RetryingProvider:
                     await self.sleep(wait)
                     attempt += 1
                 finally:  # the attempt's stream is closed here, also when the deadline ends it mid-wait
-                    if hold is not None and self.meter is not None:  # a failed or cancelled attempt
-                        self.meter.settle(hold, used, known=refused and not streamed)
+                    self._settle(hold, used, known=refused and not streamed)  # a cancel, the deadline: worst case
                     if isinstance(events, AsyncGenerator):
                         await events.aclose()
         raise ProviderError("; ".join(failures) or "no model configured", reached=reached)
@@ -141,6 +140,10 @@ class RetryingProvider:
             return self.meter.reserve(model, prompt, max_tokens)
         except CapReached as e:
             raise Capped(e) from None
+
+    def _settle(self, hold: Hold | None, used: Usage, known: bool) -> list[str]:
+        """Settle the attempt's reservation (once; later calls do nothing): the warnings to give."""
+        return self.meter.settle(hold, used, known) if hold is not None and self.meter is not None else []
 
     def _out_of_time(self, failures: list[str], model: str, attempts: int, last: str) -> ProviderError:
         tried = f"{attempts} attempt{'s' if attempts > 1 else ''}" + (f" (earlier: {last})" if last else "")
