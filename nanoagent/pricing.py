@@ -77,6 +77,11 @@ def format_cost(cost: float | None) -> str:
     return f"${cost:.4f}" if cost < 1 else f"${cost:.2f}"
 
 
+def format_limit(amount: float) -> str:
+    """A cap or budget as a person gives it: $0.20, $1.00, $0.005 (a spend, with `format_cost`, shows its cents)."""
+    return f"${amount:,.2f}" if abs(amount * 100 - round(amount * 100)) < 1e-9 else f"${amount:g}"
+
+
 def litellm_data_file(name: str) -> Path | None:
     spec = importlib.util.find_spec("litellm")
     if not spec or not spec.submodule_search_locations:

@@ -445,3 +445,18 @@ def test_a_file_the_agent_sends_into_the_chat_arrives_an_image_as_one_and_a_text
     assert "Here they are." in stand_in.shown(stand_in.owner)
     [result] = [m["content"] for m in provider.requests[-1].messages if is_tool(m)]
     assert f"Sent to {dm(stand_in, stand_in.owner)}." in result  # the chat the turn is in
+
+
+def test_budget_answers_in_the_chat_without_a_model_call(stand_in):
+    provider = ScriptedProvider([])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "/budget")
+            await until(lambda: any("No spending caps are set" in text for text in stand_in.shown(stand_in.owner)),
+                        "the answer to /budget")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    assert provider.requests == []
+    assert any("Spent today (" in text for text in stand_in.shown(stand_in.owner))

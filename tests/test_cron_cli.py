@@ -130,3 +130,45 @@ def test_list_says_the_heartbeats_interval_as_a_jobs_is_said(isolated_home):
     listing = invoke("cron", "list").stdout
     heartbeat = next(line for line in listing.splitlines() if "(heartbeat)" in line)
     assert "every 30 min" in heartbeat and "1800" not in heartbeat
+
+
+def test_budget_is_kept_per_job_shown_in_list_and_in_json_and_survives_a_pause(isolated_home):
+    ran = invoke("cron", "add", "--every", "1h", "-m", "Check the build.", "--budget", "$0.20")
+    assert ran.returncode == 0, ran.stderr
+    job_id = ran.stdout.strip()
+    assert "at most $0.20 a run" in ran.stderr
+    assert store().read().get(job_id).budget == 0.2
+    assert invoke("cron", "disable", job_id).returncode == 0
+    assert store().read().get(job_id).budget == 0.2
+    assert "at most $0.20 a run" in invoke("cron", "list", env={"COLUMNS": "200"}).stdout
+    assert json.loads(invoke("cron", "list", "--json").stdout)["jobs"][0]["budget"] == 0.2
+    plain = invoke("cron", "add", "--every", "1h", "-m", "No cap.").stdout.strip()
+    assert store().read().get(plain).budget is None
+
+
+def test_a_budget_that_is_not_an_amount_above_zero_is_one_line_and_no_job_is_stored(isolated_home):
+    cases = {
+        "abc": "Error: --budget 'abc' is not an amount in USD: give one like 0.20 (dollars a run may spend).",
+        "0": "Error: --budget '0' must be more than 0 USD: leave it out for no cap of the job's own.",
+        "-1": "Error: --budget '-1' must be more than 0 USD: leave it out for no cap of the job's own.",
+        "nan": "Error: --budget 'nan' must be more than 0 USD: leave it out for no cap of the job's own.",
+        "inf": "Error: --budget 'inf' must be more than 0 USD: leave it out for no cap of the job's own.",
+    }
+    for value, expected in cases.items():
+        ran = invoke("cron", "add", "--every", "1h", "-m", "x", "--budget", value)
+        assert (ran.returncode, ran.stdout, ran.stderr) == (1, "", expected + "\n"), value
+    assert not store().path.exists() or store().read().jobs == []
+
+
+def test_a_skipped_run_shows_in_list_with_its_reason_and_is_not_a_failure(isolated_home):
+    from datetime import UTC, datetime
+
+    from nanoagent.cron.store import RunRecord
+
+    job_id = invoke("cron", "add", "--every", "1h", "-m", "x", "--budget", "0.5").stdout.strip()
+    store().update(lambda jobs: jobs.get(job_id).record(RunRecord(
+        started=datetime.now(UTC), status="skipped", note="budget: daily cap $1.00 reached, resets 00:00")))
+    listing = invoke("cron", "list", env={"COLUMNS": "250"}).stdout
+    assert "skipped" in listing and "daily cap $1.00 reached, resets 00:00" in listing
+    runs = json.loads(invoke("cron", "list", "--json").stdout)["jobs"][0]["runs"]
+    assert [(r["status"], r["error"]) for r in runs] == [("skipped", None)]

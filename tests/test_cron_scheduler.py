@@ -334,3 +334,26 @@ def test_cancelling_the_scheduler_as_a_wake_arrives_stops_it():
             await asyncio.wait_for(serving, PATIENCE)
 
     asyncio.run(scenario())
+
+
+def test_a_run_the_gate_stops_is_recorded_skipped_without_running_and_the_job_runs_again_next_time():
+    add_job(Schedule.every("1h", T0))
+    add_job(Schedule.at(T0 + timedelta(hours=1), "UTC"), "once")
+    clock, runner = Clock(), Recorder()
+    reasons = iter(["budget: daily cap $1.00 reached, resets 00:00", "budget: daily cap $1.00 reached, resets 00:00",
+                    None])
+
+    async def gate(claim: Claim) -> str | None:
+        return next(reasons)
+
+    clock.advance(hours=1)
+    asyncio.run(Scheduler(jobs_store(), runner, clock=clock, gate=gate).tick())
+    assert runner.ran == []
+    saved, once = job(), job("once")
+    assert [(r.status, r.note, r.error) for r in saved.runs] == [
+        ("skipped", "budget: daily cap $1.00 reached, resets 00:00", None)]
+    assert saved.next_run == T0 + timedelta(hours=2) and saved.enabled
+    assert not once.enabled and once.runs[-1].status == "skipped"  # kept: `cron run` runs it once the cap resets
+    clock.advance(hours=1)
+    asyncio.run(Scheduler(jobs_store(), runner, clock=clock, gate=gate).tick())
+    assert [r.status for r in job().runs] == ["skipped", "ok"] and [j for j, _ in runner.ran] == ["tea"]

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nanoagent.cron.schedule import Schedule
-from nanoagent.cron.store import Job, JobStore, StoreCorrupt, new_job_id
+from nanoagent.cron.store import Job, JobStore, RunRecord, StoreCorrupt, new_job_id
 from nanoagent.paths import Paths
 
 NOW = datetime(2026, 5, 1, 12, 0, tzinfo=UTC)
@@ -36,7 +36,7 @@ def test_jobs_live_under_the_home_not_the_workspace_with_a_version_and_private_m
     job = add(s)
     assert s.path == isolated_home / "cron" / "jobs.json"
     data = json.loads(s.path.read_text())
-    assert data["version"] == 1 and data["jobs"][0]["id"] == job.id
+    assert data["version"] == 2 and data["jobs"][0]["id"] == job.id
     assert oct(s.path.stat().st_mode & 0o777) == "0o600"
     assert oct(s.path.parent.stat().st_mode & 0o777) == "0o700"
     assert s.read().jobs[0].message == "tea"
@@ -50,7 +50,9 @@ def test_jobs_live_under_the_home_not_the_workspace_with_a_version_and_private_m
      '"anchor": "2026-05-01T12:00:00Z"}}]}', "jobs[0]: expected a string, got 5"),
     ('{"version": 1, "jobs": [{"id": "ab12", "message": "x", "schedule": {"kind": "weekly"}}]}',
      "jobs[0]: kind must be cron, every or at"),
-    ('{"version": 7, "jobs": []}', "written by a newer nanoagent (format 7; this one reads 1)"),
+    ('{"version": 2, "jobs": [{"id": "ab12", "message": "x", "schedule": {"kind": "every", "seconds": 60, '
+     '"anchor": "2026-05-01T12:00:00Z"}, "budget": -1}]}', "jobs[0]: budget must be a number of USD above 0"),
+    ('{"version": 7, "jobs": []}', "written by a newer nanoagent (format 7; this one reads 2)"),
 ])
 def test_a_jobs_file_that_does_not_parse_is_never_overwritten_and_the_error_names_file_and_place(content, expected):
     s = store()
@@ -123,3 +125,32 @@ def test_job_ids_can_be_given_by_their_start_when_it_is_unique():
     assert jobs.find(b.id).message == "b"
     with pytest.raises(Exception, match="No job 'zz'"):
         jobs.find("zz")
+
+
+def test_a_version_1_file_is_read_as_jobs_without_a_budget_and_written_back_as_version_2():
+    s = store()
+    s.path.parent.mkdir(parents=True, exist_ok=True)
+    s.path.write_text(json.dumps({"version": 1, "jobs": [
+        {"id": "ab12", "message": "tea", "schedule": {"kind": "every", "seconds": 3600,
+                                                      "anchor": "2026-05-01T12:00:00Z"},
+         "runs": [{"started": "2026-05-01T13:00:00Z", "status": "ok", "tokens": 5}]}]}))
+    old = s.read().jobs[0]
+    assert old.budget is None and [r.status for r in old.runs] == ["ok"]
+    add(s, "second")
+    data = json.loads(s.path.read_text())
+    assert data["version"] == 2 and data["jobs"][0]["budget"] is None and data["jobs"][0]["runs"][0]["status"] == "ok"
+
+
+def test_a_jobs_budget_and_a_skipped_run_survive_a_round_trip():
+    s = store()
+    job = add(s)
+
+    def cap(jobs):
+        saved = jobs.get(job.id)
+        saved.budget = 0.2
+        saved.record(RunRecord(started=NOW, status="skipped", note="budget: daily cap $1.00 reached, resets 00:00"))
+
+    s.update(cap)
+    saved = s.read().get(job.id)
+    assert saved is not None and saved.budget == 0.2
+    assert (saved.runs[-1].status, saved.runs[-1].note) == ("skipped", "budget: daily cap $1.00 reached, resets 00:00")

@@ -168,3 +168,24 @@ def test_a_schedule_that_never_comes_or_overflows_is_an_error_the_model_sees_and
     assert "longer than 10 years" in results[1] and "longer than 10 years" in results[2]
     assert all(r.startswith("Error") for r in results), results
     assert jobs() == []
+
+
+def test_the_tool_lists_a_jobs_budget_and_why_a_run_was_skipped_and_an_update_keeps_the_budget():
+    from datetime import UTC, datetime
+
+    from nanoagent.cron.store import RunRecord
+
+    turn("cli:direct", ("cron", {"action": "add", "message": "Check the prices.", "every": "1h"}))
+    job_id = jobs()[0].id
+
+    def capped(store_jobs):
+        job = store_jobs.get(job_id)
+        job.budget = 0.2  # set by the person (`cron add --budget`): the tool has no way to
+        job.record(RunRecord(started=datetime.now(UTC), status="skipped",
+                             note="budget: daily cap $1.00 reached, resets 00:00"))
+
+    JobStore(Paths.from_env().cron_jobs_file).update(capped)
+    [listing] = turn("cli:direct", ("cron", {"action": "list"}))
+    assert "at most $0.20 a run" in listing and "(budget: daily cap $1.00 reached, resets 00:00)" in listing
+    turn("cli:direct", ("cron", {"action": "update", "job_id": job_id, "message": "Check the prices twice."}))
+    assert jobs()[0].budget == 0.2 and jobs()[0].message == "Check the prices twice."

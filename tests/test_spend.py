@@ -423,7 +423,9 @@ def test_a_gateway_and_a_cron_tick_spending_at_once_never_cross_the_cap_together
     assert spent(isolated_home) == pytest.approx(CALL)
     job = store.read().get("tea")
     answered = "the one answer" in outputs[0][0]
-    refused = "The daily budget ($0.1500) would be crossed" in (outputs[0][1] if not answered else job.runs[0].error)
+    run = job.runs[0]  # a run refused at the cap is recorded skipped, not failed (spendcli)
+    refused = ("The daily budget ($0.1500) would be crossed" in outputs[0][1] if not answered
+               else run.status == "skipped" and "daily cap $0.15 would be crossed" in (run.note or ""))
     assert refused, (outputs, job.runs)
 
 

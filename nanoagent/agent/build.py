@@ -32,6 +32,7 @@ from nanoagent.providers.base import ChatRequest, Provider, ProviderEvent, Provi
 from nanoagent.session.store import SessionStore
 from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.spend import Meter
+from nanoagent.spend.view import spend_view
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.policy import ToolPolicy
@@ -117,6 +118,7 @@ def build_agent(
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
         memory_git=memory_git, subagents=subagents, tools_for=lambda key: loop.tools_for(key),
+        spending=lambda: spend_view(config, paths),
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     loop = AgentLoop(

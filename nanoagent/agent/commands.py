@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from nanoagent.providers.base import Providers
     from nanoagent.session.store import Session, SessionStore
     from nanoagent.skills import SkillsLoader
+    from nanoagent.spend.view import SpendView
     from nanoagent.tools import ToolRegistry
 
 INCOGNITO_NOTICE = ("Temporary chat (incognito): nothing said here is archived to memory, Dreamed or searchable, and "
@@ -104,6 +105,7 @@ class Commands:
     dream_factory: Callable[[ev.EventSink], Dream] | None = None  # builds Dream for /dream, sending to a sink
     subagents: Subagents | None = None  # the sub-agent runs, for /tasks
     tools_for: Callable[[str], ToolRegistry] | None = None  # the tools a session is offered, for /status
+    spending: Callable[[], SpendView] | None = None  # the spend caps and what is spent, for /budget
 
     @property
     def consolidator(self) -> Consolidator | None:  # archives old turns to memory/history.jsonl (None: never)
@@ -261,6 +263,13 @@ class Commands:
                          f"{t.usage.cache_read_tokens:,} cache read, {t.usage.cache_write_tokens:,} cache write, "
                          f"{t.cost_text()}")
         return "\n".join(lines)
+
+    @command("/budget", "spend caps: what each allows, what is spent, when it resets, the forecast", read_only=True)
+    async def budget_caps(self, call: Call) -> str:
+        if self.spending is None:
+            return "Spend is not tracked by this agent."
+        view = await asyncio.to_thread(self.spending)  # the ledger's totals: a file read at most
+        return "\n".join(view.lines())
 
     @command("/skills", "list the skills the agent knows", read_only=True)
     async def skills_list(self, call: Call) -> str:

@@ -10,6 +10,7 @@ message instead, since it will not run again.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime, tzinfo
@@ -19,12 +20,13 @@ from nanoagent.agent.turn import TurnCall
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import DeliveryError, Outbox
 from nanoagent.cron.schedule import Schedule, ScheduleError, format_duration, format_time
-from nanoagent.cron.scheduler import Claim, RunOutcome, Scheduler, Settings, SystemTask
+from nanoagent.cron.scheduler import Claim, Gate, RunOutcome, Scheduler, Settings, SystemTask
 from nanoagent.cron.store import Job, JobStore
 from nanoagent.cron.targets import TargetError, parse_target
 from nanoagent.memory.people import cron_key
 from nanoagent.paths import Paths
-from nanoagent.spend import Scope, current_scope
+from nanoagent.spend import CapReached, Scope, blocked, current_scope
+from nanoagent.spend.view import skip_note
 
 log = logging.getLogger("nanoagent.cron")
 NO_REPLY = "NO_REPLY"
@@ -49,7 +51,7 @@ class TurnRunner:
 
     async def __call__(self, job: Job, claim: Claim) -> RunOutcome:
         key, prompt = cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz)
-        scope = current_scope.set(Scope(key, "cron", job.id, getattr(job, "budget", None)))  # its session, its cap
+        scope = current_scope.set(run_scope(job))  # its session and its own cap
         try:
             # in the folder of the turn that made it (`agent -C DIR`); asked only then, so a plain TurnCall still fits
             result = await (self.turn(key, prompt, workdir=job.workdir) if job.workdir else self.turn(key, prompt))
@@ -59,6 +61,8 @@ class TurnRunner:
             return RunOutcome(note="joined a turn already running in its session")
         run = result.result
         tokens = run.usage.prompt_tokens + run.usage.output_tokens if run is not None else 0
+        if run is not None and run.capped is not None:  # a cap stopped it before a call: skipped, not failed
+            return RunOutcome("skipped", tokens, note=skip_note(run.capped))
         if run is not None and (run.error or run.stop.value == "cancelled"):
             status = "error" if run.error else "interrupted"
             error = run.error or "cancelled before it finished"
@@ -78,6 +82,27 @@ class TurnRunner:
             log.warning("cron: job %s: delivery to %s failed: %s", job.id, job.target, e)
             return str(e)
         return None
+
+
+def run_scope(job: Job) -> Scope:
+    """What a run's calls count against: the job's session (its person's `budget.sessions` caps) and its own
+    per-run cap (`cron add --budget`)."""
+    return Scope(cron_key(job.id, job.created_by), "cron", job.id, job.budget)
+
+
+def spend_gate(config: Config, paths: Paths) -> Gate:
+    """The scheduler's question before each run: a spending cap the run has reached already (the day's, the month's,
+    its session's, the heartbeat's or Dream's), said as the skipped run's note; None: it may start."""
+    async def gate(claim: Claim) -> str | None:
+        if claim.job is not None:
+            scope = run_scope(claim.job)
+        else:  # the heartbeat's and Dream's scopes, as heartbeat.py and memory/dream.py set them: name and kind
+            assert claim.task is not None
+            scope = Scope(claim.task.name, claim.task.name)
+        cap = await asyncio.to_thread(blocked, config, paths, scope)  # the ledger's totals: a file read at most
+        return None if cap is None else skip_note(cap)
+
+    return gate
 
 
 def settings(config: Config) -> Settings:
@@ -102,12 +127,17 @@ def system_tasks(config: Config, paths: Paths, outbox: Outbox, now: datetime | N
         result = await run_heartbeat(config, paths, deliver, turn=turn,
                                      warn=lambda message: log.warning("heartbeat: %s", message))
         tokens = result.usage.prompt_tokens + result.usage.output_tokens
+        if result.status is HeartbeatStatus.OVER_BUDGET:  # skipped at a cap: no failure
+            return RunOutcome("skipped", tokens, note=skip_note(result.cap) if result.cap else result.error)
         if result.status is HeartbeatStatus.FAILED:
             return RunOutcome("error", tokens, error=result.error)
         return RunOutcome(tokens=tokens, note=result.status.value)
 
     async def dream() -> RunOutcome:
-        notice = await scheduled_dream(config, paths)
+        try:
+            notice = await scheduled_dream(config, paths)
+        except CapReached as e:
+            return RunOutcome("skipped", note=skip_note(e.cap))
         if notice is None:
             return RunOutcome()
         target = config.heartbeat.target or latest_chat(outbox.sessions)
@@ -135,4 +165,4 @@ def system_tasks(config: Config, paths: Paths, outbox: Outbox, now: datetime | N
 
 def build_scheduler(config: Config, paths: Paths, turn: TurnCall, outbox: Outbox, tz: tzinfo) -> Scheduler:
     return Scheduler(JobStore(paths.cron_jobs_file), TurnRunner(turn, outbox, tz), settings(config),
-                     system_tasks(config, paths, outbox, turn=turn))
+                     system_tasks(config, paths, outbox, turn=turn), gate=spend_gate(config, paths))

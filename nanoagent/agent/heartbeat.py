@@ -31,7 +31,7 @@ from nanoagent.fsutil import atomic_write, file_lock
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
 from nanoagent.session.store import SessionStore
-from nanoagent.spend import Scope, blocked, current_scope
+from nanoagent.spend import CapStatus, Scope, blocked, current_scope
 from nanoagent.spend.caps import reached_line
 from nanoagent.templates import render
 from nanoagent.usage import Usage
@@ -60,6 +60,7 @@ class HeartbeatResult:
     target: str | None = None
     usage: Usage = field(default_factory=Usage)
     error: str | None = None
+    cap: CapStatus | None = None  # OVER_BUDGET: the cap it met (the scheduler records the run skipped)
 
 
 async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = None, *, turn: TurnCall | None = None,
@@ -82,7 +83,8 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
     cap = blocked(config, paths, Scope(SESSION, "heartbeat"))
     if cap is not None:  # no turn to start: its first call would be refused
         await asyncio.to_thread(_count, paths, HeartbeatStatus.OVER_BUDGET)
-        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, error=reached_line(cap, 0, config.defaults.timezone))
+        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, error=reached_line(cap, 0, config.defaults.timezone),
+                               cap=cap)
     result = await _turn(config, paths, tasks, turn, provider, warn)
     if result.status is HeartbeatStatus.DELIVERED:
         target = hb.target if hb.target is not None else latest_chat(SessionStore(paths.sessions_dir))
@@ -98,7 +100,8 @@ async def run_heartbeat(config: Config, paths: Paths, deliver: Deliver | None = 
 async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None, provider: Provider | None,
                 warn: Callable[[str], None]) -> HeartbeatResult:
     """The light turn in session `heartbeat`, emptied first so each run sees only the prompt and the tasks.
-    Its status is FAILED, NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller finds the target)."""
+    Its status is FAILED, OVER_BUDGET (a spend cap ended it), NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller
+    finds the target)."""
     text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
     model = config.heartbeat.model
     scope = current_scope.set(Scope(SESSION, "heartbeat"))  # budget.heartbeat counts its calls
@@ -124,7 +127,8 @@ async def _heartbeat_turn(config: Config, paths: Paths, text: str, model: str | 
         return HeartbeatResult(HeartbeatStatus.FAILED, error=done.reply if done else "a turn was running there")
     usage = done.result.usage
     if done.result.capped is not None:
-        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, usage=usage, error=done.result.error)
+        return HeartbeatResult(HeartbeatStatus.OVER_BUDGET, usage=usage, error=done.result.error,
+                               cap=done.result.capped)
     if done.result.error is not None:
         return HeartbeatResult(HeartbeatStatus.FAILED, usage=usage, error=done.result.error)
     reply = worth_sending(done.reply)

@@ -17,10 +17,10 @@ from nanoagent.agent.build import build_dream
 from nanoagent.config.schema import Config
 from nanoagent.errors import NanoagentError, describe_os_error
 from nanoagent.fsutil import append_lines, file_lock
-from nanoagent.memory.dream import DreamBusy, describe, run_header
+from nanoagent.memory.dream import DreamBusy, DreamFailed, describe, run_header
 from nanoagent.paths import Paths
 from nanoagent.providers.base import Provider
-from nanoagent.spend import Scope, blocked
+from nanoagent.spend import CapReached, Scope, blocked
 from nanoagent.spend.caps import reached_line
 
 log = logging.getLogger("nanoagent.dream")
@@ -29,10 +29,12 @@ log = logging.getLogger("nanoagent.dream")
 async def scheduled_dream(config: Config, paths: Paths, provider: Provider | None = None,
                           now: Callable[[], datetime] | None = None) -> str | None:
     """One scheduled Dream over every new batch. Returns what to tell the user when it failed or moved past findings
-    it could not save; None when it finished, had nothing new, or found another Dream running."""
+    it could not save; None when it finished, had nothing new, or found another Dream running. CapReached when a spend
+    cap stopped a call (logged; nothing changed)."""
     started = (now or (lambda: datetime.now().astimezone()))()
     lines: list[str] = []
     notice = None
+    capped: CapReached | None = None
     cap = blocked(config, paths, Scope("dream", "dream"))
     if cap is not None:  # at a cap its calls count against: nothing to start, nothing to tell every run
         await asyncio.to_thread(_append_log, paths, [run_header("scheduled dream", started),
@@ -51,10 +53,16 @@ async def scheduled_dream(config: Config, paths: Paths, provider: Provider | Non
         lines.append(str(e))
     except (NanoagentError, OSError) as e:
         reason = str(e) if isinstance(e, NanoagentError) else describe_os_error(e) or f"{type(e).__name__}: {e}"
-        lines.append(f"Error: {reason}")
-        log.error("scheduled Dream failed: %s", reason)
-        notice = f"Scheduled Dream failed: {reason}"
+        if isinstance(e, DreamFailed) and e.capped is not None:  # nothing changed; the entries wait for the next run
+            capped = CapReached(e.capped, reason)
+            lines.append(f"Stopped at a spend cap: {reason}")
+        else:
+            lines.append(f"Error: {reason}")
+            log.error("scheduled Dream failed: %s", reason)
+            notice = f"Scheduled Dream failed: {reason}"
     await asyncio.to_thread(_append_log, paths, [run_header("scheduled dream", started), *lines])
+    if capped is not None:  # the scheduler records the run skipped: no failure, nobody told
+        raise capped
     return notice
 
 

@@ -56,7 +56,7 @@ SECTIONS = (
     ("Talk", ("agent", "sessions")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
     ("Always on", ("gateway", "web", "channels", "pairing", "cron", "heartbeat", "mcp")),
-    ("Setup", ("onboard", "status", "doctor", "skills", "usage")),
+    ("Setup", ("onboard", "status", "doctor", "skills", "usage", "budget")),
 )
 
 
@@ -115,11 +115,12 @@ app = App(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import dream_cmd, heartbeat_cmd, web_cmd
+    from nanoagent.cli import budget_cmd, dream_cmd, heartbeat_cmd, web_cmd
 
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
     web_cmd.register(app)
+    budget_cmd.register(app)
 
 
 def _version(value: bool) -> None:
@@ -420,9 +421,12 @@ _register_subcommands()
 def usage(
     session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session key.")] = None,
     days: Annotated[int | None, typer.Option("--days", "-d", help="Only the last N days.")] = None,
-    json_output: Annotated[bool, typer.Option("--json", help="Print the rows and their total as JSON.")] = False,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the rows, the total and the spend caps as JSON "
+                                                             "(costs in USD).")] = False,
 ) -> None:
     """Tokens and cost per day, session and model.
+
+    Under the table, when caps are set (`nanoagent budget`), what each has spent of its limit.
 
     Example: nanoagent usage --days 7
     """
@@ -431,17 +435,21 @@ def usage(
     from nanoagent.agent.subagents import usage_records
     from nanoagent.cli.render import table_console
     from nanoagent.session.store import SessionStore
+    from nanoagent.spend.view import spend_view
     from nanoagent.usage import rows_json, summarize
 
-    paths, _ = setup(None)
+    paths, config = setup(None)
     store = SessionStore(paths.sessions_dir, warn=warn)
     records = usage_records(store, session)
     rows = summarize(records, days=days)
+    view = spend_view(config, paths)
     if json_output:
-        print(json.dumps(rows_json(rows), ensure_ascii=False, indent=1))
+        print(json.dumps({**rows_json(rows), "budget": view.to_json()}, ensure_ascii=False, indent=1))
         return
     if not rows:
         print("No usage recorded" + (f" for session {session if ':' in session else 'cli:' + session}" if session else "") + ".")
+        if view.caps:
+            print(view.short())
         return
     console = table_console()
     columns = console.width
@@ -457,6 +465,8 @@ def usage(
         print(f"{UNKNOWN_COST} no known price for {named}: the cost of these calls is unknown and not in the total.")
     if dropped:
         print(f"Not shown at {columns} columns: {', '.join(dropped)} (a wider terminal, or piped, shows every column).")
+    if view.caps:
+        print(view.short())
 
 
 UNKNOWN_COST = "—"

@@ -61,6 +61,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     from nanoagent.cli.render import table_console
     from nanoagent.cron.schedule import format_time, relative
     from nanoagent.cron.scheduler import described, scheduler_seen, utc_now
+    from nanoagent.pricing import format_limit
 
     _, config, store = _store()
     jobs = store.read()
@@ -73,8 +74,8 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
         return
     now, tz = utc_now(), _tz(config)
     table = Table("id", "name", "schedule", "to", "next run", "last run")
-    rows = [(j.id, j.title, j.schedule.explain(), j.target, j.next_run if j.enabled else None, j.enabled, j.last)
-            for j in jobs.jobs]
+    rows = [(j.id, j.title, j.schedule.explain() + (f"; at most {format_limit(j.budget)} a run" if j.budget else ""),
+             j.target, j.next_run if j.enabled else None, j.enabled, j.last) for j in jobs.jobs]
     rows += [(name, f"({name})", described(s.schedule), "-", s.next_run, True, s.last)
              for name, s in jobs.system.items()]
     for ident, title, schedule, target, next_run, enabled, last in rows:
@@ -95,6 +96,8 @@ def _last(run: RunRecord | None, now: datetime) -> str:
     text = f"{run.status} {relative(run.started, now)}"
     if run.error:
         text += f": {run.error[:80]}"
+    elif run.status == "skipped" and run.note:  # which cap, and when it resets
+        text += f": {run.note[:80]}"
     if run.delivery:
         text += f" (not delivered: {run.delivery[:60]})"
     return text
@@ -114,6 +117,10 @@ def add(
     missed: Annotated[str, typer.Option("--missed", help="Runs missed while nothing ran: once or skip.")] = "once",
     timeout: Annotated[float | None, typer.Option("--timeout", help="Seconds a run may take (default "
                                                                     "cron.runTimeout).")] = None,
+    budget: Annotated[str | None, typer.Option("--budget", metavar="USD",
+                                               help="The most one run may spend, e.g. 0.20; a run at its cap is "
+                                                    "skipped, not failed. Daily and monthly caps (budget.daily, "
+                                                    "budget.monthly) apply too.")] = None,
 ) -> None:
     """Add a job; prints its id (details on stderr).
 
@@ -122,17 +129,19 @@ def add(
     from nanoagent.cron.edit import adding
     from nanoagent.cron.schedule import format_time, relative
     from nanoagent.cron.scheduler import scheduler_seen, utc_now
+    from nanoagent.pricing import format_limit
 
     paths, config, store = _store()
     now = utc_now()
     change, note = adding(config, paths, now, message=message, cron=cron, every=every, at=at, tz=tz, to=to,
-                          name=name, missed=missed, timeout=timeout)
+                          name=name, missed=missed, timeout=timeout, budget=budget)
     job = _update(paths, store, change)
     print(job.id)
     assert job.next_run is not None
     tz_info = _tz(config) if not tz else schedule_zone(job.schedule)
     print(f"{job.schedule.explain()}; next run {format_time(job.next_run, tz_info)} ({relative(job.next_run, now)}); "
-          f"replies go to {job.target}.", file=sys.stderr)
+          f"replies go to {job.target}" + (f"; at most {format_limit(job.budget)} a run" if job.budget else "")
+          + ".", file=sys.stderr)
     if note:
         print(f"note: {note}", file=sys.stderr)
     if not scheduler_seen(store):
@@ -219,7 +228,8 @@ def _scheduler(paths: Paths, config: Config, replies: list[str] | None = None): 
 def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace: WorkspaceOpt = None) -> None:
     """Run a job now, in this process, and print its reply.
 
-    Its schedule is unchanged; a one-off job is removed once it ran.
+    Its schedule is unchanged; a one-off job is removed once it ran. A run a spending cap stops is `skipped`
+    (exit 0: the cap did its work).
 
     Example: nanoagent cron run 3f9a1c2e
     """
@@ -236,7 +246,7 @@ def run(job_id: Annotated[str, typer.Argument(help="The job's id.")], workspace:
     for reply in replies:  # what the run said (also delivered to the job's target)
         if reply.strip() and reply.strip() != NO_REPLY:
             print(terminal_safe(reply.strip()))
-    if record.status != "ok" or record.delivery:
+    if record.status not in ("ok", "skipped") or record.delivery:
         raise typer.Exit(1)
 
 
@@ -247,8 +257,8 @@ def tick(
 ) -> None:
     """Run every job that is due, then exit: for a crontab line.
 
-    The line: `* * * * * nanoagent cron tick`. Silent unless a run fails; does nothing while the gateway runs
-    the jobs.
+    The line: `* * * * * nanoagent cron tick`. Silent unless a run fails (a run skipped at a spending cap is
+    no failure); does nothing while the gateway runs the jobs.
 
     Example: nanoagent cron tick
     """
@@ -262,7 +272,7 @@ def tick(
         if verbose:
             print(str(e))
         return
-    failed = [(title, r) for title, r in finished if r.status not in ("ok", "missed") or r.delivery]
+    failed = [(title, r) for title, r in finished if r.status not in ("ok", "missed", "skipped") or r.delivery]
     stamp = "" if sys.stderr.isatty() else datetime.now().astimezone().isoformat(timespec="seconds") + " "
     for title, record in finished:
         if verbose or (title, record) in failed:

@@ -20,11 +20,11 @@ Change = Callable[["JobsFile"], "Job"]
 
 def adding(config: Config, paths: Paths, now: datetime, *, message: str, cron: str | None = None,
            every: str | None = None, at: str | None = None, tz: str | None = None, to: str = "cli:direct",
-           name: str = "", missed: str = "once", timeout: float | None = None,
+           name: str = "", missed: str = "once", timeout: float | None = None, budget: str | None = None,
            created_by: str = "cli") -> tuple[Change, str]:
     """The change that adds a job, and a note on its schedule ("" or what was assumed)."""
     from nanoagent.cron.schedule import make_schedule
-    from nanoagent.cron.store import Job, new_job_id
+    from nanoagent.cron.store import Job, new_job_id, parse_budget
     from nanoagent.cron.targets import Access, target_text
 
     if not message.strip():
@@ -33,6 +33,7 @@ def adding(config: Config, paths: Paths, now: datetime, *, message: str, cron: s
         raise NanoagentError(f"--missed is {missed!r}; use once or skip.")
     if timeout is not None and not 1 <= timeout <= 86_400:
         raise NanoagentError("--timeout must be from 1 to 86400 seconds.")
+    cap = parse_budget(budget) if budget is not None else None
     schedule, note = make_schedule(cron, every, at, tz, config.defaults.timezone, now)
     access = Access(config, paths)
     target = access.resolve(to)
@@ -40,7 +41,7 @@ def adding(config: Config, paths: Paths, now: datetime, *, message: str, cron: s
 
     def change(jobs: JobsFile) -> Job:
         job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=target_text(target),
-                  name=name.strip(), missed=missed, timeout=timeout, created=now, created_by=created_by,
+                  name=name.strip(), missed=missed, timeout=timeout, budget=cap, created=now, created_by=created_by,
                   next_run=schedule.next_after(now))
         jobs.jobs.append(job)
         return job

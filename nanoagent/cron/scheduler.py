@@ -11,6 +11,8 @@
   However many occurrences were missed, it runs at most once.
 - At most `max_concurrent` runs at once; each stopped after its timeout; a failure is recorded and the job runs
   again at its next occurrence. The last 20 runs of each job are kept.
+- A run a spending cap stops (the `gate` says why before it starts, or the run ends at a cap) is recorded as
+  `skipped` with the reason in its note: not a failure, and the job runs again at its next occurrence.
 - Idle, the scheduler sleeps until the next due time, at most a minute, and wakes at once when this process
   changes a job.
 
@@ -47,7 +49,7 @@ def utc_now() -> datetime:
 class RunOutcome:
     """What one run gave. A job runner or system task returns it; raising instead records an error."""
 
-    status: str = "ok"  # ok | error
+    status: str = "ok"  # ok | error | skipped (stopped by a spending cap; `note` says which)
     tokens: int = 0
     error: str | None = None
     delivery: str | None = None  # why the reply did not reach its target
@@ -99,6 +101,7 @@ class Claim:
 
 
 JobRunner = Callable[[Job, Claim], Awaitable[RunOutcome]]
+Gate = Callable[[Claim], Awaitable[str | None]]  # before a run: why it must not start (a spending cap), or None
 
 
 class SchedulerBusy(NanoagentError):
@@ -115,6 +118,7 @@ class Scheduler:
     finished: list[tuple[str, RunRecord]] = field(default_factory=list)  # (title, record) of runs this one ran
     wakeups: int = 0
     accepting: Callable[[], bool] = lambda: True  # False: start nothing new (the gateway is stopping)
+    gate: Gate | None = None  # asked before each run; a reason records the run `skipped` without starting it
     _active: dict[str, asyncio.Task[None]] = field(default_factory=dict)
     _locks: dict[str, int] = field(default_factory=dict)  # running/<key>.lock held for each active run
     _pending: list[tuple[str, RunRecord]] = field(default_factory=list)  # results the store could not take yet
@@ -306,7 +310,12 @@ class Scheduler:
         timeout = (claim.job.timeout if claim.job and claim.job.timeout else None) or (
             claim.task.timeout if claim.task and claim.task.timeout else None) or self.settings.timeout
         try:
-            outcome = await asyncio.wait_for(self._call(claim), timeout)
+            reason = await self.gate(claim) if self.gate is not None else None
+            if reason is not None:
+                log.info("cron: %s skipped: %s", claim.key, reason)
+                outcome = RunOutcome("skipped", note=reason)
+            else:
+                outcome = await asyncio.wait_for(self._call(claim), timeout)
         except TimeoutError:
             outcome = RunOutcome("timeout", error=f"stopped after {format_duration(timeout)} (the run's timeout)")
         except asyncio.CancelledError:

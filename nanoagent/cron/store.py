@@ -1,11 +1,15 @@
-"""The jobs store: `$NANOAGENT_HOME/cron/jobs.json`, format version 1, mode 0600.
+"""The jobs store: `$NANOAGENT_HOME/cron/jobs.json`, format version 2, mode 0600.
 
-    {"version": 1,
+    {"version": 2,
      "jobs": [{"id": "3f9a1c2e", "name": "", "message": "...", "schedule": {"kind": "cron", "expr": "0 9 * * *",
                "tz": "Europe/Berlin"}, "target": "telegram:42", "enabled": true, "missed": "once",
-               "timeout": null, "created": "2026-05-01T07:00:00Z", "createdBy": "telegram:42",
+               "timeout": null, "budget": 0.2, "created": "2026-05-01T07:00:00Z", "createdBy": "telegram:42",
                "nextRun": "2026-05-02T07:00:00Z", "running": null, "runs": [...]}],
      "system": {"dream": {"schedule": "cron 0 */2 * * * (UTC)", "nextRun": ..., "running": null, "runs": [...]}}}
+
+Format 2 added a job's `budget` (USD a run may spend; null: no cap of its own) and the run status `skipped` (a run
+not started, or stopped, at a spending cap: not a failure; its `note` says which cap). Format 1 is read as it is (no
+budget) and written back as 2, so an older nanoagent, which would run a job past its cap, refuses the file.
 
 Every change is read-modify-write under `jobs.lock`, which every process takes (the gateway, `nanoagent cron`,
 the agent's tool), and every write is atomic (temp file, fsync, rename, fsync of the folder). A file that does not
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -29,7 +34,7 @@ from nanoagent.errors import ConfigError, NanoagentError
 from nanoagent.fsutil import async_file_lock, atomic_write, file_lock
 from nanoagent.paths import check_owned
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 KEEP_RUNS = 20
 LOCK_TIMEOUT = 30.0
 MISSED = ("once", "skip")
@@ -47,7 +52,7 @@ class JobNotFound(NanoagentError):
 @dataclass
 class RunRecord:
     started: datetime
-    status: str  # ok | error | timeout | interrupted | missed
+    status: str  # ok | error | timeout | interrupted | missed | skipped (at a spending cap: not a failure)
     duration: float | None = None
     tokens: int = 0
     error: str | None = None
@@ -117,6 +122,7 @@ class Job(Entry):
     enabled: bool = True
     missed: str = "once"
     timeout: float | None = None
+    budget: float | None = None  # USD one run may spend (`cron add --budget`); None: no cap of its own
     created: datetime | None = None
     created_by: str = ""
     workdir: str = ""  # the folder its runs work in: the one the turn that made it worked in (`agent -C DIR`)
@@ -133,7 +139,7 @@ class Job(Entry):
     def to_json(self) -> dict[str, Any]:
         return {**self.extra, "id": self.id, "name": self.name, "message": self.message,
                 "schedule": self.schedule.to_json(), "target": self.target, "enabled": self.enabled,
-                "missed": self.missed, "timeout": self.timeout,
+                "missed": self.missed, "timeout": self.timeout, "budget": self.budget,
                 "created": iso(self.created) if self.created else None, "createdBy": self.created_by,
                 **({"workdir": self.workdir} if self.workdir else {}),
                 "nextRun": iso(self.next_run) if self.next_run else None,
@@ -231,8 +237,8 @@ def parse(text: str, path: Path) -> JobsFile:
     return JobsFile(parsed, states, extra)
 
 
-KNOWN = {"id", "name", "message", "schedule", "target", "enabled", "missed", "timeout", "created", "createdBy",
-         "nextRun", "running", "runs", "workdir"}
+KNOWN = {"id", "name", "message", "schedule", "target", "enabled", "missed", "timeout", "budget", "created",
+         "createdBy", "nextRun", "running", "runs", "workdir"}
 
 
 def _job(item: Any) -> Job:
@@ -256,7 +262,8 @@ def _job(item: Any) -> Job:
     return Job(
         id=job_id, message=_str(item["message"]), schedule=Schedule.from_json(schedule),
         target=_str(item.get("target", "none")), name=_str(item.get("name") or ""), enabled=enabled, missed=missed,
-        timeout=_num(item.get("timeout")), created=parse_iso(item["created"]) if item.get("created") else None,
+        timeout=_num(item.get("timeout")), budget=_budget(item.get("budget")),
+        created=parse_iso(item["created"]) if item.get("created") else None,
         created_by=_str(item.get("createdBy") or ""), workdir=_str(item.get("workdir") or ""),
         next_run=parse_iso(item["nextRun"]) if item.get("nextRun") else None,
         running=Running.from_json(item["running"]) if item.get("running") else None,
@@ -273,6 +280,25 @@ def _task_state(item: Any) -> TaskState:
                      next_run=parse_iso(item["nextRun"]) if item.get("nextRun") else None,
                      running=Running.from_json(item["running"]) if item.get("running") else None,
                      runs=[RunRecord.from_json(r) for r in runs])
+
+
+def _budget(value: Any) -> float | None:
+    budget = _num(value)
+    if budget is not None and not 0 < budget < math.inf:
+        raise ValueError(f"budget must be a number of USD above 0 (or null), not {json.dumps(value)}")
+    return budget
+
+
+def parse_budget(text: str, option: str = "--budget") -> float:
+    """A per-run budget as a person types it ("0.20", "$0.20"); NanoagentError, one line, when it is not one."""
+    try:
+        value = float(text.strip().removeprefix("$").strip())
+    except ValueError:
+        raise NanoagentError(f"{option} {text!r} is not an amount in USD: give one like 0.20 (dollars a run may "
+                             "spend).") from None
+    if not 0 < value < math.inf:
+        raise NanoagentError(f"{option} {text!r} must be more than 0 USD: leave it out for no cap of the job's own.")
+    return value
 
 
 def _str(value: Any) -> str:

@@ -29,6 +29,7 @@ from nanoagent.cron.targets import (
     target_of_session,
     target_text,
 )
+from nanoagent.pricing import format_limit
 from nanoagent.tools.base import Tool, ToolContext, ToolError, current_turn, tool
 from nanoagent.tools.fs import _check_file, resolve_path
 
@@ -239,5 +240,8 @@ def describe_jobs(jobs: list[Job], now: datetime, tz: object) -> str:
         when = format_time(job.next_run, tz) if job.next_run and job.enabled else "paused" if not job.enabled else "-"
         last = job.last
         result = f"; last run {last.status} {relative(last.started, now)}" if last else ""
-        lines.append(f"- {job.id} «{job.title}»: {job.schedule.explain()}; next {when}; to {job.target}{result}")
+        if last is not None and last.status == "skipped" and last.note:
+            result += f" ({last.note})"  # which spending cap, and when it resets
+        cap = f"; at most {format_limit(job.budget)} a run" if job.budget else ""
+        lines.append(f"- {job.id} «{job.title}»: {job.schedule.explain()}; next {when}; to {job.target}{cap}{result}")
     return "\n".join(lines)

@@ -47,7 +47,7 @@ from nanoagent.memory.people import OWNER, file_of, person_of
 from nanoagent.messages import truncate, user, wrap_untrusted
 from nanoagent.paths import MEMORY_FILES, is_memory_file
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, complete_text
-from nanoagent.spend import Scope, current_scope
+from nanoagent.spend import CapReached, CapStatus, Scope, current_scope
 from nanoagent.templates import render
 from nanoagent.tools import ToolContext, ToolError
 from nanoagent.usage import Usage
@@ -68,7 +68,9 @@ class DreamBusy(NanoagentError):
 
 
 class DreamFailed(NanoagentError):
-    pass
+    def __init__(self, message: str, capped: CapStatus | None = None):
+        super().__init__(message)
+        self.capped = capped  # the spend cap that stopped a call (budget.dream, budget.daily...): not a failure
 
 
 @dataclass
@@ -165,7 +167,8 @@ class Dream:
             text, usage, model = await complete_text(self.provider, request)
         except ProviderError as e:
             raise DreamFailed(f"Dream's analysis failed: {e.message}. Nothing changed; "
-                              "the same entries are tried next time.") from None
+                              "the same entries are tried next time.",
+                              e.cap if isinstance(e, CapReached) else None) from None
         result.usage = result.usage + usage
         self.sink(ev.UsageRecorded(model, usage))
         if not text.strip():
@@ -223,7 +226,7 @@ class Dream:
         result.usage = result.usage + run.usage
         if run.error is not None:
             raise DreamFailed(f"Dream's editing failed: {run.error}. Nothing changed; "
-                              "the same entries are tried next time.")
+                              "the same entries are tried next time.", run.capped)
         if run.stop is ev.StopReason.MAX_ITERATIONS:
             raise DreamFailed(f"Dream's editing did not finish within {self.max_iterations} steps "
                               "(memory.dreamMaxIterations). Nothing changed; the same entries are tried next time.")

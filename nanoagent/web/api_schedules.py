@@ -116,8 +116,9 @@ def add_schedules(app: web.Application, ctx: WebContext) -> None:
         except NanoagentError as e:
             raise BadRequest(str(e)) from None
 
-        async def turn(key: str, text: str, *, model: str | None = None, fresh: bool = False) -> Any:
-            return await ctx.hub.send(key, text, model=model, fresh=fresh)
+        async def turn(key: str, text: str, *, model: str | None = None, fresh: bool = False,
+                       workdir: str = "") -> Any:
+            return await ctx.hub.send(key, text, model=model, fresh=fresh, workdir=workdir)
 
         scheduler = build_scheduler(ctx.config, ctx.paths, turn, build_outbox(ctx.config, ctx.paths),
                                     zone(ctx.config.defaults.timezone))
