@@ -33,8 +33,30 @@ def _candidates(model: str) -> list[str]:
     return out
 
 
+PER_MILLION = 1_000_000
+# The user's prices (`providers.<name>.prices`), set when the config is loaded, ahead of the table for every cost this
+# process shows or counts: what `usage` and a reply's status line say agrees with what the spend ledger charged.
+_own: dict[str, Price] = {}
+
+
+def use_own_prices(prices: dict[str, Price]) -> None:
+    _own.clear()
+    _own.update(prices)
+
+
+def price_per_million(input: float, output: float, cache_read: float | None = None,
+                      cache_write: float | None = None) -> Price:
+    """A Price from USD per million tokens; cache reads and writes cost the input price unless given."""
+    base = input / PER_MILLION
+    return Price(base, output / PER_MILLION, base if cache_read is None else cache_read / PER_MILLION,
+                 base if cache_write is None else cache_write / PER_MILLION)
+
+
 def price_for(model: str, table: dict[str, Any] | None = None) -> Price | None:
     if table is None:
+        for key in [model, *_candidates(model)]:
+            if key in _own:
+                return _own[key]
         table = model_table()
     for key in _candidates(model):
         entry = table.get(key)

@@ -70,7 +70,22 @@ def load_config(path: Path, env: typing.Mapping[str, str] | None = None) -> tupl
                 ) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path} must hold a JSON object at the top level; fix it or run `nanoagent onboard`.")
-    return config_from(data, path, env, warnings), warnings
+    config = config_from(data, path, env, warnings)
+    _use_own_prices(config)
+    return config, warnings
+
+
+def _use_own_prices(config: Config) -> None:
+    """Register `providers.<name>.prices` for every cost this process works out (`pricing.price_for`)."""
+    from nanoagent.pricing import price_per_million, use_own_prices
+
+    own = {}
+    for provider, settings in config.providers.items():
+        for model, given in (settings.prices or {}).items():
+            if given.input is not None and given.output is not None:
+                price = price_per_million(given.input, given.output, given.cache_read, given.cache_write)
+                own[model] = own[f"{provider}/{model}"] = price
+    use_own_prices(own)
 
 
 def config_from(data: dict[str, Any], path: Path, env: typing.Mapping[str, str] | None = None,

@@ -15,7 +15,7 @@ from typing import Any
 
 from nanoagent.config.schema import Config
 from nanoagent.paths import Paths
-from nanoagent.pricing import Price, format_cost, model_table, price_for
+from nanoagent.pricing import Price, format_cost, model_table, price_for, price_per_million
 from nanoagent.spend.caps import (
     Cap,
     CapReached,
@@ -175,10 +175,7 @@ class Meter:
         for name in (model, bare, bare.split("/", 1)[1] if "/" in bare else bare):
             given = settings.prices.get(name)
             if given is not None and given.input is not None and given.output is not None:
-                base = given.input / PER_MILLION
-                return Price(base, given.output / PER_MILLION,
-                             base if given.cache_read is None else given.cache_read / PER_MILLION,
-                             base if given.cache_write is None else given.cache_write / PER_MILLION)
+                return price_per_million(given.input, given.output, given.cache_read, given.cache_write)
         return None
 
 
