@@ -17,7 +17,7 @@ import asyncio
 import dataclasses
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -74,6 +74,7 @@ class AgentLoop:
     mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
     subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
     recall: AutoRecall | None = None  # memory put in each person's turn (None: none)
+    closers: tuple[Callable[[], Awaitable[None]], ...] = ()  # more it keeps running between turns (the browser)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -263,6 +264,8 @@ class AgentLoop:
         self.store.end_all_incognito()
         if self.mcp is not None:
             await self.mcp.aclose()
+        for close in self.closers:
+            await close()
 
     def repair(self, session: Session, sink: ev.EventSink = ev.discard, notify: bool = True) -> None:
         """Give tool calls that never got a result (process killed mid-turn) an 'interrupted' result."""
