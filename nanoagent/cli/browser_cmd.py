@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from typing import Annotated
 
@@ -41,7 +42,7 @@ def login(
                              "`nanoagent browser login` in a desktop session or over `ssh -X`, or log in on another "
                              f"machine and copy its profile folder to {settings.profile}.")
     try:
-        run_main(interactive_login(settings, url, print))
+        run_main(interactive_login(settings, url, functools.partial(print, flush=True)))
     except KeyboardInterrupt:
         pass
     print(f"Browser closed; the profile {settings.profile} keeps what the sites set.")
