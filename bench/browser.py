@@ -34,7 +34,7 @@ import asyncio, json, os, sys, time
 from pathlib import Path
 
 def tree_cpu():
-    """CPU seconds of this process and every process under it (the driver, bwrap, Chromium's processes)."""
+    # CPU seconds of this process and every process under it (the driver, bwrap, Chromium's processes)
     parents, cpu = {}, {}
     for entry in os.listdir("/proc"):
         if entry.isdigit():
