@@ -125,6 +125,23 @@ def test_a_redirect_to_a_loopback_address_that_is_not_allowed_is_refused_before_
     assert elsewhere.paths() == []
 
 
+def test_sub_requests_frames_and_websockets_to_a_refused_address_never_reach_it(browser, site, elsewhere):
+    target = elsewhere.url.removeprefix("http://")
+    sneaky = Site({"/": page(f"<img src=http://{target}/pixel.png><iframe src=http://{target}/frame></iframe>"
+                             f"<script>fetch('http://{target}/fetch').catch(() => {{}});"
+                             f"new WebSocket('ws://{target}/socket');</script><p>Sneaky</p>")})
+    try:
+        opened = browser(action="open", url=sneaky.url + "/")
+        said = [opened]
+        wait_until(lambda: "Refused a connection" in said[-1] or said.append(browser(action="snapshot")),
+                   "the note of the refused connections")
+    finally:
+        sneaky.close()
+    assert "Sneaky" in opened
+    assert "127.0.0.2 is a loopback address" in said[-1]
+    assert elsewhere.paths() == []
+
+
 def test_a_page_that_never_finishes_loading_is_cut_at_the_timeout_and_the_browser_goes_on(browser, site):
     began = time.monotonic()
     with pytest.raises(ToolError) as cut:
