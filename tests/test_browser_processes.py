@@ -193,3 +193,31 @@ def test_browser_login_opens_a_window_and_the_agent_browser_then_sends_its_cooki
         loop.close()
         site.close()
     assert json.loads((isolated_home / "config.json").read_text())  # the command left config.json as it was
+
+
+def test_the_model_reads_a_page_through_the_gateway_and_the_browser_ends_with_the_gateway(llm, isolated_home):
+    from tests.conftest import anthropic_env, start_gateway_process
+    from tests.llm_server import Reply
+
+    require_chromium()
+    write_config(isolated_home, {"tools": {"web": {"allowPrivate": ["127.0.0.1/32"]}}})
+    site = Site({"/": page("<div id=out></div><script>document.getElementById('out').textContent = "
+                           "'Made by script'</script>")})
+    env = {**os.environ, **anthropic_env(llm)}
+    gateway = start_gateway_process(env)
+    try:
+        llm.script(Reply(tool_calls=[("browser", {"action": "open", "url": site.url + "/"})]), Reply(text="read it"))
+        asked = subprocess.run([sys.executable, "-m", "nanoagent", "agent", "-m", "what does the page say?"], cwd=ROOT,
+                               env=env, capture_output=True, text=True, timeout=PATIENCE, stdin=subprocess.DEVNULL)
+        assert asked.returncode == 0 and asked.stdout.strip() == "read it", asked.stderr
+        result = json.dumps(llm.requests[-1].body["messages"][-1])
+        assert "untrusted_data source=\\\"browser\\\"" in result and "Made by script" in result
+        profile = str(isolated_home / "browser")
+        assert chromium_processes(profile)
+        gateway.send_signal(signal.SIGTERM)
+        gateway.wait(PATIENCE)
+        wait_until(lambda: not chromium_processes(profile), "the browser to close with the gateway")
+    finally:
+        if gateway.poll() is None:
+            gateway.kill()
+        site.close()
