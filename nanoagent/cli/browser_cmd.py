@@ -20,7 +20,7 @@ def login(
     url: Annotated[str, typer.Argument(metavar="URL", help="The page to log in at (http:// or https://).")],
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Open the agent's browser in a window to log in to a site; the login stays in its profile.
+    """Open the agent's browser in a window to log in to a site once.
 
     The window uses the browser tool's profile (tools.browser.profile), so the cookies a site sets here are the
     ones the agent's browser sends. It needs a display (a desktop session, or `ssh -X`). Close the window, or
