@@ -12,6 +12,7 @@ import sys
 
 import pytest
 
+from nanoagent.tools.sandbox import check_bwrap
 from tests.browser_tool_helpers import (
     BrowserUnderTest,
     LoopThread,
@@ -105,7 +106,10 @@ def test_the_browser_closes_itself_when_idle_and_starts_again_on_the_next_call(t
     profile = str(browser.browser.settings.profile)
     try:
         assert "hello" in browser(action="open", url=site.url + "/")
-        assert chromium_processes(profile)
+        chromium = chromium_processes(profile)
+        assert chromium
+        if check_bwrap().ok:  # inside bubblewrap: a pid namespace of its own
+            assert os.readlink(f"/proc/{chromium[-1]}/ns/pid") != os.readlink("/proc/self/ns/pid")
         wait_until(lambda: browser.browser.running is None and not chromium_processes(profile),
                    "the idle browser to close")
         assert "hello" in browser(action="open", url=site.url + "/")

@@ -13,7 +13,7 @@ from nanoagent.config.schema import WebConfig
 from nanoagent.tools import ToolContext, ToolError, ToolResult
 from nanoagent.tools.web import web_tools
 from tests.browser_tool_helpers import BrowserUnderTest, LoopThread, Site, page, send, settings
-from tests.conftest import PATIENCE, wait_until
+from tests.conftest import PATIENCE, invoke, wait_until, write_config
 
 pytestmark = pytest.mark.process  # Chromium is a real process
 
@@ -178,6 +178,18 @@ def test_a_download_is_kept_under_media_downloads_and_the_model_is_told(browser,
     assert "Downloaded 'data.csv' (8 bytes) to media/downloads/data.csv" in said[-1]
     workspace = browser.browser.settings.workspace
     assert (workspace / "media" / "downloads" / "data.csv").read_text() == "a,b\n1,2\n"
+
+
+def test_a_profile_in_use_by_a_running_browser_is_refused_to_another_in_one_line(browser, site, isolated_home):
+    browser(action="open", url=site.url + "/form")  # running, holding its profile
+    second = BrowserUnderTest(browser.loop, browser.browser.settings)
+    with pytest.raises(ToolError, match="is in use by another nanoagent process"):
+        second(action="open", url=site.url + "/form")
+    profile = str(browser.browser.settings.profile)
+    write_config(isolated_home, {"tools": {"browser": {"profile": profile}}})
+    ran = invoke("browser", "login", site.url + "/form", env={"DISPLAY": ":99"})
+    assert ran.returncode != 0 and len(ran.error_lines) == 1, ran.stderr
+    assert f"The browser profile {profile} is in use" in ran.stderr
 
 
 def test_a_login_cookie_is_kept_in_the_profile_for_the_next_browser(browser, loop, site):

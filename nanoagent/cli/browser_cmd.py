@@ -29,6 +29,7 @@ def login(
     Example: nanoagent browser login https://github.com/login
     """
     from nanoagent.cli.running import run_main
+    from nanoagent.tools import ToolError
     from nanoagent.tools.browser import missing, settings_from
     from nanoagent.tools.browser.session import interactive_login
 
@@ -45,4 +46,6 @@ def login(
         run_main(interactive_login(settings, url, functools.partial(print, flush=True)))
     except KeyboardInterrupt:
         pass
+    except ToolError as e:  # the profile in use, a browser that would not start: one line, as the model gets it
+        raise NanoagentError(str(e)) from None
     print(f"Browser closed; the profile {settings.profile} keeps what the sites set.")
