@@ -203,7 +203,6 @@ def test_a_built_agent_offers_every_tool_in_a_stable_order(tmp_path):
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
     from nanoagent.providers.scripted import ScriptedProvider
-
     from nanoagent.tools.browser import missing, settings_from
 
     paths = Paths.from_env(tmp_path / "ws")
