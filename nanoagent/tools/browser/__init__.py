@@ -241,7 +241,7 @@ def _need(value: str | None, name: str, action: str) -> str:
 
 async def _state(running: Running, page: Page) -> str:
     """Where the tab is, then the page's snapshot."""
-    shot = await page.evaluate(SNAPSHOT_JS, MAX_SNAPSHOT)
+    shot = await page.evaluate(SNAPSHOT_JS, [MAX_SNAPSHOT, REF_ATTRIBUTE])
     lines = [f"URL: {page.url}", f"Title: {await page.title()}"]
     pages = running.context.pages
     if len(pages) > 1:

@@ -1,16 +1,18 @@
 """The page as the model reads it: its text in reading order, each element it can act on numbered.
 
-Run in the page: marks each such element `data-nanoagent-ref="N"` (the numbers of the last snapshot are the ones
+Run in the page: marks each such element `data-nanoagent-<key>="N"` (the numbers of the last snapshot are the ones
 `click`, `type` and `select` take) and returns lines such as `[3] button "Sign in"`, headings as `#`s, text between.
+The key is random per browser, so a page cannot guess the attribute and put a number on an element of its choosing.
 """
 
 from __future__ import annotations
 
-REF_ATTRIBUTE = "data-nanoagent-ref"
+import secrets
+
+REF_ATTRIBUTE = f"data-nanoagent-{secrets.token_hex(6)}"
 
 SNAPSHOT_JS = r"""
-(limit) => {
-  const ATTR = 'data-nanoagent-ref';
+([limit, ATTR]) => {
   document.querySelectorAll('[' + ATTR + ']').forEach(e => e.removeAttribute(ATTR));
   const SKIP = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD', 'svg', 'SVG']);
   const ROLES = new Set(['button', 'link', 'checkbox', 'radio', 'tab', 'menuitem', 'option', 'switch', 'textbox',
