@@ -190,6 +190,9 @@ class Browser:
         from playwright.async_api import Error, async_playwright
 
         sandboxed = _use_bwrap(s.sandbox)
+        if not sandboxed and s.sandbox == "auto":
+            self.warn(f"The browser runs without bubblewrap ({check_bwrap().explain()}); only the address guard and "
+                      "Chromium's own sandbox (none as root) hold it.")
         private_dir(s.profile)
         private_dir(s.staging)
         lock_fd = _lock_profile(s.profile)
