@@ -41,6 +41,23 @@ def hang(handler):
     SITE_CLOSING.wait(PATIENCE)
 
 
+def websocket(handler):
+    """A WebSocket that sends one message: the handshake and a single unmasked text frame."""
+    import base64
+    import hashlib
+
+    key = handler.headers["Sec-WebSocket-Key"] + "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+    handler.send_response(101)
+    handler.send_header("Upgrade", "websocket")
+    handler.send_header("Connection", "Upgrade")
+    handler.send_header("Sec-WebSocket-Accept", base64.b64encode(hashlib.sha1(key.encode()).digest()).decode())
+    handler.end_headers()
+    message = b"hello over the socket"
+    handler.wfile.write(bytes([0x81, len(message)]) + message)
+    handler.wfile.flush()
+    SITE_CLOSING.wait(PATIENCE)
+
+
 def download(handler):
     send(handler, "a,b\n1,2\n", content_type="text/csv", headers={"Content-Disposition": "attachment; filename=data.csv"})
 
@@ -57,6 +74,10 @@ ROUTES = {
     "/whoami": whoami,
     "/hang": hang,
     "/tabs": page("<a href=/js target=_blank>Open the script page</a>"),
+    "/socket": websocket,
+    "/talk": page("<p id=said>waiting</p><script>const socket = new WebSocket('ws://' + location.host + '/socket');"
+                  "socket.onmessage = (e) => { document.getElementById('said').textContent = 'Socket: ' + e.data }"
+                  "</script>"),
     "/download": page("<a href=/data.csv>Get the data</a>"),
     "/data.csv": download,
 }
@@ -113,6 +134,14 @@ def test_a_form_is_filled_and_submitted_by_the_numbers_of_its_snapshot(browser, 
     assert "/result?name=Ada&colour=g" in site.paths()
 
 
+def test_a_key_pressed_in_a_field_submits_it_and_back_returns_to_the_form(browser, site):
+    browser(action="open", url=site.url + "/form")
+    browser(action="type", ref=1, text="Grace")
+    assert "Got name=Grace&colour=r" in browser(action="press", ref=1, text="Enter")
+    back = browser(action="back")
+    assert back.startswith(f"URL: {site.url}/form") and '[3] button "Send"' in back
+
+
 def test_a_redirect_to_a_loopback_address_that_is_not_allowed_is_refused_before_it_is_reached(browser, elsewhere):
     redirect = Site({"/": lambda h: send(h, "", status=302, headers={"Location": elsewhere.url + "/"})})
     try:
@@ -123,6 +152,12 @@ def test_a_redirect_to_a_loopback_address_that_is_not_allowed_is_refused_before_
     assert "127.0.0.2 is a loopback address" in str(refused.value)
     assert "tools.web.allowPrivate" in str(refused.value) and "redirect from" in str(refused.value)
     assert elsewhere.paths() == []
+
+
+def test_a_websocket_to_an_allowed_address_goes_through_the_guard(browser, site):
+    browser(action="open", url=site.url + "/talk")
+    assert "Socket: hello over the socket" in browser(action="wait", text="Socket:")
+    assert "/socket" in site.paths()
 
 
 def test_sub_requests_frames_and_websockets_to_a_refused_address_never_reach_it(browser, site, elsewhere):
