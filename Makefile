@@ -20,7 +20,7 @@ lint:
 	$(BIN)/mypy
 
 bench:
-	@status=0; $(BIN)/python bench/run.py || status=1; $(BIN)/python bench/memory_search.py || status=1; $(BIN)/python bench/recall.py || status=1; $(BIN)/python bench/auto_recall.py || status=1; $(BIN)/python bench/peer.py || status=1; $(BIN)/python bench/browser.py || status=1; exit $$status
+	@status=0; $(BIN)/python bench/run.py || status=1; $(BIN)/python bench/memory_search.py || status=1; $(BIN)/python bench/recall.py || status=1; $(BIN)/python bench/auto_recall.py || status=1; $(BIN)/python bench/peer.py || status=1; $(BIN)/python bench/web.py || status=1; $(BIN)/python bench/tool_policy.py || status=1; $(BIN)/python bench/browser.py || status=1; exit $$status
 
 size:
 	@echo "core lines (nanoagent/, excluding blank lines and comments):"

@@ -20,6 +20,7 @@ from pathlib import Path
 from nanoagent import messages as msg
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, private_dir
+from nanoagent.transcribe import FILE_LIMIT, HINT, Heard, Transcriber, hear, sniff_audio
 
 MEDIA_DIR = "media"
 EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
@@ -40,14 +41,20 @@ class Limits:
 
 @dataclass(frozen=True)
 class Attached:
-    """One prepared attachment: an image stored under media/, or the text of a text file."""
+    """One prepared attachment: an image stored under media/, the text of a text file, or an audio file stored
+    under media/ with its transcript (`heard`: the lines the model gets)."""
 
     name: str  # as the user gave it
     size: int
     image: msg.ImageBlock | None = None
     text: str | None = None
+    heard: Heard | None = None
 
     def describe(self) -> str:
+        if self.heard is not None:
+            heard = self.heard
+            how = "not transcribed" if not heard.transcribed else "partly transcribed" if heard.note else "transcribed"
+            return f"{self.name} (audio, {_size(self.size)}, {how})"
         kind = self.image["media_type"].removeprefix("image/").upper() + " image" if self.image else "text file"
         return f"{self.name} ({kind}, {_size(self.size)})"
 
@@ -74,9 +81,11 @@ def as_text(data: bytes) -> str | None:
     return None if "\x00" in text else text
 
 
-def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = None) -> Attached:
+def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = None,
+            transcriber: Transcriber | None = None) -> Attached:
     """Read a file the user attaches: an image is stored under the workspace's media/, a text file is kept as
-    text. AttachmentError, one line saying why, for anything else."""
+    text, an audio file is stored under media/ and transcribed (`transcriber`; None: transcription is off, and the
+    file is refused with how to turn it on). AttachmentError, one line saying why, for anything else."""
     name = shown or str(path)
     try:
         if path.is_dir():
@@ -84,12 +93,15 @@ def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = Non
         with path.open("rb") as f:
             head = f.read(16)
             kind = sniff(head)
-            cap = limits.max_image_bytes if kind else limits.max_text_bytes
+            audio = None if kind else sniff_audio(head)
+            cap = limits.max_image_bytes if kind else FILE_LIMIT if audio else limits.max_text_bytes
             data = head + f.read(cap + 1 - len(head))
     except FileNotFoundError:
         raise AttachmentError(f"Cannot attach {name}: no such file.") from None
     except OSError as e:
         raise AttachmentError(f"Cannot attach {name}: {e.strerror or e}.") from None
+    if audio is not None:
+        return _audio(name, path.name, data, workspace, audio[1], transcriber)
     if len(data) > cap:
         what, setting = ("an image", "maxImageBytes") if kind else ("a text file", "maxTextBytes")
         raise AttachmentError(f"Cannot attach {name}: it is over the {_size(cap)} limit for {what} "
@@ -106,6 +118,21 @@ def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = Non
     return Attached(name, len(data), text=text)
 
 
+def _audio(name: str, base: str, data: bytes, workspace: Path, ext: str, transcriber: Transcriber | None) -> Attached:
+    """An audio file: refused when over the file limit or when transcription is off; else stored under media/ by
+    its hash and transcribed (a failure is in its lines for the model, not an error)."""
+    if transcriber is None:
+        raise AttachmentError(f"Cannot attach {name}: it is audio, and voice notes are not transcribed. {HINT}")
+    if len(data) > FILE_LIMIT:
+        raise AttachmentError(f"Cannot attach {name}: it is over the {_size(FILE_LIMIT)} limit for an audio file.")
+    relative = f"{MEDIA_DIR}/audio-{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
+    target = workspace / relative
+    if not target.is_file():
+        private_dir(target.parent)
+        atomic_write(target, data)
+    return Attached(name, len(data), heard=hear(transcriber, data, "audio file", base, relative))
+
+
 def store_image(workspace: Path, data: bytes, media_type: str, name: str = "") -> msg.ImageBlock:
     """Keep an image under media/ by its hash (the same image twice is one file) and return its reference."""
     digest = hashlib.sha256(data).hexdigest()
@@ -118,8 +145,11 @@ def store_image(workspace: Path, data: bytes, media_type: str, name: str = "") -
 
 
 def compose(text: str, attached: list[Attached]) -> tuple[str, list[msg.ImageBlock]]:
-    """The message text with each attached text file before it, marked as the user's file, and the images."""
-    parts = [_as_text(a.name, a.text) for a in attached if a.text is not None]
+    """The message text with each attached text file before it, marked as the user's file, and each audio file's
+    transcript (marked as such), and the images."""
+    parts = [_as_text(a.name, a.text) if a.text is not None else a.heard.text if a.heard is not None else ""
+             for a in attached]
+    parts = [p for p in parts if p]
     return "\n\n".join([*parts, text] if text else parts), [a.image for a in attached if a.image is not None]
 
 

@@ -22,6 +22,7 @@ from nanoagent.gateway.hub import Hub
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
+from nanoagent.transcribe import Transcriber
 from tests.conftest import write_config
 
 # fast clocks: edits a tenth of a second apart, retries after 50 ms, so no case waits a real second (or minute)
@@ -101,13 +102,14 @@ def config_of(stand_in: StandIn, **overrides: Any) -> Config:
 
 @contextlib.asynccontextmanager
 async def running(stand_in: StandIn, provider: ScriptedProvider, timing: Timing = TIMING,
-                  **overrides: Any) -> AsyncIterator[ChannelRunner]:
-    """The channel running through the shared engine against the stand-in, the agent on `provider`."""
+                  transcriber: Transcriber | None = None, **overrides: Any) -> AsyncIterator[ChannelRunner]:
+    """The channel running through the shared engine against the stand-in, the agent on `provider`, voice notes
+    transcribed by `transcriber` (None: off)."""
     paths = Paths.from_env()
     config = config_of(stand_in, **overrides)  # the agent's too: its `message` tool delivers with the channel's
     settings = registry.get(stand_in.channel).settings(config)
     hub = Hub(build_agent(config, paths, provider=provider))
-    runner = ChannelRunner(registry.get(stand_in.channel), settings, paths, hub, timing)
+    runner = ChannelRunner(registry.get(stand_in.channel), settings, paths, hub, timing, transcriber=transcriber)
     task = asyncio.create_task(runner.run())
     try:
         yield runner

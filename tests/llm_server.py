@@ -79,6 +79,7 @@ class LLMServer:
         self.first_text: list[float] = []  # when each streamed reply's first text was sent, time.monotonic
         self.batches: dict[str, _Batch] = {}
         self.default_reply = Reply(text="ok")
+        self.transcriptions = Transcriptions()  # the /audio/transcriptions route (appended below)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
         self.url = f"http://127.0.0.1:{self._httpd.server_address[1]}"
@@ -98,6 +99,7 @@ class LLMServer:
             self._cache.clear()
             self.batches.clear()
             self.default_reply = Reply(text="ok")  # a test that changed it must not leak it to the next one
+            self.transcriptions = Transcriptions()
 
     def close(self) -> None:
         self._closing.set()
@@ -192,6 +194,9 @@ def _make_handler(server: LLMServer):
                     server.busy.append((started, time.monotonic()))
 
         def _post(self) -> None:
+            if self.path.split("?")[0].endswith("/audio/transcriptions"):
+                transcription_route(server, self)
+                return
             length = int(self.headers.get("content-length") or 0)
             body = json.loads(self.rfile.read(length) or b"{}")
             path = self.path.split("?")[0]
@@ -504,3 +509,76 @@ def embeddings_reply(body: dict, dims: int = 256) -> dict:
 
 def start_server() -> LLMServer:
     return LLMServer()
+
+
+# --- speech to text: POST /audio/transcriptions (OpenAI's, Groq's and local whisper servers' shape) ----------------
+
+
+@dataclass
+class Transcript:
+    """One scripted answer of the transcription route: the text, or an HTTP error."""
+
+    text: str = "scripted transcript"
+    status: int = 200
+    error_message: str = ""
+
+
+@dataclass
+class TranscriptionRequest:
+    """What a client sent: its headers (lower-case names), the form's fields, and the file."""
+
+    headers: dict
+    fields: dict
+    file_name: str
+    file_type: str
+    file: bytes
+
+
+class Transcriptions:
+    """The route's state: scripted answers (each request pops one, else `default`) and the requests received."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._queue: list[Transcript] = []
+        self.default = Transcript()
+        self.requests: list[TranscriptionRequest] = []
+
+    def script(self, *answers: Transcript) -> None:
+        with self._lock:
+            self._queue.extend(answers)
+
+    def _next(self, request: TranscriptionRequest) -> Transcript:
+        with self._lock:
+            self.requests.append(request)
+            return self._queue.pop(0) if self._queue else self.default
+
+
+def transcription_route(server: LLMServer, handler: BaseHTTPRequestHandler) -> None:
+    """Answer a multipart transcription request with the next scripted transcript (`{"text": ...}`) or error."""
+    from email.parser import BytesParser
+    from email.policy import HTTP
+
+    length = int(handler.headers.get("content-length") or 0)
+    raw = handler.rfile.read(length)
+    content_type = handler.headers.get("content-type", "")
+    form = BytesParser(policy=HTTP).parsebytes(f"content-type: {content_type}\r\n\r\n".encode() + raw)
+    fields, file_name, file_type, data = {}, "", "", b""
+    for part in form.iter_parts() if form.is_multipart() else ():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True) or b""
+        if part.get_filename() is not None:
+            file_name, file_type, data = part.get_filename() or "", part.get_content_type(), payload
+        elif name:
+            fields[str(name)] = payload.decode()
+    headers = {k.lower(): v for k, v in handler.headers.items()}
+    answer = server.transcriptions._next(TranscriptionRequest(headers, fields, file_name, file_type, data))
+    if answer.status >= 400:
+        body = {"error": {"message": answer.error_message or f"scripted error {answer.status}", "type": "server_error"}}
+    else:
+        body = {"text": answer.text}
+    encoded = json.dumps(body).encode()
+    handler.send_response(answer.status)
+    handler.send_header("content-type", "application/json")
+    handler.send_header("content-length", str(len(encoded)))
+    handler.end_headers()
+    handler.wfile.write(encoded)

@@ -27,6 +27,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
+from nanoagent.tools.policy import MINIMAL
 from tests.channel_harness import TIMING, Slow, StandIn, running, settled
 from tests.conftest import (
     PATIENCE,
@@ -109,6 +110,38 @@ def test_in_a_group_the_owners_mention_is_answered_and_a_stranger_gets_no_code(s
     asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
     assert asked.endswith(": what time is it?")  # the sender's name first: a group has several people
     assert stand_in.shown(stand_in.stranger) == []  # pairing codes only in a private chat
+
+
+def test_a_group_chat_is_offered_the_group_profile_and_a_private_chat_every_tool(stand_in):
+    provider = ScriptedProvider(["In the group.", "In private."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "what can you do here?", private=False)
+            await until(lambda: len(provider.requests) == 1 and settled(runner) and not runner.hub.running(),
+                        "the group's answer")
+            stand_in.write(stand_in.owner, "and here?")
+            await until(lambda: stand_in.shown(stand_in.owner)[-1:] == ["In private."], "the private answer")
+
+    asyncio.run(scenario())
+    group, private = ({t.name for t in request.tools} for request in provider.requests)
+    assert group == set(MINIMAL)  # tools.groupProfile: minimal unless configured
+    assert {"exec", "write_file", "spawn"} <= private
+
+
+def test_a_group_chat_keeps_the_group_profile_after_a_restart_before_its_next_message(stand_in):
+    provider = ScriptedProvider(["In the group."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "hello all", private=False)
+            await until(lambda: provider.requests and settled(runner) and not runner.hub.running(), "the answer")
+        [key] = runner.state.read().groups
+        async with running(stand_in, provider) as runner:  # a new gateway: no message from the group yet
+            await until(lambda: runner.hub.loop.is_group(key), "the group to be known")
+            return set(runner.hub.loop.tools_for(key).names())
+
+    assert asyncio.run(scenario()) == set(MINIMAL)
 
 
 def test_a_stranger_approved_by_pairing_is_answered(stand_in):
@@ -309,6 +342,33 @@ def test_a_text_file_reaches_the_model_as_marked_text(stand_in):
     assert asked == ('<attached_file name="notes.txt">\nThe user attached this file.\n\nalpha\nbeta\n</attached_file>'
                      "\n\nhow long is it?")  # as `nanoagent agent -a notes.txt` marks it
     assert not (Paths.from_env().workspace / "media").exists()
+
+
+def test_an_audio_file_reaches_the_model_as_its_transcript(stand_in, llm):
+    from nanoagent.config.schema import Config, ToolsConfig, TranscribeConfig
+    from nanoagent.transcribe import transcriber
+    from tests.llm_server import Transcript
+
+    voice = b"OggS\x00\x02" + bytes(26) + b"OpusHead" + bytes(100)
+    llm.transcriptions.script(Transcript("Remind me to water the plants."))
+    ears = transcriber(Config(tools=ToolsConfig(transcribe=TranscribeConfig(model="whisper-local",
+                                                                            api_base=llm.url + "/v1"))))
+    provider = ScriptedProvider(["Will do."])
+
+    async def scenario():
+        async with running(stand_in, provider, transcriber=ears) as runner:
+            stand_in.write(stand_in.owner, "note this", file=("memo.ogg", "audio/ogg", voice))
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Will do."], "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    asked = strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1]))
+    match = re.search(r'\[(audio|audio file) saved as (media/\S+); its transcript follows\]\n<untrusted_data source='
+                      r'"transcript of \1 \2">\nRemind me to water the plants\.\n</untrusted_data>', asked)
+    assert match and "note this" in asked, asked
+    assert (Paths.from_env().workspace / match.group(2)).read_bytes() == voice
+    assert [r.file for r in llm.transcriptions.requests] == [voice]
 
 
 def test_stop_mid_turn_ends_the_turn(stand_in):

@@ -366,9 +366,10 @@ def test_a_project_folder_given_with_w_is_not_seeded_without_consent_off_a_termi
     (project / "main.py").write_text("print('mine')\n")
     proc = invoke("agent", "-m", "hi", "-w", str(project), env=anthropic_env(llm))
     assert proc.returncode == 1
-    assert proc.stderr.strip() == (f"Error: {project} holds other files and is not a nanoagent workspace yet: "
-                                   f"`nanoagent onboard -w {project}` makes it one (adds AGENTS.md, HEARTBEAT.md, "
-                                   "SOUL.md, TOOLS.md, USER.md, memory/ and skills/), or pass another folder with -w.")
+    assert proc.stderr.strip() == (f"Error: {project} holds other files and is not a nanoagent workspace yet: to "
+                                   f"work on its files, use `nanoagent agent -C {project}`; `nanoagent onboard -w "
+                                   f"{project}` makes it a workspace (adds AGENTS.md, HEARTBEAT.md, SOUL.md, "
+                                   "TOOLS.md, USER.md, memory/ and skills/).")
     assert sorted(p.name for p in project.iterdir()) == ["main.py"] and llm.requests == []
     assert invoke("onboard", "-w", str(project)).returncode == 0  # the way to say yes from a script
     assert (project / "SOUL.md").exists()

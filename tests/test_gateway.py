@@ -237,20 +237,40 @@ def test_a_message_for_a_busy_session_joins_the_running_turn(isolated_home):
     assert contents[-1] == "answer: second" and done is not None
 
 
+class MeetingProvider(ScriptedProvider):
+    """Each call waits, up to a generous deadline, until `count` calls are inside the provider at once."""
+
+    def __init__(self, count: int):
+        super().__init__(respond=lambda request: "answer: " + _last_text(request))
+        self.count = count
+        self.inside = 0
+        self.met = threading.Event()
+
+    async def stream(self, request):
+        self.inside += 1
+        if self.inside >= self.count:
+            self.met.set()
+        deadline = time.monotonic() + 20
+        while not self.met.is_set() and time.monotonic() < deadline:
+            await asyncio.sleep(0.01)
+        async for event in super().stream(request):
+            yield event
+
+
 def test_slow_turns_in_two_sessions_run_at_once(isolated_home):
-    running = Running(SlowProvider(delay=0.6))
+    provider = MeetingProvider(count=2)
+    running = Running(provider)
     path = running.paths.gateway_socket
 
     async def both():
-        started = time.monotonic()
-        await asyncio.gather(talk(path, "chat:a", "a"), talk(path, "chat:b", "b"))
-        return time.monotonic() - started
+        return await asyncio.gather(talk(path, "chat:a", "a"), talk(path, "chat:b", "b"))
 
     try:
-        elapsed = asyncio.run(both())
+        asyncio.run(both())
     finally:
         running.stop()
-    assert elapsed < 1.1  # two 0.6 s turns side by side, not one after the other
+    # both turns were inside the model at the same moment: one did not wait for the other to end
+    assert provider.met.is_set()
 
 
 def test_stop_cancels_the_running_turn_and_leaves_it_recorded(isolated_home):

@@ -27,6 +27,8 @@ LEFT_TO_TYPER = [
     ["agent", "-m", "hi", "--local"],
     ["agent", "-m", "hi", "--incognito"],  # a temporary chat runs in its own process, never the gateway's
     ["agent", "-m", "hi", "-w", "/tmp/x"],
+    ["agent", "-m", "hi", "-C", "/tmp/x"],  # a working folder: its session key and check are the full path's
+    ["agent", "--here", "-m", "hi"],
     ["agent", "-m", "hi", "--model", "openai/gpt-4o"],
     ["agent", "-m", "hi", "-a", "photo.png"],
     ["agent", "-m", "hi", "-c"],
@@ -64,7 +66,7 @@ def test_a_plain_one_shot_is_read_as_the_full_command_line_reads_it(argv, plain)
     assert (params["session"], params["json_output"]) == (plain.session, plain.json_output)
     rest = {k: v for k, v in params.items() if k not in ("prompt", "message", "session", "json_output")}
     assert rest == {"continue_last": False, "resume": False, "model": None, "attach": (), "workspace": None,
-                    "local": False, "incognito": False}
+                    "folder": None, "here": False, "local": False, "incognito": False}
 
 
 @pytest.mark.parametrize("argv", LEFT_TO_TYPER, ids=[" ".join(a) or "(none)" for a in LEFT_TO_TYPER])

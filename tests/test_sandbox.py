@@ -413,3 +413,17 @@ def test_the_prompt_says_file_tools_stay_in_the_workspace_only_when_they_do(isol
     config.tools.restrict_to_workspace = False
     prompt = build_agent(config, Paths.from_env(), provider=ScriptedProvider([])).context.system_prompt()
     assert "File tools may reach paths outside the workspace" in prompt
+
+
+@needs_bwrap
+def test_a_working_folder_is_writable_and_the_home_stays_hidden_even_when_the_folder_holds_it(home, tmp_path):
+    # `agent -C` refuses such a folder (tools.fs.working_folder); the sandbox hides the home regardless
+    scope = current_turn.set(TurnScope("cli:x", workdir=os.path.realpath(tmp_path)))
+    try:
+        out = run(home, f"pwd; echo made > made-here.txt; cat {home.config_file}; ls {home.home}; "
+                        f"echo ws > {home.workspace}/from-folder.txt")
+    finally:
+        current_turn.reset(scope)
+    assert out.startswith(os.path.realpath(tmp_path)) and (tmp_path / "made-here.txt").read_text() == "made\n"
+    assert "sk-in-config" not in out and "No such file or directory" in out
+    assert (home.workspace / "from-folder.txt").read_text() == "ws\n"  # the workspace stays bound, writable

@@ -33,6 +33,7 @@ from nanoagent.skills import SkillsLoader, SkillTrust
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
 from nanoagent.tools.browser import Browser, browser_tool, settings_from
+from nanoagent.tools.policy import ToolPolicy
 from nanoagent.tools.sandbox import SandboxPolicy
 from nanoagent.tools.shell import ExecSettings, describe_confinement, exec_tool
 from nanoagent.tools.web import web_tools
@@ -93,7 +94,8 @@ def build_agent(
     mcp = mcp_servers(config, paths, tools, warn)
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens,
-                             confinement=functools.partial(describe_confinement, exec_config))
+                             confinement=functools.partial(describe_confinement, exec_config),
+                             policy=ToolPolicy(tools_config))
     turns = Turns(store, providers, ToolContext(paths.workspace, tools_config.restrict_to_workspace),
                   config.defaults, tools_config.max_result_chars, tuple(tools_config.attachments.image_models))
     subagents = None
@@ -101,6 +103,8 @@ def build_agent(
         subagents = Subagents(turns, context, busy=lambda key: loop.busy(key))  # `loop` is built below, before any turn asks
         for subagent_tool in subagents.tools():
             tools.register(subagent_tool)
+    for problem in context.policy.unknown(tools.names()) if context.policy else ():
+        warn(problem)
     models = ModelChoice(default_model, pinned=model is not None)
     flush = MemoryFlush(config.memory.flush, providers, store, paths.workspace, edits, config.memory.dream_model,
                         min(config.defaults.max_tokens, FLUSH_MAX_TOKENS),
@@ -109,7 +113,7 @@ def build_agent(
                           Consolidator(history, store, config.defaults, providers.complete, before_archive=flush))
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
-        memory_git=memory_git, subagents=subagents,
+        memory_git=memory_git, subagents=subagents, tools_for=lambda key: loop.tools_for(key),
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )
     loop = AgentLoop(

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from nanoagent.providers.base import Providers
     from nanoagent.session.store import Session, SessionStore
     from nanoagent.skills import SkillsLoader
+    from nanoagent.tools import ToolRegistry
 
 INCOGNITO_NOTICE = ("Temporary chat (incognito): nothing said here is archived to memory, Dreamed or searchable, and "
                     "it is deleted when it ends (/new, leaving, an idle hour, or the gateway stopping). What it costs "
@@ -59,6 +60,7 @@ class Call:
     session: Session
     args: str
     sink: ev.EventSink  # where the command's own events go (Dream's tool calls and usage)
+    workdir: str = ""  # the folder the person works in (`agent -C DIR`); "" = the workspace
 
 
 @dataclass(frozen=True)
@@ -101,6 +103,7 @@ class Commands:
     memory_git: MemoryGit | None = None
     dream_factory: Callable[[ev.EventSink], Dream] | None = None  # builds Dream for /dream, sending to a sink
     subagents: Subagents | None = None  # the sub-agent runs, for /tasks
+    tools_for: Callable[[str], ToolRegistry] | None = None  # the tools a session is offered, for /status
 
     @property
     def consolidator(self) -> Consolidator | None:  # archives old turns to memory/history.jsonl (None: never)
@@ -126,12 +129,13 @@ class Commands:
         found = COMMANDS.get(name)
         return found is not None and found.read_only
 
-    async def run(self, session: Session, text: str, sink: ev.EventSink = ev.discard) -> str | Resend | Refused:
+    async def run(self, session: Session, text: str, sink: ev.EventSink = ev.discard,
+                  workdir: str = "") -> str | Resend | Refused:
         name, _, args = text.partition(" ")
         found = COMMANDS.get(name)
         if found is None:
             return Refused(f"Unknown command {name}. Type /help to see the commands.")
-        return await found.handler(self, Call(session, args.strip(), sink))
+        return await found.handler(self, Call(session, args.strip(), sink, workdir))
 
     # --- the commands ------------------------------------------------------------------------
 
@@ -198,6 +202,8 @@ class Commands:
         u = total.usage
         return "\n".join([
             f"model:    {model}",
+            *([f"folder:   {call.workdir} (file tools and exec work here; memory stays in the workspace)"]
+              if call.workdir else []),
             f"session:  {session.key} ({len(session.messages)} messages, {session.last_consolidated} consolidated"
             + ("; a temporary chat, deleted when it ends)" if session.meta.incognito else ")"),
             f"context:  {used:,} of {window.tokens:,} tokens ({used / window.tokens:.0%}{which})",
@@ -205,6 +211,7 @@ class Commands:
             f"{u.cache_write_tokens:,} cache write",
             f"cost:     {total.cost_text()} over {total.calls} model call{'' if total.calls == 1 else 's'}"
             + (f" ({len(delegated)} by sub-agents)" if delegated else ""),
+            *([f"tools:    {', '.join(self.tools_for(session.key).names()) or 'none'}"] if self.tools_for else []),
         ])
 
     def _subagent_usage(self, session: Session) -> list[UsageRecord]:

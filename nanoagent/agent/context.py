@@ -17,12 +17,13 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
 from nanoagent.memory.history import HistoryEntry, HistoryLog
-from nanoagent.memory.people import OWNER, file_of, person_of
+from nanoagent.memory.people import CRON, OWNER, file_of, person_of
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message, wrap_untrusted
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
 from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens
 from nanoagent.tools import ToolRegistry
+from nanoagent.tools.policy import Allowed, ToolPolicy, ToolView
 
 BOOTSTRAP_FILES = ("AGENTS.md", "SOUL.md", "USER.md", "TOOLS.md", "memory/MEMORY.md")
 FILE_CAP_CHARS = 12_000
@@ -34,7 +35,7 @@ class ContextBuilder:
     def __init__(self, workspace: Path, restrict_to_workspace: bool, tools: ToolRegistry,
                  skills: SkillsLoader | None = None, timezone: str | None = None, history: HistoryLog | None = None,
                  recent_history_tokens: int = 4000, clock: Callable[[], datetime] | None = None,
-                 confinement: Callable[[], str] = lambda: ""):
+                 confinement: Callable[[], str] = lambda: "", policy: ToolPolicy | None = None):
         self.workspace = workspace
         self.restrict_to_workspace = restrict_to_workspace
         self.tools = tools
@@ -44,9 +45,44 @@ class ContextBuilder:
         self.recent_history_tokens = recent_history_tokens
         self.clock = clock  # None: the wall clock in the configured time zone
         self.confinement = confinement  # what keeps exec's commands in (the sandbox, or nothing), asked when needed
+        self.policy = policy  # which of `tools` each session is offered (None: all of them)
+        self._views: dict[Allowed, ToolRegistry] = {}
+        self._groups: dict[str, bool] = {}  # channel sessions: a group chat, as its channel said (`note_chat`)
         self._entry_tokens: dict[int, int] = {}
         self._recent: dict[str, tuple[tuple[object, object], tuple[int, list[HistoryEntry], bool]]] = {}  # by person
         self._fixed_cache: dict[tuple[str, int, Callable[[str], int]], int] = {}
+
+    def note_chat(self, key: str, group: bool) -> None:
+        """What a channel told of the chat of session `key` with its latest message: a group chat or not
+        (`Incoming.private`)."""
+        self._groups[key] = group
+        if group:  # a chat with a group thread is a group: a cron job made in it runs as the chat
+            self._groups[person_of(key)] = True
+
+    def is_group(self, key: str) -> bool:
+        """Whether `key` is a group chat, as its channel told (a channel keeps what it was told in its state and
+        tells again when it starts). Anything else (the terminal, `agent -s KEY`, HTTP) is not."""
+        return self._groups.get(key, False)
+
+    def tools_for(self, key: str) -> ToolRegistry:
+        """The tools session `key` is offered (`tools/policy.py`): the others are not in its requests, and a call
+        to one is refused with the reason. A cron job a person made runs with the tools of their chat
+        (`cron:<id>:<person>`), so a job is no way round a chat's policy. Sessions with the same rules share one
+        view, so its tool list is built once."""
+        if self.policy is None:
+            return self.tools
+        if key.startswith(CRON) and person_of(key) != OWNER:
+            key = person_of(key)
+        allowed = self.policy.for_session(key, self.is_group(key))
+        if allowed.everything:
+            return self.tools
+        if allowed not in self._views:
+            self._views[allowed] = ToolView(self.tools, allowed.allows, allowed.reason)
+        return self._views[allowed]
+
+    def tool_tokens(self, tools: ToolRegistry, count: Callable[[str], int] = count_tokens) -> int:
+        """Tokens of a tool list as the fixed part of a request counts it."""
+        return count(json.dumps([t.__dict__ for t in tools.specs()]))
 
     def system_prompt(self, key: str = "") -> str:
         """The system prompt of session `key` ("": the owner's). In a chat with anyone else it shows that person's
@@ -55,7 +91,7 @@ class ContextBuilder:
             "File tools reach only the workspace (and read the built-in skills); paths that lead outside are refused."
             if self.restrict_to_workspace else "File tools may reach paths outside the workspace; take care."
         )
-        if "exec" in self.tools.names():
+        if "exec" in self.tools_for(key).names():
             restriction += "\n" + self.confinement()
         parts = [render("prompts/identity.md", workspace=self.workspace, restriction=restriction).strip()]
         person = person_of(key)
@@ -142,9 +178,8 @@ class ContextBuilder:
         when the prompt or the tool list changes."""
         key = (system, self.tools.version, count)
         if key not in self._fixed_cache:
-            tools = json.dumps([t.__dict__ for t in self.tools.specs()])
             self._fixed_cache = {k: v for k, v in self._fixed_cache.items() if k[:2] == key[:2]}
-            self._fixed_cache[key] = count(system) + count(tools)
+            self._fixed_cache[key] = count(system) + self.tool_tokens(self.tools, count)
         return self._fixed_cache[key]
 
     def prompt_tokens(self, messages: list[Message], start: int, skip: frozenset[int] = frozenset(),
@@ -155,7 +190,7 @@ class ContextBuilder:
 
     def user_message(self, text: str, channel: str, chat_id: str, now: datetime | None = None,
                      images: list[msg.ImageBlock] | None = None, notices: Sequence[str] = (),
-                     recalled: str = "") -> msg.UserMessage:
+                     recalled: str = "", workdir: str = "") -> msg.UserMessage:
         """The user's text after the runtime block. `notices` (background results) and `recalled` (memory found for
         this message, `memory/recall.py`, which cannot close the block) go inside the block: they are not the
         user's words, and `strip_runtime_context` leaves the user's text alone. In a channel's session a `format:`
@@ -166,8 +201,12 @@ class ContextBuilder:
                         for n in notices)
         hint = f"format: {registry.get(channel).hint}\n" if channel in registry.names() else ""
         memory = f"{recalled}\n" if recalled else ""
-        block = (f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\n{hint}chat_id: {chat_id}\n{extra}{memory}"
-                 f"{RUNTIME_CLOSE}\n\n")
+        workdir = workdir.replace(RUNTIME_CLOSE, "&lt;/runtime_context>")  # a folder `<` holding `runtime_context>`
+        folder = (f"working folder: {workdir} (the user works here: file tools and exec work in it and relative paths "
+                  f"start here; reach your workspace's files, memory included, by their absolute paths under "
+                  f"{self.workspace})\n" if workdir else "")
+        block = (f"{RUNTIME_OPEN}\ntime: {stamp}\nchannel: {channel}\n{hint}chat_id: {chat_id}\n{folder}{extra}"
+                 f"{memory}{RUNTIME_CLOSE}\n\n")
         return msg.user(block + text, images or ())
 
     def _now(self) -> datetime:

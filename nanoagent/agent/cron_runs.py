@@ -47,7 +47,9 @@ class TurnRunner:
     tz: tzinfo
 
     async def __call__(self, job: Job, claim: Claim) -> RunOutcome:
-        result = await self.turn(cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz))
+        key, prompt = cron_key(job.id, job.created_by), job_prompt(job, claim, self.tz)
+        # in the folder of the turn that made it (`agent -C DIR`); asked only then, so a plain TurnCall still fits
+        result = await (self.turn(key, prompt, workdir=job.workdir) if job.workdir else self.turn(key, prompt))
         if result is None:
             return RunOutcome(note="joined a turn already running in its session")
         run = result.result

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import os
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -33,12 +34,13 @@ from nanoagent.agent.subagents import RunScope, Subagents, current_run
 from nanoagent.agent.turn import CANCELLED, INTERRUPTED, Turns
 from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
+from nanoagent.errors import NanoagentError
 from nanoagent.memory.consolidator import Consolidator
 from nanoagent.memory.people import aliases, hidden, person_of
 from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
-from nanoagent.tools import Ask, ToolContext, TurnScope, current_turn
+from nanoagent.tools import Ask, ToolContext, ToolRegistry, TurnScope, current_turn
 
 if TYPE_CHECKING:
     from nanoagent.agent.runner import Shrink
@@ -124,6 +126,18 @@ class AgentLoop:
                 ended.append(key)
         return ended
 
+    def note_chat(self, key: str, group: bool) -> None:
+        """What the channel told of the chat of session `key` with its latest message: a group chat or not
+        (`Incoming.private`). A group chat's turns are offered `tools.groupProfile`."""
+        self.context.note_chat(key, group)
+
+    def is_group(self, key: str) -> bool:
+        return self.context.is_group(key)
+
+    def tools_for(self, key: str) -> ToolRegistry:
+        """The tools session `key` is offered (`tools/policy.py`)."""
+        return self.context.tools_for(key)
+
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
 
@@ -138,13 +152,14 @@ class AgentLoop:
     async def handle(self, text: str, key: str = "cli:direct", sink: ev.EventSink = ev.discard,
                      injections: Callable[[], list[str]] | None = None, ask: Ask | None = None,
                      images: list[msg.ImageBlock] | None = None, model: str | None = None,
-                     fresh: bool = False) -> TurnResult:
+                     fresh: bool = False, workdir: str = "") -> TurnResult:
         """Run one message (or slash command) in session `key`. Events go to `sink`; `ask` reaches the person
         who sent it, for approvals (None: nobody can answer, so anything needing a yes is refused). `images`
         are references to files under the workspace's media/ (`attachments.prepare`); a model that does not
         take images refuses them with AttachmentError before anything is stored. `model` replaces the session's
         for this turn only; `fresh` empties the session first (a session that starts anew each run: the
-        heartbeat's)."""
+        heartbeat's). `workdir` is the folder the person works in (`agent -C DIR`, a real absolute path): this turn's
+        file tools and exec work there (`TurnScope.workdir`)."""
         session = self.session(key)
         images = list(images or [])
         if not text.strip().startswith("/") and not session.meta.incognito and self.store.take_ended(key):
@@ -155,7 +170,7 @@ class AgentLoop:
             name = text.split()[0]
             if self.busy(key) and not self.commands.read_only(name):
                 return TurnResult(BUSY, key, model=self.model_for(session), refused=True)
-            outcome = await self.commands.run(session, text.strip(), sink)
+            outcome = await self.commands.run(session, text.strip(), sink, workdir)
             if isinstance(outcome, Refused):
                 return TurnResult(outcome.text, key, model=self.model_for(session), refused=True)
             if not isinstance(outcome, Resend):
@@ -165,6 +180,8 @@ class AgentLoop:
             self.check_images(key, images)
         if model is None:  # before the message is stored: a session's unusable model says so
             self.commands.check_model(session)
+        if workdir and not os.path.isdir(workdir):  # a cron job's folder that was moved or deleted since
+            raise NanoagentError(f"The working folder {workdir} is not there any more; nothing was run.")
         def waiting(text: str) -> None:  # another process holds the session: say so while the turn waits
             sink(ev.Notice(text, session=key))
 
@@ -173,7 +190,8 @@ class AgentLoop:
                 self.store.reset(session)
             if session.meta.incognito and not session.messages:  # its first reply says what it is
                 sink(ev.Notice(INCOGNITO_NOTICE, session=key))
-            return await self._turn(session, text, sink, injections, ask, images, model or self.model_for(session))
+            return await self._turn(session, text, sink, injections, ask, images, model or self.model_for(session),
+                                    workdir)
 
     def check_images(self, key: str, images: list[msg.ImageBlock]) -> None:
         """AttachmentError unless the session's model takes images and each reference matches its file."""
@@ -186,14 +204,15 @@ class AgentLoop:
 
     async def _turn(self, session: Session, text: str, sink: ev.EventSink,
                     injections: Callable[[], list[str]] | None, ask: Ask | None,
-                    images: list[msg.ImageBlock], model: str) -> TurnResult:
+                    images: list[msg.ImageBlock], model: str, workdir: str = "") -> TurnResult:
         self.repair(session, sink)
         channel, _, chat_id = session.key.partition(":")
         notices = session.pending_notices()  # background results that arrived since the last turn
         recalled = await self._recall(session, text)
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
-                                         notices=[n.text for n in notices], recalled=recalled)
+                                         notices=[n.text for n in notices], recalled=recalled, workdir=workdir)
         budget = self.budget.turn(session, model)
+        tools = self.tools_for(session.key)
 
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))
@@ -204,12 +223,12 @@ class AgentLoop:
             prompt = await budget.fit()
             current_turn.set(dataclasses.replace(current_turn.get(), visible_from=prompt.visible))
             return self.turns.spec(session.key, prompt.system, self._request(session, prompt.visible, model), model,
-                                   self.context.tools, injections=injections,
+                                   tools, injections=injections,
                                    shrink=self._shrinker(budget) if budget.can_shrink else None)
 
         scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(session.key),
-                                           hidden(session.key)))
-        run = current_run.set(RunScope(session, session, 0, model, self.context.tools, sink))
+                                           hidden(session.key), workdir))
+        run = current_run.set(RunScope(session, session, 0, model, tools, sink))
         try:
             result = await self.turns.run(session, user, model, prepare, sink,
                                           sent_from=lambda: current_turn.get().visible_from,

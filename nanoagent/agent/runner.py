@@ -206,7 +206,7 @@ class AgentRunner:
         try:
             tool = spec.tools.get(call.name)
             if tool is None:
-                raise ToolError(_unknown_tool(call.name, spec.tools))
+                raise ToolError(spec.tools.refused(call.name) or _unknown_tool(call.name, spec.tools))
             if parse_error:
                 raise ToolError(parse_error)
             output = await tool.call(spec.tool_context, arguments)

@@ -64,6 +64,7 @@ class Run:
     status: ev.RunStatus = ev.RunStatus.QUEUED
     result: str = ""  # the final reply, or what went wrong
     tool_calls: int = 0
+    workdir: str = ""  # the folder it works in: its parent's (`agent -C DIR`)
     handle: asyncio.Task[None] | None = None
     holds_slot: bool = False
 
@@ -215,8 +216,9 @@ class Subagents:
         wanted = set(available if names is None else names)
         unknown = sorted(wanted - set(available))
         if unknown:
+            why = next((reason for name in unknown if (reason := scope.tools.refused(name))), None)
             raise ToolError(f"Unknown tool(s) for the sub-agent: {', '.join(unknown)}. It may use only tools you "
-                            f"have: {', '.join(available)}.")
+                            f"have: {', '.join(available)}." + (f" {why}" if why else ""))
         if scope.depth + 1 >= self.turns.settings.subagents.max_depth:
             wanted.discard(SPAWN)  # at the limit spawn is not offered
         return scope.tools.restricted(wanted)
@@ -227,7 +229,7 @@ class Subagents:
         while run_id in self._runs or self.turns.store.path_for(child_key(scope.session.key, run_id)).exists():
             run_id = secrets.token_hex(3)
         run = Run(run_id, task, child_key(scope.session.key, run_id), scope.root.key, scope.depth + 1, model,
-                  background)
+                  background, workdir=current_turn.get().workdir)
         self._runs[run_id] = run
         parent_ask = current_turn.get().ask
         run.handle = asyncio.create_task(self._execute(run, scope, context, tools, history, parent_ask),
@@ -307,7 +309,7 @@ class Subagents:
                 current_turn.set(TurnScope(run.root, 0, lambda text: sink(ev.Notice(text, session=run.root,
                                                                                     agent=run.id)),
                                            self._ask(run, parent_ask), aliases(run.root),
-                                           hidden(run.root)))
+                                           hidden(run.root), run.workdir))
                 async with self.turns.store.lock_async(session):
                     result = await self._work(run, scope, context, history)
             run.status, run.result = _outcome(result)
@@ -344,7 +346,7 @@ class Subagents:
 
     async def _work(self, run: Run, scope: RunScope, context: str, history: list[msg.Message]) -> ev.RunResult:
         opening = await self._opening(run, scope.session, context, history)
-        user = self.context.user_message(opening, PREFIX, run.id)
+        user = self.context.user_message(opening, PREFIX, run.id, workdir=run.workdir)
         system = self.context.system_prompt(run.root) + "\n---\n\n" + render("prompts/subagent.md")
         spec = self.turns.spec(run.key, system, [user], run.model, scope.tools,
                                max_iterations=self.turns.settings.subagents.max_iterations)

@@ -33,10 +33,11 @@ CANCELLED = "(The user cancelled this turn before it finished.)"
 class TurnCall(Protocol):
     """How a scheduled run asks for a turn of the process's one loop (`Hub.send` in the gateway, `AgentLoop.handle`
     in `cron tick`): the result, or None when the message joined a turn already running in the session. `model` is
-    for this turn only; `fresh` empties the session first (the heartbeat starts afresh each time)."""
+    for this turn only; `fresh` empties the session first (the heartbeat starts afresh each time); `workdir` is the
+    folder the turn works in (a job made in a turn with one, `agent -C DIR`)."""
 
-    def __call__(self, key: str, text: str, *, model: str | None = None,
-                 fresh: bool = False) -> Awaitable[ev.TurnResult | None]: ...
+    def __call__(self, key: str, text: str, *, model: str | None = None, fresh: bool = False,
+                 workdir: str = "") -> Awaitable[ev.TurnResult | None]: ...
 
 
 @dataclass(frozen=True)

@@ -39,6 +39,7 @@ from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
 from nanoagent.messages import ImageBlock, calls_of, image_block, is_assistant, is_user
 from nanoagent.paths import Paths
+from nanoagent.transcribe import Transcriber, hear, sniff_audio
 
 __all__ = ["ChannelRunner", "Timing", "channel_component"]
 
@@ -51,9 +52,10 @@ DEFAULT_TIMING = Timing()
 
 
 def channel_component(channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
-                      max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000) -> Component:
+                      max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000,
+                      transcriber: Transcriber | None = None) -> Component:
     """The channel as a gateway component; its `health` says whether it is connected, and as whom."""
-    runner = ChannelRunner(channel, settings, paths, hub, timing, max_image_bytes, max_text_bytes)
+    runner = ChannelRunner(channel, settings, paths, hub, timing, max_image_bytes, max_text_bytes, transcriber)
     component = Component(channel.name, runner.run)
     runner.component = component
     return component
@@ -64,7 +66,8 @@ class ChannelRunner:
     state file, and which messages this process gave the hub."""
 
     def __init__(self, channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
-                 max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000):
+                 max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000,
+                 transcriber: Transcriber | None = None):
         self.channel = channel
         self.settings = settings
         self.paths = paths
@@ -72,6 +75,7 @@ class ChannelRunner:
         self.timing = timing
         self.max_image_bytes = max_image_bytes  # an image over this goes by name only
         self.max_text_bytes = max_text_bytes  # a text file over this is saved and named, not put in the message
+        self.transcriber = transcriber  # voice notes and audio files transcribed before the turn; None: off
         self.state = state_file(paths, channel.name)
         self.inbox = Inbox(self.state)
         self.log = logging.getLogger(f"nanoagent.channels.{channel.name}")
@@ -128,6 +132,8 @@ class _Run:
         self.log = runner.log
         self.faces: dict[str, Face] = {}
         self.queues: dict[Place, asyncio.Queue[Incoming]] = {}
+        self.hinted: set[str] = set()  # chats told, this run, how to turn transcription on
+        self.groups: set[str] = set()  # the group chats' session keys (`ChannelState.groups`)
         self.group = asyncio.TaskGroup()
 
     async def run(self) -> None:
@@ -137,6 +143,9 @@ class _Run:
             self.runner.health(f"connected as {bot}")
             self.log.info(self.runner.record("started", bot=bot))
             async with self.group:
+                self.groups = set(self.inbox.state.read().groups)
+                for key in self.groups:
+                    self.hub.loop.note_chat(key, True)
                 self.resume()
                 self.replay()
                 await self.receive()
@@ -170,6 +179,14 @@ class _Run:
             else:
                 self.dispatch(item)
 
+    def note_chat(self, key: str, group: bool) -> None:
+        """Tell the loop whether a chat is a group chat (its turns get `tools.groupProfile`), and keep it in the
+        state, so a turn resumed after a restart, or a cron job the chat made, is held to it before its next message."""
+        self.hub.loop.note_chat(key, group)
+        if group != (key in self.groups):
+            self.groups ^= {key}
+            self.inbox.state.update(lambda state: state.set_group(key, group))
+
     def dispatch(self, item: Incoming) -> None:
         """Each chat's messages are handled in order, by a worker of its own; chats do not wait for each other."""
         chat = Place(item.place.channel, item.place.chat)
@@ -198,11 +215,18 @@ class _Run:
             self.inbox.handled(item.id)
             return
         face = self.face(item.place)
+        self.note_chat(face.key, group=not item.private)
         text = item.text.strip()
         if text.startswith("/"):
             self.spawn(self.command(item, face, _command(text)), f"{self.channel.name} command {face.key}")
             return
         saved = [await self.attach(file) for file in item.files]
+        for note in dict.fromkeys(a.note for a in saved if a.note):  # a note cut short, or how to turn it on
+            if self.runner.transcriber is None:  # the hint: once per chat and run, not with every voice note
+                if face.key in self.hinted:
+                    continue
+                self.hinted.add(face.key)
+            await face.say(note)
         own = "\n".join(p for p in [text, *(a.line for a in saved)] if p).strip()
         texts = [a.text for a in saved if a.text is not None]
         if not own and not texts:
@@ -286,6 +310,8 @@ class _Run:
         stem, ext = media_name(kind, file.name, file.media_type, self.runner.timing.now())
         document = kind in ("document", "file")
         media_type = sniff(data[:16]) if kind == "photo" or document else None
+        if kind in ("voice note", "audio") or (document and media_type is None and sniff_audio(data[:16])):
+            return await self.hear(data, kind if kind in ("voice note", "audio") else "audio file", stem, ext)
         if document and media_type is None and len(data) <= self.runner.max_text_bytes \
                 and (text := as_text(data)) is not None:
             return _Attachment("", text=Attached(".".join(p for p in (stem, ext) if p), len(data), text=text))
@@ -295,6 +321,15 @@ class _Run:
             return _Attachment(line)
         digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
         return _Attachment(line, image=image_block(f"media/{path.name}", digest, media_type, path.name))
+
+    async def hear(self, data: bytes, kind: str, stem: str, ext: str) -> _Attachment:
+        """A voice note or audio file: saved under media/, then transcribed (in a thread: the call blocks); the
+        transcript, marked as one, or why there is none, goes in the message."""
+        path = await asyncio.to_thread(save_media, self.runner.paths.workspace / "media", stem, ext, data)
+        heard = await asyncio.to_thread(hear, self.runner.transcriber, data, kind, "", f"media/{path.name}")
+        if self.runner.transcriber is not None and not heard.transcribed:
+            self.log.warning(self.runner.record("transcription_failed", file=path.name, reason=heard.note))
+        return _Attachment(heard.text, note=heard.note if heard.transcribed or self.runner.transcriber is None else None)
 
     # --- sessions -------------------------------------------------------------------------------------
 
@@ -358,6 +393,7 @@ class _Attachment:
     line: str
     image: ImageBlock | None = None
     text: Attached | None = None
+    note: str | None = None  # for the person who sent it: a voice note cut short, or how to have it transcribed
 
 
 def _command(text: str) -> str:

@@ -63,6 +63,11 @@ class ChannelState:
     open_turns: list[str] = field(default_factory=list)
     allowed: dict[str, str] = field(default_factory=dict)
     pairing: list[Pairing] = field(default_factory=list)
+    groups: list[str] = field(default_factory=list)  # session keys of the group chats, as the link told them
+
+    def set_group(self, key: str, group: bool) -> None:
+        """Record whether the chat of session `key` is a group chat (its turns get `tools.groupProfile`)."""
+        self.groups = [k for k in self.groups if k != key] + ([key] if group else [])
 
     # --- the inbox ------------------------------------------------------------------------------
 
@@ -127,7 +132,7 @@ class ChannelState:
     def to_json(self) -> dict[str, Any]:
         return {
             "version": VERSION, "inbox": self.inbox, "seen": self.seen, "cursor": self.cursor,
-            "open_turns": self.open_turns, "allowed": self.allowed,
+            "open_turns": self.open_turns, "allowed": self.allowed, "groups": self.groups,
             "pairing": [{"code": p.code, "user": p.user, "chat": p.chat, "name": p.name, "created": p.created}
                         for p in self.pairing],
         }
@@ -152,6 +157,7 @@ class ChannelState:
         if isinstance(cursor, dict):
             state.cursor.update({k: v for k, v in cursor.items() if isinstance(v, str)})
         state.open_turns = [k for k in _list(data.get("open_turns")) if isinstance(k, str)]
+        state.groups = [k for k in _list(data.get("groups")) if isinstance(k, str)]
         allowed = data.get("allowed")
         if isinstance(allowed, dict):
             state.allowed = {str(k): str(v) for k, v in allowed.items()}

@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -54,7 +55,7 @@ if TYPE_CHECKING:
 SECTIONS = (
     ("Talk", ("agent", "sessions")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
-    ("Always on", ("gateway", "channels", "pairing", "cron", "heartbeat", "mcp")),
+    ("Always on", ("gateway", "web", "channels", "pairing", "cron", "heartbeat", "mcp")),
     ("Setup", ("onboard", "status", "doctor", "skills", "usage", "browser")),
 )
 
@@ -115,10 +116,11 @@ app = App(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import dream_cmd, heartbeat_cmd
+    from nanoagent.cli import dream_cmd, heartbeat_cmd, web_cmd
 
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
+    web_cmd.register(app)
 
 
 def _version(value: bool) -> None:
@@ -149,8 +151,11 @@ def agent(
     model: Annotated[str | None, typer.Option("--model", help="Model to use, e.g. anthropic/claude-sonnet-4-5.")] = None,
     session: Annotated[str, typer.Option("--session", "-s", help="Session key (channel:chat_id).")] = "cli:direct",
     attach: Annotated[list[str] | None, typer.Option("--attach", "-a", help="Attach a file to the -m message "
-                      "(repeatable): an image (PNG, JPEG, GIF, WebP) or a text file.")] = None,
+                      "(repeatable): an image (PNG, JPEG, GIF, WebP), a text file, or audio to transcribe.")] = None,
     workspace: WorkspaceOpt = None,
+    folder: Annotated[Path | None, typer.Option("--dir", "-C", metavar="DIR", help="Work in DIR: the file tools and "
+                      "exec act there, while memory and sessions stay in the workspace.", show_default=False)] = None,
+    here: Annotated[bool, typer.Option("--here", help="Work in the current folder (as -C .).")] = False,
     json_output: Annotated[bool, typer.Option("--json", help="Print one JSON object with reply, usage and tool calls.")] = False,
     local: Annotated[bool, typer.Option("--local", help="Run the agent in this process even when a gateway is "
                                                         "running.")] = False,
@@ -163,6 +168,9 @@ def agent(
     With no message it is interactive, continuing the session it names (cli:direct unless -s, -c or --resume
     says otherwise; `/new` starts afresh). When a gateway is running (`nanoagent gateway`), both go through it; otherwise, or with --local, -w,
     --model or --incognito, the agent runs in this process.
+
+    With -C DIR (or --here) it works in that folder, in a session of that folder's own (-c and --resume pick
+    among them), and writes nothing there but what its tools are asked to.
 
     Example: nanoagent agent -m "what is on my list today?"
     """
@@ -177,43 +185,57 @@ def agent(
     elif attach and message is None:
         raise NanoagentError("-a/--attach goes with -m; in an interactive session type /attach PATH instead.")
     paths = open_paths(workspace, seeds=True)
-    key = session_key(session)
+    from nanoagent.cli.workdir import session_in, working_folder
+
+    workdir = working_folder(paths, folder, here)
+    key = session_in(workdir, session) if workdir else session_key(session)
     if continue_last or resume:
         if session != "cli:direct":
             raise NanoagentError("-s names a session and -c/--resume pick one; give one of them.")
-        key = _pick_session(paths, resume)
+        key = _pick_session(paths, resume, workdir)
     remote = not local and not incognito and workspace is None and model is None and _gateway_running(paths)
     config = functools.cache(lambda: read_config(paths))  # attached to a gateway, its config is what counts
     if message is None:
-        _interactive(paths, config(), model, key, remote, replay=continue_last or resume, incognito=incognito)
+        _interactive(paths, config(), model, key, remote, replay=continue_last or resume, incognito=incognito,
+                     workdir=workdir)
         return
     message = _with_stdin(message, lambda: config().tools.attachments.max_stdin_bytes)
     images: list[ImageBlock] = []
     if attach:
         from nanoagent.attachments import compose
 
-        message, images = compose(message, [_attacher(paths, config())(name) for name in attach])
+        attached = [_attacher(paths, config())(name) for name in attach]
+        for note in (a.heard.note for a in attached if a.heard is not None):
+            if note:
+                warn(note)
+        message, images = compose(message, attached)
 
     from nanoagent.cli.render import OneShotRenderer
 
     renderer = OneShotRenderer(quiet_reply=json_output)
     renderer.warm_up()
     if remote:
-        turn = through_gateway(paths, key, message, renderer, images)
+        turn = through_gateway(paths, key, message, renderer, images, workdir)
     else:
         from nanoagent.cli.running import ask_terminal, run_main
 
         ask = ask_terminal if stdin_is_terminal() else None  # a person at the terminal can approve a command
-        turn = run_main(_one_shot(paths, config(), model, key, message, renderer, ask, images, incognito))
+        turn = run_main(_one_shot(paths, config(), model, key, message, renderer, ask, images, incognito, workdir))
     finish(paths, turn, renderer, json_output)
 
 
-def _pick_session(paths: Paths, choose: bool) -> str:
-    """-c: the most recently active conversation; --resume: one picked from a numbered list on a terminal."""
+def _pick_session(paths: Paths, choose: bool, workdir: str = "") -> str:
+    """-c: the most recently active conversation; --resume: one picked from a numbered list on a terminal. With a
+    working folder, among that folder's conversations; without, among those of no folder."""
     from nanoagent.cli.sessions_cmd import conversations
+    from nanoagent.cli.workdir import belongs, of_a_folder
     from nanoagent.session.store import SessionStore
 
-    rows = conversations(SessionStore(paths.sessions_dir, warn=warn), limit=15 if choose else 1)
+    within = (lambda key: belongs(key, workdir)) if workdir else (lambda key: not of_a_folder(key))
+    rows = conversations(SessionStore(paths.sessions_dir, warn=warn), limit=15 if choose else 1, within=within)
+    if not rows and workdir:
+        raise NanoagentError(f"No earlier conversation in {workdir} to continue; start one with "
+                             "`nanoagent agent -C DIR` (or --here).")
     if not rows:
         raise NanoagentError("No earlier conversation to continue; start one with `nanoagent agent`.")
     if not choose:
@@ -270,10 +292,11 @@ def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
     from pathlib import Path
 
     from nanoagent.attachments import Limits, prepare
+    from nanoagent.transcribe import transcriber
 
     a = config.tools.attachments
-    limits = Limits(a.max_image_bytes, a.max_text_bytes)
-    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name)
+    limits, ears = Limits(a.max_image_bytes, a.max_text_bytes), transcriber(config)
+    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name, transcriber=ears)
 
 
 def _gateway_running(paths: Paths) -> bool:
@@ -283,17 +306,18 @@ def _gateway_running(paths: Paths) -> bool:
     return gateway_answers(paths.gateway_socket) and not settings_differ(paths.run_dir)
 
 
-def _local(config: Config, paths: Paths, model: str | None, check_model: bool = True) -> LocalAgent:
+def _local(config: Config, paths: Paths, model: str | None, check_model: bool = True, workdir: str = "") -> LocalAgent:
     from nanoagent.agent.build import build_agent
     from nanoagent.cli.attach import LocalAgent
 
-    return LocalAgent(build_agent(config, paths, model=model, warn=warn, check_model=check_model))
+    return LocalAgent(build_agent(config, paths, model=model, warn=warn, check_model=check_model), workdir)
 
 
 async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, message: str, renderer: EventSink,
-                    ask: Ask | None, images: list[ImageBlock], incognito: bool = False) -> TurnResult:
+                    ask: Ask | None, images: list[ImageBlock], incognito: bool = False, workdir: str = "") -> TurnResult:
     """The agent in this process answers; MCP servers it started stop with it, and so does a temporary session."""
-    local = _local(config, paths, model, check_model=not message.lstrip().startswith("/"))  # /help needs no key
+    local = _local(config, paths, model, check_model=not message.lstrip().startswith("/"),  # /help needs no key
+                   workdir=workdir)
     if incognito:
         local.loop.start_incognito(key)
     try:
@@ -306,7 +330,7 @@ async def _one_shot(paths: Paths, config: Config, model: str | None, key: str, m
 
 
 def _interactive(paths: Paths, config: Config, model: str | None, key: str, remote: bool,
-                 replay: bool = False, incognito: bool = False) -> None:
+                 replay: bool = False, incognito: bool = False, workdir: str = "") -> None:
     from nanoagent.cli.interactive import TerminalUI, run_interactive, run_plain
     from nanoagent.cli.render import REPLY_WIDTH, terminal_width
     from nanoagent.cli.running import run_main
@@ -317,9 +341,9 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
     async def session() -> None:
         from nanoagent.cli.attach import LocalAgent, RemoteAgent, connect
 
-        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui,
-                                                         local=lambda: _local(config, paths, model)) if remote
-                                           else _local(config, paths, model))
+        here = functools.partial(_local, config, paths, model, workdir=workdir)
+        agent: LocalAgent | RemoteAgent = (await connect(paths.gateway_socket, key, ui, local=here, workdir=workdir)
+                                           if remote else here())
         if incognito and isinstance(agent, LocalAgent):  # --incognito never attaches: its session ends with us
             agent.loop.start_incognito(key)
         try:

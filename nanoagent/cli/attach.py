@@ -27,13 +27,15 @@ class LocalAgent:
 
     detach_on_exit = False  # quitting cancels the running turn: nothing else would finish it
 
-    def __init__(self, loop: AgentLoop):
+    def __init__(self, loop: AgentLoop, workdir: str = ""):
         self.loop = loop
+        self.workdir = workdir  # the folder this terminal works in (`agent -C DIR`); "" = the workspace
 
     async def handle(self, text: str, key: str, sink: ev.EventSink, ask: Ask | None = None,
                      injections: Callable[[], list[str]] | None = None,
                      images: list[ImageBlock] | None = None) -> ev.TurnResult:
-        return await self.loop.handle(text, key, sink=sink, injections=injections, ask=ask, images=images)
+        return await self.loop.handle(text, key, sink=sink, injections=injections, ask=ask, images=images,
+                                      workdir=self.workdir)
 
     def inject(self, key: str, text: str) -> bool:
         return False  # the session keeps it and hands it over between model calls
@@ -81,8 +83,9 @@ class RemoteAgent:
     makes that agent, on first need); without `local` each message fails with one line instead."""
 
     def __init__(self, client: GatewayClient, usage: list[ev.UsageRecorded],
-                 local: Callable[[], LocalAgent] | None = None):
+                 local: Callable[[], LocalAgent] | None = None, workdir: str = ""):
         self.client = client
+        self.workdir = workdir  # sent with each message: the gateway's turn works there
         self.usage = usage  # the last usage seen, for the status line
         self.make_local = local
         self.local: LocalAgent | None = None
@@ -105,13 +108,13 @@ class RemoteAgent:
         if local is not None:
             return await local.handle(text, key, sink, ask, injections, images)
         self.client.ask = ask  # approval questions of this turn go to whoever sent it
-        turn = await self.client.send(text, key, images)
+        turn = await self.client.send(text, key, images, workdir=self.workdir)
         return turn or ev.TurnResult("", key)
 
     def inject(self, key: str, text: str) -> bool:
         if self.client.gone:
             return False  # the session keeps it for the next turn here
-        task = asyncio.create_task(self.client.send(text, key))
+        task = asyncio.create_task(self.client.send(text, key, workdir=self.workdir))
         self._joins.add(task)
         task.add_done_callback(self._joins.discard)
         return True
@@ -140,7 +143,7 @@ class RemoteAgent:
 
 
 async def connect(socket: Path, key: str, draw: ev.EventSink,
-                  local: Callable[[], LocalAgent] | None = None) -> RemoteAgent:
+                  local: Callable[[], LocalAgent] | None = None, workdir: str = "") -> RemoteAgent:
     """Attach to the gateway: its events for the session are drawn with `draw`; should the gateway stop, the
     terminal says so at once and `local` makes the agent that answers here from then on."""
     from nanoagent.gateway.client import GatewayClient
@@ -155,7 +158,7 @@ async def connect(socket: Path, key: str, draw: ev.EventSink,
     client = await GatewayClient.connect(socket, key, on_event)
     client.on_gone = lambda: draw(ev.Notice(GONE_NOTICE if local is not None else GONE_ALONE,
                                                   session=key))
-    return RemoteAgent(client, seen, local)
+    return RemoteAgent(client, seen, local, workdir)
 
 
 GONE_ALONE = "The gateway has stopped; start it again with `nanoagent gateway`, or quit and use --local."

@@ -75,7 +75,7 @@ class App(typer.Typer):
         return super().command(*args, **{"cls": Command, **kwargs})
 
 
-WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="Workspace folder to work in.")]
+WorkspaceOpt = Annotated[Path | None, typer.Option("--workspace", "-w", help="The workspace: the folder of its identity, memory and skills.")]
 
 
 def _want_debug(value: bool) -> None:
@@ -129,14 +129,14 @@ def confirm_workspace(folder: Path) -> None:
     names = seeded_names()
     adds = ", ".join(names[:-1]) + " and " + names[-1]
     if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        raise NanoagentError(f"{folder} holds other files and is not a nanoagent workspace yet: "
-                             f"`nanoagent onboard -w {folder}` makes it one (adds {adds}), or pass another folder "
-                             "with -w.")
+        raise NanoagentError(f"{folder} holds other files and is not a nanoagent workspace yet: to work on its files, "
+                             f"use `nanoagent agent -C {folder}`; `nanoagent onboard -w {folder}` makes it a "
+                             f"workspace (adds {adds}).")
     print(f"{folder} is not a nanoagent workspace yet. Add {adds} to it? [y/N] ", end="", file=sys.stderr,
           flush=True)
     if sys.stdin.readline().strip().lower() not in ("y", "yes"):
-        raise NanoagentError(f"Nothing was added to {folder}: pass another folder with -w, or leave -w out to "
-                             "use your own workspace.")
+        raise NanoagentError(f"Nothing was added to {folder}: to work on its files, use `nanoagent agent -C "
+                             f"{folder}`; or leave -w out to use your own workspace.")
 
 
 def open_home(home: Path) -> None:

@@ -234,10 +234,11 @@ def _scheduler(paths: Paths, config: Config, replies: list[str] | None = None): 
     outbox = build_outbox(config, paths, warn)
     agent: list[AgentLoop] = []
 
-    async def turn(key: str, text: str, *, model: str | None = None, fresh: bool = False):  # noqa: ANN202
+    async def turn(key: str, text: str, *, model: str | None = None, fresh: bool = False,  # noqa: ANN202
+                   workdir: str = ""):
         if not agent:
             agent.append(build_agent(config, paths, warn=warn, outbox=outbox))
-        result = await agent[0].handle(text, key, model=model, fresh=fresh)
+        result = await agent[0].handle(text, key, model=model, fresh=fresh, workdir=workdir)
         if replies is not None and result is not None and not fresh:
             replies.append(result.reply)
         return result

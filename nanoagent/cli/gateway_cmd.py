@@ -65,13 +65,14 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     hub = Hub(loop, gateway_config.max_concurrent_turns)
     components = []
     serving = str(paths.gateway_socket)
+    listener = None
     if gateway_config.http.enabled:
-        from nanoagent.gateway.http import http_component, url
+        from nanoagent.gateway.http import Listener, url
 
-        components.append(http_component(hub, paths, gateway_config.http,
-                                         max_image_bytes=config.tools.attachments.max_image_bytes))
+        listener = Listener(hub, paths, config, lambda component: server.start_component(component))
+        components.append(listener.component(gateway_config.http))
         serving += (f" and {url(gateway_config.http.host, gateway_config.http.port)} (the OpenAI-compatible "
-                    "endpoint; its token is in run/http-token)")
+                    "endpoint; its token is in run/http-token; the web app: `nanoagent web`)")
     components += _channels(config, paths, hub)
     from nanoagent.gateway.server import Component
 
@@ -86,6 +87,20 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         components.append(Component("browser", lambda: _close_when_stopped(loop.closers)))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace,
                      settings=_settings(config))
+
+    async def signin(enable: bool) -> dict:
+        """`nanoagent web`: aiohttp loads only once the web app is asked for (or gateway.http is on)."""
+        nonlocal listener
+        if listener is None:
+            from nanoagent.gateway.http import Listener
+
+            listener = Listener(hub, paths, config, server.start_component)
+        listener.gateway = server
+        return await listener.signin(enable)
+
+    server.signin = signin
+    if listener is not None:
+        listener.gateway = server
 
     def ready() -> None:
         print(f"nanoagent gateway: listening on {serving} (pid {os.getpid()}); Ctrl-C stops it.", file=sys.stderr,
@@ -115,6 +130,7 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
     installed) stops the gateway before it starts, with the one line that says how to fix it."""
     from nanoagent.channels import registry
     from nanoagent.channels.engine import channel_component
+    from nanoagent.transcribe import transcriber
 
     components = []
     for name in registry.names():
@@ -132,7 +148,8 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
             raise NanoagentError(problem)
         components.append(channel_component(channel, settings, paths, hub,
                                             max_image_bytes=config.tools.attachments.max_image_bytes,
-                                            max_text_bytes=config.tools.attachments.max_text_bytes))
+                                            max_text_bytes=config.tools.attachments.max_text_bytes,
+                                            transcriber=transcriber(config)))
     return components
 
 

@@ -212,8 +212,9 @@ class Session:
         taken, self.pending = self.pending, []
         return taken
 
-    def attach(self, argument: str) -> None:
-        """/attach PATH: read the file now (an image is stored under media/), send it with the next message."""
+    async def attach(self, argument: str) -> None:
+        """/attach PATH: read the file now (an image is stored under media/, audio transcribed: in a thread, so a
+        running turn goes on showing), send it with the next message."""
         if not argument:
             listed = ", ".join(a.describe() for a in self.attached)
             self.ui.line(escape(f"Attached for your next message: {listed}." if listed else
@@ -225,7 +226,7 @@ class Session:
         from nanoagent.errors import NanoagentError
 
         try:
-            found = self.attacher(argument)
+            found = await asyncio.to_thread(self.attacher, argument)
         except NanoagentError as e:
             self.ui.line(f"[red]{escape(str(e))}[/red]")
             return
@@ -449,7 +450,8 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     prompt = build_prompt([*agent.command_names(), ATTACH], ui.toolbar, history_file,
                           busy=lambda: session.busy, cancel=session.cancel, private=lambda: session.incognito)
     agent.warm_up(key)
-    ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{through}. "
+    folder = f" · in {escape(terminal_safe(agent.workdir))}" if agent.workdir else ""
+    ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{folder}{through}. "
             "Type /help for commands, Ctrl-D to quit.")
     if incognito:
         session.incognito = True
@@ -499,7 +501,7 @@ async def _dispatch(session: Session, text: str) -> bool:
     if text.split()[0] in EXIT_COMMANDS:
         return False
     if text.split()[0] == ATTACH:
-        session.attach(text[len(ATTACH):].strip())
+        await session.attach(text[len(ATTACH):].strip())
     elif text.startswith("/"):
         session.command(text)
     elif session.running_command:  # /new or /dream decides what the message goes to: it waits for the end
@@ -525,7 +527,7 @@ async def run_plain(agent: Agent, key: str, ui: TerminalUI, attacher: Attacher |
         if text.split()[0] in EXIT_COMMANDS:
             break
         if text.split()[0] == ATTACH:
-            session.attach(text[len(ATTACH):].strip())
+            await session.attach(text[len(ATTACH):].strip())
             continue
         images = None
         if session.attached and not text.startswith("/"):

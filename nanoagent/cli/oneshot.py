@@ -115,14 +115,14 @@ def session_key(session: str) -> str:
 
 
 def through_gateway(paths: Paths, key: str, message: str, renderer: OneShotRenderer,
-                    images: list[ImageBlock] | None = None) -> TurnResult:
+                    images: list[ImageBlock] | None = None, workdir: str = "") -> TurnResult:
     """Send the message to the gateway's session `key` and draw its events; a person at the terminal can
     approve a command. Ctrl-C, SIGTERM or SIGHUP cancel the turn there."""
     from nanoagent.gateway.oneshot import send_one
 
     with _signals_stop():
         return send_one(paths.gateway_socket, key, message, renderer, ask_terminal if stdin_is_terminal() else None,
-                        images)
+                        images, workdir)
 
 
 def ask_terminal(question: str) -> str:

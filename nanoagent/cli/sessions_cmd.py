@@ -16,6 +16,8 @@ from nanoagent.cli.common import App, setup, warn
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from nanoagent.messages import Message, ToolCallData
     from nanoagent.session.store import Session, SessionStore
     from nanoagent.usage import Total
@@ -85,9 +87,11 @@ def summarize(store: SessionStore, keys: list[str] | None = None, limit: int | N
 MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
 
 
-def conversations(store: SessionStore, limit: int) -> list[Summary]:
-    """Up to `limit` sessions with messages a person had, the most recently active first (for -c and --resume)."""
-    return summarize(store, [key for key in store.keys() if not key.startswith(MACHINE_PREFIXES)], limit)
+def conversations(store: SessionStore, limit: int, within: Callable[[str], bool] | None = None) -> list[Summary]:
+    """Up to `limit` sessions with messages a person had, the most recently active first (for -c and --resume);
+    only the keys `within` takes, when given (a working folder's)."""
+    keys = [key for key in store.keys() if not key.startswith(MACHINE_PREFIXES)]
+    return summarize(store, [key for key in keys if within is None or within(key)], limit)
 
 
 def _preview(session: Session) -> str:

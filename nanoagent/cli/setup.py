@@ -214,6 +214,9 @@ def status_lines(paths: Paths, config: Config) -> list[str]:
         f"sessions:  {paths.sessions_dir}",
         f"logs:      {paths.logs_dir}",
     ]
+    from nanoagent.tools.policy import ToolPolicy
+
+    lines += [f"{'tools:' if i == 0 else '':<11}{line}" for i, line in enumerate(ToolPolicy(config.tools).summary())]
     return lines
 
 

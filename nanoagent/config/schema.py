@@ -128,6 +128,40 @@ class AttachmentsConfig:
     image_models: list[str] = field(default_factory=list)  # models sent images whatever the bundled table says
 
 
+TOOL_PROFILES = ("minimal", "coding", "full")  # the presets of `tools/policy.py`
+
+
+@dataclass
+class ToolRuleConfig:
+    """The tools of the sessions one `tools.policies` key pattern names (`telegram:-100*`): a profile, then tool names
+    or `*` patterns added (`allow`) and taken away (`deny`)."""
+
+    profile: str | None = choice(None, TOOL_PROFILES)
+    allow: list[str] = field(default_factory=list)
+    deny: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        check_choices(self, "tools.policies.<pattern>")
+
+
+@dataclass
+class TranscribeConfig:
+    """Voice notes and audio files transcribed before the turn, through `POST {apiBase}/audio/transcriptions`."""
+
+    model: str = ""  # empty: off. "groq/whisper-large-v3-turbo", "openai/whisper-1", or a local server's model name
+    api_base: str | None = None  # default: the provider's (openai, groq); required for any other model
+    api_key: str | None = None  # default: the provider's key (providers.<name>.apiKey, OPENAI_API_KEY, GROQ_API_KEY)
+    max_bytes: int = bounded(5_000_000, 1_000, 25_000_000)  # a longer note's first bytes only (25 MB: OpenAI's cap)
+    timeout: float = bounded(120.0, 1, 3600)  # seconds for one transcription
+
+    def __post_init__(self) -> None:
+        provider, slash, _ = self.model.partition("/")
+        if self.model and not self.api_base and not (slash and provider in ("openai", "groq")):
+            raise ConfigError(f"`tools.transcribe.model` is {self.model!r}, which names no provider; write "
+                              "\"openai/whisper-1\" or \"groq/whisper-large-v3-turbo\", or set tools.transcribe.apiBase "
+                              "to your whisper server.")
+
+
 @dataclass
 class BrowserConfig:
     """The browser tool: the system's Chromium driven through Playwright (the `browser` extra)."""
@@ -149,6 +183,16 @@ class ToolsConfig:
     web: WebConfig = field(default_factory=WebConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
     browser: BrowserConfig = field(default_factory=BrowserConfig)
+    transcribe: TranscribeConfig = field(default_factory=TranscribeConfig)
+    # which tools a session is offered (`tools/policy.py`): a profile, then allow adds and deny removes
+    profile: str = choice("full", TOOL_PROFILES)  # the terminal, direct chats, cron, HTTP
+    group_profile: str = choice("minimal", TOOL_PROFILES)  # group chats, as each channel tells them
+    allow: list[str] = field(default_factory=list)  # tool names or patterns (`mcp__*`)
+    deny: list[str] = field(default_factory=list)
+    policies: dict[str, ToolRuleConfig] = field(default_factory=dict)  # session-key pattern -> its rule
+
+    def __post_init__(self) -> None:
+        check_choices(self, "tools")
 
 
 @dataclass

@@ -119,6 +119,7 @@ class Job(Entry):
     timeout: float | None = None
     created: datetime | None = None
     created_by: str = ""
+    workdir: str = ""  # the folder its runs work in: the one the turn that made it worked in (`agent -C DIR`)
     extra: dict[str, Any] = field(default_factory=dict)  # keys this version does not know, kept as they were
 
     @property
@@ -134,6 +135,7 @@ class Job(Entry):
                 "schedule": self.schedule.to_json(), "target": self.target, "enabled": self.enabled,
                 "missed": self.missed, "timeout": self.timeout,
                 "created": iso(self.created) if self.created else None, "createdBy": self.created_by,
+                **({"workdir": self.workdir} if self.workdir else {}),
                 "nextRun": iso(self.next_run) if self.next_run else None,
                 "running": self.running.to_json() if self.running else None,
                 "runs": [r.to_json() for r in self.runs]}
@@ -230,7 +232,7 @@ def parse(text: str, path: Path) -> JobsFile:
 
 
 KNOWN = {"id", "name", "message", "schedule", "target", "enabled", "missed", "timeout", "created", "createdBy",
-         "nextRun", "running", "runs"}
+         "nextRun", "running", "runs", "workdir"}
 
 
 def _job(item: Any) -> Job:
@@ -255,7 +257,7 @@ def _job(item: Any) -> Job:
         id=job_id, message=_str(item["message"]), schedule=Schedule.from_json(schedule),
         target=_str(item.get("target", "none")), name=_str(item.get("name") or ""), enabled=enabled, missed=missed,
         timeout=_num(item.get("timeout")), created=parse_iso(item["created"]) if item.get("created") else None,
-        created_by=_str(item.get("createdBy") or ""),
+        created_by=_str(item.get("createdBy") or ""), workdir=_str(item.get("workdir") or ""),
         next_run=parse_iso(item["nextRun"]) if item.get("nextRun") else None,
         running=Running.from_json(item["running"]) if item.get("running") else None,
         runs=[RunRecord.from_json(r) for r in runs], extra={k: v for k, v in item.items() if k not in KNOWN})

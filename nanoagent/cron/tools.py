@@ -104,6 +104,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
             job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule,
                       target=target_text(pick_target(to, jobs)), name=(name or "").strip(), missed=missed or "once",
                       created=now, created_by=current_turn.get().session_key or "agent",
+                      workdir=current_turn.get().workdir,
                       next_run=schedule.next_after(now))
             jobs.jobs.append(job)
             return job

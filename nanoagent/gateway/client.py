@@ -60,17 +60,17 @@ class GatewayClient:
     def write(self, message: dict[str, Any]) -> None:
         self.writer.write(protocol.encode(message))
 
-    async def send(self, text: str, session: str | None = None,
-                   images: list[ImageBlock] | None = None) -> ev.TurnResult | None:
-        """Send a message or slash command, with references to images already under the workspace's media/; the
-        turn's result (None: it joined the running turn)."""
-        check_features(self.welcome, images)
+    async def send(self, text: str, session: str | None = None, images: list[ImageBlock] | None = None,
+                   workdir: str = "") -> ev.TurnResult | None:
+        """Send a message or slash command, with references to images already under the workspace's media/, for a
+        turn working in `workdir` ("": the workspace); the turn's result (None: it joined the running turn)."""
+        check_features(self.welcome, images, workdir)
         if self.gone:
             raise GatewayGone(GONE)
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
-        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images))
+        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images, workdir))
         try:
             reply = await future
         except asyncio.CancelledError:

@@ -19,9 +19,10 @@ from nanoagent.paths import Paths
 
 
 def cron_component(config: Config, paths: Paths, hub: Hub, outbox: Outbox) -> Component:
-    async def turn(key: str, text: str, *, model: str | None = None, fresh: bool = False) -> TurnResult | None:
+    async def turn(key: str, text: str, *, model: str | None = None, fresh: bool = False,
+                   workdir: str = "") -> TurnResult | None:
         try:
-            return await hub.send(key, text, model=model, fresh=fresh)
+            return await hub.send(key, text, model=model, fresh=fresh, workdir=workdir)
         except asyncio.CancelledError:  # the run's timeout, or the gateway stopping: the turn stops too
             hub.cancel(key)
             raise

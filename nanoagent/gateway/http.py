@@ -1,9 +1,11 @@
-"""The gateway's OpenAI-compatible endpoint (`gateway.http`, off by default): a channel for Open WebUI, the openai
-SDK and anything else that speaks Chat Completions. See README "OpenAI-compatible endpoint".
+"""The gateway's HTTP listener (`gateway.http`, off by default; `nanoagent web` turns it on on loopback), on
+aiohttp.web: the web app under `/` (`nanoagent.web`: sign-in, cookie sessions, the app's pages) and the
+OpenAI-compatible endpoint under `/v1/`: a channel for Open WebUI, the openai SDK and anything else that speaks
+Chat Completions. See README "OpenAI-compatible endpoint" and "The web app".
 
 - `POST /v1/chat/completions` (streamed as server-sent events or one JSON reply), `GET /v1/models`, and
   `GET /health` (no token; says only that it is up).
-- Every other request needs `Authorization: Bearer <token>`, the token in `run/http-token` (0600, made at the
+- Every other `/v1/` request needs `Authorization: Bearer <token>`, the token in `run/http-token` (0600, made at the
   first start). A token in the URL is refused: URLs end up in logs and browser histories.
 - The agent keeps each session's history itself, so only the LAST user message of a request is sent; the
   session is `http:<name>` from the `X-Nanoagent-Session` header, else the `user` field, else `http:default`.
@@ -14,6 +16,10 @@ SDK and anything else that speaks Chat Completions. See README "OpenAI-compatibl
 - Nobody can approve a command over HTTP: commands that need approval are refused. Tool activity is not
   content: a stream carries it as comment lines. A client that goes away cancels the turn it started (what
   closing an OpenAI stream does); a message that joined a running turn is answered with a short note.
+- The doors: a connection holds one of MAX_CONNECTIONS slots only once it proved who it is (the token, a session
+  cookie, a sign-in code); until then it has AUTH_DEADLINE seconds, and past MAX_UNAUTHENTICATED such connections
+  the oldest is dropped, so silent connections never keep out a real client. Event streams of the app are counted
+  apart (MAX_STREAMS, the oldest dropped beyond). Bodies over MAX_BODY are refused (413) before they are read.
 """
 
 from __future__ import annotations
@@ -33,19 +39,26 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
 
 from nanoagent.agent import events as ev
 from nanoagent.attachments import AttachmentError, sniff, store_image
-from nanoagent.config.schema import HttpConfig
+from nanoagent.config.schema import Config, HttpConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import fsync_dir, private_dir
-from nanoagent.gateway import httpwire as wire
-from nanoagent.gateway.httpwire import HttpError, Request
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
 from nanoagent.messages import ImageBlock
 from nanoagent.paths import Paths, check_session_key
+from nanoagent.web.events import EventStream
+
+if TYPE_CHECKING:
+    from aiohttp.web_protocol import RequestHandler
+
+    from nanoagent.gateway.server import Gateway
+    from nanoagent.web.context import WebContext
 
 log = logging.getLogger("nanoagent.gateway.http")
 
@@ -53,13 +66,44 @@ TOKEN_FILE = "http-token"
 TOKEN_HINT = "the token in $NANOAGENT_HOME/run/http-token"
 QUERY_TOKEN_NAMES = {"api_key", "api-key", "apikey", "key", "token", "access_token", "auth", "authorization"}
 MIN_TOKEN = 32  # characters a token needs to be served beyond loopback (a made one has 43)
-MAX_CONNECTIONS = 64  # connections that sent an authenticated request; one more is answered 503
-MAX_UNAUTHENTICATED = 256  # connections yet to send one; beyond this the oldest of them is dropped
-AUTH_DEADLINE = 5.0  # seconds from connecting to an authenticated request's headers; then the connection closes
+MAX_CONNECTIONS = 64  # connections that proved who they are; one more is answered 503
+MAX_UNAUTHENTICATED = 256  # connections yet to do so; beyond this the oldest of them is dropped
+MAX_STREAMS = 256  # the app's open event streams; beyond this the oldest is dropped (its page reconnects)
+AUTH_DEADLINE = 5.0  # seconds from connecting to an authenticated request; then the connection closes (408)
+IDLE_TIMEOUT = 60.0  # seconds a kept-alive connection may wait for its next request
+MAX_BODY = 10 * 1024 * 1024  # a request body's bytes; a longer one is refused (413) before it is read
 KEEPALIVE = 15.0  # seconds of silence in a stream before a comment line keeps proxies from timing it out
 JOINED = ("Your message joined the turn already running in session {key}; the reply to both comes in the "
           "response to the message that started it.")
 NO_RETRY = {"x-should-retry": "false"}  # the openai SDK would send the message again: a second turn
+_TIMEOUT_BODY = (b'{"error":{"message":"No authenticated request came in time; connect again.","type":'
+                 b'"invalid_request_error","param":null,"code":null}}')
+TIMEOUT_RESPONSE = (b"HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\nConnection: close\r\n"
+                    b"Content-Length: %d\r\n\r\n%s" % (len(_TIMEOUT_BODY), _TIMEOUT_BODY))
+
+
+class HttpError(Exception):
+    """A request answered with an error status, as an OpenAI-shaped error object; `close`: the connection ends."""
+
+    def __init__(self, status: int, message: str, *, kind: str = "invalid_request_error", code: str | None = None,
+                 close: bool = False, headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.kind = kind
+        self.code = code
+        self.close = close
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"message": self.message, "type": self.kind, "param": None, "code": self.code}}
+
+    def response(self) -> web.Response:
+        headers = {**self.headers, **({"WWW-Authenticate": "Bearer"} if self.status == 401 else {})}
+        response = web.json_response(self.body(), status=self.status, headers=headers, dumps=_dumps)
+        if self.close:
+            response.force_close()
+        return response
 
 
 class ClientGone(Exception):
@@ -120,8 +164,9 @@ def _read_token(path: Path) -> str:
 
 def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
                    listening: Callable[[str, int], None] = lambda host, port: None,
-                   max_image_bytes: int = 5_000_000) -> Component:
-    """The endpoint as a gateway component. The token is read (or made) now, so a gateway that could not check
+                   max_image_bytes: int = 5_000_000, *,
+                   web_context: Callable[[], WebContext] | None = None) -> Component:
+    """The listener as a gateway component. The token is read (or made) now, so a gateway that could not check
     tokens never starts: it stops with one line saying why. `listening` gets the address once bound."""
     token_file = paths.run_dir / TOKEN_FILE
     try:
@@ -137,7 +182,70 @@ def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
         log.warning(_record("http_token_short", length=len(token),
                             fix="delete run/http-token and restart the gateway for a strong one"))
     endpoint = Endpoint(hub, token, hub.loop.models.default, max_image_bytes)
-    return Component("http", lambda: endpoint.serve(settings.host, settings.port, listening))
+
+    async def run() -> None:
+        from nanoagent.web.auth import WebAuth
+        from nanoagent.web.context import WebContext
+
+        ctx = web_context() if web_context is not None else WebContext(hub, paths, Config(), WebAuth())
+        await endpoint.serve(settings.host, settings.port, listening, ctx)
+
+    return Component("http", run)
+
+
+class Listener:
+    """The gateway's HTTP listener and its sign-in state: on from the start (`gateway.http.enabled`: `component`),
+    or turned on (loopback only) when `nanoagent web` asks (`signin`, the gateway protocol's request)."""
+
+    def __init__(self, hub: Hub, paths: Paths, config: Config, start: Callable[[Component], bool],
+                 gateway: Gateway | None = None):
+        from nanoagent.web.auth import WebAuth
+
+        self.hub = hub
+        self.paths = paths
+        self.config = config
+        self.start = start
+        self.gateway = gateway
+        self.auth = WebAuth()
+        self.address: tuple[str, int] | None = None
+        self.started = False
+        self._bound = asyncio.Event()
+
+    def component(self, settings: HttpConfig) -> Component:
+        self.started = True
+        return http_component(self.hub, self.paths, settings, self._listening,
+                              self.config.tools.attachments.max_image_bytes, web_context=self.context)
+
+    def context(self) -> WebContext:
+        from nanoagent.web.context import WebContext
+
+        return WebContext(self.hub, self.paths, self.config, self.auth, self.gateway)
+
+    def _listening(self, host: str, port: int) -> None:
+        self.address = (host, port)
+        self._bound.set()
+
+    async def signin(self, enable: bool) -> dict[str, Any]:
+        """A one-time sign-in link (`{"url": ...}`), or `{"off": true, "port": ...}` when the listener is off and
+        `enable` is false; with `enable` it is started on 127.0.0.1 first (until the gateway stops)."""
+        port = self.config.gateway.http.port
+        if not self.started:
+            if not enable:
+                return {"off": True, "port": port}
+            if not self.start(self.component(HttpConfig(enabled=True, host="127.0.0.1", port=port))):
+                raise NanoagentError("The gateway is stopping; start it again with `nanoagent gateway`.")
+        try:
+            async with asyncio.timeout(10):
+                await self._bound.wait()
+        except TimeoutError:
+            raise NanoagentError(f"The gateway's HTTP listener did not start on port {port} (see the gateway's log: "
+                                 "another program may hold the port); set gateway.http.port to a free one.") from None
+        assert self.address is not None
+        host, bound = self.address
+        if host in ("", "0.0.0.0", "::"):
+            host = "127.0.0.1"  # `nanoagent web` runs on this machine
+        shown = f"[{host}]" if ":" in host else host
+        return {"url": f"http://{shown}:{bound}/signin/{self.auth.codes.mint()}"}
 
 
 def _no_token(settings: HttpConfig, path: Path, error: Exception) -> str:
@@ -149,6 +257,79 @@ def _no_token(settings: HttpConfig, path: Path, error: Exception) -> str:
             "or its folder, or set gateway.http.enabled to false.")
 
 
+class Doors:
+    """The connections of the listener and their slots (see the module's doc): each is waiting (yet to prove who
+    it is, until its deadline), a client (one of MAX_CONNECTIONS) or, while an app's event stream runs on it, a
+    stream (one of MAX_STREAMS)."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[RequestHandler, asyncio.TimerHandle] = {}  # oldest first
+        self.clients: set[RequestHandler] = set()
+        self.streams: dict[RequestHandler, None] = {}  # oldest first
+        self.busy: dict[RequestHandler, int] = {}  # requests being answered on each connection
+
+    def arrived(self, connection: RequestHandler) -> None:
+        self._prune()
+        loop = asyncio.get_running_loop()
+        self.waiting[connection] = loop.call_later(AUTH_DEADLINE, self._expire, connection)
+        if len(self.waiting) > MAX_UNAUTHENTICATED:
+            oldest = next(iter(self.waiting))
+            self.waiting.pop(oldest).cancel()
+            _close(oldest)
+
+    def _expire(self, connection: RequestHandler) -> None:
+        if self.waiting.pop(connection, None) is None:
+            return
+        transport = connection.transport
+        if transport is not None and not transport.is_closing():
+            if not self.busy.get(connection):  # between requests, or mid-head: say why before closing
+                transport.write(TIMEOUT_RESPONSE)
+            transport.close()
+
+    def admit(self, connection: RequestHandler) -> None:
+        """The connection proved who it is: it takes a client's slot for the rest of its life (HttpError 503 when
+        none is free)."""
+        if connection in self.clients or connection in self.streams:
+            return
+        self._prune()
+        if len(self.clients) >= MAX_CONNECTIONS:
+            raise HttpError(503, f"Too many connections ({MAX_CONNECTIONS} signed-in clients); try again shortly.",
+                            kind="server_error", close=True, headers={"Retry-After": "1"})
+        timer = self.waiting.pop(connection, None)
+        if timer is not None:
+            timer.cancel()
+        self.clients.add(connection)
+
+    def streaming(self, connection: RequestHandler) -> None:
+        """An event stream of the app started on the connection: counted apart while it runs."""
+        if connection not in self.clients:
+            return
+        self.clients.discard(connection)
+        self.streams[connection] = None
+        if len(self.streams) > MAX_STREAMS:
+            self._prune()
+        if len(self.streams) > MAX_STREAMS:
+            oldest = next(iter(self.streams))
+            del self.streams[oldest]
+            _close(oldest)
+
+    def streamed(self, connection: RequestHandler) -> None:
+        if self.streams.pop(connection, 0) is None and connection.transport is not None:
+            self.clients.add(connection)
+
+    def _prune(self) -> None:
+        for gone in [c for c in self.waiting if c.transport is None]:
+            self.waiting.pop(gone).cancel()
+        self.clients = {c for c in self.clients if c.transport is not None}
+        self.streams = {c: None for c in self.streams if c.transport is not None}
+        self.busy = {c: n for c, n in self.busy.items() if c.transport is not None}
+
+
+def _close(connection: RequestHandler) -> None:
+    if connection.transport is not None:
+        connection.transport.close()
+
+
 class Endpoint:
     def __init__(self, hub: Hub, token: str, model: str, max_image_bytes: int = 5_000_000):
         self.hub = hub
@@ -156,16 +337,42 @@ class Endpoint:
         self.token = token.encode()
         self.model = model
         self.created = int(time.time())
-        self._connections: set[asyncio.Task[None]] = set()
-        # oldest first, each with its deadline and its writer (closing it ends the connection)
-        self._unauthenticated: dict[asyncio.Task[None], tuple[float, asyncio.StreamWriter]] = {}
-        self._authenticated: set[asyncio.Task[None]] = set()
+        self.doors = Doors()
 
-    async def serve(self, host: str, port: int, listening: Callable[[str, int], None]) -> None:
+    def application(self, ctx: WebContext) -> web.Application:
+        """The aiohttp application: the limits, the web app's auth and pages (`nanoagent.web`), the OpenAI routes."""
+        from nanoagent.web.app import add_app
+        from nanoagent.web.events import add_events
+
+        app = web.Application(client_max_size=MAX_BODY, middlewares=[self._limits], handler_args={})
+        ctx.auth.admit = lambda request: self.doors.admit(request.protocol)
+        ctx.auth.install(app)
+        app.on_response_prepare.append(self._prepared)
+        app.router.add_route("*", "/health", self._health)
+        app.router.add_route("*", "/v1{tail:.*}", self._v1)
+        add_app(app, ctx)
+        if not any(r.resource is not None and r.resource.canonical == "/api/events" for r in app.router.routes()):
+            add_events(app, ctx)  # the app's live updates, unless the app serves its own
+        return app
+
+    async def serve(self, host: str, port: int, listening: Callable[[str, int], None], ctx: WebContext) -> None:
         """Listen until cancelled; then close every connection."""
+        runner = web.AppRunner(self.application(ctx), handle_signals=False, access_log=None,
+                               handler_cancellation=True, keepalive_timeout=IDLE_TIMEOUT, shutdown_timeout=1.0,
+                               logger=_quiet())
+        await runner.setup()
+        handlers = runner.server
+        assert handlers is not None
+
+        def connection() -> RequestHandler:
+            made = handlers()
+            self.doors.arrived(made)
+            return made
+
         try:
-            server = await asyncio.start_server(self._connection, host, port, limit=wire.MAX_HEAD)
+            server = await asyncio.get_running_loop().create_server(connection, host, port)
         except OSError as e:
+            await runner.cleanup()
             log.error(_record("http_cannot_listen", host=host, port=port, error=e.strerror or type(e).__name__,
                               fix="set gateway.http.port to a free port or gateway.http.host to an address here"))
             raise
@@ -177,115 +384,80 @@ class Endpoint:
             await asyncio.Event().wait()  # until cancelled
         finally:
             server.close()
-            for connection in list(self._connections):
-                connection.cancel()
-            await asyncio.gather(*self._connections, return_exceptions=True)
+            for stream in list(self.doors.streams):  # they never end by themselves: their handlers stop now
+                _close(stream)
+            await runner.cleanup()
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        """One connection. Until it sends an authenticated request it holds no slot: it must do so within
-        AUTH_DEADLINE, and the oldest such connection is dropped when MAX_UNAUTHENTICATED wait, so silent or
-        tokenless connections can never keep out a client with the token."""
-        task = asyncio.current_task()
-        assert task is not None
-        self._connections.add(task)
-        self._unauthenticated[task] = (asyncio.get_running_loop().time() + AUTH_DEADLINE, writer)
-        if len(self._unauthenticated) > MAX_UNAUTHENTICATED:
-            oldest = next(iter(self._unauthenticated))
-            self._unauthenticated.pop(oldest)[1].close()  # its reader sees the end: the connection ends quietly
+    # --- every request ---------------------------------------------------------------------------
+
+    @web.middleware
+    async def _limits(self, request: web.Request,
+                              handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        connection = request.protocol
+        busy = self.doors.busy
+        busy[connection] = busy.get(connection, 0) + 1
         try:
-            while await self._exchange(reader, writer, task):
-                pass
-            await wire.close(reader, writer)
-        except asyncio.CancelledError:  # the endpoint is stopping: end quietly (asyncio's server would log a
-            writer.close()              # cancelled connection as an unhandled exception, with a traceback)
-        except ConnectionError:
-            writer.close()
-        except Exception as e:  # noqa: BLE001 - one connection's failure is that connection's alone
-            log.error(_record("http_connection_failed", error=type(e).__name__))
-            writer.close()
-        finally:
-            self._connections.discard(task)
-            self._unauthenticated.pop(task, None)
-            self._authenticated.discard(task)
-
-    def _authenticate(self, task: asyncio.Task[None]) -> None:
-        """The connection sent the token: it takes one of MAX_CONNECTIONS slots for the rest of its life."""
-        if task in self._authenticated:
-            return
-        if len(self._authenticated) >= MAX_CONNECTIONS:
-            raise HttpError(503, f"Too many connections ({MAX_CONNECTIONS} clients with the token); try again "
-                                 "shortly.", kind="server_error", close=True, headers={"Retry-After": "1"})
-        self._unauthenticated.pop(task, None)
-        self._authenticated.add(task)
-
-    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                        task: asyncio.Task[None]) -> bool:
-        """Answer one request; True when the connection stays open for the next."""
-        request: Request | None = None
-        try:
-            waiting = self._unauthenticated.get(task)
-            request = await wire.read_head(reader, waiting[0] if waiting else None)
-            if request is None:
-                return False
-            refusal = self._refusal(request)
-            if refusal is None and request.path != "/health":
-                self._authenticate(task)
-            if refusal is not None and request.expects_continue:
-                refusal.close = True  # the client holds its body back until we say continue: answer and close
-                raise refusal
-            if not await wire.read_body(reader, writer, request):
-                return False
-            if refusal is not None:
-                raise refusal
-            return await self._route(request, reader, writer) and request.keep_alive
+            if request.version < (1, 0) or request.version > (1, 1):
+                raise HttpError(505, f"HTTP/{request.version[0]}.{request.version[1]} is not supported; use "
+                                     "HTTP/1.1.", close=True)
+            if "Transfer-Encoding" in request.headers and request.path.startswith("/v1"):
+                raise HttpError(501, "Request bodies with Transfer-Encoding are not supported; send "
+                                     "Content-Length.", close=True)
+            if (request.content_length or 0) > MAX_BODY:
+                raise HttpError(413, f"The body is {request.content_length:,} bytes, over the limit of "
+                                     f"{MAX_BODY // (1024 * 1024)} MB; send a smaller one.", code="body_too_large",
+                                close=True)
+            return await handler(request)
         except HttpError as e:
-            close = e.close or request is None or not request.keep_alive
-            headers = {**e.headers, **({"WWW-Authenticate": "Bearer"} if e.status == 401 else {})}
-            await wire.send(writer, wire.response(e.status, e.body(), close=close, headers=headers))
-            return not close
-        except (ConnectionError, ClientGone):
-            return False
+            if not request.path.startswith(("/v1", "/health")) and e.status in (413, 503):
+                return _app_error(e)
+            return e.response()
+        finally:
+            busy[connection] -= 1
+            self.doors.streamed(connection)
 
-    def _refusal(self, request: Request) -> HttpError | None:
-        """Why a request is refused before its body is read: a missing, wrong or misplaced token."""
-        if request.path == "/health":
-            return None
-        if any(name.lower() in QUERY_TOKEN_NAMES or hmac.compare_digest(value.encode(), self.token)
-               for name, value in request.query):
-            return HttpError(401, "A token in the URL is not accepted (URLs end up in logs); send it in the "
-                                  "Authorization header instead: `Authorization: Bearer <token>`.",
-                             kind="authentication_error", code="token_in_query")
-        header = request.headers.get("authorization", "")
-        if not header:
-            return HttpError(401, f"Missing token: send `Authorization: Bearer <token>` with {TOKEN_HINT}.",
-                             kind="authentication_error", code="missing_token")
-        scheme, _, given = header.partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
-            return HttpError(401, f"Wrong token: use {TOKEN_HINT}, as `Authorization: Bearer <token>`.",
-                             kind="authentication_error", code="invalid_token")
-        return None
+    async def _prepared(self, request: web.Request, response: web.StreamResponse) -> None:
+        if response.content_type == "text/event-stream" and not request.path.startswith("/v1"):
+            self.doors.streaming(request.protocol)
 
-    async def _route(self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
+    async def _health(self, request: web.Request) -> web.StreamResponse:
+        _allow(request.method, "GET")
+        return _json({"status": "ok"})
+
+    async def _v1(self, request: web.Request) -> web.StreamResponse:
+        self._check_token(request)
+        self.doors.admit(request.protocol)
         path, method = request.path.rstrip("/") or "/", request.method
-        if path == "/health":
+        if path == "/v1/models":
             _allow(method, "GET")
-            await wire.send(writer, wire.response(200, {"status": "ok"}))
-        elif path == "/v1/models":
-            _allow(method, "GET")
-            await wire.send(writer, wire.response(200, {"object": "list", "data": self._models()}))
-        elif path.startswith("/v1/models/"):
+            return _json({"object": "list", "data": self._models()})
+        if path.startswith("/v1/models/"):
             _allow(method, "GET")
             found = [m for m in self._models() if m["id"] == path.removeprefix("/v1/models/")]
             if not found:
                 raise HttpError(404, "No such model; GET /v1/models lists them.", code="model_not_found")
-            await wire.send(writer, wire.response(200, found[0]))
-        elif path == "/v1/chat/completions":
+            return _json(found[0])
+        if path == "/v1/chat/completions":
             _allow(method, "POST")
-            return await self._chat(request, reader, writer)
-        else:
-            raise HttpError(404, f"Nothing at {path[:100]}; this endpoint serves POST /v1/chat/completions, "
-                                 "GET /v1/models and GET /health.", kind="not_found_error")
-        return True
+            return await self._chat(request)
+        raise HttpError(404, f"Nothing at {path[:100]}; this endpoint serves POST /v1/chat/completions, "
+                             "GET /v1/models and GET /health.", kind="not_found_error")
+
+    def _check_token(self, request: web.Request) -> None:
+        """A missing, wrong or misplaced token is a 401."""
+        if any(name.lower() in QUERY_TOKEN_NAMES or hmac.compare_digest(value.encode(), self.token)
+               for name, value in request.query.items()):
+            raise HttpError(401, "A token in the URL is not accepted (URLs end up in logs); send it in the "
+                                 "Authorization header instead: `Authorization: Bearer <token>`.",
+                            kind="authentication_error", code="token_in_query")
+        header = request.headers.get("Authorization", "")
+        if not header:
+            raise HttpError(401, f"Missing token: send `Authorization: Bearer <token>` with {TOKEN_HINT}.",
+                            kind="authentication_error", code="missing_token")
+        scheme, _, given = header.partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), self.token):
+            raise HttpError(401, f"Wrong token: use {TOKEN_HINT}, as `Authorization: Bearer <token>`.",
+                            kind="authentication_error", code="invalid_token")
 
     def _models(self) -> list[dict[str, Any]]:
         return [{"id": name, "object": "model", "created": self.created, "owned_by": "nanoagent"}
@@ -293,19 +465,24 @@ class Endpoint:
 
     # --- chat completions ------------------------------------------------------------------------
 
-    async def _chat(self, request: Request, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        body = request.json()
+    async def _chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = json.loads(await request.read())
+        except (ValueError, UnicodeDecodeError) as e:
+            raise HttpError(400, f"The body is not valid JSON ({e}); send a JSON object.") from None
+        except RecursionError:
+            raise HttpError(400, "The body's JSON is nested too deeply.") from None
         if not isinstance(body, dict):
             raise HttpError(400, "The body must be a JSON object with `messages`.")
         if body.get("tools") or body.get("functions"):
             raise HttpError(400, "`tools` are not taken: nanoagent runs its own tools and cannot call a client's; "
                                  "send the request without them.", code="unsupported_tools")
         said = UserInput.of(body.get("messages"))
-        key = session_key(body.get("user"), request.headers.get("x-nanoagent-session"))
+        key = session_key(body.get("user"), request.headers.get("X-Nanoagent-Session"))
         stream = body.get("stream", False)
         if not isinstance(stream, bool):
             raise HttpError(400, "`stream` must be true or false.", code="invalid_stream")
-        incognito = _incognito(body.get("incognito"), request.headers.get("x-nanoagent-incognito"))
+        incognito = _incognito(body.get("incognito"), request.headers.get("X-Nanoagent-Incognito"))
         loop = self.hub.loop
         if incognito:  # its own session beside the name's saved one, temporary: see README
             try:
@@ -326,33 +503,26 @@ class Endpoint:
         if incognito:
             headers["X-Nanoagent-Incognito"] = "temporary chat: not archived, Dreamed or searchable; deleted when it ends"
         if stream:
-            return await self._stream(reply, request, key, said.text, images, headers, reader, writer)
+            return await self._stream(reply, request, key, said.text, images, headers)
         streamed = _Streamed()
-        turn = await self._send(request, key, said.text, images, reader, streamed.sink(lambda text: None),
-                                _still_here)
+        turn = await self._send(request, key, said.text, images, streamed.sink(lambda text: None), None)
         if turn is not None and turn.result is not None and turn.result.error is not None:
             raise HttpError(502, turn.reply, kind="server_error", code="turn_failed", headers=NO_RETRY)
         streamed.missing(JOINED.format(key=key) if turn is None else turn.reply)  # the same text a stream shows
-        await wire.send(writer, wire.response(200, reply.completion(streamed.text, turn), headers=headers))
-        return True
+        return _json(reply.completion(streamed.text, turn), headers=headers)
 
-    async def _stream(self, reply: Reply, request: Request, key: str, text: str, images: list[ImageBlock],
-                      headers: dict[str, str], reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> bool:
-        out = wire.EventStream(writer, request)
-        out.start(headers)
+    async def _stream(self, reply: Reply, request: web.Request, key: str, text: str, images: list[ImageBlock],
+                      headers: dict[str, str]) -> web.StreamResponse:
+        out = await EventStream.open(request, headers)
         out.data(reply.chunk({"role": "assistant", "content": ""}))
         streamed = _Streamed(lambda name: out.comment(f"tool {name}"))
         on_event = streamed.sink(lambda text: out.data(reply.chunk({"content": text})))
-
-        async def tick() -> bool:
-            out.comment("keep-alive")
-            await out.flush()
-            return not out.gone
-
         try:
-            turn = await self._send(request, key, text, images, reader, on_event, tick)
+            turn = await self._send(request, key, text, images, on_event, out)
         except HttpError as e:
             out.data(e.body())
+        except ClientGone:
+            return out.response
         else:
             if turn is not None and turn.result is not None and turn.result.error is not None:
                 out.data(HttpError(502, turn.reply, kind="server_error", code="turn_failed").body())
@@ -362,37 +532,38 @@ class Endpoint:
                     out.data(reply.chunk({"content": missing}))
                 out.data(reply.chunk({}, finish=reply.finish_reason(turn), usage=reply.usage(turn)))
         out.data("[DONE]")
-        out.end()
-        await out.flush()
-        return out.chunked and not out.gone
+        await out.end()
+        return out.response
 
-    async def _send(self, request: Request, key: str, text: str, images: list[ImageBlock],
-                    reader: asyncio.StreamReader, on_event: ev.EventSink,
-                    tick: Callable[[], Awaitable[bool]]) -> ev.TurnResult | None:
-        """hub.send for one request, watching its client: `tick` runs every KEEPALIVE seconds (False: the client
-        is gone). A client that goes away cancels the turn it started and raises ClientGone; a turn that could
-        not run is an HttpError. None: the message joined the session's running turn."""
+    async def _send(self, request: web.Request, key: str, text: str, images: list[ImageBlock],
+                    on_event: ev.EventSink, out: EventStream | None) -> ev.TurnResult | None:
+        """hub.send for one request, watching its client: a stream `out` is flushed as events come and gets a
+        comment line every KEEPALIVE seconds of silence. A client that goes away (its connection closed: aiohttp
+        cancels the handler; or a stream it stopped reading) cancels the turn it started; a turn that could not
+        run is an HttpError. None: the message joined the session's running turn."""
         watch = _TurnWatch(on_event)
         send = asyncio.create_task(self.hub.send(key, text, sink=watch, ask=None, images=images or None),
                                    name=f"http {key}")
-        eof: asyncio.Task[bool] = asyncio.create_task(_closed(reader))
         try:
             while not send.done():
-                done, _ = await asyncio.wait({send, eof}, timeout=KEEPALIVE, return_when=asyncio.FIRST_COMPLETED)
-                if send in done:
-                    break
-                if eof in done and not eof.result():  # it sent more (pipelining): close after this reply
-                    request.spoiled = True
-                    eof = asyncio.create_task(_forever())
-                elif eof in done or not await tick():
-                    if watch.running and not send.done():
-                        self.hub.cancel(key)
+                if out is None:
+                    await asyncio.wait({send})
+                    continue
+                added = asyncio.create_task(out.wait(KEEPALIVE))
+                done, _ = await asyncio.wait({send, added}, return_when=asyncio.FIRST_COMPLETED)
+                added.cancel()
+                if not out.pending and send not in done:
+                    out.comment("keep-alive")
+                if not await out.flush():
                     raise ClientGone
+        except (asyncio.CancelledError, ClientGone):
+            if _client_gone(request, out) and watch.running and not send.done():
+                self.hub.cancel(key)
+            raise
         finally:
-            eof.cancel()
             if not send.done():
                 send.cancel()  # our wait only: the turn belongs to the hub
-            await asyncio.gather(send, eof, return_exceptions=True)
+            await asyncio.gather(send, return_exceptions=True)
         if send.cancelled():
             raise HttpError(503, "The turn was stopped before it finished (/stop, or the gateway is shutting down).",
                             kind="server_error", code="turn_cancelled", headers=NO_RETRY)
@@ -408,6 +579,35 @@ class Endpoint:
             log.error(_record("http_turn_failed", error=type(e).__name__))
             raise HttpError(500, f"The turn failed inside the gateway ({type(e).__name__}); see the gateway's log.",
                             kind="server_error", headers=NO_RETRY) from None
+
+
+def _client_gone(request: web.Request, out: EventStream | None) -> bool:
+    transport = request.transport
+    return transport is None or transport.is_closing() or (out is not None and out.gone)
+
+
+def _dumps(data: Any) -> str:
+    return json.dumps(data, ensure_ascii=False, separators=(",", ":"))
+
+
+def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response(data, status=status, headers=headers, dumps=_dumps)
+
+
+def _app_error(error: HttpError) -> web.Response:
+    """A refusal of the limits for the app's routes: `{"error": "..."}`, as the app's API answers."""
+    response = web.json_response({"error": error.message}, status=error.status, headers=error.headers)
+    if error.close:
+        response.force_close()
+    return response
+
+
+def _quiet() -> logging.Logger:
+    """aiohttp's own logger for the listener: a malformed request is the client's problem, not a traceback in the
+    gateway's log (it is answered 400); the handlers log what matters as structured lines."""
+    quiet = logging.getLogger("nanoagent.gateway.http.wire")
+    quiet.setLevel(logging.CRITICAL)
+    return quiet
 
 
 @dataclass
@@ -597,27 +797,11 @@ def session_key(user: Any, header: str | None) -> str:
         raise HttpError(400, f"{str(e)[:-1]} in X-Nanoagent-Session or `user`.", code="invalid_session") from None
 
 
+
+
 def _allow(method: str, allowed: str) -> None:
     if method != allowed:
         raise HttpError(405, f"Use {allowed} here.", code="method_not_allowed", headers={"Allow": allowed})
-
-
-async def _closed(reader: asyncio.StreamReader) -> bool:
-    """Watch a client that waits for its reply: True when it closed its side (or reset), False when it sent more
-    (a pipelined request, which no OpenAI client sends; its first byte is lost, so the connection must close)."""
-    try:
-        return not await reader.read(1)
-    except ConnectionError:
-        return True
-
-
-async def _forever() -> bool:
-    await asyncio.Event().wait()
-    return False
-
-
-async def _still_here() -> bool:
-    return True
 
 
 def _record(event: str, **fields: Any) -> str:
@@ -631,4 +815,4 @@ def url(host: str, port: int) -> str:
     return f"http://{shown}:{port}/v1"
 
 
-__all__ = ["Endpoint", "http_component", "is_loopback", "load_token", "url"]
+__all__ = ["Endpoint", "HttpError", "Listener", "http_component", "is_loopback", "load_token", "url"]

@@ -31,6 +31,7 @@ class _Session:
     turn: asyncio.Task[TurnResult] | None = None
     pending: list[str] = field(default_factory=list)  # messages that joined the running turn
     ask: Ask | None = None  # who can approve commands in the running turn
+    workdir: str = ""  # the folder the running turn works in (`agent -C DIR`): the turn that follows it works there
     commands: set[asyncio.Task[TurnResult]] = field(default_factory=set)  # slash commands running (/new, /dream)
 
 
@@ -68,12 +69,13 @@ class Hub:
 
     async def send(self, key: str, text: str, sink: ev.EventSink | None = None, ask: Ask | None = None,
                    images: list[ImageBlock] | None = None, *, model: str | None = None,
-                   fresh: bool = False) -> TurnResult | None:
+                   fresh: bool = False, workdir: str = "") -> TurnResult | None:
         """Handle a message: a slash command, a new turn (its result when it ends), or None when the message
         joined the session's running turn. `sink` gets this call's events besides the session's watchers.
         A message with `images` never joins a running turn (a joined message is text): it waits for the turn
         to end and starts the next one; so does a `fresh` one (the session emptied first: the heartbeat's),
-        whose turn may use a `model` of its own (`AgentLoop.handle`)."""
+        whose turn may use a `model` of its own (`AgentLoop.handle`). `workdir`: the folder the turn works in (a
+        terminal's `agent -C DIR`, a cron job made in such a turn)."""
         if self.closed:
             raise HubClosed("The gateway is shutting down; send the message again when it is back.")
         state = self._state(key)
@@ -81,7 +83,7 @@ class Hub:
         if stripped.split(maxsplit=1)[:1] in ([c] for c in STOP_COMMANDS):
             return TurnResult("Stopped the running turn." if self.cancel(key) else "Nothing is running.", key)
         if stripped.startswith("/") and stripped.split()[0] != "/retry":
-            return await self._command(key, state, stripped, sink, ask, images)
+            return await self._command(key, state, stripped, sink, ask, images, workdir)
         if images or fresh:
             if images:
                 self.loop.check_images(key, images)  # refused now, not after waiting for the running turn
@@ -92,13 +94,13 @@ class Hub:
         elif self.busy(key):
             state.pending.append(text)
             return None
-        return await self._start(key, state, text, sink, ask, images, model, fresh)
+        return await self._start(key, state, text, sink, ask, images, model, fresh, workdir)
 
     async def _start(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
                      ask: Ask | None, images: list[ImageBlock] | None = None, model: str | None = None,
-                     fresh: bool = False) -> TurnResult:
-        state.ask = ask
-        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask, images, model, fresh),
+                     fresh: bool = False, workdir: str = "") -> TurnResult:
+        state.ask, state.workdir = ask, workdir
+        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask, images, model, fresh, workdir),
                                          name=f"turn {key}")
         # the turn belongs to the hub: a sender that is cancelled (a client gone) leaves it running
         try:
@@ -111,11 +113,11 @@ class Hub:
             return TurnResult("Cancelled.", key, ev.RunResult(reply="", stop=ev.StopReason.CANCELLED))
 
     async def _command(self, key: str, state: _Session, text: str, sink: ev.EventSink | None, ask: Ask | None,
-                       images: list[ImageBlock] | None) -> TurnResult:
+                       images: list[ImageBlock] | None, workdir: str = "") -> TurnResult:
         """A slash command, cancelled like a turn (/stop, a client's Ctrl-C). Unlike a turn it belongs to its
         sender: a sender that goes away cancels it."""
         command = asyncio.create_task(self.loop.handle(text, key, sink=self._fanout(state, sink), ask=ask,
-                                                       images=images), name=f"command {key}")
+                                                       images=images, workdir=workdir), name=f"command {key}")
         state.commands.add(command)
         try:
             return await command
@@ -129,14 +131,15 @@ class Hub:
 
     async def _turn(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
                     ask: Ask | None, images: list[ImageBlock] | None = None, model: str | None = None,
-                    fresh: bool = False) -> TurnResult:
+                    fresh: bool = False, workdir: str = "") -> TurnResult:
         async with self.slots:
             result = await self.loop.handle(text, key, sink=self._fanout(state, sink),
                                             injections=lambda: self._take(state), ask=ask, images=images,
-                                            model=model, fresh=fresh)
+                                            model=model, fresh=fresh, workdir=workdir)
         if state.pending and not self.closed:  # said after the turn's last model call: it starts the next
             follow = "\n\n".join(self._take(state))
-            state.turn = asyncio.create_task(self._turn(key, state, follow, None, state.ask), name=f"turn {key}")
+            state.turn = asyncio.create_task(self._turn(key, state, follow, None, state.ask, workdir=state.workdir),
+                                             name=f"turn {key}")
         return result
 
     @staticmethod

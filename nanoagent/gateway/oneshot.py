@@ -83,22 +83,24 @@ def tell(path: Path, message: dict, timeout: float = 0.5) -> bool:
 
 
 def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event], None],
-             ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None) -> ev.TurnResult:
+             ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None,
+             workdir: str = "") -> ev.TurnResult:
     """Send one message or slash command to `session` and wait for its turn to end. Every event of the session
     goes to `on_event`; `ask` answers approval questions (None: each is declined). Ctrl-C or a signal (Stopped)
     cancels the turn in the gateway; any other end of the wait leaves the turn to finish there. NoGateway when
     nothing listens on the socket."""
-    with sending(path, session, text, images) as message:
+    with sending(path, session, text, images, workdir) as message:
         return message.wait(on_event, ask)
 
 
 @contextlib.contextmanager
-def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None = None) -> Iterator[Sending]:
+def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None = None,
+            workdir: str = "") -> Iterator[Sending]:
     """Connect and send the message at once, before the caller loads what it draws the reply with (the gateway
     starts the turn meanwhile); `wait` on what this yields. Without images the hello and the message go in one
-    write; with images the welcome is read first, to check the gateway takes them. Ctrl-C or a signal (Stopped)
+    write; with images or a working folder (`workdir`) the welcome is read first, to check the gateway takes them. Ctrl-C or a signal (Stopped)
     inside the block cancels the turn in the gateway. NoGateway when nothing listens on the socket."""
-    send = protocol.encode(protocol.send(REQUEST, session, text, images))
+    send = protocol.encode(protocol.send(REQUEST, session, text, images, workdir))
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
                              f"{protocol.MAX_LINE:,}); send less, or use --local.")
@@ -117,9 +119,9 @@ def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None
         with io.BufferedRWPair(reader, writer) as stream:
             hello = protocol.encode(protocol.hello(session))
             message = Sending(stream, session)
-            if images:
+            if images or workdir:
                 _write(stream, hello)
-                check_features(message.welcome(), images)
+                check_features(message.welcome(), images, workdir)
                 _write(stream, send)
             else:
                 _write(stream, hello + send)

@@ -6,12 +6,18 @@ Client to gateway:
     {"type": "send", "id": "r1", "session": KEY, "text": "..."}  a message or a slash command
         optional "attachments": [{"type": "image", "path": "media/...", "sha256": HEX, "media_type": "image/png",
         "name": "cat.png"}]: images the client stored under the workspace's media/ (by reference, never bytes)
+        optional "workdir": "/abs/path": the folder the turn works in (`agent -C DIR`; feature "workdir")
     {"type": "cancel", "session": KEY}                           Ctrl-C or Esc: cancel the running turn and commands
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
+    {"type": "signin", "id": "w1", "enable": false}              `nanoagent web`: a one-time sign-in link for the
+                                                                 web app; "enable": turn the HTTP listener on
+                                                                 (loopback) when it is off
 Gateway to client:
     {"type": "event", "event": {"kind": "TextDelta", "session": KEY, "text": "..."}}   the runner's typed events
     {"type": "ask", "id": "q1", "question": "..."}               an approval question for this client's turn
     {"type": "result", "id": "r1", "reply": "...", "joined": false, "run": {...} | null}
+    {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE"}   or {"type": "signin", "id": "w1",
+        "off": true, "port": 8765}: the listener is off (send again with "enable": true)
     {"type": "error", "message": "..."}                          a bad line; the connection stays
 
 This module is light on purpose: an attaching terminal imports it, never a provider SDK.
@@ -36,7 +42,7 @@ if TYPE_CHECKING:
 VERSION = 1
 MAX_LINE = 8 << 20  # a client's line longer than this is refused (the connection is closed): 1 MB of piped text fits
 MAX_EVENT_LINE = 4 * MAX_LINE  # clients read the gateway's lines up to this (an event echoes a message with context)
-FEATURES = ("attachments",)  # what this gateway takes beyond version 1's first form, named in its welcome
+FEATURES = ("attachments", "workdir")  # what this gateway takes beyond version 1's first form, named in its welcome
 
 
 
@@ -67,10 +73,12 @@ def unreachable(path: Path, e: OSError) -> NoGateway:
                 "or use --local.")
 
 
-def check_features(welcome: dict[str, Any], images: list[ImageBlock] | None) -> None:
-    if images and "attachments" not in (welcome.get("features") or []):
-        raise NanoagentError("The running gateway is older than this client and would drop the attachment; "
-                             "restart it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
+def check_features(welcome: dict[str, Any], images: list[ImageBlock] | None, workdir: str = "") -> None:
+    features = welcome.get("features") or []
+    for wanted, needed, what in ((images, "attachments", "the attachment"), (workdir, "workdir", "the working folder")):
+        if wanted and needed not in features:
+            raise NanoagentError(f"The running gateway is older than this client and would drop {what}; restart "
+                                 "it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
 
 
 def hello(session: str) -> dict[str, Any]:
@@ -78,10 +86,12 @@ def hello(session: str) -> dict[str, Any]:
     return {"type": "hello", "v": VERSION, "session": session, "pid": os.getpid()}
 
 
-def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None) -> dict[str, Any]:
-    """A message or slash command for `session`, with references to images already under the workspace's media/."""
+def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None,
+         workdir: str = "") -> dict[str, Any]:
+    """A message or slash command for `session`, with references to images already under the workspace's media/,
+    and the folder its turn works in (`agent -C DIR`; "" the workspace)."""
     return {"type": "send", "id": request_id, "session": session, "text": text,
-            **({"attachments": images} if images else {})}
+            **({"attachments": images} if images else {}), **({"workdir": workdir} if workdir else {})}
 
 
 def encode(message: dict[str, Any]) -> bytes:

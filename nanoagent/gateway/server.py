@@ -59,9 +59,14 @@ class Gateway:
     grace: float = 10.0
     clock: Callable[[], float] = time.time
     settings: dict[str, str] = field(default_factory=dict)  # env variable -> what it stands for here (gateway.env)
+    # `{"type": "signin", "enable": bool}` (from `nanoagent web`): a one-time sign-in link for the web app, turning
+    # the HTTP listener on when asked to; None where the gateway has no HTTP side to offer
+    signin: Callable[[bool], Awaitable[dict[str, Any]]] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
+    _group: asyncio.TaskGroup | None = None
+    _supervisors: list[asyncio.Task[None]] = field(default_factory=list)
 
     def stop(self) -> None:
         self._stop.set()
@@ -91,12 +96,14 @@ class Gateway:
                              components=[c.name for c in self.components]))
             try:
                 async with asyncio.TaskGroup() as group:
-                    supervisors = [group.create_task(self._supervise(c), name=c.name) for c in self.components]
+                    self._group = group
+                    self._supervisors = [group.create_task(self._supervise(c), name=c.name) for c in self.components]
                     ready()
                     await self._stop.wait()
                     server.close()  # no new clients
                     await self.hub.drain(self.grace)
-                    for task in supervisors:
+                    self._group = None
+                    for task in self._supervisors:
                         task.cancel()
             finally:
                 for client in list(self._clients):
@@ -108,6 +115,14 @@ class Gateway:
                     with contextlib.suppress(FileNotFoundError):
                         path.unlink()
                 log.info(_record("gateway_stopped"))
+
+    def start_component(self, component: Component) -> bool:
+        """Run one more component from now on, supervised like the others (False: the gateway is stopping)."""
+        if self._group is None:
+            return False
+        self.components.append(component)
+        self._supervisors.append(self._group.create_task(self._supervise(component), name=component.name))
+        return True
 
     async def _supervise(self, component: Component) -> None:
         for attempt in itertools.count():
@@ -199,6 +214,10 @@ class Connection:
                 question.set_result(str(message.get("text", "")))
         elif kind == "status":
             self.write(self.gateway.status())
+        elif kind == "signin":
+            request = asyncio.create_task(self.signin(message))
+            self.requests.add(request)
+            request.add_done_callback(self.requests.discard)
         elif kind == "jobs_changed":  # another process wrote cron/jobs.json: the scheduler looks again now
             from nanoagent.cron.store import JobStore
 
@@ -229,11 +248,12 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": "send needs a string \"text\""})
             return
         images, problem = protocol.attachments_from_wire(message.get("attachments"))
+        workdir, problem = self.workdir(message.get("workdir")) if not problem else ("", problem)
         if problem:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         try:
-            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images)
+            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir)
         except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
@@ -243,6 +263,32 @@ class Connection:
                                                                      f"({type(e).__name__}); see its log in logs/"})
             return
         self.write(protocol.result_to_wire(turn, request_id))
+
+    async def signin(self, message: dict[str, Any]) -> None:
+        request_id = str(message.get("id", ""))
+        if self.gateway.signin is None:
+            self.write({"type": "error", "id": request_id, "message": "this gateway serves no web app"})
+            return
+        try:
+            answer = await self.gateway.signin(message.get("enable") is True)
+        except NanoagentError as e:
+            self.write({"type": "error", "id": request_id, "message": str(e)})
+            return
+        self.write({"type": "signin", "id": request_id, **answer})
+
+    def workdir(self, raw: Any) -> tuple[str, str]:
+        """A send's working folder (`agent -C DIR`), checked as the terminal checked it, or ("", what is wrong)."""
+        from nanoagent.tools.fs import working_folder
+
+        if raw is None or raw == "":
+            return "", ""
+        if not isinstance(raw, str) or not raw.startswith("/"):
+            return "", "\"workdir\" must be an absolute path"
+        paths = self.gateway.paths
+        try:
+            return str(working_folder(raw, paths.home, paths.workspace)), ""
+        except ValueError as e:
+            return "", str(e)
 
     async def ask(self, question: str) -> str:
         """An approval question for the person at this client; no answer (the client gone) is a no."""

@@ -61,6 +61,12 @@ class ToolContext:
     workspace: Path
     restrict_to_workspace: bool = True
 
+    @property
+    def folder(self) -> Path:
+        """Where this turn works: its working folder (`TurnScope.workdir`), else the workspace."""
+        workdir = current_turn.get().workdir
+        return Path(workdir) if workdir else self.workspace
+
 
 # A question for the person at the terminal (y / n / always); returns their answer as typed.
 Ask = Callable[[str], Awaitable[str]]
@@ -82,6 +88,9 @@ class TurnScope:
     # than the owner, USER.md is that person's own file (memory/people.py)
     aliases: tuple[tuple[str, str], ...] = ()
     hidden: tuple[str, ...] = ()  # files and folders the file tools neither read nor list in this turn (not aliases)
+    # the folder the person works in (`agent -C DIR`), a real absolute path: the file tools and exec work there,
+    # relative paths start there, and the workspace stays reachable by its absolute paths; "" = the workspace
+    workdir: str = ""
 
 
 # Set by the loop for the length of a turn; tasks started inside the turn (parallel tool calls) inherit it.

@@ -32,12 +32,14 @@ WriteHook = Callable[[str, str, Callable[[], None]], None]
 def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Path:
     """Absolute path for `path`; refused when its real location is outside a restricted workspace.
 
-    Read-only callers may also reach the built-in skills folder: the skills summary lists its
-    SKILL.md paths for the model to read. Nothing there may be written or run in.
+    Relative paths start in the turn's folder (`ctx.folder`: its working folder, else the workspace). A turn with a
+    working folder may reach it and the workspace (memory, media/), nothing else. Read-only callers may also reach
+    the built-in skills folder: the skills summary lists its SKILL.md paths for the model to read. Nothing there may
+    be written or run in.
     """
     candidate = Path(os.path.expanduser(path))
     if not candidate.is_absolute():
-        candidate = ctx.workspace / candidate
+        candidate = ctx.folder / candidate
     for alias, target in current_turn.get().aliases:
         if os.path.normpath(candidate) == os.path.normpath(ctx.workspace / alias):
             candidate = ctx.workspace / target
@@ -49,10 +51,29 @@ def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Pat
         if not _inside(real, _allowed_roots(ctx, read_only)):
             hint = ("built-in skills are read-only: copy the skill into the workspace's skills/ folder to change it"
                     if _inside(real, _allowed_roots(ctx, True)) else "use a path inside it")
-            raise ToolError(f"Path '{path}' is outside the workspace {ctx.workspace}; "
-                            f"{hint} (restrictToWorkspace is on).")
+            workdir = current_turn.get().workdir
+            where = (f"the working folder {workdir} (and the workspace {ctx.workspace})" if workdir
+                     else f"the workspace {ctx.workspace}")
+            raise ToolError(f"Path '{path}' is outside {where}; {hint} (restrictToWorkspace is on).")
         return real
     return Path(os.path.abspath(candidate))
+
+
+def working_folder(path: str | Path, home: Path, workspace: Path) -> Path:
+    """The real path of a working folder (`agent -C DIR`); ValueError, one line, when it cannot be one: not a
+    folder, or holding nanoagent's home or inside it (its keys, sessions and other chats would come within the
+    tools' reach; a folder inside the workspace is fine, the tools reach it anyway)."""
+    real = Path(os.path.realpath(os.path.expanduser(str(path))))
+    if not real.is_dir():
+        raise ValueError(f"The working folder {path} is not a folder" + ("" if real.exists() else " (it does not "
+                         "exist)") + ": give a folder that exists.")
+    home_real = Path(os.path.realpath(home))
+    if _inside(real, (Path(os.path.realpath(workspace)),)):
+        return real
+    if _inside(real, (home_real,)) or _inside(home_real, (real,)):
+        raise ValueError(f"The working folder {real} holds nanoagent's home {home_real} or lies inside it: its keys "
+                         "and sessions would come within the tools' reach; give a project folder outside it.")
+    return real
 
 
 def _hidden(ctx: ToolContext, path: Path) -> bool:
@@ -70,10 +91,14 @@ def _hidden(ctx: ToolContext, path: Path) -> bool:
 
 
 def _allowed_roots(ctx: ToolContext, read_only: bool) -> tuple[Path, ...]:
-    """Real paths a restricted tool may reach: the workspace, plus the built-in skills when only reading."""
-    root = Path(os.path.realpath(ctx.workspace))
+    """Real paths a restricted tool may reach: the workspace and the turn's working folder, plus the built-in
+    skills when only reading."""
+    roots = [Path(os.path.realpath(ctx.workspace))]
+    workdir = current_turn.get().workdir
+    if workdir:
+        roots.append(Path(os.path.realpath(workdir)))
     builtin = _builtin_skills() if read_only else None
-    return (root, builtin) if builtin else (root,)
+    return (*roots, builtin) if builtin else tuple(roots)
 
 
 @functools.cache
@@ -89,7 +114,8 @@ def _inside(real: Path, roots: tuple[Path, ...]) -> bool:
 
 
 def _display(ctx: ToolContext, path: Path) -> str:
-    root = Path(os.path.realpath(ctx.workspace))
+    """`path` as the model gave it in relative form: from the turn's folder; absolute outside it."""
+    root = Path(os.path.realpath(ctx.folder))
     try:
         return str(path.relative_to(root))
     except ValueError:

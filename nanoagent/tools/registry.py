@@ -35,6 +35,18 @@ class ToolRegistry:
     def names(self) -> list[str]:
         return list(self._tools)
 
+    def items(self) -> list[tuple[str, Tool]]:
+        return list(self._tools.items())
+
+    def current(self) -> int:
+        """`version`, with any change of a registry this one shows taken in first (`tools/policy.py` ToolView)."""
+        return self.version
+
+    def refused(self, name: str) -> str | None:
+        """Why a call to `name` is refused when this registry leaves out a tool it knows of (a policy, a
+        sub-agent's subset); None for a name it simply does not have."""
+        return None
+
     def specs(self) -> list[ToolSpec]:
         if self._specs is None:
             self._specs = [t.spec() for t in self._tools.values()]

@@ -124,9 +124,10 @@ def python_paths() -> list[str]:
 
 
 def bwrap_argv(policy: SandboxPolicy, command: str, workspace: Path, cwd: Path, home: Path,
-               protected: list[Path]) -> list[str]:
+               protected: list[Path], workdir: Path | None = None) -> list[str]:
     """The bwrap command line for one command. Later mounts go on top of earlier ones, so the order is:
-    system, /etc, /proc, /dev, private /tmp and home, Python, the workspace, then what is read-only in it."""
+    system, /etc, /proc, /dev, private /tmp and home, Python, the working folder (`workdir`, `agent -C DIR`, with
+    $NANOAGENT_HOME hidden again should it lie inside), the workspace, then what is read-only in it."""
     real_ws = os.path.realpath(workspace)
     args = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             *([] if policy.network else ["--unshare-net"]), "--disable-userns",
@@ -141,6 +142,12 @@ def bwrap_argv(policy: SandboxPolicy, command: str, workspace: Path, cwd: Path, 
     args += ["--tmpfs", str(home)]  # $NANOAGENT_HOME hidden even when it sits under a bound folder
     for path in python_paths():
         args += ["--ro-bind", path, path]
+    if workdir is not None:
+        real_folder = os.path.realpath(workdir)
+        args += ["--bind", real_folder, real_folder]
+        real_home = os.path.realpath(home)
+        if real_home == real_folder or real_home.startswith(real_folder + os.sep):
+            args += ["--tmpfs", real_home]  # tools.fs.working_folder refuses such a folder; this holds regardless
     for path in policy.read_only_paths:
         expanded = os.path.realpath(os.path.expanduser(path))
         args += ["--ro-bind-try", expanded, expanded]

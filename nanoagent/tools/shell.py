@@ -93,15 +93,18 @@ def exec_tool(settings: ExecSettings | None = None, around: CommandHook | None =
             timeout: Seconds before the command is killed (default from config, at most 600).
             workdir: Folder to run in, relative to the workspace.
         """
-        # inside the workspace even when file tools may leave it: the sandbox holds nothing else writable
-        cwd = resolve_path(dataclasses.replace(ctx, restrict_to_workspace=True), workdir) if workdir else ctx.workspace
+        # inside the workspace (or the turn's working folder) even when file tools may leave it: the sandbox holds
+        # nothing else writable
+        cwd = resolve_path(dataclasses.replace(ctx, restrict_to_workspace=True), workdir) if workdir else ctx.folder
         if not cwd.is_dir():
             raise ToolError(f"workdir '{workdir}' is not a folder.")
-        sandboxed = await gate.admit(command, current_turn.get())
+        turn = current_turn.get()
+        sandboxed = await gate.admit(command, turn)
         limit = min(MAX_TIMEOUT, timeout or settings.timeout)
+        folder = Path(turn.workdir) if turn.workdir else None
 
         def run() -> Awaitable[str]:
-            return run_command(command, ctx.workspace, cwd, limit, settings, sandboxed)
+            return run_command(command, ctx.workspace, cwd, limit, settings, sandboxed, folder)
 
         return await (around(command, run) if around is not None else run())
 
@@ -193,12 +196,14 @@ def describe_limits(policy: SandboxPolicy) -> str:
 
 
 async def run_command(command: str, workspace: Path, cwd: Path, limit: float, settings: ExecSettings,
-                      sandboxed: bool) -> str:
+                      sandboxed: bool, folder: Path | None = None) -> str:
+    """Run `command` in `cwd`; `folder` is the turn's working folder (`agent -C DIR`), bound read-write beside the
+    workspace in the sandbox."""
     policy = settings.policy
     if sandboxed:
         home = settings.home or Path(os.path.expanduser("~/.nanoagent"))
         protected = await asyncio.to_thread(prepare_protected, workspace, settings.protected)
-        argv = bwrap_argv(policy, command, workspace, cwd, home, protected)
+        argv = bwrap_argv(policy, command, workspace, cwd, home, protected, folder)
     else:
         argv = ["/bin/sh", "-c", command]
     group = await asyncio.to_thread(Cgroup.create, policy.max_processes, policy.memory_mb << 20)

@@ -1,0 +1,446 @@
+# ruff: noqa: F811 - the fixtures of tests/browser.py are imported by name and named by the tests
+"""Who may use the web app: sign-in links, cookie sessions, CSRF, the security headers, the limits of the listener,
+and `nanoagent web`. A real Gateway with its HTTP listener (tests/browser.py), httpx or raw sockets as clients, and
+Debian's chromium through Playwright for what a browser does."""
+
+from __future__ import annotations
+
+import json
+import resource
+import socket
+import stat
+from collections.abc import Iterator
+from typing import Any
+
+import httpx
+import pytest
+
+from nanoagent.config.schema import Config
+from nanoagent.gateway import protocol
+from nanoagent.web.auth import CODE_TTL, CSP, SESSION_TTL
+from tests.browser import browser, page, sign_in, web, web_gateway  # noqa: F401 - fixtures
+from tests.conftest import PATIENCE, invoke, wait_until
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def client(web: Any, cookie: str | None = None) -> httpx.Client:
+    return httpx.Client(base_url=web.url, timeout=PATIENCE, follow_redirects=False,
+                        headers={"Cookie": cookie} if cookie else {})
+
+
+def csrf(web: Any, cookie: str) -> str:
+    with client(web, cookie) as http:
+        return http.get("/api/session").json()["csrf"]
+
+
+def raw(port: int, data: bytes) -> bytes:
+    """Send bytes on a fresh connection; everything the gateway answers until it closes the connection."""
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE) as conn:
+        conn.sendall(data)
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def port_of(web: Any) -> int:
+    return int(web.url.rsplit(":", 1)[1])
+
+
+# --- signing in --------------------------------------------------------------------------------------------
+
+
+def test_a_sign_in_link_sets_a_private_strict_cookie_and_leads_to_the_app(web):
+    with client(web) as http:
+        signed = http.get(web.signin_url().removeprefix(web.url))
+        cookie = signed.headers["set-cookie"]
+        page = http.get("/", headers={"Cookie": cookie.split(";")[0]})
+        session = http.get("/api/session", headers={"Cookie": cookie.split(";")[0]})
+    assert (signed.status_code, signed.headers["location"]) == (303, "/")
+    attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
+    assert {"httponly", "samesite", "path"} <= attributes and "secure" not in attributes  # plain HTTP here
+    assert "samesite=strict" in cookie.lower()
+    assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
+    assert session.status_code == 200 and session.json()["csrf"]
+
+
+def test_over_https_through_a_proxy_on_this_machine_the_cookie_is_secure(web):
+    with client(web) as http:
+        signed = http.get(web.signin_url().removeprefix(web.url), headers={"X-Forwarded-Proto": "https"})
+    assert signed.status_code == 303 and "secure" in signed.headers["set-cookie"].lower()
+
+
+def test_a_sign_in_code_works_once(web):
+    link = web.signin_url().removeprefix(web.url)
+    with client(web) as http:
+        first, second = http.get(link), http.get(link)
+    assert first.status_code == 303
+    assert second.status_code == 403 and "set-cookie" not in second.headers
+    assert "nanoagent web" in second.text
+
+
+def test_a_wrong_code_and_one_older_than_a_minute_are_refused(isolated_home):
+    clock = Clock()
+    with web_gateway(clock=clock) as web:
+        late = web.signin_url().removeprefix(web.url)
+        clock.now += CODE_TTL + 1
+        with client(web) as http:
+            expired, wrong = http.get(late), http.get("/signin/not-a-code-anyone-made")
+        in_time = web.signin_url().removeprefix(web.url)
+        clock.now += CODE_TTL - 1
+        with client(web) as http:
+            good = http.get(in_time)
+    assert (expired.status_code, wrong.status_code, good.status_code) == (403, 403, 303)
+    assert "nanoagent web" in expired.text and "set-cookie" not in expired.headers
+
+
+# --- the cookie and CSRF -----------------------------------------------------------------------------------
+
+
+def test_requests_without_a_cookie_or_with_a_forged_or_stale_one_are_refused(isolated_home):
+    clock = Clock()
+    with web_gateway(clock=clock) as web:
+        cookie = web.cookie()
+        name = cookie.split("=")[0]
+        with client(web) as http:
+            none_api, none_page = http.get("/api/session"), http.get("/")
+            forged = http.get("/api/session", headers={"Cookie": f"{name}=forged-by-someone"})
+            fine = http.get("/api/session", headers={"Cookie": cookie})
+            clock.now += SESSION_TTL + 1
+            stale = http.get("/api/session", headers={"Cookie": cookie})
+    with web_gateway() as restarted, client(restarted, cookie.replace(name, restarted.cookie().split("=")[0])) as h:
+        after_restart = h.get("/api/session")  # sessions live in the gateway's memory
+    assert fine.status_code == 200 and fine.json()["csrf"]
+    for refused in (none_api, forged, stale, after_restart):
+        assert refused.status_code == 401 and "nanoagent web" in refused.json()["error"]
+    assert none_page.status_code == 401 and none_page.headers["content-type"].startswith("text/html")
+    assert "nanoagent web" in none_page.text
+
+
+def test_a_state_changing_request_needs_the_csrf_token_and_the_pages_own_origin(web):
+    cookie = web.cookie()
+    token = csrf(web, cookie)
+    with client(web, cookie) as http:
+        no_token = http.post("/api/signout")
+        wrong_token = http.post("/api/signout", headers={"X-CSRF-Token": "guessed"})
+        other_site = http.post("/api/signout", headers={"X-CSRF-Token": token, "Origin": "http://evil.example"})
+        still_in = http.get("/api/session")
+        own = http.post("/api/signout", headers={"X-CSRF-Token": token, "Origin": web.url})
+        out = http.get("/api/session")
+    assert [r.status_code for r in (no_token, wrong_token, other_site)] == [403, 403, 403]
+    assert "another site" in other_site.json()["error"] and "X-CSRF-Token" in no_token.json()["error"]
+    assert still_in.status_code == 200
+    assert own.status_code == 200 and out.status_code == 401
+
+
+def test_every_response_carries_the_security_headers_and_none_is_kept_by_a_shared_cache(web):
+    cookie = web.cookie()
+    with client(web) as http:
+        responses = [http.get("/", headers={"Cookie": cookie}), http.get("/api/session", headers={"Cookie": cookie}),
+                     http.get("/"), http.get("/signin/nope"), http.get("/health"),
+                     http.get("/v1/models", headers={"Authorization": f"Bearer {web.token}"})]
+    for response in responses:
+        assert response.headers["content-security-policy"] == CSP
+        assert response.headers["cache-control"] == "no-store"
+        assert response.headers["x-content-type-options"] == "nosniff"
+        assert response.headers["referrer-policy"] == "no-referrer"
+        assert "aiohttp" not in response.headers.get("server", "")
+
+
+def test_a_path_with_dot_dot_never_leaves_the_app(web):
+    cookie = web.cookie().encode()
+    answers = [raw(port_of(web), b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\nCookie: " + cookie
+                   + b"\r\n\r\n")
+               for path in (b"/../../../../etc/passwd", b"/static/../../../../etc/passwd",
+                            b"/%2e%2e/%2e%2e/%2e%2e/etc/passwd", b"/static/..%2f..%2f..%2fetc/passwd",
+                            b"/api/../../etc/passwd")]
+    for answer in answers:
+        assert answer.split(b" ", 2)[1] in (b"400", b"403", b"404"), answer[:200]
+        assert b"root:" not in answer
+
+
+# --- limits --------------------------------------------------------------------------------------------------
+
+
+def test_a_50_mb_upload_is_refused_with_413_without_being_held_in_memory(web):
+    cookie = web.cookie()
+    token = csrf(web, cookie)
+    size = 50 * 1024 * 1024
+    block = b"x" * 65536
+
+    def body() -> Iterator[bytes]:
+        for _ in range(size // len(block)):
+            yield block
+
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with client(web, cookie) as http:
+        refused = http.post("/api/upload", content=body(), headers={
+            "X-CSRF-Token": token, "Content-Length": str(size), "Content-Type": "application/octet-stream"})
+        served = http.get("/api/session")
+    grew_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert refused.status_code == 413
+    assert "over the limit of 10 MB" in refused.json()["error"]
+    assert served.status_code == 200
+    assert grew_mb < 40, f"the process grew by {grew_mb:.0f} MB"
+
+
+def test_silent_connections_do_not_keep_a_signed_in_browser_out(web, monkeypatch):
+    from nanoagent.gateway import http as listener
+
+    monkeypatch.setattr(listener, "AUTH_DEADLINE", 120.0)  # no deadline frees a slot during this test
+    cookie = web.cookie()
+    quiet = [socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE) for _ in range(300)]
+    try:
+        with client(web, cookie) as http:
+            served = http.get("/api/session")
+    finally:
+        for conn in quiet:
+            conn.close()
+    assert served.status_code == 200
+
+
+def test_200_idle_event_streams_do_not_keep_out_a_signed_in_client(web):
+    cookie = web.cookie().encode()
+    request = (b"GET /api/events?session=web:idle HTTP/1.1\r\nHost: x\r\nCookie: " + cookie
+               + b"\r\nAccept: text/event-stream\r\n\r\n")
+    streams = []
+    try:
+        for _ in range(200):
+            conn = socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE)
+            conn.sendall(request)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            assert head.startswith(b"HTTP/1.1 200") and b"text/event-stream" in head, head
+            streams.append(conn)
+        with client(web, cookie.decode()) as http:
+            answers = [http.get("/api/session").status_code for _ in range(3)]
+        with httpx.Client(base_url=web.url, timeout=PATIENCE) as sdk:
+            models = sdk.get("/v1/models", headers={"Authorization": f"Bearer {web.token}"}).status_code
+    finally:
+        for conn in streams:
+            conn.close()
+    assert answers == [200, 200, 200] and models == 200
+
+
+def test_past_the_limit_of_event_streams_the_oldest_is_closed_and_the_newest_served(web, monkeypatch):
+    from nanoagent.gateway import http as listener
+
+    monkeypatch.setattr(listener, "MAX_STREAMS", 3)
+    cookie = web.cookie().encode()
+    request = b"GET /api/events?session=web:many HTTP/1.1\r\nHost: x\r\nCookie: " + cookie + b"\r\n\r\n"
+    streams = []
+    try:
+        for _ in range(4):
+            conn = socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE)
+            conn.sendall(request)
+            head = b""
+            while b"\r\n\r\n" not in head:
+                head += conn.recv(4096)
+            assert head.startswith(b"HTTP/1.1 200"), head
+            streams.append(conn)
+        while streams[0].recv(65536):  # read to its end (a timeout would fail the test): the gateway closed it
+            pass
+        streams[-1].sendall(b"")
+        newest = streams[-1].getpeername()  # still connected
+    finally:
+        for conn in streams:
+            conn.close()
+    assert newest[1] == port_of(web)
+
+
+def test_the_event_stream_carries_a_sessions_events_to_a_signed_in_page(isolated_home):
+    from nanoagent.providers.scripted import ScriptedProvider
+
+    with web_gateway(ScriptedProvider(["streamed words here"])) as web:
+        cookie = web.cookie()
+        with client(web, cookie) as http, http.stream("GET", "/api/events?session=web:one") as events:
+            lines = events.iter_lines()
+            assert next(lines).startswith(": ")
+            web.call(lambda: web.gateway.hub.send("web:one", "hi"))
+            kinds = []
+            for line in lines:
+                if line.startswith("data: "):
+                    kinds.append(json.loads(line[6:])["kind"])
+                if "TurnEnded" in kinds:
+                    break
+    assert "TextDelta" in kinds and kinds[-1] == "TurnEnded"
+
+
+# --- `nanoagent web` ------------------------------------------------------------------------------------------
+
+
+def test_nanoagent_web_prints_a_one_time_link_and_opens_it_in_the_browser(web, tmp_path, monkeypatch):
+    opened = tmp_path / "opened"
+    script = tmp_path / "browser.sh"
+    script.write_text(f'#!/bin/sh\necho "$1" > {opened}\n')
+    script.chmod(script.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("BROWSER", str(script))
+    ran = invoke("web")
+    assert ran.returncode == 0, ran.stderr
+    link = ran.stdout.strip().rsplit(" ", 1)[1]
+    assert link.startswith(f"{web.url}/signin/")
+    with client(web) as http:
+        assert http.get(link.removeprefix(web.url)).status_code == 303
+    wait_until(lambda: opened.exists() and opened.read_text().strip(), "the browser to be opened")
+    assert opened.read_text().strip() == link
+
+
+def test_nanoagent_web_without_a_gateway_says_how_to_start_one_in_one_line():
+    ran = invoke("web", "--no-open")
+    assert ran.returncode == 1
+    assert ran.stderr.strip().count("\n") == 0 and "nanoagent gateway" in ran.stderr, ran.stderr
+
+
+def test_nanoagent_web_in_a_script_with_the_listener_off_says_what_to_set(isolated_home):
+    with _gateway_without_http():
+        ran = invoke("web", "--no-open")
+    assert ran.returncode == 1
+    assert ran.stderr.strip().count("\n") == 0 and "gateway.http.enabled" in ran.stderr, ran.stderr
+
+
+def test_a_gateway_asked_to_enable_its_listener_turns_it_on_on_loopback_and_signs_in(isolated_home):
+    with _gateway_without_http() as paths:
+        off = _ask(paths, False)
+        on = _ask(paths, True)
+        with httpx.Client(timeout=PATIENCE) as http:
+            signed = http.get(on["url"], follow_redirects=False)
+    assert (off["type"], off["off"]) == ("signin", True) and "url" not in off
+    assert on["url"].startswith(f"http://127.0.0.1:{off['port']}/signin/") and signed.status_code == 303
+
+
+@pytest.mark.process
+def test_nanoagent_web_on_a_terminal_asks_before_turning_the_listener_on_and_a_no_leaves_it_off(isolated_home):
+    import os
+    import sys
+
+    import pexpect
+
+    from tests.conftest import ROOT
+
+    env = {**os.environ, "TERM": "dumb", "BROWSER": "true"}
+    with _gateway_without_http() as paths:
+        answers = {}
+        for answer in ("n", "y"):
+            child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "web"], cwd=str(ROOT), env=env,
+                                  encoding="utf-8", timeout=PATIENCE, dimensions=(30, 200))
+            child.expect_exact("The gateway's HTTP listener is off. Turn it on at http://127.0.0.1:")
+            child.expect_exact("[y/N] ")
+            child.send(answer + "\r")
+            child.expect(pexpect.EOF)
+            child.close()
+            answers[answer] = (child.exitstatus, child.before)
+        still_off = _ask(paths, False)
+    assert answers["n"][0] == 1 and "gateway.http.enabled" in answers["n"][1]
+    code, shown = answers["y"]
+    link = shown.split("Sign-in link (good once, for one minute): ")[1].split()[0]
+    assert code == 0 and link.startswith("http://127.0.0.1:") and "/signin/" in link
+    assert "url" in still_off  # turned on by the yes, until the gateway stops
+
+
+def _ask(paths: Any, enable: bool) -> dict[str, Any]:
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(PATIENCE)
+        conn.connect(str(paths.gateway_socket))
+        conn.sendall(protocol.encode({"type": "signin", "id": "w1", "enable": enable}))
+        with conn.makefile("rb") as stream:
+            return protocol.decode(stream.readline())
+
+
+class _gateway_without_http:
+    """A Gateway whose HTTP listener is off, as `nanoagent gateway` builds it (the listener made when asked)."""
+
+    def __enter__(self) -> Any:
+        import asyncio
+        import threading
+
+        from nanoagent.agent.build import build_agent
+        from nanoagent.gateway.http import Listener
+        from nanoagent.gateway.hub import Hub
+        from nanoagent.gateway.server import Gateway
+        from nanoagent.paths import Paths
+        from nanoagent.providers.scripted import ScriptedProvider
+
+        config = Config()
+        config.gateway.http.port = _free_port()
+        self.paths = Paths.from_env()
+        self.loop = asyncio.new_event_loop()
+        started = threading.Event()
+
+        async def serve() -> None:
+            hub = Hub(build_agent(config, self.paths, provider=ScriptedProvider(default="ok")))
+            self.server = Gateway(hub, self.paths, grace=2)
+            self.listener = Listener(hub, self.paths, config, self.server.start_component, self.server)
+            self.server.signin = self.listener.signin
+            await self.server.serve(started.set, handle_signals=False)
+
+        self.thread = threading.Thread(target=self.loop.run_until_complete, args=(serve(),), daemon=True)
+        self.thread.start()
+        assert started.wait(PATIENCE)
+        return self.paths
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.call_soon_threadsafe(self.server.stop)
+        self.thread.join(PATIENCE)
+        self.loop.close()
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+# --- in a real browser ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.process
+def test_signing_in_through_the_link_lands_in_the_app_signed_in(page, web):
+    sign_in(page, web)
+    session = "async () => { const r = await fetch('/api/session'); return [r.status, (await r.json()).csrf]; }"
+    status, token = page.evaluate(session)
+    assert status == 200 and token
+    assert "nanoagent web" not in page.locator("body").inner_text()  # the app, not the sign-in page
+    cookies = page.context.cookies()
+    assert len(cookies) == 1 and cookies[0]["httpOnly"] and cookies[0]["sameSite"] == "Strict"
+    assert page.evaluate("() => document.cookie") == ""  # the page's script cannot read it
+    again = page.goto(web.url + "/")  # still signed in on the next visit
+    assert again is not None and again.status == 200
+
+
+@pytest.mark.process
+def test_a_wrong_or_expired_link_shows_the_page_that_says_to_run_nanoagent_web(page, isolated_home):
+    clock = Clock()
+    with web_gateway(clock=clock) as web:
+        late = web.signin_url()
+        clock.now += CODE_TTL + 1
+        for link in (late, web.url + "/signin/wrong-code", web.url + "/"):
+            response = page.goto(link)
+            assert response is not None and response.status in (401, 403)
+            assert "nanoagent web" in page.locator("body").inner_text()
+        assert page.context.cookies() == []
+
+
+@pytest.mark.process
+def test_help_a_one_shot_and_an_attaching_terminal_do_not_import_aiohttp(llm):
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, anthropic_env
+
+    runs = [["-m", "nanoagent", "--help"], ["-m", "nanoagent", "agent", "-m", "hi"],
+            ["-c", "import nanoagent.gateway.client, nanoagent.cli.attach, nanoagent.cli.web_cmd"]]
+    for args in runs:
+        ran = subprocess.run([sys.executable, "-X", "importtime", *args], cwd=ROOT, capture_output=True, text=True,
+                             env={**os.environ, **anthropic_env(llm)}, timeout=PATIENCE)
+        assert ran.returncode == 0, ran.stderr[-500:]
+        imported = {line.split("|")[-1].strip().split(".")[0] for line in ran.stderr.splitlines() if "|" in line}
+        assert "aiohttp" not in imported, args
