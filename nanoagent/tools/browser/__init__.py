@@ -65,11 +65,11 @@ def browser_tool(browser: Browser) -> Tool:
         """
         began = time.monotonic()
         try:
-            async with asyncio.timeout(settings.timeout_seconds + GRACE):
-                async with browser.use() as running:
+            async with browser.use() as running:  # a start has its own deadline (session.LAUNCH_TIMEOUT)
+                async with asyncio.timeout(settings.timeout_seconds + GRACE):
                     result = await _act(ctx, running, action, url, ref, text, tab, new_tab, submit,
                                         settings.timeout_seconds)
-                    return _with_notes(running, result, began)
+                return _with_notes(running, result, began)
         except TimeoutError:
             await browser.kill()
             raise ToolError(f"The browser stopped answering during {action} and was closed; the next call starts a "

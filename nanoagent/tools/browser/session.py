@@ -204,7 +204,8 @@ class Browser:
         try:
             await proxy.start()
             launcher = _write_launcher(run_dir, s, group, sandboxed)
-            playwright = await async_playwright().start()
+            async with asyncio.timeout(LAUNCH_TIMEOUT):
+                playwright = await async_playwright().start()
             args = [*ARGS, f"--proxy-server=http://127.0.0.1:{proxy.port}"]
             if sandboxed or os.geteuid() == 0:
                 args.append("--no-sandbox")  # inside bwrap; as root Chromium's own sandbox will not start
@@ -218,6 +219,9 @@ class Browser:
                 if playwright is not None:
                     await playwright.stop()
             await _free(proxy, guard, group, lock_fd)
+            if isinstance(e, TimeoutError):
+                raise ToolError(f"The browser did not start within {LAUNCH_TIMEOUT:g} s; try again, or run "
+                                "`nanoagent doctor`.") from None
             if isinstance(e, Error):
                 raise ToolError(f"The browser did not start ({_first_line(e)}); check tools.browser.executable "
                                 f"({s.executable}), or run `nanoagent doctor`.") from None
