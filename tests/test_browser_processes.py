@@ -225,3 +225,10 @@ def test_the_model_reads_a_page_through_the_gateway_and_the_browser_ends_with_th
         if gateway.poll() is None:
             gateway.kill()
         site.close()
+
+
+def test_doctor_says_where_the_browser_and_its_profile_are(isolated_home):
+    require_chromium()
+    ran = invoke("doctor")
+    line = next(line for line in ran.stdout.splitlines() if "browser:" in line)
+    assert "chromium" in line and str(isolated_home / "browser") in line
