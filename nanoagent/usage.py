@@ -183,3 +183,19 @@ def summarize(records: list[tuple[str, UsageRecord]], days: int | None = None,
             continue
         rows[(day, key, record.model)].add(record.model, record.usage, record.price_factor)
     return [(day, key, model, total) for (day, key, model), total in sorted(rows.items())]
+
+
+def rows_json(rows: list[tuple[str, str, str, Total]]) -> dict[str, Any]:
+    """`nanoagent usage --json`: each (day, session, model) row's calls, tokens and cost (USD at the listed prices,
+    null when no call had one; `unpriced`: some calls had none and are not in the cost), and their total."""
+    grand = Total()
+    out = []
+    for day, key, model, total in rows:
+        grand.merge(total)
+        out.append({"day": day, "session": key, "model": model, **total_json(total)})
+    return {"rows": out, "total": total_json(grand)}
+
+
+def total_json(total: Total) -> dict[str, Any]:
+    cost = None if total.unpriced and total.cost == 0 else round(total.cost, 6)
+    return {"calls": total.calls, **total.usage.to_dict(), "cost": cost, "unpriced": total.unpriced}

@@ -114,6 +114,20 @@ def subagent_usage(store: SessionStore, key: str) -> list[UsageRecord]:
     return records
 
 
+def usage_records(store: SessionStore, session: str | None = None) -> list[tuple[str, UsageRecord]]:
+    """(session, record) for every model call `nanoagent usage` counts: a sub-agent's under its user's session, and
+    (for all sessions) the ended temporary chats' as "(incognito)", without what was said. `session` alone: that
+    session and its sub-agents."""
+    known = store.keys()
+    keys = [session if ":" in session or session in known else f"cli:{session}"] if session else known
+    if session:
+        keys += [k for k in store.keys_with_prefix(f"{PREFIX}:") if root_key(k) == keys[0]]
+    records = [(root_key(key), record) for key in keys for record in store.load(key).usage]
+    if not session:
+        records += [("(incognito)", record) for record in store.incognito_usage()]
+    return records
+
+
 @dataclass
 class Subagents:
     """Starts, tracks and stops sub-agent runs for one AgentLoop; builds the `spawn` and `read_task_output` tools."""

@@ -421,28 +421,28 @@ _register_subcommands()
 def usage(
     session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session key.")] = None,
     days: Annotated[int | None, typer.Option("--days", "-d", help="Only the last N days.")] = None,
+    json_output: Annotated[bool, typer.Option("--json", help="Print the rows and their total as JSON.")] = False,
 ) -> None:
     """Tokens and cost per day, session and model.
 
     Example: nanoagent usage --days 7
     """
-    from nanoagent.agent.subagents import root_key
+    import json
+
+    from nanoagent.agent.subagents import usage_records
     from nanoagent.cli.render import table_console
     from nanoagent.session.store import SessionStore
-    from nanoagent.usage import summarize
+    from nanoagent.usage import rows_json, summarize
 
     paths, _ = setup(None)
     store = SessionStore(paths.sessions_dir, warn=warn)
-    known = store.keys()
-    keys = [session if ":" in session or session in known else f"cli:{session}"] if session else known
-    if session:  # the session's sub-agents count under it
-        keys += [k for k in store.keys_with_prefix("subagent:") if root_key(k) == keys[0]]
-    records = [(root_key(key), record) for key in keys for record in store.load(key).usage]
-    if not session:  # ended temporary chats: what they cost, under one name, without what was said
-        records += [("(incognito)", record) for record in store.incognito_usage()]
+    records = usage_records(store, session)
     rows = summarize(records, days=days)
+    if json_output:
+        print(json.dumps(rows_json(rows), ensure_ascii=False, indent=1))
+        return
     if not rows:
-        print("No usage recorded" + (f" for session {keys[0]}" if session else "") + ".")
+        print("No usage recorded" + (f" for session {session if ':' in session else 'cli:' + session}" if session else "") + ".")
         return
     console = table_console()
     columns = console.width

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
-from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -120,35 +119,18 @@ def add(
 
     Example: nanoagent cron add --at "in 20 minutes" --message "stretch"
     """
-    from nanoagent.cron.schedule import format_time, make_schedule, relative
+    from nanoagent.cron.edit import adding
+    from nanoagent.cron.schedule import format_time, relative
     from nanoagent.cron.scheduler import scheduler_seen, utc_now
-    from nanoagent.cron.store import Job, new_job_id
-    from nanoagent.cron.targets import Access, target_text
 
     paths, config, store = _store()
-    if not message.strip():
-        raise NanoagentError("--message is empty: say what the agent should do at each run.")
-    if missed not in ("once", "skip"):
-        raise NanoagentError(f"--missed is {missed!r}; use once or skip.")
-    if timeout is not None and not 1 <= timeout <= 86_400:
-        raise NanoagentError("--timeout must be from 1 to 86400 seconds.")
     now = utc_now()
-    schedule, note = make_schedule(cron, every, at, tz, config.defaults.timezone, now)
-    access = Access(config, paths)
-    target = access.resolve(to)
-    access.check(target, "")
-
-    def change(jobs: JobsFile) -> Job:
-        job = Job(id=new_job_id(jobs.jobs), message=message.strip(), schedule=schedule, target=target_text(target),
-                  name=name.strip(), missed=missed, timeout=timeout, created=now, created_by="cli",
-                  next_run=schedule.next_after(now))
-        jobs.jobs.append(job)
-        return job
-
+    change, note = adding(config, paths, now, message=message, cron=cron, every=every, at=at, tz=tz, to=to,
+                          name=name, missed=missed, timeout=timeout)
     job = _update(paths, store, change)
     print(job.id)
     assert job.next_run is not None
-    tz_info = _tz(config) if not tz else schedule_zone(schedule)
+    tz_info = _tz(config) if not tz else schedule_zone(job.schedule)
     print(f"{job.schedule.explain()}; next run {format_time(job.next_run, tz_info)} ({relative(job.next_run, now)}); "
           f"replies go to {job.target}.", file=sys.stderr)
     if note:
@@ -170,34 +152,21 @@ def remove(job_id: Annotated[str, typer.Argument(help="The job's id (or its star
 
     Example: nanoagent cron remove 3f9a1c2e
     """
+    from nanoagent.cron.edit import removing
+
     paths, _, store = _store()
-
-    def change(jobs: JobsFile) -> Job:
-        job = jobs.find(job_id)
-        jobs.jobs.remove(job)
-        return job
-
+    change = removing(job_id)
     job = _update(paths, store, change)
     print(f"Removed job {job.id} ({job.title}).")
 
 
 def _toggle(job_id: str, enabled: bool) -> None:
+    from nanoagent.cron.edit import toggling
     from nanoagent.cron.schedule import format_time
     from nanoagent.cron.scheduler import utc_now
 
     paths, config, store = _store()
-    now = utc_now()
-
-    def change(jobs: JobsFile) -> Job:
-        job = jobs.find(job_id)
-        if enabled and not job.enabled:
-            job.next_run = job.schedule.next_after(now)
-            if job.next_run is None:
-                raise NanoagentError(f"Job {job.id} was a one-off whose time has passed; `nanoagent cron run {job.id}` "
-                                     "runs it now, or add it again with a new --at.")
-        job.enabled = enabled
-        return job
-
+    change = toggling(job_id, enabled, utc_now())
     job = _update(paths, store, change)
     if enabled and job.next_run:
         print(f"Enabled job {job.id}; next run {format_time(job.next_run, _tz(config))}.")

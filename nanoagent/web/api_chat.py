@@ -1,0 +1,382 @@
+"""The chat's `/api/...` routes: the sessions of every channel, one conversation, sending (messages, slash commands,
+images), Stop, approval answers, and the live stream of a session.
+
+The live stream is the one the terminal clients get: the Hub's watchers of a session (`Hub.watch`) turned into
+server-sent events, so every tab on a session sees the same turn as it runs. Approval questions go the way a
+terminal's do: the web sender's `ask` (the same callable a socket client gives `Hub.send`) shows the question to
+every tab of the session and waits for the first answer, which comes back by POST. Whatever a model or tool wrote
+goes to the page as text, or as HTML made by `web.markdown.render`, never as markup of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import re
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nanoagent.errors import NanoagentError
+from nanoagent.web.markdown import render
+
+if TYPE_CHECKING:
+    from nanoagent.agent import events as ev
+    from nanoagent.messages import ImageBlock, Message
+    from nanoagent.session.store import Session
+    from nanoagent.web.context import WebContext
+
+log = logging.getLogger("nanoagent.web")
+KEEPALIVE = 15.0  # seconds of silence before a comment line keeps the stream open through proxies
+MAX_QUEUED = 10_000  # events waiting for a tab that stopped reading before its stream is dropped
+MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
+MAX_LISTED = 200  # sessions the list reads, the most recently active first (each is a file read)
+_BAD_NAME = re.compile(r"\.\.|[/\\\x00-\x1f\x7f]")
+
+
+class BadRequest(web.HTTPBadRequest):
+    def __init__(self, message: str) -> None:
+        super().__init__(text=json.dumps({"error": message}), content_type="application/json")
+
+
+def session_key(raw: str) -> str:
+    """A session key from the page (`web:x`, or a machine's such as `heartbeat`): refused (400) when it holds `..`, a
+    slash or a control character, or cannot name a session file."""
+    from nanoagent.paths import check_session_key
+
+    if not raw.strip() or _BAD_NAME.search(raw):
+        raise BadRequest(f"{raw[:60]!r} is not a session name: use a key such as web:default, without `..`, "
+                         "slashes or control characters.")
+    try:
+        return check_session_key(raw)
+    except NanoagentError as e:
+        raise BadRequest(str(e)) from None
+
+
+@dataclass
+class Question:
+    key: str
+    text: str
+    answer: asyncio.Future[str]
+
+
+@dataclass
+class Rooms:
+    """Every open tab's stream, by session, and the approval questions waiting for an answer."""
+
+    streams: dict[str, set[asyncio.Queue[dict[str, Any] | None]]] = field(default_factory=dict)
+    questions: dict[str, Question] = field(default_factory=dict)
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    sends: set[asyncio.Task[None]] = field(default_factory=set)
+
+    def open(self, key: str) -> asyncio.Queue[dict[str, Any] | None]:
+        queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
+        self.streams.setdefault(key, set()).add(queue)
+        return queue
+
+    def close(self, key: str, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
+        self.streams.get(key, set()).discard(queue)
+
+    def post(self, key: str, message: dict[str, Any]) -> None:
+        for queue in list(self.streams.get(key, ())):
+            if queue.qsize() >= MAX_QUEUED:
+                queue.put_nowait(None)  # that tab stopped reading: its stream ends, a reload catches up
+                self.close(key, queue)
+            else:
+                queue.put_nowait(message)
+
+    def asker(self, key: str):  # noqa: ANN201 - an Ask
+        """The `ask` a web send gives the Hub: the question goes to every tab of the session; the first answer
+        counts. A question nobody answers waits, as a terminal's does, until /stop cancels the turn."""
+
+        async def ask(question: str) -> str:
+            qid = f"q{next(self.ids)}-{os.urandom(4).hex()}"
+            future: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+            self.questions[qid] = Question(key, question, future)
+            self.post(key, {"type": "ask", "id": qid, "question": question})
+            try:
+                return await future
+            finally:
+                self.questions.pop(qid, None)
+                self.post(key, {"type": "answered", "id": qid})
+
+        return ask
+
+    def pending(self, key: str) -> list[dict[str, str]]:
+        return [{"type": "ask", "id": qid, "question": q.text} for qid, q in self.questions.items() if q.key == key]
+
+
+# --- reading sessions ---------------------------------------------------------------------------------------------
+
+
+def _session(ctx: WebContext, key: str) -> Session:
+    """The session as the gateway's loop sees it: the temporary one while /incognito lasts."""
+    temporary = ctx.loop.store.temporary.get(key)
+    return temporary if temporary is not None else ctx.loop.store.load(key)
+
+
+def _preview(session: Session) -> str:
+    from nanoagent.messages import is_user, shown_text, strip_runtime_context
+
+    last = next((m for m in reversed(session.messages) if is_user(m)), None)
+    text = " ".join(strip_runtime_context(shown_text(last)).split()) if last is not None else ""
+    return text[:80] + ("…" if len(text) > 80 else "")
+
+
+def session_rows(ctx: WebContext) -> list[dict[str, Any]]:
+    """Every saved session of every channel, the most recently active first."""
+    from nanoagent.usage import session_total
+
+    store = ctx.loop.store
+    stamps: dict[str, float] = {}
+    for key in store.keys():
+        with contextlib.suppress(OSError):
+            stamps[key] = os.stat(store.path_for(key)).st_mtime
+    for key in store.temporary:  # a temporary chat (/incognito) is listed while it lasts, as active now
+        stamps[key] = time.time()
+    rows = []
+    for key in sorted(stamps, key=stamps.__getitem__, reverse=True)[:MAX_LISTED]:
+        session = _session(ctx, key)
+        total = session_total(session.usage)
+        rows.append({"key": key, "channel": key.split(":", 1)[0], "messages": len(session.messages),
+                     "last_active": stamps[key], "preview": _preview(session), "cost": total.cost,
+                     "machine": key.startswith(MACHINE_PREFIXES), "busy": ctx.hub.busy(key),
+                     "incognito": session.meta.incognito})
+    return rows
+
+
+def tool_view(name: str, arguments: dict[str, Any], result: str, error: str | None) -> dict[str, Any]:
+    """A tool call as the page folds it: its line, and its output as text (an edit's as diff lines)."""
+    from nanoagent.messages import unwrap_untrusted
+
+    text = unwrap_untrusted(result)
+    diff = name in ("write_file", "edit_file") and error is None
+    if diff:
+        head, _, rest = text.partition("\n")
+        if name == "write_file" and not rest.strip():
+            rest = "\n".join("+" + line for line in str(arguments.get("content", "")).splitlines())
+        text = rest or head
+    return {"name": name, "args": _short_args(arguments), "ok": error is None, "error": error or "",
+            "output": text[:20_000], "diff": diff}
+
+
+def _short_args(arguments: dict[str, Any], width: int = 100) -> str:
+    parts = []
+    for key, value in arguments.items():
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+        text = " ".join(str(text).split())
+        parts.append(f"{key}={text[:50] + '…' if len(text) > 50 else text}")
+    joined = " ".join(parts)
+    return joined if len(joined) <= width else joined[: width - 1] + "…"
+
+
+def message_views(messages: list[Message]) -> list[dict[str, Any]]:
+    """The conversation as the page shows it: the person's messages, the replies rendered, the tool calls folded."""
+    from nanoagent.messages import (
+        calls_of,
+        images_of,
+        is_assistant,
+        is_tool,
+        is_user,
+        parse_arguments,
+        strip_runtime_context,
+        text_of,
+    )
+
+    results = {m["tool_call_id"]: m for m in messages if is_tool(m)}
+    views: list[dict[str, Any]] = []
+    for message in messages:
+        if is_user(message):
+            images = [{"path": i["path"], "name": i.get("name", "")} for i in images_of(message)]
+            views.append({"role": "user", "text": strip_runtime_context(message["content"]), "images": images})
+        elif is_assistant(message):
+            tools = []
+            for call in calls_of(message):
+                arguments, _ = parse_arguments(call["arguments"])
+                done = results.get(call["id"])
+                error = None if done is None or not done.get("is_error") else text_of(done)
+                tools.append(tool_view(call["name"], arguments, text_of(done) if done else "", error))
+            text = text_of(message)
+            views.append({"role": "assistant", "html": render(text) if text.strip() else "", "tools": tools})
+    return views
+
+
+# --- the routes ---------------------------------------------------------------------------------------------------
+
+
+def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
+    async def sessions(request: web.Request) -> web.Response:
+        return web.json_response({"sessions": await asyncio.to_thread(session_rows, ctx)})
+
+    async def conversation(request: web.Request) -> web.Response:
+        key = session_key(request.match_info["key"])
+        session = await asyncio.to_thread(_session, ctx, key)
+        return web.json_response({"key": key, "incognito": session.meta.incognito, "busy": ctx.hub.busy(key),
+                                  "model": ctx.loop.model_for(session), "messages": message_views(session.messages),
+                                  "questions": rooms.pending(key)})
+
+    async def send(request: web.Request) -> web.Response:
+        from nanoagent.attachments import AttachmentError, verify
+        from nanoagent.gateway.protocol import attachments_from_wire
+
+        key = session_key(request.match_info["key"])
+        body = await _json_body(request)
+        text = body.get("text")
+        if not isinstance(text, str) or not (text.strip() or body.get("attachments")):
+            raise BadRequest("Say something: the message is empty.")
+        images, problem = attachments_from_wire(body.get("attachments"))
+        if problem:
+            raise BadRequest(problem)
+        try:
+            verify(ctx.paths.workspace, images)
+            if images:
+                ctx.loop.check_images(key, images)
+        except (AttachmentError, NanoagentError) as e:
+            raise BadRequest(str(e)) from None
+        task = asyncio.create_task(_send(ctx, rooms, key, text, images), name=f"web send {key}")
+        rooms.sends.add(task)
+        task.add_done_callback(rooms.sends.discard)
+        return web.json_response({"accepted": True}, status=202)
+
+    async def stop(request: web.Request) -> web.Response:
+        key = session_key(request.match_info["key"])
+        return web.json_response({"stopped": ctx.hub.cancel(key)})
+
+    async def answer(request: web.Request) -> web.Response:
+        key = session_key(request.match_info["key"])
+        body = await _json_body(request)
+        question = rooms.questions.get(str(body.get("id", "")))
+        if question is None or question.key != key:
+            return web.json_response({"error": "That question was already answered or its turn ended."}, status=409)
+        if not question.answer.done():
+            question.answer.set_result({"yes": "y", "always": "a"}.get(str(body.get("answer")), "n"))  # as typed
+        return web.json_response({"answered": True})
+
+    async def upload(request: web.Request) -> web.Response:
+        from nanoagent.attachments import sniff, store_image
+        from nanoagent.messages import IMAGE_TYPES
+
+        cap = ctx.config.tools.attachments.max_image_bytes
+        if (request.content_length or 0) > cap:
+            return _too_big(cap)
+        data = await request.content.read(cap + 1)
+        if len(data) > cap:
+            return _too_big(cap)
+        kind = sniff(data)
+        if kind not in IMAGE_TYPES:
+            raise BadRequest("Only PNG, JPEG, GIF and WebP images can be attached.")
+        name = re.sub(r"[^\w.\- ]", "_", request.headers.get("X-File-Name", ""))[:100]
+        image = await asyncio.to_thread(store_image, ctx.paths.workspace, data, kind, name)
+        return web.json_response({"attachment": image})
+
+    async def media(request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if not re.fullmatch(r"image-[0-9a-f]{16}\.(png|jpg|gif|webp)", name):
+            raise web.HTTPNotFound()
+        path = ctx.paths.workspace / "media" / name
+        if not path.is_file():
+            raise web.HTTPNotFound()
+        return web.FileResponse(path, headers={"Cache-Control": "private, max-age=86400"})
+
+    async def events(request: web.Request) -> web.StreamResponse:
+        from nanoagent.gateway import protocol
+
+        key = session_key(request.match_info["key"])
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream; charset=utf-8",
+                                               "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
+        await response.prepare(request)
+        queue = rooms.open(key)
+
+        def on_event(event: ev.Event) -> None:
+            if queue.qsize() >= MAX_QUEUED:
+                return
+            wire = protocol.event_to_wire(event)
+            if wire["kind"] == "MessageAdded" and not event.agent:  # as the page shows it: text, or rendered
+                views = message_views([wire["message"]])  # none for a tool result: the page folds those in
+                wire = {**wire, "message": None, "view": views[0] if views else None}
+            queue.put_nowait({"type": "event", "event": wire})
+
+        unwatch = ctx.hub.watch(key, on_event)
+        try:
+            await _write(response, {"type": "hello", "busy": ctx.hub.busy(key)})
+            for question in rooms.pending(key):
+                await _write(response, question)
+            while True:
+                try:
+                    message = await asyncio.wait_for(queue.get(), KEEPALIVE)
+                except TimeoutError:
+                    await response.write(b": keep-alive\n\n")
+                    continue
+                if message is None:
+                    break
+                await _write(response, message)
+        except (ConnectionError, RuntimeError):
+            pass  # the tab went away
+        finally:
+            unwatch()
+            rooms.close(key, queue)
+        return response
+
+    app.router.add_get("/api/sessions", sessions)
+    app.router.add_get("/api/sessions/{key}", conversation)
+    app.router.add_post("/api/sessions/{key}/messages", send)
+    app.router.add_post("/api/sessions/{key}/stop", stop)
+    app.router.add_post("/api/sessions/{key}/answer", answer)
+    app.router.add_get("/api/sessions/{key}/events", events)
+    app.router.add_post("/api/uploads", upload)
+    app.router.add_get("/api/media/{name}", media)
+
+
+async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list[ImageBlock]) -> None:
+    """A message or command from a tab: its result goes to every tab of the session (a slash command's reply is not
+    an event)."""
+    from nanoagent.gateway.hub import HubClosed
+
+    started = time.monotonic()
+    try:
+        turn = await ctx.hub.send(key, text, ask=rooms.asker(key), images=images or None)
+    except (HubClosed, NanoagentError) as e:
+        rooms.post(key, {"type": "error", "message": str(e)})
+        return
+    except Exception as e:  # noqa: BLE001 - every send gets an answer; the log gets the kind of failure
+        log.error(json.dumps({"event": "web_send_failed", "error": type(e).__name__}))
+        rooms.post(key, {"type": "error", "message": f"the message failed inside the gateway ({type(e).__name__}); "
+                                                      "see its log in logs/"})
+        return
+    if turn is None:
+        rooms.post(key, {"type": "joined"})
+        return
+    command = turn.result is None
+    # a command's reply is plain text laid out in columns (/help, /status): the page shows it as text
+    rooms.post(key, {"type": "result", "command": command, "refused": turn.refused,
+                     "text": turn.reply if command else "", "error": (turn.result.error or "") if turn.result
+                     else "", "elapsed": round(time.monotonic() - started, 3)})
+
+
+async def _write(response: web.StreamResponse, message: dict[str, Any]) -> None:
+    data = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
+    await response.write(f"data: {data}\n\n".encode())
+
+
+async def _json_body(request: web.Request) -> dict[str, Any]:
+    try:
+        body = await request.json()
+    except (ValueError, UnicodeDecodeError):
+        raise BadRequest("The body must be a JSON object.") from None
+    if not isinstance(body, dict):
+        raise BadRequest("The body must be a JSON object.")
+    return body
+
+
+def _too_big(cap: int) -> web.Response:
+    return web.json_response({"error": f"The image is over {cap / 1_000_000:.0f} MB "
+                                       "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
+
+
+__all__ = ["Rooms", "add_chat", "message_views", "session_key", "session_rows", "tool_view"]

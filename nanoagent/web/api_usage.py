@@ -1,0 +1,95 @@
+"""The usage page's `/api/usage`: the rows of `nanoagent usage --json` (the same records, the same `summarize`, the
+same `rows_json`), their sums per day, session, model and channel, each session's context use, and the budget
+panel's figures from `budget_figures`."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from nanoagent.web.api_chat import BadRequest
+
+if TYPE_CHECKING:
+    from nanoagent.usage import Total
+    from nanoagent.web.context import WebContext
+
+CONTEXT_SESSIONS = 12  # the most recent sessions whose context use is measured (each costs a count of its prompt)
+
+
+def report(ctx: WebContext, days: int | None) -> dict[str, Any]:
+    from nanoagent.agent.subagents import usage_records
+    from nanoagent.usage import Total, rows_json, summarize, total_json
+
+    rows = summarize(usage_records(ctx.loop.store), days=days)
+    groups: dict[str, dict[str, Total]] = {"day": {}, "session": {}, "model": {}, "channel": {}}
+    for day, key, model, total in rows:
+        channel = key.split(":", 1)[0] if ":" in key else key
+        for group, name in (("day", day), ("session", key), ("model", model), ("channel", channel)):
+            groups[group].setdefault(name, Total()).merge(total)
+    by = {group: [{"name": name, **total_json(total)} for name, total in sums.items()]
+          for group, sums in groups.items()}
+    for group in ("session", "model", "channel"):
+        by[group].sort(key=lambda row: -(row["cost"] or 0))
+    return {**rows_json(rows), "by": by, "context": context_use(ctx), "budget": budget_figures(ctx)}
+
+
+def context_use(ctx: WebContext) -> list[dict[str, Any]]:
+    """The prompt the next turn of each recent session would send, against its model's window (as /status says)."""
+    import os
+
+    loop = ctx.loop
+    store = loop.store
+    keys = sorted(store.keys(), key=lambda k: os.stat(store.path_for(k)).st_mtime, reverse=True)
+    out = []
+    for key in [k for k in keys if not k.startswith("subagent:")][:CONTEXT_SESSIONS]:
+        session = store.temporary.get(key) or store.load(key)
+        if not session.messages:
+            continue
+        model = loop.model_for(session)
+        window = loop.budget.window(model).tokens
+        used = loop.budget.used(session, model)
+        out.append({"session": key, "model": model, "used": used, "window": window})
+    return out
+
+
+def budget_figures(ctx: WebContext) -> Any:
+    """The budget panel: each cap `nanoagent.spend.report` (issue 21) gives, as JSON (name, period, limit, spent,
+    reserved, resets_at, forecast, setting), or None where this install has no spend caps (the panel is left out)."""
+    try:
+        from nanoagent.spend import report as spend_report  # type: ignore[import-not-found,unused-ignore]
+    except ImportError:
+        return None
+    figures = spend_report(ctx.config, ctx.paths)
+    return _plain(figures)
+
+
+def _plain(value: Any) -> Any:
+    if hasattr(value, "to_json"):
+        return _plain(value.to_json())
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return _plain(dataclasses.asdict(value))
+    if hasattr(value, "to_dict"):
+        return _plain(value.to_dict())
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value if isinstance(value, str | int | float | bool | None) else str(value)
+
+
+def add_usage(app: web.Application, ctx: WebContext) -> None:
+    async def usage(request: web.Request) -> web.Response:
+        raw = request.query.get("days", "")
+        try:
+            days = int(raw) if raw else None
+        except ValueError:
+            raise BadRequest("days must be a whole number.") from None
+        return web.json_response(await asyncio.to_thread(report, ctx, days))
+
+    app.router.add_get("/api/usage", usage)
+
+
+__all__ = ["add_usage", "budget_figures", "report"]

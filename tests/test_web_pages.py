@@ -1,0 +1,303 @@
+"""The web app in a real browser (Debian's chromium through Playwright, `tests/browser.py`) against a real gateway:
+chat that streams, Stop, approvals, the Dream log's diff and undo, adding jobs, the usage chart against
+`nanoagent usage --json`, what a model, tool, session name or skill wrote never running or loading, and a phone."""
+# ruff: noqa: F811 - the fixtures imported from tests.browser are parameters of the tests
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+
+from nanoagent.config.schema import Config
+from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
+from nanoagent.usage import Usage
+from tests.browser import WebGateway, browser, page, sign_in, web, web_gateway  # noqa: F401
+from tests.conftest import PATIENCE, anthropic_env, invoke
+from tests.llm_server import Reply
+
+pytestmark = pytest.mark.process  # a chromium per module
+WAIT = PATIENCE * 1000 / 4  # ms, Playwright's unit
+XSS = ["<script>window.__xss = 1</script>", "<img src=x onerror=\"window.__xss = 2\">",
+       "[click me](javascript:window.__xss=3)", "![tracker](https://evil.example/pixel.png)"]
+
+
+@contextmanager
+def llm_gateway(llm: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebGateway]:
+    """A gateway whose model is the local LLM server, through the real provider (httpx, Anthropic's API)."""
+    from nanoagent.config.loader import load_config
+    from nanoagent.paths import Paths
+    from nanoagent.providers.registry import build_provider
+
+    for name, value in anthropic_env(llm).items():
+        monkeypatch.setenv(name, value)
+    config = load_config(Paths.from_env().config_file)[0]
+    with web_gateway(build_provider(config, config.defaults.model, lambda message: None), config) as gateway:
+        yield gateway
+
+
+def watch_outside(page: Any, gateway: WebGateway) -> list[str]:
+    """Every request the page makes to anywhere but the gateway, and every dialog it opens."""
+    seen: list[str] = []
+    page.on("request", lambda request: None if request.url.startswith(gateway.url) else seen.append(request.url))
+    page.on("dialog", lambda dialog: (seen.append(f"dialog: {dialog.message}"), dialog.dismiss()))
+    return seen
+
+
+def open_chat(page: Any, gateway: WebGateway, key: str) -> None:
+    sign_in(page, gateway)
+    page.goto(f"{gateway.url}/#/chat/{key}")
+    page.locator("#message").wait_for()
+
+
+def test_a_message_sent_in_the_chat_streams_into_the_page_and_a_second_tab_sees_it(browser, llm, monkeypatch):
+    llm.script(Reply(text="The first words, then some more words, and the last words.", chunk_delay=0.6))
+    with llm_gateway(llm, monkeypatch) as gateway:
+        tab = browser.new_context().new_page()
+        other = browser.new_context().new_page()
+        open_chat(tab, gateway, "web:stream")
+        open_chat(other, gateway, "web:stream")
+        tab.fill("#message", "hello")
+        tab.keyboard.press("Enter")
+        for page_ in (tab, other):  # part of the reply is on the page before the whole of it
+            page_.wait_for_function("() => { const n = document.querySelector('[data-live]');"
+                                    " return n && n.textContent.length > 0 && !n.textContent.includes('last words'); }",
+                                    timeout=WAIT)
+        for page_ in (tab, other):
+            page_.locator(".msg.assistant", has_text="the last words.").wait_for(timeout=WAIT)
+        assert tab.locator(".msg.user", has_text="hello").count() == 1
+        tab.context.close()
+        other.context.close()
+
+
+def test_stop_ends_the_running_turn_from_the_page(browser, llm, monkeypatch):
+    release = threading.Event()
+    llm.script(Reply(text="never shown", release=release))
+    try:
+        with llm_gateway(llm, monkeypatch) as gateway:
+            page_ = browser.new_context().new_page()
+            open_chat(page_, gateway, "web:stop")
+            page_.fill("#message", "think for a long time")
+            page_.click("#send")
+            stop = page_.locator("#stop")
+            stop.wait_for(state="visible")
+            page_.wait_for_function("() => !document.querySelector('#stop').disabled", timeout=WAIT)
+            stop.click()
+            page_.locator(".status", has_text="Stopped.").wait_for(timeout=WAIT)
+            assert not gateway.gateway.hub.busy("web:stop")
+            page_.context.close()
+    finally:
+        release.set()
+
+
+def test_an_approval_is_asked_in_the_page_and_approving_runs_the_command(browser, isolated_home):
+    config = Config()
+    config.tools.exec.sandbox, config.tools.exec.approve = "none", "always"
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("exec", {"command": "echo approved-$((40+2))"})]),
+                                 ScriptedReply("It printed the number.")])
+    with web_gateway(provider, config) as gateway:
+        page_ = browser.new_context().new_page()
+        open_chat(page_, gateway, "web:approve")
+        page_.fill("#message", "run the command")
+        page_.click("#send")
+        question = page_.get_by_role("alertdialog")
+        question.wait_for(timeout=WAIT)
+        assert "echo approved-$((40+2))" in question.inner_text()
+        question.get_by_role("button", name="Approve").click()
+        page_.locator(".msg.assistant", has_text="It printed the number.").wait_for(timeout=WAIT)
+        page_.locator("details.tool summary", has_text="exec").click()
+        assert "approved-42" in page_.locator("details.tool pre").inner_text()
+        assert page_.get_by_role("alertdialog").count() == 0
+        page_.context.close()
+
+
+def test_a_dream_edit_is_shown_with_its_diff_and_undone_from_the_page(browser, web):
+    from nanoagent.memory.gitlog import MemoryGit
+
+    memory = web.paths.workspace / "memory" / "MEMORY.md"
+    git = MemoryGit(web.paths.workspace, web.paths.memory_git_dir)
+    git.ensure()
+    before = memory.read_text()
+    memory.write_text(before + "\n- Prefers green tea in the afternoon.\n")
+    made = git.commit(["memory/MEMORY.md"], "Dream: the tea preference")
+    assert made is not None
+    page_ = browser.new_context().new_page()
+    sign_in(page_, web)
+    page_.goto(f"{web.url}/#/memory")
+    edit = page_.locator(f'li[data-sha="{made.short}"]')
+    edit.get_by_role("button", name="Show diff").click()
+    edit.locator(".diff-add").first.wait_for(timeout=WAIT)
+    assert "+- Prefers green tea in the afternoon." in edit.locator(".diff-add").all_inner_texts()
+    edit.get_by_role("button", name="Undo this edit").click()
+    edit.get_by_role("status").wait_for(timeout=WAIT)
+    assert "green tea" not in memory.read_text()
+    again = page_.locator(f'li[data-sha="{made.short}"]')
+    again.get_by_role("button", name="Undo this edit").click()  # undone already: the same conflict message
+    assert "Cannot restore" in again.get_by_role("alert").inner_text()
+    page_.context.close()
+
+
+def test_a_job_with_a_bad_schedule_shows_cron_adds_error_and_a_good_one_is_listed(browser, web):
+    cli = invoke("cron", "add", "--cron", "0 25 * * *", "-m", "water the plants")
+    assert cli.returncode != 0
+    page_ = browser.new_context().new_page()
+    sign_in(page_, web)
+    page_.goto(f"{web.url}/#/schedules")
+    page_.fill("#job-message", "water the plants")
+    page_.select_option("#job-kind", "cron")
+    page_.fill("#job-when", "0 25 * * *")
+    page_.click("#job-add")
+    error = page_.locator("#schedule-error [role=alert]")
+    error.wait_for(timeout=WAIT)
+    assert error.inner_text() in cli.stderr
+    page_.fill("#job-name", "plants")
+    page_.fill("#job-when", "0 9 * * *")
+    page_.click("#job-add")
+    page_.locator(".job", has_text="plants").wait_for(timeout=WAIT)
+    assert "At 09:00 every day" in page_.locator(".job", has_text="plants").inner_text()
+    page_.context.close()
+
+
+def test_the_usage_charts_totals_equal_usage_json(browser, isolated_home):
+    provider = ScriptedProvider([ScriptedReply("a", usage=Usage(12_000, 3_000)), ScriptedReply("b", usage=Usage(800, 50)),
+                                 ScriptedReply("c", usage=Usage(4_000, 900, 2_000))])
+    with web_gateway(provider) as gateway:
+        for key, text in (("web:one", "x"), ("cli:direct", "y"), ("web:two", "z")):
+            gateway.call(lambda key=key, text=text: gateway.gateway.hub.send(key, text))
+        cli = json.loads(invoke("usage", "--json").stdout)["total"]
+        page_ = browser.new_context().new_page()
+        sign_in(page_, gateway)
+        page_.goto(f"{gateway.url}/#/usage")
+        total = page_.locator("#usage-total")
+        total.wait_for(timeout=WAIT)
+        bars = page_.locator("svg.chart rect.bar")
+        shown_cost = sum(float(bar.get_attribute("data-cost")) for bar in bars.all())
+        shown_tokens = sum(int(bar.get_attribute("data-tokens")) for bar in bars.all())
+        assert abs(shown_cost - cli["cost"]) < 1e-6
+        assert shown_tokens == cli["input_tokens"] + cli["output_tokens"]
+        assert int(total.get_attribute("data-calls")) == cli["calls"] == 3
+        assert f"{cli['input_tokens']:,} in" in total.inner_text()
+        page_.context.close()
+
+
+def test_markup_in_a_reply_a_tool_output_a_session_name_and_a_skill_neither_runs_nor_loads(browser, isolated_home):
+    from nanoagent.paths import Paths
+
+    payload = " ".join(XSS)
+    skill = Paths.from_env().workspace / "skills" / "shiny"
+    skill.mkdir(parents=True)
+    (skill / "SKILL.md").write_text(f"---\nname: shiny\ndescription: {json.dumps(payload)}\n---\nbody\n")
+    config = Config()
+    config.tools.exec.sandbox, config.tools.exec.approve = "none", "never"
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("exec", {"command": f"printf '%s' {json.dumps(payload)}"})]),
+                                 ScriptedReply(payload)])
+    name = "web:<img src=x onerror=window.__xss=4>"
+    with web_gateway(provider, config) as gateway:
+        gateway.call(lambda: gateway.gateway.hub.send(name, payload))
+        page_ = browser.new_context().new_page()
+        outside = watch_outside(page_, gateway)
+        sign_in(page_, gateway)
+        page_.goto(f"{gateway.url}/#/chat/{name}")
+        page_.locator(".msg.assistant", has_text="<script>").last.wait_for(timeout=WAIT)
+        page_.locator("details.tool summary").first.click()
+        assert "<script>window.__xss = 1</script>" in page_.locator("details.tool pre").first.inner_text()
+        assert page_.locator(".sessions .key", has_text="<img src=x").count() == 1
+        page_.locator("a", has_text="image: tracker").wait_for()
+        page_.goto(f"{gateway.url}/#/settings")
+        page_.locator(".skill-description", has_text="<script>").wait_for(timeout=WAIT)
+        page_.goto(f"{gateway.url}/#/memory")
+        page_.locator("#memory-query").wait_for()
+        assert page_.evaluate("() => window.__xss") is None
+        assert page_.locator("main img").count() == 0
+        assert page_.locator("a[href^='javascript']").count() == 0
+        assert outside == []
+        page_.context.close()
+
+
+def test_the_pages_fit_a_phone_and_work_from_the_keyboard(browser, web):
+    context = browser.new_context(viewport={"width": 390, "height": 844}, color_scheme="dark", is_mobile=True)
+    page_ = context.new_page()
+    sign_in(page_, web)
+    for route in ("chat/web:phone", "memory", "schedules", "usage", "settings"):
+        page_.goto(f"{web.url}/#/{route}")
+        page_.locator("main h1").first.wait_for(timeout=WAIT)
+        page_.wait_for_load_state("networkidle")
+        width = page_.evaluate("() => document.documentElement.scrollWidth")
+        assert width <= 390, f"{route} is {width} px wide"
+    page_.goto(f"{web.url}/#/chat/web:phone-keys")
+    page_.locator("#message").wait_for(timeout=WAIT)
+    page_.focus("#message")
+    page_.keyboard.press("Shift+Tab")  # from the message box back through real controls
+    focused = page_.evaluate("() => document.activeElement.tagName")
+    assert focused in ("BUTTON", "A", "INPUT", "TEXTAREA", "SELECT", "SUMMARY")
+    page_.focus("nav a[data-page=usage]")
+    page_.keyboard.press("Enter")
+    page_.locator("h1", has_text="Usage").wait_for(timeout=WAIT)
+    context.close()
+
+
+def test_a_page_without_the_cookie_gets_no_app_and_no_data(browser, web):
+    page_ = browser.new_context().new_page()
+    response = page_.goto(f"{web.url}/api/sessions")
+    assert response.status == 401
+    page_.goto(f"{web.url}/#/chat")
+    assert page_.locator(".sessions").count() == 0
+    assert re.search(r"nanoagent web", page_.content())
+    page_.context.close()
+
+
+
+
+def test_an_incognito_chat_is_marked_while_it_lasts_and_new_ends_it(browser, web):
+    page_ = browser.new_context().new_page()
+    sign_in(page_, web)
+    page_.goto(f"{web.url}/#/chat")
+    page_.get_by_role("button", name="Incognito chat").click()
+    marker = page_.locator("#incognito-marker")
+    marker.wait_for(state="visible", timeout=WAIT)
+    assert "temporary" in marker.inner_text()
+    page_.fill("#message", "/new")
+    page_.keyboard.press("Enter")
+    page_.locator(".msg.system", has_text="Ended the temporary chat").wait_for(timeout=WAIT)
+    assert not marker.is_visible()
+    page_.context.close()
+
+
+def tiny_png() -> bytes:
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+            + chunk(b"IDAT", zlib.compress(b"\x00" + b"\xff\x00\x00" * 2 + b"\x00" + b"\x00\x00\xff" * 2))
+            + chunk(b"IEND", b""))
+
+
+def test_an_image_attached_in_the_page_goes_with_the_message_and_shows_in_the_conversation(browser, isolated_home):
+    seen: list[int] = []
+
+    def respond(request: Any) -> str:
+        seen.append(sum(1 for m in request.messages for b in (m.get("content") if isinstance(m.get("content"), list)
+                                                              else []) if b.get("type") != "text"))
+        return "A red and blue square."
+
+    with web_gateway(ScriptedProvider(respond=respond)) as gateway:
+        page_ = browser.new_context().new_page()
+        open_chat(page_, gateway, "web:image")
+        page_.set_input_files("#attach", files=[{"name": "square.png", "mimeType": "image/png", "buffer": tiny_png()}])
+        page_.locator("text=1 image(s) attached").wait_for(timeout=WAIT)
+        page_.fill("#message", "what is this?")
+        page_.click("#send")
+        page_.locator(".msg.assistant", has_text="A red and blue square.").wait_for(timeout=WAIT)
+        image = page_.locator(".msg.user img")
+        image.wait_for(timeout=WAIT)
+        page_.wait_for_function("() => document.querySelector('.msg.user img').naturalWidth === 2", timeout=WAIT)
+        assert seen and seen[-1] == 1
+        page_.context.close()
