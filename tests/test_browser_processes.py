@@ -232,3 +232,21 @@ def test_doctor_says_where_the_browser_and_its_profile_are(isolated_home):
     ran = invoke("doctor")
     line = next(line for line in ran.stdout.splitlines() if "browser:" in line)
     assert "chromium" in line and str(isolated_home / "browser") in line
+
+
+def test_with_the_sandbox_off_the_browser_runs_without_bubblewrap_and_still_behind_the_guard(tmp_path):
+    loop = LoopThread()
+    site = Site({"/": page("<p>unsandboxed</p><img src=http://127.0.0.2:47999/x.png>")})
+    browser = BrowserUnderTest(loop, settings(tmp_path, sandbox="none"))
+    profile = str(browser.browser.settings.profile)
+    try:
+        said = [browser(action="open", url=site.url + "/")]
+        assert "unsandboxed" in said[0]
+        chromium = chromium_processes(profile)
+        assert chromium and os.readlink(f"/proc/{chromium[-1]}/ns/pid") == os.readlink("/proc/self/ns/pid")
+        wait_until(lambda: "127.0.0.2 is a loopback address" in said[-1] or said.append(browser(action="tabs")),
+                   "the refused image's note")
+    finally:
+        browser.close()
+        loop.close()
+        site.close()

@@ -289,14 +289,17 @@ class Browser:
     async def _stop(self, running: Running, graceful: bool = True) -> None:
         for task in list(running.downloads):
             task.cancel()
+        closed = False
         if graceful:
             with contextlib.suppress(Exception):
                 async with asyncio.timeout(10):
                     await running.context.close()
+                    closed = True
         with contextlib.suppress(Exception):
             async with asyncio.timeout(10):
                 await running.playwright.stop()
-        await _free(running.proxy, running.guard, running.group, running.lock_fd, fire=True)
+        # a browser that closed itself is gone (its pid may even be reused): the watcher is let go, not fired
+        await _free(running.proxy, running.guard, running.group, running.lock_fd, fire=not closed)
         shutil.rmtree(running.run_dir, ignore_errors=True)
 
 
