@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-BENCHES := run memory_search recall auto_recall peer web web_stream tool_policy spend
+BENCHES := run memory_search recall auto_recall peer web web_stream tool_policy spend browser
 
 .PHONY: install test test-fast lint bench size clean
 

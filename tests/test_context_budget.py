@@ -52,6 +52,7 @@ def small_window(window: int = 8000, max_tokens: int = 200) -> Config:
     config.agents.defaults.context_window_tokens = window
     config.agents.defaults.max_tokens = max_tokens
     config.memory.auto_recall.enabled = False  # these prompts are measured to the token: nothing recalled into them
+    config.tools.browser.enabled = False  # nor a tool offered only where Chromium is installed
     return config
 
 

@@ -203,7 +203,11 @@ def test_a_built_agent_offers_every_tool_in_a_stable_order(tmp_path):
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
     from nanoagent.providers.scripted import ScriptedProvider
+    from nanoagent.tools.browser import missing, settings_from
 
-    loop = build_agent(Config(), Paths.from_env(tmp_path / "ws"), provider=ScriptedProvider([]))
+    paths = Paths.from_env(tmp_path / "ws")
+    loop = build_agent(Config(), paths, provider=ScriptedProvider([]))
+    browser = [] if missing(settings_from(Config(), paths)) else ["browser"]  # offered where Chromium is found
     assert loop.context.tools.names() == ["read_file", "write_file", "edit_file", "list_dir", "glob", "grep", "exec",
-                                          "web_fetch", "web_search", "memory_search", "memory_get", "cron", "message", "spawn", "read_task_output"]
+                                          "web_fetch", "web_search", "memory_search", "memory_get", "cron", "message",
+                                          *browser, "spawn", "read_task_output"]

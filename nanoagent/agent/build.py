@@ -35,6 +35,7 @@ from nanoagent.spend import Meter
 from nanoagent.spend.view import spend_view
 from nanoagent.templates import seed_workspace
 from nanoagent.tools import ToolContext, ToolRegistry, file_tools
+from nanoagent.tools.browser import Browser, browser_tool, settings_from
 from nanoagent.tools.policy import ToolPolicy
 from nanoagent.tools.sandbox import SandboxPolicy
 from nanoagent.tools.shell import ExecSettings, describe_confinement, exec_tool
@@ -95,6 +96,9 @@ def build_agent(
         *memory_tools(searcher, history, store),
         *cron_tools(JobStore(paths.cron_jobs_file), outbox, access, config.defaults.timezone),
     ])
+    browser = Browser.offered(settings_from(config, paths), config.tools.browser.enabled, warn)
+    if browser is not None:
+        tools.register(browser_tool(browser))
     mcp = mcp_servers(config, paths, tools, warn)
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens,
@@ -129,6 +133,7 @@ def build_agent(
         mcp=mcp,
         subagents=subagents,
         recall=AutoRecall(searcher, history, config.memory.auto_recall),
+        closers=(browser.aclose,) if browser is not None else (),
     )
     return loop
 

@@ -18,7 +18,7 @@ import dataclasses
 import logging
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
@@ -77,6 +77,7 @@ class AgentLoop:
     mcp: McpServers | None = None  # the user's MCP servers, whose tools are in context.tools
     subagents: Subagents | None = None  # the runs `spawn` started (None: no spawn tool)
     recall: AutoRecall | None = None  # memory put in each person's turn (None: none)
+    closers: tuple[Callable[[], Awaitable[None]], ...] = ()  # more it keeps running between turns (the browser)
     _sessions: dict[str, Session] = field(default_factory=dict)
     _locks: dict[str, asyncio.Lock] = field(default_factory=dict)
 
@@ -293,6 +294,8 @@ class AgentLoop:
         self.store.end_all_incognito()
         if self.mcp is not None:
             await self.mcp.aclose()
+        for close in self.closers:
+            await close()
 
     def repair(self, session: Session, sink: ev.EventSink = ev.discard, notify: bool = True) -> None:
         """Give tool calls that never got a result (process killed mid-turn) an 'interrupted' result."""

@@ -56,7 +56,7 @@ SECTIONS = (
     ("Talk", ("agent", "sessions")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
     ("Always on", ("gateway", "web", "channels", "pairing", "cron", "heartbeat", "mcp")),
-    ("Setup", ("onboard", "status", "doctor", "skills", "usage", "budget")),
+    ("Setup", ("onboard", "status", "doctor", "skills", "usage", "budget", "browser")),
 )
 
 
@@ -71,6 +71,7 @@ LAZY_GROUPS = {
     "cron": "nanoagent.cli.cron_cmd:cron_app",
     "mcp": "nanoagent.cli.mcp_cmd:mcp_app",
     "skills": "nanoagent.cli.skills_cmd:skills_app",
+    "browser": "nanoagent.cli.browser_cmd:browser_app",
 }
 
 

@@ -17,6 +17,8 @@ from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
+    from collections.abc import Awaitable, Callable
+
     from nanoagent.config.schema import Config
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Component
@@ -81,6 +83,8 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         components.append(cron_component(config, paths, hub, outbox))
     if loop.mcp is not None:  # one set of connections for every session, kept up while the gateway runs
         components.append(Component("mcp", loop.mcp.run))
+    if loop.closers:  # the browser, started by its first use: closed when the gateway stops
+        components.append(Component("browser", lambda: _close_when_stopped(loop.closers)))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace,
                      settings=_settings(config))
 
@@ -108,6 +112,17 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
 
     _log_to_stderr()  # from here on: a refusal before this is one line, not also a log line
     asyncio.run(server.serve(ready))
+
+
+async def _close_when_stopped(closers: tuple[Callable[[], Awaitable[None]], ...]) -> None:
+    """A component that only waits; when the gateway stops it, what the loop keeps running is closed."""
+    import asyncio
+
+    try:
+        await asyncio.Event().wait()
+    finally:
+        for close in closers:
+            await close()
 
 
 def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:

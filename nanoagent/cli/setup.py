@@ -336,6 +336,8 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     report(tokenizer_available(), "offline tokenizer " + ("works" if tokenizer_available() else "missing; using estimates"),
            "reinstall nanoagent (the tokenizer files come with litellm)")
     _report_sandbox(report, config)
+    if config is not None:
+        _report_browser(report, config, paths)
     _report_skills(report, paths)
     if config is not None:
         _report_channels(report, config)
@@ -449,6 +451,22 @@ def _report_skills(report: Callable[[bool, str, str], None], paths: Paths) -> No
         report(trusted, f"workspace skill {skill.name} ({skill.path}) replaces the built-in skill of that name"
                + (" (you trusted it)" if trusted else " and its guidance"),
                f"if you made it, `nanoagent skills trust {skill.name}`; if not, delete {skill.path.parent}")
+
+
+def _report_browser(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
+    """Whether the browser tool is offered, and where its Chromium and profile are (an optional tool: not a
+    problem when absent)."""
+    from nanoagent.tools.browser import missing, settings_from
+
+    if not config.tools.browser.enabled:
+        report(True, "browser: off (tools.browser.enabled is false)", "")
+        return
+    settings = settings_from(config, paths)
+    why = missing(settings)
+    if why:
+        report(True, f"browser: not offered. {why}", "")
+        return
+    report(True, f"browser: {settings.executable}, profile {settings.profile}", "")
 
 
 def _report_sandbox(report: Callable[[bool, str, str], None], config: Config | None) -> None:

@@ -180,12 +180,26 @@ class TranscribeConfig:
 
 
 @dataclass
+class BrowserConfig:
+    """The browser tool: the system's Chromium driven through Playwright (the `browser` extra)."""
+
+    enabled: bool = True  # offered when the executable and Playwright are found
+    executable: str | None = None  # default: chromium (or chromium-browser, google-chrome) on PATH
+    profile: str | None = None  # default: $NANOAGENT_HOME/browser/<workspace>/profile
+    idle_seconds: float = bounded(300.0, 1, 86_400)  # the browser closes after this long unused
+    timeout_seconds: float = bounded(30.0, 1, 3600)  # one action (a page load) is cut after this long
+    headless: bool = True
+    max_download_bytes: int = bounded(50_000_000, 1_000, 10_000_000_000)  # per download, kept under media/
+
+
+@dataclass
 class ToolsConfig:
     restrict_to_workspace: bool = True
     max_result_chars: int = bounded(16_000, 100, 10_000_000)
     exec: ExecConfig = field(default_factory=ExecConfig)
     web: WebConfig = field(default_factory=WebConfig)
     attachments: AttachmentsConfig = field(default_factory=AttachmentsConfig)
+    browser: BrowserConfig = field(default_factory=BrowserConfig)
     transcribe: TranscribeConfig = field(default_factory=TranscribeConfig)
     # which tools a session is offered (`tools/policy.py`): a profile, then allow adds and deny removes
     profile: str = choice("full", TOOL_PROFILES)  # the terminal, direct chats, cron, HTTP
