@@ -2,7 +2,8 @@
 
 A home whose spend ledger holds 100,000 records (reservations and their settlements, over 60 days, 300 sessions,
 every kind) and a config with every kind of cap (daily, monthly, five session patterns, heartbeat, Dream). Timed per
-model call, as the retry layer makes them: the prompt's byte bound (a 40-message request with tools), the check and
+model call, as the retry layer makes them: the prompt's bound (`PromptBounds`: a request with tools and 40 messages, one
+more each call, bounded by the tokens reported for the one before plus the appended message), the check and
 reservation (`Meter.reserve`: the ledger's lock, its totals caught up, every cap of the scope, one fsynced append)
 and the settlement (`Meter.settle`). The budgeted figure is CPU time with the home in /dev/shm (as for the other
 per-call budgets: on this shared machine wall time also counts the waits for a core), so it is the check's own cost;
@@ -27,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 from nanoagent.config.loader import config_from  # noqa: E402
 from nanoagent.paths import Paths  # noqa: E402
 from nanoagent.providers.base import ChatRequest, ToolSpec  # noqa: E402
-from nanoagent.providers.retry import prompt_bound  # noqa: E402
+from nanoagent.providers.retry import PromptBounds  # noqa: E402
 from nanoagent.spend import Meter, Scope, current_scope, report  # noqa: E402
 from nanoagent.spend.caps import _ledgers  # noqa: E402
 from nanoagent.spend.ledger import Ledger  # noqa: E402
@@ -90,8 +91,11 @@ def measure(folder: str | None) -> tuple[float, float, float, float]:
         cpu, wall = [], []
         for _ in range(CALLS):
             c0, w0 = time.process_time(), time.perf_counter()
-            hold = meter.reserve(MODEL, prompt_bound(req), req.max_tokens)
+            req.messages.append({"role": "user", "content": "and what changed since yesterday?"})
+            bounds = PromptBounds(req)
+            hold = meter.reserve(MODEL, bounds.bound(MODEL), req.max_tokens)
             meter.settle(hold, Usage(20_000, 500), known=True)
+            bounds.remember(MODEL, 20_000)
             cpu.append((time.process_time() - c0) * 1000)
             wall.append((time.perf_counter() - w0) * 1000)
         current_scope.set(None)

@@ -82,7 +82,7 @@ def as_text(data: bytes) -> str | None:
 
 
 def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = None,
-            transcriber: Transcriber | None = None) -> Attached:
+            transcriber: Transcriber | None = None, session: str | None = None) -> Attached:
     """Read a file the user attaches: an image is stored under the workspace's media/, a text file is kept as
     text, an audio file is stored under media/ and transcribed (`transcriber`; None: transcription is off, and the
     file is refused with how to turn it on). AttachmentError, one line saying why, for anything else."""
@@ -101,7 +101,7 @@ def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = Non
     except OSError as e:
         raise AttachmentError(f"Cannot attach {name}: {e.strerror or e}.") from None
     if audio is not None:
-        return _audio(name, path.name, data, workspace, audio[1], transcriber)
+        return _audio(name, path.name, data, workspace, audio[1], transcriber, session)
     if len(data) > cap:
         what, setting = ("an image", "maxImageBytes") if kind else ("a text file", "maxTextBytes")
         raise AttachmentError(f"Cannot attach {name}: it is over the {_size(cap)} limit for {what} "
@@ -118,7 +118,8 @@ def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = Non
     return Attached(name, len(data), text=text)
 
 
-def _audio(name: str, base: str, data: bytes, workspace: Path, ext: str, transcriber: Transcriber | None) -> Attached:
+def _audio(name: str, base: str, data: bytes, workspace: Path, ext: str, transcriber: Transcriber | None,
+           session: str | None = None) -> Attached:
     """An audio file: refused when over the file limit or when transcription is off; else stored under media/ by
     its hash and transcribed (a failure is in its lines for the model, not an error)."""
     if transcriber is None:
@@ -130,7 +131,7 @@ def _audio(name: str, base: str, data: bytes, workspace: Path, ext: str, transcr
     if not target.is_file():
         private_dir(target.parent)
         atomic_write(target, data)
-    return Attached(name, len(data), heard=hear(transcriber, data, "audio file", base, relative))
+    return Attached(name, len(data), heard=hear(transcriber, data, "audio file", base, relative, session))
 
 
 def store_image(workspace: Path, data: bytes, media_type: str, name: str = "") -> msg.ImageBlock:

@@ -521,6 +521,8 @@ class Transcript:
     text: str = "scripted transcript"
     status: int = 200
     error_message: str = ""
+    duration: float | None = None  # seconds of audio, as OpenAI's and Groq's answers report it (when scripted)
+    usage: dict | None = None  # {"type": "tokens", "input_tokens": ...} or {"type": "duration", "seconds": ...}
 
 
 @dataclass
@@ -576,6 +578,10 @@ def transcription_route(server: LLMServer, handler: BaseHTTPRequestHandler) -> N
         body = {"error": {"message": answer.error_message or f"scripted error {answer.status}", "type": "server_error"}}
     else:
         body = {"text": answer.text}
+        if answer.duration is not None:
+            body["duration"] = answer.duration
+        if answer.usage is not None:
+            body["usage"] = answer.usage
     encoded = json.dumps(body).encode()
     handler.send_response(answer.status)
     handler.send_header("content-type", "application/json")

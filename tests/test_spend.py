@@ -448,3 +448,91 @@ def test_embedding_requests_go_through_the_spend_check_of_the_session_that_searc
     finally:
         current_scope.reset(token)
     assert len([r for r in llm.requests if r.path.endswith("/embeddings")]) == 1
+
+
+# --- the prompt's bound: the tokens the provider reported for the request before, plus what was appended -----------
+
+INPUT_ONLY = {"anthropic": {"prices": {MODEL: {"input": 4.0, "output": 0.0}}}}  # only the prompt costs: $4/M tokens
+
+
+def test_a_long_sessions_next_step_is_bounded_by_the_reported_tokens_so_the_cap_is_not_a_quarter_of_itself(
+        llm, isolated_home, tmp_path):
+    """A 100 KB message: its bytes bound the first call (nothing is known of it yet); the provider reports about a
+    quarter of that as tokens, and each next step of the turn is bounded by that count plus the bytes appended since.
+    Counted by bytes again, the second step's worst case alone would cross the cap ($0.25 spent of 1.125x the first
+    call's bound, plus that bound again)."""
+    message = "the agent read the file and answered " * 2800  # ~100 KB
+    probe = tmp_path / "probe"  # another home, same prompt: what the first call's byte bound costs at this price
+    write_config(probe, {"providers": INPUT_ONLY})
+    llm.default_reply = Reply(text="probe", input_tokens=1)
+    assert invoke("agent", "-m", message, env={**anthropic_env(llm), "NANOAGENT_HOME": str(probe)}).returncode == 0
+    first_bound = next(line["usd"] for line in ledger_lines(probe) if line["op"] == "reserve")
+    assert first_bound > 0.4  # 100 KB at $4/M
+    tokens = int(first_bound / 4e-6) // 4  # what the server reports: a token of English is about 4 bytes
+    cap = round(first_bound * 1.125, 4)
+    write_config(isolated_home, {"budget": {"daily": cap}, "providers": INPUT_ONLY})
+    llm.requests.clear()
+    llm.script(Reply(tool_calls=[("list_dir", {"path": "."})], input_tokens=tokens),
+               Reply(tool_calls=[("list_dir", {"path": "."})], input_tokens=tokens),
+               Reply(text="all done", input_tokens=tokens))
+    ran = invoke("agent", "-m", message, env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "all done" in ran.stdout and len(llm.requests) == 3
+    reserves = [line["usd"] for line in ledger_lines(isolated_home) if line["op"] == "reserve"]
+    assert reserves[0] == pytest.approx(first_bound, rel=0.02)  # the first call: its bytes
+    assert reserves[1] < first_bound / 2 and reserves[2] < first_bound / 2  # the next: tokens reported + appended
+    records = reported(isolated_home)
+    assert reserves[1] >= cost(records[0], 4e-6, 0.0)  # never below what the same prompt really cost
+    assert spent(isolated_home) == pytest.approx(sum(cost(r, 4e-6, 0.0) for r in records)) and spent(isolated_home) < cap
+
+
+def test_a_pruned_or_changed_prompt_is_bounded_by_its_bytes_again(llm, isolated_home):
+    """Only a request that is the one before plus appended messages builds on the reported count; a conversation
+    cut at its start, a changed system prompt, an earlier message changed in place or another model count bytes."""
+    import asyncio
+
+    from nanoagent.agent.build import spend_meter
+    from nanoagent.providers.base import ChatRequest, complete_text
+    from nanoagent.providers.registry import make_provider, with_retries
+    from nanoagent.providers.retry import prompt_bound
+    from nanoagent.tokens import message_bound
+
+    write_config(isolated_home, {"providers": {"anthropic": {"prices": {MODEL: {"input": 1.0, "output": 0.0},
+                                                                         "claude-other": {"input": 1.0,
+                                                                                          "output": 0.0}}}}})
+    config, _ = load_config(isolated_home / "config.json", env=anthropic_env(llm))
+    meter = spend_meter(config, Paths.from_env())
+    providers = {name: with_retries(config, [(f"anthropic/{name}", make_provider(f"anthropic/{name}", config))],
+                                    meter=meter) for name in (MODEL, "claude-other")}
+    llm.default_reply = Reply(text="ok", input_tokens=500)
+    text = "words of the first message " * 400
+    messages: list = [{"role": "user", "content": text}]
+
+    def send(system: str = "the system prompt", model: str = MODEL, sent: list | None = None) -> tuple[float, int]:
+        """The call's reservation in tokens ($1/M), and the prompt's byte bound."""
+        request = ChatRequest(model=f"anthropic/{model}", system=system, messages=messages if sent is None else sent,
+                              max_tokens=OUT)
+        asyncio.run(complete_text(providers[model], request))
+        reserve = [line for line in ledger_lines(isolated_home) if line["op"] == "reserve"][-1]
+        return round(reserve["usd"] * 1e6), prompt_bound(request)
+
+    first, bound = send()
+    assert first == bound  # nothing known yet: bytes
+    appended = [{"role": "assistant", "content": "ok"}, {"role": "user", "content": "and then?"}]
+    messages.extend(appended)
+    second, bound = send()
+    settled = [line for line in ledger_lines(isolated_home) if line["op"] == "settle"]
+    reported_tokens = round(settled[0]["usd"] * 1e6)
+    assert second == reported_tokens + sum(message_bound(m) for m in appended) and second < bound / 2
+    messages[-1]["content"] = "and then, at much greater length? " * 100  # the last message sent, changed in place
+    messages.append({"role": "assistant", "content": "fine"})
+    grown, bound = send()
+    assert grown == bound
+    messages.append({"role": "user", "content": "more"})
+    assert send()[0] < bound / 2  # the same conversation again: back on the reported count
+    pruned, bound = send(sent=messages[2:])  # its start archived
+    assert pruned == bound
+    changed, bound = send(system="another system prompt")
+    assert changed == bound
+    other, bound = send(model="claude-other")
+    assert other == bound

@@ -271,3 +271,67 @@ def test_the_gateway_transcribes_a_telegram_voice_note_with_the_key_from_groq_ap
     assert sent.headers["authorization"] == "Bearer gsk-test" and sent.fields == {"model": "whisper-large-v3-turbo"}
     assert 'source="transcript of voice note media/voice-note-' in asked(llm)
     assert "Book the dentist." in asked(llm)
+
+
+# --- spend caps (issue 21): a transcription counts against the session whose message it came with ---------------
+
+FREE_CHAT = {"openai": {"prices": {"gpt-test": {"input": 0.0, "output": 0.0}}}}  # only the transcription costs
+
+
+def test_a_transcriptions_cost_is_counted_against_its_session_and_shows_in_nanoagent_budget(llm, isolated_home, memo):
+    write_config(isolated_home, {"tools": {"transcribe": {"model": "openai/whisper-1"}}, "budget": {"daily": 1.0},
+                                 "providers": FREE_CHAT})
+    llm.transcriptions.script(Transcript("Buy milk.", duration=120.0))  # two minutes at whisper-1's $0.006/min
+    llm.script(Reply(text="Milk, then."))
+    proc = invoke("agent", "-m", "what did I say?", "-a", str(memo), "-s", "cli:errands", env=openai_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    shown = invoke("budget", "--json")
+    figures = json.loads(shown.stdout)
+    [daily] = figures["caps"]
+    assert daily["name"] == "daily" and daily["spent"] == pytest.approx(0.012)
+    assert figures["today"]["spent"] == pytest.approx(0.012)
+    lines = [json.loads(line) for line in (isolated_home / "spend" / "ledger.jsonl").read_text().splitlines()]
+    [settled] = [line for line in lines if line["op"] == "settle" and line["model"] == "openai/whisper-1"]
+    assert (settled["session"], settled["kind"], settled["seconds"]) == ("cli:errands", "transcription", 120.0)
+
+
+def test_a_session_at_its_cap_sends_no_transcription_request_and_delivers_the_message_with_the_reason(
+        llm, isolated_home, memo):
+    from nanoagent.spend.ledger import Ledger
+
+    write_config(isolated_home, {"tools": {"transcribe": {"model": "openai/whisper-1"}},
+                                 "budget": {"sessions": {"cli:*": 0.05}}, "providers": FREE_CHAT})
+    ledger = Ledger(isolated_home / "spend")
+    with ledger.locked():
+        line = ledger.reserve(0.05, {"session": "cli:direct", "kind": "turn"}, "openai/gpt-test")
+        ledger.append([line, ledger.settlement(line, 0.05)])
+    llm.script(Reply(text="I could not hear it."))
+    proc = invoke("agent", "-m", "what did I say?", "-a", str(memo), env=openai_env(llm))
+    assert llm.transcriptions.requests == []
+    reason = ("not sent: the daily budget of sessions cli:* is reached: $0.0500 spent of $0.0500; it resets at 00:00 "
+              "on ")
+    assert proc.error_lines[0].startswith(f"warning: The audio file could not be transcribed: {reason}"), proc.stderr
+    assert "raise budget.sessions.\"cli:*\" in config.json." in proc.error_lines[0]
+    assert proc.returncode == 0 and "I could not hear it." in proc.stdout  # a free chat model: the turn goes on
+    assert f"it could not be transcribed: {reason}" in asked(llm)
+
+
+def test_a_chats_voice_notes_count_against_its_session_and_one_past_its_cap_is_not_transcribed(llm, api):
+    from nanoagent.config.schema import BudgetConfig
+
+    config = Config(tools=ToolsConfig(transcribe=TranscribeConfig(model="openai/whisper-1",
+                                                                  api_base=llm.url + "/v1")),
+                    budget=BudgetConfig(sessions={"telegram:*": 0.01}))
+    llm.transcriptions.script(Transcript("Call the plumber tomorrow.", duration=120.0))  # $0.012: the cap is reached
+    provider = ScriptedProvider(["Noted.", "I could not hear that one."])
+    asyncio.run(telegram_voice(api, provider, transcriber(config, Paths.from_env()), VOICE, VOICE))
+    assert len(llm.transcriptions.requests) == 1  # the second voice note was not sent
+    first, second = user_texts("telegram:42")
+    assert "Call the plumber tomorrow." in first
+    assert re.search(r"; it could not be transcribed: not sent: the daily budget of sessions telegram:\* is reached: "
+                     r"\$0\.0120 spent of \$0\.0100; it resets at 00:00 on \d{4}-\d\d-\d\d\. To spend more, raise "
+                     r'budget\.sessions\."telegram:\*" in config\.json\]$', second), second
+    lines = (Paths.from_env().spend_dir / "ledger.jsonl").read_text().splitlines()
+    settled = [json.loads(line) for line in lines if '"settle"' in line]
+    assert [(s["session"], s["model"], s["usd"]) for s in settled] == [("telegram:42", "openai/whisper-1",
+                                                                        pytest.approx(0.012))]

@@ -220,7 +220,7 @@ class _Run:
         if text.startswith("/"):
             self.spawn(self.command(item, face, _command(text)), f"{self.channel.name} command {face.key}")
             return
-        saved = [await self.attach(file) for file in item.files]
+        saved = [await self.attach(file, face.key) for file in item.files]
         for note in dict.fromkeys(a.note for a in saved if a.note):  # a note cut short, or how to turn it on
             if self.runner.transcriber is None:  # the hint: once per chat and run, not with every voice note
                 if face.key in self.hinted:
@@ -292,7 +292,7 @@ class _Run:
 
     # --- media ----------------------------------------------------------------------------------------
 
-    async def attach(self, file: FileIn) -> _Attachment:
+    async def attach(self, file: FileIn, key: str | None = None) -> _Attachment:
         """A file that came with a message. A text file (a document told by its bytes: UTF-8, within
         tools.attachments.maxTextBytes) becomes marked text in the message, as `nanoagent agent -a` makes it.
         Anything else is saved under the workspace's media/ and named by a line in the message; a photo or an image
@@ -311,7 +311,7 @@ class _Run:
         document = kind in ("document", "file")
         media_type = sniff(data[:16]) if kind == "photo" or document else None
         if kind in ("voice note", "audio") or (document and media_type is None and sniff_audio(data[:16])):
-            return await self.hear(data, kind if kind in ("voice note", "audio") else "audio file", stem, ext)
+            return await self.hear(data, kind if kind in ("voice note", "audio") else "audio file", stem, ext, key)
         if document and media_type is None and len(data) <= self.runner.max_text_bytes \
                 and (text := as_text(data)) is not None:
             return _Attachment("", text=Attached(".".join(p for p in (stem, ext) if p), len(data), text=text))
@@ -322,11 +322,12 @@ class _Run:
         digest = await asyncio.to_thread(lambda: hashlib.sha256(data).hexdigest())
         return _Attachment(line, image=image_block(f"media/{path.name}", digest, media_type, path.name))
 
-    async def hear(self, data: bytes, kind: str, stem: str, ext: str) -> _Attachment:
-        """A voice note or audio file: saved under media/, then transcribed (in a thread: the call blocks); the
-        transcript, marked as one, or why there is none, goes in the message."""
+    async def hear(self, data: bytes, kind: str, stem: str, ext: str, key: str | None = None) -> _Attachment:
+        """A voice note or audio file: saved under media/, then transcribed (in a thread: the call blocks; counted
+        against the session `key`'s spend caps); the transcript, marked as one, or why there is none, goes in the
+        message."""
         path = await asyncio.to_thread(save_media, self.runner.paths.workspace / "media", stem, ext, data)
-        heard = await asyncio.to_thread(hear, self.runner.transcriber, data, kind, "", f"media/{path.name}")
+        heard = await asyncio.to_thread(hear, self.runner.transcriber, data, kind, "", f"media/{path.name}", key)
         if self.runner.transcriber is not None and not heard.transcribed:
             self.log.warning(self.runner.record("transcription_failed", file=path.name, reason=heard.note))
         return _Attachment(heard.text, note=heard.note if heard.transcribed or self.runner.transcriber is None else None)

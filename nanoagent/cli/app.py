@@ -205,7 +205,7 @@ def agent(
     if attach:
         from nanoagent.attachments import compose
 
-        attached = [_attacher(paths, config())(name) for name in attach]
+        attached = [_attacher(paths, config(), key)(name) for name in attach]
         for note in (a.heard.note for a in attached if a.heard is not None):
             if note:
                 warn(note)
@@ -288,16 +288,18 @@ def _read_stdin(limit: int) -> bytes:
     return buffer.read(limit + 1) if buffer is not None else sys.stdin.read(limit + 1).encode("utf-8")
 
 
-def _attacher(paths: Paths, config: Config) -> Callable[[str], Attached]:
-    """Reads a file the user names (images go to the workspace's media/); AttachmentError says why it cannot."""
+def _attacher(paths: Paths, config: Config, key: str) -> Callable[[str], Attached]:
+    """Reads a file the user names (images go to the workspace's media/; audio is transcribed, counted against the
+    session `key`'s spend caps); AttachmentError says why it cannot."""
     from pathlib import Path
 
     from nanoagent.attachments import Limits, prepare
     from nanoagent.transcribe import transcriber
 
     a = config.tools.attachments
-    limits, ears = Limits(a.max_image_bytes, a.max_text_bytes), transcriber(config)
-    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name, transcriber=ears)
+    limits, ears = Limits(a.max_image_bytes, a.max_text_bytes), transcriber(config, paths)
+    return lambda name: prepare(Path(name).expanduser(), paths.workspace, limits, shown=name, transcriber=ears,
+                                session=key)
 
 
 def _gateway_running(paths: Paths) -> bool:
@@ -348,7 +350,7 @@ def _interactive(paths: Paths, config: Config, model: str | None, key: str, remo
         if incognito and isinstance(agent, LocalAgent):  # --incognito never attaches: its session ends with us
             agent.loop.start_incognito(key)
         try:
-            attacher = _attacher(paths, config)
+            attacher = _attacher(paths, config, key)
             if terminal:
                 _show_notes(paths, key, ui)
                 saved = _saved(paths, key) if isinstance(agent, RemoteAgent) else agent.loop.session(key)

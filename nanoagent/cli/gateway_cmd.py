@@ -149,7 +149,7 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
         components.append(channel_component(channel, settings, paths, hub,
                                             max_image_bytes=config.tools.attachments.max_image_bytes,
                                             max_text_bytes=config.tools.attachments.max_text_bytes,
-                                            transcriber=transcriber(config)))
+                                            transcriber=transcriber(config, paths)))
     return components
 
 

@@ -10,8 +10,10 @@ given up on then, not after retries x the idle timeout. Once the reply has begun
 (`ReplyStarted`) the idle timeout alone bounds it, so a long reply is never cut.
 
 Spend caps are checked here, before every attempt (each retry, each fallback): the `Meter` reserves the attempt's
-worst case (its prompt's byte bound in, `max_tokens` out, at the model's price) or refuses it with `Capped`, which
-ends the whole call. An attempt is settled at what it used when that is known: it ended, or the server refused it
+worst case (its prompt's bound in, `max_tokens` out, at the model's price) or refuses it with `Capped`, which
+ends the whole call. The prompt's bound is its bytes (`prompt_bound`), or, when the request is the one sent before
+in its session to the same model plus messages appended to it, the prompt tokens the provider reported for that one
+plus the appended messages' bytes (`PromptBounds`). An attempt is settled at what it used when that is known: it ended, or the server refused it
 (an error status) or was never reached; otherwise (a timeout, a dropped connection, a cancel, a reply cut off) it
 may have been billed, so its worst case stays spent.
 """
@@ -22,9 +24,11 @@ import asyncio
 import dataclasses
 import json
 import random
+from collections import OrderedDict
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 
+from nanoagent.messages import Message
 from nanoagent.providers.base import (
     ChatRequest,
     Provider,
@@ -39,7 +43,7 @@ from nanoagent.providers.base import (
     ToolSpec,
     UsageReport,
 )
-from nanoagent.spend import CapReached, Hold, Meter
+from nanoagent.spend import CapReached, Hold, Meter, current_scope
 from nanoagent.tokens import message_bound, token_bound
 from nanoagent.usage import Usage
 
@@ -82,13 +86,13 @@ class RetryingProvider:
         deadline = None if self.policy.deadline is None else clock() + self.policy.deadline
         failures: list[str] = []
         reached = False  # some server in the chain took the request
-        prompt = prompt_bound(request) if self.meter is not None else 0
+        bounds = PromptBounds(request) if self.meter is not None else None
         for position, (model, provider) in enumerate(self.chain):
             next_model = self.chain[position + 1][0] if position + 1 < len(self.chain) else ""
             attempt, last = 0, ""
             while True:
                 streamed = started = refused = reported = False
-                hold = self._reserve(model, prompt, request.max_tokens)
+                hold = self._reserve(model, bounds.bound(model) if bounds is not None else 0, request.max_tokens)
                 for note in hold.notes if hold is not None else ():
                     yield SpendNotice(note)
                 used = Usage()
@@ -103,6 +107,8 @@ class RetryingProvider:
                         yield event
                     for warning in self._settle(hold, used, known=reported):  # no usage said: the worst case
                         yield SpendNotice(warning)
+                    if bounds is not None and reported:
+                        bounds.remember(model, used.prompt_tokens)
                     return
                 except _OutOfTime:
                     raise self._out_of_time(failures, model, attempt + 1, last) from None
@@ -181,6 +187,74 @@ def prompt_bound(request: ChatRequest) -> int:
     """An upper bound on the request's prompt tokens, without a tokenizer (a token is at least one byte)."""
     return (token_bound(request.system) + sum(message_bound(m) for m in request.messages)
             + sum(_tool_bound(tool) for tool in request.tools))
+
+
+SENT_KEPT = 256  # requests remembered (one per session, model and system prompt): a small LRU
+
+
+@dataclass(frozen=True)
+class _Sent:
+    """A request a provider answered, as far as the next one's bound needs it: its system prompt and tools (by
+    fingerprint), how many messages it had, its first and last (and the last's byte bound, should it be changed in
+    place), and the prompt tokens the provider reported for it."""
+
+    count: int
+    first: Message
+    last: Message
+    last_bound: int
+    tokens: int
+
+
+_sent: OrderedDict[tuple[str | None, str, tuple], _Sent] = OrderedDict()
+
+
+class PromptBounds:
+    """The upper bound on one request's prompt tokens for each model of the chain, taken before any attempt.
+
+    A session's next request is usually its last one with messages appended (a turn's next step, the next turn):
+    then its bound is the prompt tokens the provider reported for the last one plus the byte bound of the appended
+    messages alone, which is close to the real count and work that does not grow with the session. Anything else (a
+    first call, a pruned, archived or rewritten conversation, a changed system prompt or tool list, another model,
+    whose tokenizer differs) gets the byte bound of the whole prompt (`prompt_bound`). The check compares the system
+    prompt's and tools' fingerprint (its key), the message count, and the first and last earlier messages (same object
+    or equal, and the last of the same size); a conversation shortened in the middle only makes the bound higher than
+    needed, never lower."""
+
+    def __init__(self, request: ChatRequest):
+        self.request = request
+        scope = current_scope.get()
+        messages = request.messages
+        self.session = scope.session if scope is not None else None
+        self.count = len(messages)
+        self.first = messages[0] if messages else None
+        self.last = messages[-1] if messages else None
+        self.fingerprint = (len(request.system), hash(request.system),
+                            tuple((tool.name, _tool_bound(tool)) for tool in request.tools))
+        self._bytes: int | None = None
+
+    def bound(self, model: str) -> int:
+        """The request's prompt tokens for `model`, at most."""
+        known = _sent.get((self.session, model, self.fingerprint))
+        messages = self.request.messages
+        if known is not None and 0 < known.count <= self.count:
+            first, last = messages[0], messages[known.count - 1]
+            if (first is known.first or first == known.first) and (last is known.last or last == known.last) \
+                    and message_bound(last) == known.last_bound:
+                return known.tokens + sum(message_bound(m) for m in messages[known.count:])
+        if self._bytes is None:
+            self._bytes = prompt_bound(self.request)
+        return self._bytes
+
+    def remember(self, model: str, tokens: int) -> None:
+        """What `model`'s provider reported as the request's prompt tokens (input, cache reads and writes), for the
+        next request of the session to build on."""
+        if tokens <= 0 or self.first is None or self.last is None:
+            return
+        key = (self.session, model, self.fingerprint)
+        _sent[key] = _Sent(self.count, self.first, self.last, message_bound(self.last), tokens)
+        _sent.move_to_end(key)
+        while len(_sent) > SENT_KEPT:
+            _sent.popitem(last=False)
 
 
 _tool_bounds: dict[int, tuple[ToolSpec, int]] = {}  # the registry keeps its specs: each is measured once

@@ -179,6 +179,16 @@ class Meter:
         return None
 
 
+def record_cost(config: Config, paths: Paths, scope: Scope | None, model: str, usd: float,
+                **detail: Any) -> None:
+    """Count a call whose cost is known only once it was made (a transcription: the audio's length is unknown before
+    it), against `scope`: its reservation and settlement at `usd` together, `detail` (seconds, tokens) on both."""
+    ledger = ledger_for(paths, config.defaults.timezone)
+    with ledger.locked():
+        line = {**ledger.reserve(usd, scope.fields() if scope is not None else {"kind": "other"}, model), **detail}
+        ledger.append([line, ledger.settlement(line, usd)])
+
+
 @lru_cache(maxsize=32)
 def most_expensive(provider: str) -> tuple[Price, str]:
     """The highest price of each kind among `provider`'s models in the bundled table (of the whole table when it lists
@@ -192,6 +202,13 @@ def most_expensive(provider: str) -> tuple[Price, str]:
 
     return Price(top("input_cost_per_token"), top("output_cost_per_token"), top("cache_read_input_token_cost"),
                  top("cache_creation_input_token_cost")), whose
+
+
+@lru_cache(maxsize=8)
+def most_expensive_per_second(provider: str) -> float:
+    """The highest price per second of audio among `provider`'s models in the bundled table (0 when it has none)."""
+    return max((_float(e.get("input_cost_per_second")) for e in model_table().values()
+                if isinstance(e, dict) and e.get("litellm_provider") == provider), default=0.0)
 
 
 def _float(value: Any) -> float:
