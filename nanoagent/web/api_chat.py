@@ -264,10 +264,10 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
 
         cap = ctx.config.tools.attachments.max_image_bytes
         if (request.content_length or 0) > cap:
-            return _too_big(cap)
+            return too_big(cap)
         data = await request.content.read(cap + 1)
         if len(data) > cap:
-            return _too_big(cap)
+            return too_big(cap)
         kind = sniff(data)
         if kind not in IMAGE_TYPES:
             raise BadRequest("Only PNG, JPEG, GIF and WebP images can be attached.")
@@ -374,9 +374,9 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _too_big(cap: int) -> web.Response:
+def too_big(cap: int) -> web.Response:
     return web.json_response({"error": f"The image is over {cap / 1_000_000:.0f} MB "
                                        "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
 
 
-__all__ = ["Rooms", "add_chat", "message_views", "session_key", "session_rows", "tool_view"]
+__all__ = ["Rooms", "add_chat", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
