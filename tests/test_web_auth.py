@@ -215,7 +215,7 @@ def test_a_50_mb_body_sent_with_expect_100_continue_is_refused_before_a_byte_of_
     port = port_of(web)
     size = 50 * 1024 * 1024
     signed_in = f"Cookie: {cookie}\nX-CSRF-Token: {token}\n"
-    upload = f"POST /api/uploads HTTP/1.1\nHost: x\n{{who}}Content-Type: image/png\nContent-Length: {{size}}\n" \
+    upload = "POST /api/uploads HTTP/1.1\nHost: x\n{who}Content-Type: image/png\nContent-Length: {size}\n" \
              "Expect: 100-continue\n"
     status, data, closed = headers_only(port, upload.format(who=signed_in, size=size))
     assert status == "HTTP/1.1 413 Request Entity Too Large" and closed
@@ -224,7 +224,7 @@ def test_a_50_mb_body_sent_with_expect_100_continue_is_refused_before_a_byte_of_
     assert status.startswith("HTTP/1.1 401") and closed and b"nanoagent web" in data
     status, data, closed = headers_only(port, upload.format(who="Cookie: nanoagent-1=forged\n", size=size))
     assert status.split()[1] in ("401", "413") and closed
-    chat = f"POST /v1/chat/completions HTTP/1.1\nHost: x\n{{auth}}Content-Type: application/json\n" \
+    chat = "POST /v1/chat/completions HTTP/1.1\nHost: x\n{auth}Content-Type: application/json\n" \
            "Content-Length: {size}\nExpect: 100-continue\n"
     status, data, closed = headers_only(port, chat.format(auth=f"Authorization: Bearer {web.token}\n", size=size))
     assert status.startswith("HTTP/1.1 413") and closed and b"over the limit of 10 MB" in data
