@@ -238,7 +238,7 @@ def test_the_usage_page_reads_the_same_figures_as_usage_json():
         assert data["rows"] == cli["rows"]
         assert data["total"]["input_tokens"] == 2000 and data["total"]["output_tokens"] == 350
         assert sorted(row["name"] for row in data["by"]["channel"]) == ["cli", "web"]
-        assert data["budget"] is None or isinstance(data["budget"], list)  # a list of caps where spend caps exist
+        assert data["budget"]["caps"] == [] and data["budget"]["today"]["spent"] == 0  # no cap set: none listed
 
     run(outer)
 
