@@ -79,6 +79,35 @@ def test_a_message_sent_in_the_chat_streams_into_the_page_and_a_second_tab_sees_
         other.context.close()
 
 
+def test_a_persons_message_shows_in_every_tab_as_it_is_sent_and_a_new_chat_joins_the_other_tabs_lists(browser, llm,
+                                                                                                       monkeypatch):
+    release = threading.Event()
+    llm.script(Reply(text="The answer, at last.", release=release))  # the turn runs until the test lets it end
+    try:
+        with llm_gateway(llm, monkeypatch) as gateway:
+            pages = [browser.new_context().new_page() for _ in range(3)]
+            tab, watcher, other = pages
+            open_chat(other, gateway, "web:elsewhere")  # a tab in another conversation
+            other.locator(".sessions li", has_text="No sessions yet.").wait_for(timeout=WAIT)
+            open_chat(tab, gateway, "web:brandnew")
+            open_chat(watcher, gateway, "web:brandnew")  # a second tab of the new chat, open before it has a message
+            tab.fill("#message", "a first message")
+            tab.keyboard.press("Enter")
+            watcher.locator(".msg.user", has_text="a first message").wait_for(timeout=WAIT)
+            link = other.locator(".sessions a", has_text="web:brandnew")
+            link.wait_for(timeout=WAIT)  # the list of the other tab gained the new chat, without a reload
+            link.click()
+            other.locator(".msg.user", has_text="a first message").wait_for(timeout=WAIT)
+            assert gateway.gateway.hub.busy("web:brandnew")  # all of it while the turn still runs
+            release.set()
+            for page_ in pages:
+                page_.locator(".msg.assistant", has_text="The answer, at last.").wait_for(timeout=WAIT)
+                assert page_.locator(".msg.user", has_text="a first message").count() == 1
+                page_.context.close()
+    finally:
+        release.set()
+
+
 def test_stop_ends_the_running_turn_from_the_page(browser, llm, monkeypatch):
     release = threading.Event()
     llm.script(Reply(text="never shown", release=release))

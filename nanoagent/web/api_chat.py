@@ -91,6 +91,11 @@ class Rooms:
             else:
                 queue.put_nowait(message)
 
+    def announce(self, message: dict[str, Any]) -> None:
+        """To every open tab of every session (a new chat for their sessions lists)."""
+        for key in list(self.streams):
+            self.post(key, message)
+
     def asker(self, key: str):  # noqa: ANN201 - an Ask
         """The `ask` a web send gives the Hub: the question goes to every tab of the session; the first answer
         counts. A question nobody answers waits, as a terminal's does, until /stop cancels the turn."""
@@ -338,9 +343,20 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
     an event)."""
     from nanoagent.gateway.hub import HubClosed
 
+    from nanoagent.agent import events as ev
+
     started = time.monotonic()
+    store = ctx.loop.store
+    new = key not in store.temporary and not store.path_for(key).exists()
+
+    def announce(event: ev.Event) -> None:  # a new chat joins every tab's sessions list once its message is stored
+        nonlocal new
+        if new and isinstance(event, ev.TurnStarted):
+            new = False
+            rooms.announce({"type": "sessions", "key": key})
+
     try:
-        turn = await ctx.hub.send(key, text, ask=rooms.asker(key), images=images or None)
+        turn = await ctx.hub.send(key, text, sink=announce, ask=rooms.asker(key), images=images or None)
     except (HubClosed, NanoagentError) as e:
         rooms.post(key, {"type": "error", "message": str(e)})
         return

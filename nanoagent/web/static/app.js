@@ -263,6 +263,7 @@ async function conversation(view, key) {
       busy(m.busy);
       if (hellos++ > 0) reload();
     }
+    else if (m.type === "sessions") loadSessions(document.querySelector(".sessions"), key);  // a new chat elsewhere
     else if (m.type === "ask") askView(m);
     else if (m.type === "answered") questions.querySelector(`[data-id="${CSS.escape(m.id)}"]`)?.remove();
     else if (m.type === "result" && m.command) {
