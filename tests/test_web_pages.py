@@ -82,7 +82,8 @@ def test_a_message_sent_in_the_chat_streams_into_the_page_and_a_second_tab_sees_
 def test_a_persons_message_shows_in_every_tab_as_it_is_sent_and_a_new_chat_joins_the_other_tabs_lists(browser, llm,
                                                                                                        monkeypatch):
     release = threading.Event()
-    llm.script(Reply(text="The answer, at last.", release=release))  # the turn runs until the test lets it end
+    llm.script(Reply(text="The answer, at last.", release=release),  # the turn runs until the test lets it end
+               Reply(text="Noted the second thought."))
     try:
         with llm_gateway(llm, monkeypatch) as gateway:
             pages = [browser.new_context().new_page() for _ in range(3)]
@@ -98,11 +99,16 @@ def test_a_persons_message_shows_in_every_tab_as_it_is_sent_and_a_new_chat_joins
             link.wait_for(timeout=WAIT)  # the list of the other tab gained the new chat, without a reload
             link.click()
             other.locator(".msg.user", has_text="a first message").wait_for(timeout=WAIT)
+            tab.fill("#message", "and a second thought")  # it joins the running turn
+            tab.keyboard.press("Enter")
+            for page_ in (watcher, other):
+                page_.locator(".msg.user", has_text="and a second thought").wait_for(timeout=WAIT)
             assert gateway.gateway.hub.busy("web:brandnew")  # all of it while the turn still runs
             release.set()
             for page_ in pages:
-                page_.locator(".msg.assistant", has_text="The answer, at last.").wait_for(timeout=WAIT)
-                assert page_.locator(".msg.user", has_text="a first message").count() == 1
+                page_.locator(".msg.assistant", has_text="Noted the second thought.").wait_for(timeout=WAIT)
+                for said in ("a first message", "and a second thought"):
+                    assert page_.locator(".msg.user", has_text=said).count() == 1
                 page_.context.close()
     finally:
         release.set()

@@ -341,9 +341,8 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
 async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list[ImageBlock]) -> None:
     """A message or command from a tab: its result goes to every tab of the session (a slash command's reply is not
     an event)."""
-    from nanoagent.gateway.hub import HubClosed
-
     from nanoagent.agent import events as ev
+    from nanoagent.gateway.hub import HubClosed
 
     started = time.monotonic()
     store = ctx.loop.store
@@ -365,8 +364,8 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
         rooms.post(key, {"type": "error", "message": f"the message failed inside the gateway ({type(e).__name__}); "
                                                       "see its log in logs/"})
         return
-    if turn is None:
-        rooms.post(key, {"type": "joined"})
+    if turn is None:  # it joined the running turn: every tab shows it now, not when the turn takes it in
+        rooms.post(key, {"type": "joined", "text": text})
         return
     command = turn.result is None
     # a command's reply is plain text laid out in columns (/help, /status): the page shows it as text

@@ -263,6 +263,11 @@ async function conversation(view, key) {
       busy(m.busy);
       if (hellos++ > 0) reload();
     }
+    else if (m.type === "joined" && !sent.has(m.text)) {  // another tab's message joined the running turn
+      log.append(messageView({ role: "user", text: m.text }));
+      sent.add(m.text);  // its MessageAdded, when the turn takes it in, is not shown twice
+      live = null;
+    }
     else if (m.type === "sessions") loadSessions(document.querySelector(".sessions"), key);  // a new chat elsewhere
     else if (m.type === "ask") askView(m);
     else if (m.type === "answered") questions.querySelector(`[data-id="${CSS.escape(m.id)}"]`)?.remove();
