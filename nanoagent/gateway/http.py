@@ -388,7 +388,8 @@ class Endpoint:
         if refused is not None:
             refused.force_close()  # what the client sends next would be the body: nothing more is read
             return refused
-        return await _default_expect_handler(request)
+        await _default_expect_handler(request)
+        return None
 
     async def serve(self, host: str, port: int, listening: Callable[[str, int], None], ctx: WebContext) -> None:
         """Listen until cancelled; then close every connection."""
