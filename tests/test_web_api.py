@@ -100,6 +100,22 @@ def test_a_message_sent_from_the_page_streams_its_reply_to_every_tab_of_the_sess
     run(test)
 
 
+def test_a_message_that_joins_the_running_turn_reaches_every_tab_as_it_is_sent():
+    async def test() -> None:
+        async with app_client(ScriptedProvider([ScriptedReply("slow", delay=PATIENCE)])) as (client, hub):
+            tab = Stream(await client.get("/api/sessions/web:j/events"))
+            await client.post("/api/sessions/web:j/messages", json={"text": "take your time"})
+            await tab.next(kind("TurnStarted"))
+            sent = await client.post("/api/sessions/web:j/messages", json={"text": "and one more thing"})
+            assert sent.status == 202
+            joined = await tab.next(lambda m: m.get("type") == "joined")
+            assert joined["text"] == "and one more thing" and hub.busy("web:j")  # before the turn took it in
+            await client.post("/api/sessions/web:j/stop")
+            await tab.next(kind("TurnEnded"))
+
+    run(test)
+
+
 def test_stop_cancels_the_running_turn_and_the_page_sees_it_end_cancelled():
     async def test() -> None:
         async with app_client(ScriptedProvider([ScriptedReply("slow", delay=PATIENCE)])) as (client, hub):
@@ -238,7 +254,7 @@ def test_the_usage_page_reads_the_same_figures_as_usage_json():
         assert data["rows"] == cli["rows"]
         assert data["total"]["input_tokens"] == 2000 and data["total"]["output_tokens"] == 350
         assert sorted(row["name"] for row in data["by"]["channel"]) == ["cli", "web"]
-        assert data["budget"] is None or isinstance(data["budget"], list)  # a list of caps where spend caps exist
+        assert data["budget"]["caps"] == [] and data["budget"]["today"]["spent"] == 0  # no cap set: none listed
 
     run(outer)
 

@@ -191,6 +191,52 @@ def test_a_50_mb_upload_is_refused_with_413_without_being_held_in_memory(web):
     assert grew_mb < 40, f"the process grew by {grew_mb:.0f} MB"
 
 
+def headers_only(port: int, head: str) -> tuple[str, bytes, bool]:
+    """Send a request's headers (with `Expect: 100-continue`) and no body; the first answer's status line, its
+    bytes, and whether the gateway then closed the connection, all read before any body is sent."""
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE) as conn:
+        conn.sendall(head.replace("\n", "\r\n").encode() + b"\r\n")
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            assert chunk, f"the gateway closed the connection without an answer: {data!r}"
+            data += chunk
+        status = data.split(b"\r\n", 1)[0].decode()
+        if status.split()[1] == "100":
+            return status, data, False
+        while chunk := conn.recv(65536):  # the refusal's body, then the end of the connection
+            data += chunk
+        return status, data, True
+
+
+def test_a_50_mb_body_sent_with_expect_100_continue_is_refused_before_a_byte_of_it_is_sent(web):
+    cookie = web.cookie()
+    token = csrf(web, cookie)
+    port = port_of(web)
+    size = 50 * 1024 * 1024
+    signed_in = f"Cookie: {cookie}\nX-CSRF-Token: {token}\n"
+    upload = "POST /api/uploads HTTP/1.1\nHost: x\n{who}Content-Type: image/png\nContent-Length: {size}\n" \
+             "Expect: 100-continue\n"
+    status, data, closed = headers_only(port, upload.format(who=signed_in, size=size))
+    assert status == "HTTP/1.1 413 Request Entity Too Large" and closed
+    assert b"attach a smaller one" in data and b"100 Continue" not in data
+    status, data, closed = headers_only(port, upload.format(who="", size=1000))  # no cookie: 401, body unread
+    assert status.startswith("HTTP/1.1 401") and closed and b"nanoagent web" in data
+    status, data, closed = headers_only(port, upload.format(who="Cookie: nanoagent-1=forged\n", size=size))
+    assert status.split()[1] in ("401", "413") and closed
+    chat = "POST /v1/chat/completions HTTP/1.1\nHost: x\n{auth}Content-Type: application/json\n" \
+           "Content-Length: {size}\nExpect: 100-continue\n"
+    status, data, closed = headers_only(port, chat.format(auth=f"Authorization: Bearer {web.token}\n", size=size))
+    assert status.startswith("HTTP/1.1 413") and closed and b"over the limit of 10 MB" in data
+    status, data, closed = headers_only(port, chat.format(auth="", size=100))  # no token: 401, body unread
+    assert status.startswith("HTTP/1.1 401") and closed and b"missing_token" in data
+    # a request the gateway takes still gets its 100 Continue, and is served once its body comes
+    status, _, closed = headers_only(port, upload.format(who=signed_in, size=100))
+    assert status == "HTTP/1.1 100 Continue" and not closed
+    with client(web, cookie) as http:
+        assert http.get("/api/session").status_code == 200
+
+
 def test_silent_connections_do_not_keep_a_signed_in_browser_out(web, monkeypatch):
     from nanoagent.gateway import http as listener
 

@@ -18,7 +18,7 @@ from nanoagent.config.schema import Config
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
 from tests.browser import WebGateway, browser, page, sign_in, web, web_gateway  # noqa: F401
-from tests.conftest import PATIENCE, anthropic_env, invoke
+from tests.conftest import PATIENCE, anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 
 pytestmark = pytest.mark.process  # a chromium per module
@@ -29,15 +29,19 @@ XSS = ["<script>window.__xss = 1</script>", "<img src=x onerror=\"window.__xss =
 
 @contextmanager
 def llm_gateway(llm: Any, monkeypatch: pytest.MonkeyPatch) -> Iterator[WebGateway]:
-    """A gateway whose model is the local LLM server, through the real provider (httpx, Anthropic's API)."""
+    """A gateway whose model is the local LLM server, through the real provider (httpx, Anthropic's API) with the
+    spend meter of a real gateway."""
+    from nanoagent.agent.build import spend_meter
     from nanoagent.config.loader import load_config
     from nanoagent.paths import Paths
     from nanoagent.providers.registry import build_provider
 
     for name, value in anthropic_env(llm).items():
         monkeypatch.setenv(name, value)
-    config = load_config(Paths.from_env().config_file)[0]
-    with web_gateway(build_provider(config, config.defaults.model, lambda message: None), config) as gateway:
+    paths = Paths.from_env()
+    config = load_config(paths.config_file)[0]
+    provider = build_provider(config, config.defaults.model, lambda message: None, spend_meter(config, paths))
+    with web_gateway(provider, config) as gateway:  # the spend ledger counts its calls, as the gateway's
         yield gateway
 
 
@@ -73,6 +77,41 @@ def test_a_message_sent_in_the_chat_streams_into_the_page_and_a_second_tab_sees_
         assert tab.locator(".msg.user", has_text="hello").count() == 1
         tab.context.close()
         other.context.close()
+
+
+def test_a_persons_message_shows_in_every_tab_as_it_is_sent_and_a_new_chat_joins_the_other_tabs_lists(browser, llm,
+                                                                                                       monkeypatch):
+    release = threading.Event()
+    llm.script(Reply(text="The answer, at last.", release=release),  # the turn runs until the test lets it end
+               Reply(text="Noted the second thought."))
+    try:
+        with llm_gateway(llm, monkeypatch) as gateway:
+            pages = [browser.new_context().new_page() for _ in range(3)]
+            tab, watcher, other = pages
+            open_chat(other, gateway, "web:elsewhere")  # a tab in another conversation
+            other.locator(".sessions li", has_text="No sessions yet.").wait_for(timeout=WAIT)
+            open_chat(tab, gateway, "web:brandnew")
+            open_chat(watcher, gateway, "web:brandnew")  # a second tab of the new chat, open before it has a message
+            tab.fill("#message", "a first message")
+            tab.keyboard.press("Enter")
+            watcher.locator(".msg.user", has_text="a first message").wait_for(timeout=WAIT)
+            link = other.locator(".sessions a", has_text="web:brandnew")
+            link.wait_for(timeout=WAIT)  # the list of the other tab gained the new chat, without a reload
+            link.click()
+            other.locator(".msg.user", has_text="a first message").wait_for(timeout=WAIT)
+            tab.fill("#message", "and a second thought")  # it joins the running turn
+            tab.keyboard.press("Enter")
+            for page_ in (watcher, other):
+                page_.locator(".msg.user", has_text="and a second thought").wait_for(timeout=WAIT)
+            assert gateway.gateway.hub.busy("web:brandnew")  # all of it while the turn still runs
+            release.set()
+            for page_ in pages:
+                page_.locator(".msg.assistant", has_text="Noted the second thought.").wait_for(timeout=WAIT)
+                for said in ("a first message", "and a second thought"):
+                    assert page_.locator(".msg.user", has_text=said).count() == 1
+                page_.context.close()
+    finally:
+        release.set()
 
 
 def test_stop_ends_the_running_turn_from_the_page(browser, llm, monkeypatch):
@@ -182,6 +221,45 @@ def test_the_usage_charts_totals_equal_usage_json(browser, isolated_home):
         assert shown_tokens == cli["input_tokens"] + cli["output_tokens"]
         assert int(total.get_attribute("data-calls")) == cli["calls"] == 3
         assert f"{cli['input_tokens']:,} in" in total.inner_text()
+        page_.context.close()
+
+
+def test_the_usage_pages_budget_panel_shows_each_cap_with_the_figures_of_budget_json(browser, isolated_home, llm,
+                                                                                     monkeypatch):
+    # priced so every figure is known: output $100 per million tokens, so a 100-token reply costs $0.01
+    write_config(isolated_home, {"providers": {"anthropic": {"prices": {"claude-test": {"input": 0.0,
+                                                                                         "output": 100.0}}}},
+                                 "agents": {"defaults": {"maxTokens": 100, "timezone": "Europe/Berlin"}},
+                                 "budget": {"daily": 2.0, "sessions": {"web:*": 0.5}}})
+    llm.script(Reply(text="one", output_tokens=100), Reply(text="two", output_tokens=250))
+    with llm_gateway(llm, monkeypatch) as gateway:
+        for key in ("web:spend", "cli:direct"):  # real calls through the provider: the ledger counts them
+            turn = gateway.call(lambda key=key: gateway.gateway.hub.send(key, "hello"))
+            assert turn is not None and turn.result is not None and turn.result.error is None
+        cli = json.loads(invoke("budget", "--json").stdout)
+        page_ = browser.new_context().new_page()
+        sign_in(page_, gateway)
+        page_.goto(f"{gateway.url}/#/usage")
+        page_.locator("#budget tr.cap").first.wait_for(timeout=WAIT)
+        shown = {row.get_attribute("data-name"): row for row in page_.locator("#budget tr.cap").all()}
+        caps = {cap["name"]: cap for cap in cli["caps"]}
+        assert set(shown) == set(caps) == {"daily", "sessions web:*"}
+        assert caps["daily"]["spent"] == 0.035 and caps["sessions web:*"]["spent"] == 0.01  # cli:direct is not web:*
+        for name, cap in caps.items():
+            row = shown[name]
+            assert float(row.get_attribute("data-spent")) == cap["spent"]
+            assert float(row.get_attribute("data-limit")) == cap["limit"]
+            assert float(row.get_attribute("data-reserved")) == cap["reserved"] == 0
+            assert row.get_attribute("data-resets") == cap["resets_at"]
+            # the forecast is the rate so far carried to the period's end: read a moment apart, it differs a little
+            assert abs(float(row.get_attribute("data-forecast")) - cap["forecast"]) <= cap["forecast"] * 0.01
+            cells = row.locator("td").all_inner_texts()
+            assert cells[1] == f"${cap['spent']:.4f}" and cells[2] == f"${cap['limit']:.4f}"
+            assert cells[3] == cap["resets_at"][:16].replace("T", " ") + " (Europe/Berlin)"
+            assert cells[4].startswith("$")
+        today = page_.locator("#budget [data-period]").first
+        assert today.get_attribute("data-period") == cli["today"]["name"]
+        assert float(today.get_attribute("data-spent")) == cli["today"]["spent"] == 0.035
         page_.context.close()
 
 

@@ -58,6 +58,7 @@ if TYPE_CHECKING:
     from aiohttp.web_protocol import RequestHandler
 
     from nanoagent.gateway.server import Gateway
+    from nanoagent.web.auth import WebAuth
     from nanoagent.web.context import WebContext
 
 log = logging.getLogger("nanoagent.gateway.http")
@@ -353,7 +354,42 @@ class Endpoint:
         add_app(app, ctx)
         if not any(r.resource is not None and r.resource.canonical == "/api/events" for r in app.router.routes()):
             add_events(app, ctx)  # the app's live updates, unless the app serves its own
+        auth = ctx.auth
+
+        async def expect(request: web.Request) -> web.StreamResponse | None:
+            return await self._expect(request, auth)
+
+        for route in app.router.routes():  # aiohttp sets an expect handler per route only (add_route's argument)
+            route._expect_handler = expect  # noqa: SLF001
         return app
+
+    async def _expect(self, request: web.Request, auth: WebAuth) -> web.StreamResponse | None:
+        """`Expect: 100-continue` (curl sends it for big bodies) is answered before any middleware runs: a body over
+        its limit (413) or a request without its token or sign-in (401, 403) gets its refusal here, with no 100
+        Continue and the connection closed, so its body is never read. Otherwise aiohttp's default: 100 Continue."""
+        from aiohttp.web_urldispatcher import _default_expect_handler
+
+        from nanoagent.web.api_chat import too_big
+
+        length = request.content_length or 0
+        refused: web.StreamResponse | None = None
+        if request.path == "/api/uploads" and length > self.max_image_bytes:
+            refused = too_big(self.max_image_bytes)  # what the upload route says of an image over the cap
+        elif length > MAX_BODY:
+            error = _too_large(length)
+            refused = error.response() if request.path.startswith(("/v1", "/health")) else _app_error(error)
+        elif request.path == "/v1" or request.path.startswith("/v1/"):
+            try:
+                self._check_token(request)
+            except HttpError as e:
+                refused = e.response()
+        else:
+            refused = auth.refused(request)
+        if refused is not None:
+            refused.force_close()  # what the client sends next would be the body: nothing more is read
+            return refused
+        await _default_expect_handler(request)
+        return None
 
     async def serve(self, host: str, port: int, listening: Callable[[str, int], None], ctx: WebContext) -> None:
         """Listen until cancelled; then close every connection."""
@@ -404,9 +440,7 @@ class Endpoint:
                 raise HttpError(501, "Request bodies with Transfer-Encoding are not supported; send "
                                      "Content-Length.", close=True)
             if (request.content_length or 0) > MAX_BODY:
-                raise HttpError(413, f"The body is {request.content_length:,} bytes, over the limit of "
-                                     f"{MAX_BODY // (1024 * 1024)} MB; send a smaller one.", code="body_too_large",
-                                close=True)
+                raise _too_large(request.content_length or 0)
             return await handler(request)
         except HttpError as e:
             if not request.path.startswith(("/v1", "/health")) and e.status in (413, 503):
@@ -592,6 +626,11 @@ def _dumps(data: Any) -> str:
 
 def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
     return web.json_response(data, status=status, headers=headers, dumps=_dumps)
+
+
+def _too_large(length: int) -> HttpError:
+    return HttpError(413, f"The body is {length:,} bytes, over the limit of {MAX_BODY // (1024 * 1024)} MB; send a "
+                          "smaller one.", code="body_too_large", close=True)
 
 
 def _app_error(error: HttpError) -> web.Response:

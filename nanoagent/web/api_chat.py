@@ -91,6 +91,11 @@ class Rooms:
             else:
                 queue.put_nowait(message)
 
+    def announce(self, message: dict[str, Any]) -> None:
+        """To every open tab of every session (a new chat for their sessions lists)."""
+        for key in list(self.streams):
+            self.post(key, message)
+
     def asker(self, key: str):  # noqa: ANN201 - an Ask
         """The `ask` a web send gives the Hub: the question goes to every tab of the session; the first answer
         counts. A question nobody answers waits, as a terminal's does, until /stop cancels the turn."""
@@ -264,10 +269,10 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
 
         cap = ctx.config.tools.attachments.max_image_bytes
         if (request.content_length or 0) > cap:
-            return _too_big(cap)
+            return too_big(cap)
         data = await request.content.read(cap + 1)
         if len(data) > cap:
-            return _too_big(cap)
+            return too_big(cap)
         kind = sniff(data)
         if kind not in IMAGE_TYPES:
             raise BadRequest("Only PNG, JPEG, GIF and WebP images can be attached.")
@@ -336,11 +341,21 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
 async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list[ImageBlock]) -> None:
     """A message or command from a tab: its result goes to every tab of the session (a slash command's reply is not
     an event)."""
+    from nanoagent.agent import events as ev
     from nanoagent.gateway.hub import HubClosed
 
     started = time.monotonic()
+    store = ctx.loop.store
+    new = key not in store.temporary and not store.path_for(key).exists()
+
+    def announce(event: ev.Event) -> None:  # a new chat joins every tab's sessions list once its message is stored
+        nonlocal new
+        if new and isinstance(event, ev.TurnStarted):
+            new = False
+            rooms.announce({"type": "sessions", "key": key})
+
     try:
-        turn = await ctx.hub.send(key, text, ask=rooms.asker(key), images=images or None)
+        turn = await ctx.hub.send(key, text, sink=announce, ask=rooms.asker(key), images=images or None)
     except (HubClosed, NanoagentError) as e:
         rooms.post(key, {"type": "error", "message": str(e)})
         return
@@ -349,8 +364,8 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
         rooms.post(key, {"type": "error", "message": f"the message failed inside the gateway ({type(e).__name__}); "
                                                       "see its log in logs/"})
         return
-    if turn is None:
-        rooms.post(key, {"type": "joined"})
+    if turn is None:  # it joined the running turn: every tab shows it now, not when the turn takes it in
+        rooms.post(key, {"type": "joined", "text": text})
         return
     command = turn.result is None
     # a command's reply is plain text laid out in columns (/help, /status): the page shows it as text
@@ -374,9 +389,9 @@ async def _json_body(request: web.Request) -> dict[str, Any]:
     return body
 
 
-def _too_big(cap: int) -> web.Response:
+def too_big(cap: int) -> web.Response:
     return web.json_response({"error": f"The image is over {cap / 1_000_000:.0f} MB "
                                        "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
 
 
-__all__ = ["Rooms", "add_chat", "message_views", "session_key", "session_rows", "tool_view"]
+__all__ = ["Rooms", "add_chat", "message_views", "session_key", "session_rows", "too_big", "tool_view"]

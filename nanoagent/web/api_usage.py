@@ -5,7 +5,6 @@ panel's figures from `budget_figures`."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
@@ -55,29 +54,14 @@ def context_use(ctx: WebContext) -> list[dict[str, Any]]:
     return out
 
 
-def budget_figures(ctx: WebContext) -> Any:
-    """The budget panel: each cap `nanoagent.spend.report` (issue 21) gives, as JSON (name, period, limit, spent,
-    reserved, resets_at, forecast, setting), or None where this install has no spend caps (the panel is left out)."""
-    try:
-        from nanoagent.spend import report as spend_report  # type: ignore[import-not-found,unused-ignore]
-    except ImportError:
-        return None
-    figures = spend_report(ctx.config, ctx.paths)
-    return _plain(figures)
+def budget_figures(ctx: WebContext) -> dict[str, Any]:
+    """The budget panel: what `nanoagent budget --json` gives (`spend.view.spend_view`): every cap (name, period,
+    limit, spent, reserved, resets_at, forecast, setting), today's and this month's spend and the time zone, and
+    the lines `nanoagent budget` prints."""
+    from nanoagent.spend.view import spend_view
 
-
-def _plain(value: Any) -> Any:
-    if hasattr(value, "to_json"):
-        return _plain(value.to_json())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return _plain(dataclasses.asdict(value))
-    if hasattr(value, "to_dict"):
-        return _plain(value.to_dict())
-    if isinstance(value, dict):
-        return {str(k): _plain(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return [_plain(v) for v in value]
-    return value if isinstance(value, str | int | float | bool | None) else str(value)
+    view = spend_view(ctx.config, ctx.paths)
+    return {**view.to_json(), "lines": view.lines()}
 
 
 def add_usage(app: web.Application, ctx: WebContext) -> None:

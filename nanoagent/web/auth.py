@@ -127,9 +127,24 @@ class WebAuth:
     @web.middleware
     async def middleware(self, request: web.Request,
                          handler: Callable[[web.Request], Awaitable[web.StreamResponse]]) -> web.StreamResponse:
+        refused = self.refused(request)
+        if refused is not None:
+            return refused
+        if self.guarded(request):
+            self.admit(request)
+        return await handler(request)
+
+    @staticmethod
+    def guarded(request: web.Request) -> bool:
+        """Whether the route needs a signed-in session (all but `/health`, `/v1/...` and the sign-in link)."""
         path = request.path
-        if path == "/health" or path == "/v1" or path.startswith(("/v1/", "/signin/")):
-            return await handler(request)
+        return not (path == "/health" or path == "/v1" or path.startswith(("/v1/", "/signin/")))
+
+    def refused(self, request: web.Request) -> web.Response | None:
+        """The 401 (no session) or 403 (a failed CSRF check) a guarded request gets, or None. The middleware asks,
+        and so does the HTTP side before it answers `Expect: 100-continue` (a refused body is never read)."""
+        if not self.guarded(request):
+            return None
         session = self.session_of(request)
         if session is None:
             return refusal(request, 401, "Not signed in (or the sign-in has expired)")
@@ -137,8 +152,7 @@ class WebAuth:
             problem = _csrf_problem(request, session)
             if problem:
                 return refusal(request, 403, problem)
-        self.admit(request)
-        return await handler(request)
+        return None
 
     async def signin(self, request: web.Request) -> web.StreamResponse:
         if not self.codes.redeem(request.match_info["code"]):

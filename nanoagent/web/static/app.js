@@ -263,6 +263,12 @@ async function conversation(view, key) {
       busy(m.busy);
       if (hellos++ > 0) reload();
     }
+    else if (m.type === "joined" && !sent.has(m.text)) {  // another tab's message joined the running turn
+      log.append(messageView({ role: "user", text: m.text }));
+      sent.add(m.text);  // its MessageAdded, when the turn takes it in, is not shown twice
+      live = null;
+    }
+    else if (m.type === "sessions") loadSessions(document.querySelector(".sessions"), key);  // a new chat elsewhere
     else if (m.type === "ask") askView(m);
     else if (m.type === "answered") questions.querySelector(`[data-id="${CSS.escape(m.id)}"]`)?.remove();
     else if (m.type === "result" && m.command) {
@@ -528,17 +534,25 @@ function totalsTable(title, rows) {
       el("td", { class: "num", text: money(r.cost) + (r.unpriced ? " + —" : "") }))))));
 }
 
-function budgetPanel(caps) {  // the budgets as `nanoagent budget` shows them: spent, cap, forecast, reset
-  const rows = Array.isArray(caps) ? caps : [];
+function budgetPanel(budget) {  // the budgets as `nanoagent budget` shows them: spent, cap, reset, forecast
+  const rows = Array.isArray(budget.caps) ? budget.caps : [];
+  const zone = budget.timezone || "";
+  const resets = (at) => at ? `${at.slice(0, 16).replace("T", " ")} (${zone})` : "each run";  // the user's time zone
+  const spent = (p) => el("p", { class: "small", "data-period": p.name, "data-spent": String(p.spent) },
+    `Spent ${p.name.length > 7 ? "today" : "this month"} (${p.name}): ${money(p.spent)}` + (p.reserved ? ` (+${money(p.reserved)} held)` : ""));
   return el("section", { class: "card", id: "budget", "aria-label": "Budgets" }, el("h2", { text: "Budgets" }),
     rows.length ? el("div", { class: "scroll" }, el("table", { class: "data" },
-      el("thead", {}, el("tr", {}, ...["budget", "spent", "cap", "forecast", "resets"].map((h) => el("th", { text: h })))),
-      el("tbody", {}, ...rows.map((c) => el("tr", {}, el("td", { text: c.name }),
+      el("thead", {}, el("tr", {}, ...["budget", "spent", "cap", "resets", "forecast"].map((h) => el("th", { text: h })))),
+      el("tbody", {}, ...rows.map((c) => el("tr", { class: "cap", "data-name": c.name, "data-spent": String(c.spent),
+        "data-reserved": String(c.reserved), "data-limit": String(c.limit), "data-resets": c.resets_at || "",
+        "data-forecast": c.forecast === null || c.forecast === undefined ? "" : String(c.forecast) },
+        el("td", { text: c.name }),
         el("td", { class: "num", text: money(c.spent) + (c.reserved ? ` (+${money(c.reserved)} held)` : "") }),
         el("td", { class: "num", text: money(c.limit) }),
-        el("td", { class: "num", text: c.forecast === null || c.forecast === undefined ? "—" : money(c.forecast) }),
-        el("td", { text: c.resets_at ? when(c.resets_at) : "each run" }))))))
-      : el("p", { class: "muted", text: "No budget is set (budget in config.json)." }));
+        el("td", { text: resets(c.resets_at) }),
+        el("td", { class: "num", text: c.forecast === null || c.forecast === undefined ? "—" : money(c.forecast) }))))))
+      : el("p", { class: "muted", text: "No spending cap is set (budget in config.json)." }),
+    budget.today ? spent(budget.today) : null, budget.month ? spent(budget.month) : null);
 }
 
 async function usagePage(root) {
@@ -559,7 +573,7 @@ async function usagePage(root) {
       return el("div", { class: "card small" }, el("div", { text: `${c.session} · ${num(c.used)} of ${num(c.window)} tokens` }),
         el("div", { class: "meter" }, el("span", { class: `w${share}` })));
     }));
-    const budget = data.budget === null || data.budget === undefined ? null : budgetPanel(data.budget);
+    const budget = data.budget ? budgetPanel(data.budget) : null;
     body.replaceChildren(totals, el("h2", { text: "Cost per day" }),
       data.by.day.length ? chart(data.by.day) : el("p", { class: "muted", text: "No usage recorded." }),
       totalsTable("Per session", data.by.session), totalsTable("Per model", data.by.model),
