@@ -137,6 +137,18 @@ def processes_are_marked(request: pytest.FixtureRequest, monkeypatch: pytest.Mon
 
 
 @pytest.fixture(autouse=True)
+def no_spend_scope_left():
+    """A test that sets the spend scope resets it: a leftover scope would charge the next test's calls to its session."""
+    from nanoagent.spend import current_scope
+
+    yield
+    if current_scope.get() is not None:
+        current_scope.set(None)
+        pytest.fail("the test left nanoagent.spend.current_scope set; reset it with the token set() returned",
+                    pytrace=False)
+
+
+@pytest.fixture(autouse=True)
 def isolated_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """No test reads or writes the real home directory or sees the developer's keys."""
     home = tmp_path / "home"

@@ -107,11 +107,14 @@ def test_the_retry_layer_checks_every_attempt_so_a_429_storm_stops_at_the_cap(ll
     provider = with_retries(config, [(f"anthropic/{MODEL}", make_provider(f"anthropic/{MODEL}", config))],
                             meter=spend_meter(config, paths))
     provider.sleep = elsewhere_spends
-    current_scope.set(Scope("cli:direct"))
+    token = current_scope.set(Scope("cli:direct"))
     request = ChatRequest(model=f"anthropic/{MODEL}", system="s", messages=[{"role": "user", "content": "hi"}],
                           max_tokens=OUT)
-    with pytest.raises(ProviderError) as failure:
-        asyncio.run(complete_text(provider, request))
+    try:
+        with pytest.raises(ProviderError) as failure:
+            asyncio.run(complete_text(provider, request))
+    finally:
+        current_scope.reset(token)
     # $0.35: attempts 1-3 fit (0, 0.1, 0.2 spent elsewhere, +0.1 worst case); the fourth would cross it
     assert len(llm.requests) == 3
     assert "The daily budget ($0.3500) would be crossed" in str(failure.value)
