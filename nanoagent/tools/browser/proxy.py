@@ -1,7 +1,7 @@
 """The browser's only way out: a small HTTP proxy on 127.0.0.1 that checks every connection as web_fetch does.
 
-Chromium is started with `--proxy-server` pointing here and `--proxy-bypass-list=<-loopback>` (without it Chromium
-connects to localhost itself), so every navigation, redirect, frame, sub-request, service-worker fetch and websocket
+Chromium is started with this as its proxy (Playwright's `proxy` option) and `--proxy-bypass-list=<-loopback>`
+(without it Chromium connects to localhost itself), so every navigation, redirect, frame, sub-request, service-worker fetch and websocket
 arrives here: https and wss as CONNECT host:port, plain http (and ws) as a request with an absolute URL. Each
 connection's host is resolved once through netguard's `Guard`, every address checked, and the connection made to
 the checked address itself (pinned: a second DNS answer cannot move it). A refused connection gets a 403 whose page
@@ -125,8 +125,7 @@ class GuardedProxy:
             up_writer.write("\r\n".join([f"{method} {path} {version}", *kept, connection, "", ""]).encode("latin-1"))
             await _copy_body(reader, up_writer, kept)
             await up_writer.drain()
-            async with asyncio.timeout(HEAD_TIMEOUT * 4):
-                response = await up_reader.readuntil(b"\r\n\r\n")
+            response = await up_reader.readuntil(b"\r\n\r\n")  # as long as it takes: the browser's timeout rules
             status_line, *response_headers = response.decode("latin-1").split("\r\n")
             if upgrade and status_line.split(" ")[1:2] == ["101"]:  # a websocket: both ways, to this address only
                 writer.write(response)
