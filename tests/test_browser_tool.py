@@ -4,6 +4,9 @@ the profile, the address guard and a page that never finishes loading. One brows
 from __future__ import annotations
 
 import asyncio
+import base64
+import socket
+import threading
 import time
 from pathlib import Path
 
@@ -235,3 +238,144 @@ def test_a_login_cookie_is_kept_in_the_profile_for_the_next_browser(browser, loo
         assert "Cookie: session=s3cret" in again(action="open", url=site.url + "/whoami")
     finally:
         again.close()
+
+
+def authorized_keys(handler):
+    send(handler, "ssh-ed25519 AAAA attacker\n", content_type="text/plain",
+         headers={"Content-Disposition": "attachment; filename=authorized_keys"})
+
+
+def test_a_download_is_never_written_through_a_link_planted_in_place_of_media_downloads(browser, site, tmp_path):
+    outside = tmp_path / "ssh"
+    outside.mkdir()
+    downloads = browser.browser.settings.workspace / "media" / "downloads"
+    downloads.parent.mkdir(parents=True, exist_ok=True)
+    if downloads.exists():
+        downloads.rename(downloads.with_name("downloads-before"))
+    downloads.symlink_to(outside)  # what a command run by exec can do in the workspace
+    trap = Site({"/": page("<a href=/keys>Get the keys</a>"), "/keys": authorized_keys})
+    try:
+        browser(action="open", url=trap.url + "/")
+        said = [browser(action="click", ref=1)]
+        wait_until(lambda: "authorized_keys" in said[-1] or said.append(browser(action="tabs")), "the download's note")
+    finally:
+        trap.close()
+        downloads.unlink()
+        if downloads.with_name("downloads-before").exists():
+            downloads.with_name("downloads-before").rename(downloads)
+    assert "The download 'authorized_keys' was not kept: media/downloads in the workspace is a link" in said[-1]
+    assert list(outside.iterdir()) == []
+    assert list(browser.browser.settings.staging.iterdir()) == []  # nor left behind in the staging folder
+
+
+def test_a_screenshot_is_never_written_through_a_link_planted_in_place_of_media(browser, site, tmp_path):
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    media = browser.browser.settings.workspace / "media"
+    media.rename(media.with_name("media-before"))
+    media.symlink_to(outside)
+    try:
+        browser(action="open", url=site.url + "/form")
+        with pytest.raises(ToolError, match="media in the workspace is a link or not a folder"):
+            browser(action="screenshot")
+    finally:
+        media.unlink()
+        media.with_name("media-before").rename(media)
+    assert list(outside.iterdir()) == []
+
+
+def test_files_a_dead_browser_left_in_staging_do_not_count_against_a_download_and_go_at_the_next_start(browser,
+                                                                                                      site):
+    staging = browser.browser.settings.staging
+    with open(staging / "left-by-a-dead-browser", "wb") as stale:
+        stale.truncate(browser.browser.settings.max_download_bytes + 1)  # sparse: over the cap, no disk used
+    browser(action="open", url=site.url + "/download")
+    said = [browser(action="click", ref=1)]
+    wait_until(lambda: "'data.csv'" in said[-1] or said.append(browser(action="tabs")), "the download's note")
+    assert "Downloaded 'data.csv' (8 bytes)" in said[-1]
+
+    browser.close()
+    assert (staging / "left-by-a-dead-browser").exists()
+    browser(action="open", url=site.url + "/form")  # a new browser, on the same profile
+    assert not (staging / "left-by-a-dead-browser").exists()
+
+
+def proxy_request(proxy_port: int, request: bytes) -> socket.socket:
+    connection = socket.create_connection(("127.0.0.1", proxy_port), timeout=PATIENCE)
+    connection.sendall(request)
+    return connection
+
+
+def read_response(connection: socket.socket) -> bytes:
+    """One response whose body has a Content-Length, or whatever comes before the connection closes."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = connection.recv(65536)
+        if not chunk:
+            return data
+        data += chunk
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = next((int(line.split(b":", 1)[1]) for line in head.split(b"\r\n")
+                   if line.lower().startswith(b"content-length:")), 0)
+    while len(body) < length and (chunk := connection.recv(65536)):
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
+@pytest.fixture
+def proxy(loop):
+    from nanoagent.tools.browser.proxy import GuardedProxy
+    from nanoagent.tools.netguard import Guard
+
+    guarded = GuardedProxy(Guard.from_config(["127.0.0.1/32"]))
+    loop.run(guarded.start())
+    yield guarded
+    loop.run(guarded.close())
+
+
+def test_a_second_request_on_a_kept_alive_connection_never_reaches_the_first_server(proxy, elsewhere):
+    seen = []
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def keep_alive_server():  # answers every request on its connection and keeps it open, as servers may
+        connection, _ = listener.accept()
+        with connection:
+            data = b""
+            while chunk := connection.recv(65536):
+                data += chunk
+                while b"\r\n\r\n" in data:
+                    head, _, data = data.partition(b"\r\n\r\n")
+                    seen.append(head.split(b"\r\n")[0].decode())
+                    connection.sendall(b"HTTP/1.1 200 OK\r\nConnection: keep-alive\r\nContent-Length: 2\r\n\r\nok")
+
+    server = threading.Thread(target=keep_alive_server, daemon=True)
+    server.start()
+    port = listener.getsockname()[1]
+    auth = "Proxy-Authorization: Basic " + base64.b64encode(f"{proxy.username}:{proxy.password}".encode()).decode()
+    with proxy_request(proxy.port, f"GET http://127.0.0.1:{port}/first HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
+                                   f"{auth}\r\n\r\n".encode()) as connection:
+        first = read_response(connection)
+        assert first.startswith(b"HTTP/1.1 200 OK") and first.endswith(b"ok")
+        assert b"Connection: close" in first and b"keep-alive" not in first  # the browser opens a new one next
+        target = elsewhere.url.removeprefix("http://")
+        connection.sendall(f"GET http://{target}/router-admin HTTP/1.1\r\nHost: {target}\r\n{auth}\r\n\r\n".encode())
+        second = read_response(connection)
+    listener.close()
+    server.join(PATIENCE)
+    assert second == b""  # the connection was closed, not handed to the first server
+    assert seen == ["GET /first HTTP/1.1"]
+    assert elsewhere.paths() == []
+
+
+def test_the_proxy_answers_407_to_a_local_process_without_its_credentials(proxy, site):
+    host = site.url.removeprefix("http://")
+    before = len(site.requests)
+    wrong = "Proxy-Authorization: Basic " + base64.b64encode(b"nanoagent:guessed").decode() + "\r\n"
+    for request in (f"GET {site.url}/form HTTP/1.1\r\nHost: {host}\r\n\r\n",
+                    f"GET {site.url}/form HTTP/1.1\r\nHost: {host}\r\n{wrong}\r\n",
+                    f"CONNECT {host} HTTP/1.1\r\nHost: {host}\r\n\r\n"):
+        with proxy_request(proxy.port, request.encode()) as connection:
+            answer = read_response(connection)
+        assert answer.startswith(b"HTTP/1.1 407 Proxy Authentication Required"), answer
+        assert b'Proxy-Authenticate: Basic realm="nanoagent browser"' in answer
+    assert len(site.requests) == before

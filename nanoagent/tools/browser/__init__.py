@@ -19,6 +19,7 @@ from nanoagent.tools.browser.session import (
     BrowserSettings,
     Running,
     find_executable,
+    keep_in_workspace,
     missing,
     settings_from,
 )
@@ -141,10 +142,17 @@ async def _act(ctx: ToolContext, running: Running, action: str, url: str | None,
                                 "take a snapshot to see the page as it is.") from None
             return await _state(running, page)
         if action == "screenshot":
-            from nanoagent.attachments import store_image
+            import hashlib
+
+            from nanoagent.attachments import MEDIA_DIR
+            from nanoagent.messages import image_block
 
             data = await page.screenshot(type="jpeg", quality=75, timeout=timeout * 1000)
-            image = store_image(ctx.workspace, data, "image/jpeg", "screenshot")
+            digest = hashlib.sha256(data).hexdigest()
+            # a new file under media/, reached without following a link exec's commands may have planted there
+            kept = await asyncio.to_thread(keep_in_workspace, ctx.workspace, (MEDIA_DIR,), f"image-{digest[:16]}.jpg",
+                                           data)
+            image = image_block(kept, digest, "image/jpeg", "screenshot")
             return ToolResult(f"Screenshot of {page.url} ({await page.title()!r}).", (image,))
         if action == "back":
             if await page.go_back(timeout=timeout * 1000, wait_until="domcontentloaded") is None:

@@ -1,17 +1,24 @@
 """The browser's only way out: a small HTTP proxy on 127.0.0.1 that checks every connection as web_fetch does.
 
-Chromium is started with `--proxy-server` pointing here and `--proxy-bypass-list=<-loopback>` (without it Chromium
-connects to localhost itself), so every navigation, redirect, frame, sub-request, service-worker fetch and websocket
+Chromium is started with this as its proxy (Playwright's `proxy` option) and `--proxy-bypass-list=<-loopback>`
+(without it Chromium connects to localhost itself), so every navigation, redirect, frame, sub-request, service-worker fetch and websocket
 arrives here: https and wss as CONNECT host:port, plain http (and ws) as a request with an absolute URL. Each
 connection's host is resolved once through netguard's `Guard`, every address checked, and the connection made to
 the checked address itself (pinned: a second DNS answer cannot move it). A refused connection gets a 403 whose page
 says why, and is remembered (`refusals`) so the tool can tell the model what was refused.
+
+Other processes on the machine reach 127.0.0.1 too: every request must carry this proxy's own credentials (a random
+password made per proxy, given to Chromium through Playwright's `proxy` launch option) as `Proxy-Authorization`,
+else it gets a 407 and goes nowhere.
 """
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hmac
+import secrets
 import time
 from collections import deque
 from dataclasses import dataclass
@@ -41,6 +48,9 @@ class GuardedProxy:
         self.guard = guard
         self.port = 0
         self.refusals: deque[Refusal] = deque(maxlen=50)
+        self.username = "nanoagent"
+        self.password = secrets.token_urlsafe(24)
+        self._credential = "Basic " + base64.b64encode(f"{self.username}:{self.password}".encode()).decode()
         self._server: asyncio.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
 
@@ -82,6 +92,9 @@ class GuardedProxy:
         line, *header_lines = head.decode("latin-1").split("\r\n")
         method, _, rest = line.partition(" ")
         target, _, version = rest.rpartition(" ")
+        if not self._authorized(header_lines):
+            await _reply(writer, 407, "nanoagent's browser proxy serves only nanoagent's browser.")
+            return
         if method == "CONNECT":
             host, port = _split_host_port(target, 443)
             upstream = await self._open(host, port, target, writer)
@@ -103,11 +116,37 @@ class GuardedProxy:
             path += "?" + url.query
         kept = [h for h in header_lines if h and h.split(":", 1)[0].strip().lower() not in HOP_HEADERS]
         upgrade = any(h.lower().startswith("upgrade:") for h in kept)
-        # one request per connection (a websocket keeps it): what follows on it can only go to this checked address
         connection = "Connection: Upgrade" if upgrade else "Connection: close"
         up_reader, up_writer = upstream
-        up_writer.write("\r\n".join([f"{method} {path} {version}", *kept, connection, "", ""]).encode("latin-1"))
-        await _pipe(reader, writer, up_reader, up_writer)
+        try:
+            # one request per connection: its head and body go to the checked address, and nothing after them (a
+            # later request on a kept-alive connection would reach this address unchecked); the browser is told
+            # the connection closes, so it sends its next request on a new one, checked again
+            up_writer.write("\r\n".join([f"{method} {path} {version}", *kept, connection, "", ""]).encode("latin-1"))
+            await _copy_body(reader, up_writer, kept)
+            await up_writer.drain()
+            response = await up_reader.readuntil(b"\r\n\r\n")  # as long as it takes: the browser's timeout rules
+            status_line, *response_headers = response.decode("latin-1").split("\r\n")
+            if upgrade and status_line.split(" ")[1:2] == ["101"]:  # a websocket: both ways, to this address only
+                writer.write(response)
+                await _pipe(reader, writer, up_reader, up_writer)
+                return
+            kept_response = [h for h in response_headers
+                             if h and h.split(":", 1)[0].strip().lower() not in ("connection", "keep-alive")]
+            writer.write("\r\n".join([status_line, *kept_response, "Connection: close", "", ""]).encode("latin-1"))
+            await _answer_until_either_ends(reader, writer, up_reader)
+        finally:
+            up_writer.close()
+            with contextlib.suppress(Exception):
+                await up_writer.wait_closed()
+
+    def _authorized(self, header_lines: list[str]) -> bool:
+        for line in header_lines:
+            name, _, value = line.partition(":")
+            if name.strip().lower() == "proxy-authorization" and hmac.compare_digest(
+                    value.strip().encode("latin-1"), self._credential.encode()):
+                return True
+        return False
 
     async def _open(self, host: str, port: int, target: str, writer: asyncio.StreamWriter
                     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
@@ -144,12 +183,58 @@ def _split_host_port(target: str, default: int) -> tuple[str, int]:
 async def _reply(writer: asyncio.StreamWriter, status: int, text: str) -> None:
     import html
 
-    reason = {400: "Bad Request", 403: "Forbidden", 502: "Bad Gateway"}[status]
+    reason = {400: "Bad Request", 403: "Forbidden", 407: "Proxy Authentication Required", 502: "Bad Gateway"}[status]
     body = f"<!doctype html><title>{reason}</title><p>{html.escape(text)}</p>".encode()
-    writer.write(f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/html; charset=utf-8\r\n"
+    challenge = 'Proxy-Authenticate: Basic realm="nanoagent browser"\r\n' if status == 407 else ""
+    writer.write(f"HTTP/1.1 {status} {reason}\r\n{challenge}Content-Type: text/html; charset=utf-8\r\n"
                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
     with contextlib.suppress(OSError):
         await writer.drain()
+
+
+async def _copy_body(reader: asyncio.StreamReader, sink: asyncio.StreamWriter, headers: list[str]) -> None:
+    """Copy a request's body, framed by its Content-Length or chunked, and not a byte more."""
+    fields = {h.split(":", 1)[0].strip().lower(): h.split(":", 1)[1].strip() for h in headers if ":" in h}
+    if "chunked" in fields.get("transfer-encoding", "").lower():
+        while True:
+            line = await reader.readuntil(b"\r\n")
+            sink.write(line)
+            size = int(line.split(b";", 1)[0].strip() or b"0", 16)
+            if size == 0:
+                while (trailer := await reader.readuntil(b"\r\n")) != b"\r\n":
+                    sink.write(trailer)
+                sink.write(b"\r\n")
+                return
+            sink.write(await reader.readexactly(size + 2))
+            await sink.drain()
+    left = int(fields.get("content-length", "0") or 0)
+    if left < 0:
+        raise ValueError("a negative Content-Length")
+    while left:
+        data = await reader.read(min(left, 65536))
+        if not data:
+            raise asyncio.IncompleteReadError(b"", left)
+        sink.write(data)
+        await sink.drain()
+        left -= len(data)
+
+
+async def _answer_until_either_ends(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                                    up_reader: asyncio.StreamReader) -> None:
+    """Copy the server's answer to the browser until the server closes, or the browser closes or sends anything
+    more (a next request on a connection said to close: it is dropped, never forwarded)."""
+    async def answer() -> None:
+        while data := await up_reader.read(65536):
+            writer.write(data)
+            await writer.drain()
+
+    tasks = [asyncio.create_task(answer()), asyncio.create_task(reader.read(1))]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
 
 async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter,

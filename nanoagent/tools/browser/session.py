@@ -115,6 +115,7 @@ class Running:
     current: Page | None = None
     notes: list[str] = field(default_factory=list)  # for the model with the next result: tabs opened, downloads
     downloads: set[asyncio.Task[None]] = field(default_factory=set)
+    claimed: set[str] = field(default_factory=set)  # staging files a running download measures as its own
 
 
 class Browser:
@@ -196,6 +197,7 @@ class Browser:
         private_dir(s.profile)
         private_dir(s.staging)
         lock_fd = _lock_profile(s.profile)
+        clear_staging(s.staging)  # the profile is ours: what a dead browser left there is nobody's
         proxy = GuardedProxy(Guard.from_config(s.allow_private))
         group = await asyncio.to_thread(Cgroup.create, MAX_PROCESSES)
         guard = await start_guard(cgroups=group.paths if group else ())
@@ -206,13 +208,15 @@ class Browser:
             launcher = _write_launcher(run_dir, s, group, sandboxed)
             async with asyncio.timeout(LAUNCH_TIMEOUT):
                 playwright = await async_playwright().start()
-            args = [*ARGS, f"--proxy-server=http://127.0.0.1:{proxy.port}"]
+            args = list(ARGS)
             if sandboxed or os.geteuid() == 0:
                 args.append("--no-sandbox")  # inside bwrap; as root Chromium's own sandbox will not start
             context = await playwright.chromium.launch_persistent_context(
                 str(s.profile), executable_path=str(launcher), headless=headless, args=args,
                 downloads_path=str(s.staging), accept_downloads=True, timeout=max(LAUNCH_TIMEOUT, s.timeout_seconds) * 1000,
-                env=_browser_env(), viewport={"width": 1280, "height": 800} if headless else None,
+                env=_browser_env(), proxy={"server": f"http://127.0.0.1:{proxy.port}", "username": proxy.username,
+                                           "password": proxy.password},
+                viewport={"width": 1280, "height": 800} if headless else None,
                 ignore_default_args=["--enable-automation"] if not headless else None)
         except BaseException as e:
             with contextlib.suppress(Exception):
@@ -247,18 +251,23 @@ class Browser:
         running.notes.append("A new tab opened and is now the current one (`tabs` lists them).")
 
     def _download(self, running: Running, download: Download) -> None:
-        task = asyncio.get_running_loop().create_task(self._keep_download(running, download))
+        before = _staged(self.settings.staging)
+        task = asyncio.get_running_loop().create_task(self._keep_download(running, download, before))
         running.downloads.add(task)
         task.add_done_callback(running.downloads.discard)
 
-    async def _keep_download(self, running: Running, download: Download) -> None:
-        """Wait for the download within the size cap, then move it under the workspace's media/downloads/."""
+    async def _keep_download(self, running: Running, download: Download, before: set[str]) -> None:
+        """Wait for the download within the size cap, then copy it under the workspace's media/downloads/ (a file
+        made new there, through folders that are not links: a link planted by exec's commands is never followed)."""
         cap = self.settings.max_download_bytes
         name = _safe_name(download.suggested_filename)
         waiting = asyncio.ensure_future(download.path())
+        path: Path | None = None
+        mine: list[str] = []
         try:
             while not waiting.done():
-                if _folder_size(self.settings.staging) > cap:
+                # only this download's file counts, not what else is in staging
+                if _download_size(self.settings.staging, before, running.claimed, mine) > cap:
                     await download.cancel()
                     running.notes.append(f"The download {name!r} was stopped: it passed {cap:,} bytes "
                                          "(tools.browser.maxDownloadBytes).")
@@ -267,24 +276,22 @@ class Browser:
             path = Path(await waiting)
             size = path.stat().st_size
             if size > cap:
-                path.unlink(missing_ok=True)
                 running.notes.append(f"The download {name!r} ({size:,} bytes) was dropped: over {cap:,} bytes "
                                      "(tools.browser.maxDownloadBytes).")
                 return
-            target_dir = private_dir(self.settings.workspace / "media" / "downloads")
-            target = target_dir / name
-            stem, suffix, n = target.stem, target.suffix, 1
-            while target.exists():
-                n += 1
-                target = target_dir / f"{stem}-{n}{suffix}"
-            await asyncio.to_thread(shutil.move, str(path), target)
-            os.chmod(target, 0o600)
-            running.notes.append(f"Downloaded {name!r} ({size:,} bytes) to "
-                                 f"{target.relative_to(self.settings.workspace)}.")
+            kept = await asyncio.to_thread(keep_in_workspace, self.settings.workspace, ("media", "downloads"),
+                                           name, path)
+            running.notes.append(f"Downloaded {name!r} ({size:,} bytes) to {kept}.")
+        except ToolError as e:
+            running.notes.append(f"The download {name!r} was not kept: {e}")
         except Exception as e:  # the browser closed, the download failed: say so, never raise into Playwright
             running.notes.append(f"The download {name!r} failed: {_first_line(e)}.")
         finally:
             waiting.cancel()
+            running.claimed.difference_update(mine)
+            if path is not None:
+                with contextlib.suppress(OSError):
+                    path.unlink()
 
     async def _stop(self, running: Running, graceful: bool = True) -> None:
         for task in list(running.downloads):
@@ -415,13 +422,86 @@ def _read_pid(path: Path) -> int | None:
     return None
 
 
-def _folder_size(folder: Path) -> int:
-    total = 0
+def _staged(staging: Path) -> set[str]:
+    """The names in the staging folder, each without the `.crdownload` Chromium gives it while it is written."""
     with contextlib.suppress(OSError):
-        for entry in os.scandir(folder):
+        return {name.removesuffix(".crdownload") for name in os.listdir(staging)}
+    return set()
+
+
+def _download_size(staging: Path, before: set[str], claimed: set[str], mine: list[str]) -> int:
+    """How far this download has got: the size of its own file in the staging folder (the first name that was not
+    there when it began and no other download has claimed), 0 before it is there. Other files do not count."""
+    if not mine:
+        new = sorted(_staged(staging) - before - claimed)
+        if not new:
+            return 0
+        claimed.add(new[0])
+        mine.append(new[0])
+    size = 0
+    for name in (mine[0], f"{mine[0]}.crdownload"):
+        with contextlib.suppress(OSError):
+            size = max(size, os.lstat(staging / name).st_size)
+    return size
+
+
+def clear_staging(staging: Path) -> None:
+    """Files left in the downloads' staging folder by a browser that died: nothing will ever claim them."""
+    with contextlib.suppress(OSError):
+        for entry in os.scandir(staging):
             with contextlib.suppress(OSError):
-                total += entry.stat(follow_symlinks=False).st_size
-    return total
+                if entry.is_dir(follow_symlinks=False):
+                    shutil.rmtree(entry.path, ignore_errors=True)
+                else:
+                    os.unlink(entry.path)
+
+
+def _open_folder(workspace: Path, parts: tuple[str, ...]) -> int:
+    """A descriptor of workspace/<parts>, made (0700) where missing, reached one folder at a time without following
+    a link: a component that is a link or not a folder is refused (ToolError)."""
+    fd = os.open(os.path.realpath(workspace), os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        for depth, part in enumerate(parts):
+            where = "/".join(parts[:depth + 1])
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(part, 0o700, dir_fd=fd)
+            try:
+                child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError:
+                raise ToolError(f"{where} in the workspace is a link or not a folder; nothing is written through it "
+                                f"(remove it, and a real folder is made there).") from None
+            os.close(fd)
+            fd = child
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def keep_in_workspace(workspace: Path, folder: tuple[str, ...], name: str, source: Path | bytes) -> str:
+    """Copy `source` (a file, or the bytes themselves) to a new file under workspace/<folder>, named `name` or
+    `stem-2.ext`...; the path relative to the workspace. No link is followed on the way or at the file."""
+    fd = _open_folder(workspace, folder)
+    try:
+        stem, dot, suffix = name.rpartition(".") if "." in name.lstrip(".") else (name, "", "")
+        n = 1
+        while True:
+            candidate = name if n == 1 else f"{stem}-{n}{dot}{suffix}"
+            try:
+                out = os.open(candidate, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                              dir_fd=fd)
+                break
+            except FileExistsError:
+                n += 1
+        with os.fdopen(out, "wb") as sink:
+            if isinstance(source, bytes):
+                sink.write(source)
+            else:
+                with open(source, "rb") as src:
+                    shutil.copyfileobj(src, sink, 1 << 20)
+        return "/".join((*folder, candidate))
+    finally:
+        os.close(fd)
 
 
 def _safe_name(name: str) -> str:
