@@ -43,3 +43,50 @@ def test_a_thinking_call_reserves_the_max_tokens_the_provider_sent(llm, isolated
     assert sent == 9024
     reserve = next(line for line in ledger_lines(isolated_home) if line["op"] == "reserve")
     assert reserve["usd"] == pytest.approx(sent * 100e-6)
+
+
+def test_resolved_images_and_thinking_blocks_count_at_least_their_real_size_in_the_bound():
+    from nanoagent import messages as msg
+    from nanoagent.tokens import IMAGE_TOKENS, message_bound
+
+    data = {"type": "image_data", "media_type": "image/png", "data": "iVBORw0KGgo="}
+    attached = {"role": "user", "content": [{"type": "text", "text": "look"}, data, data]}
+    screenshot = msg.tool_result("call_1", "browser", "the page")
+    screenshot["images"] = [data]
+    thought = "weighing the options at length " * 1300  # 40 KB of thinking
+    thinking = msg.assistant("done", thinking=[{"type": "thinking", "thinking": thought, "signature": "s" * 400},
+                                               {"type": "redacted_thinking", "data": "r" * 2000}])
+    assert message_bound(attached) >= 2 * IMAGE_TOKENS
+    assert message_bound(screenshot) >= IMAGE_TOKENS
+    assert message_bound(thinking) >= len(thought) + 400 + 2000
+    reference = msg.user("look", [msg.image_block("media/a.png", "0" * 64, "image/png")])
+    assert message_bound(reference) >= IMAGE_TOKENS  # not yet resolved: counted the same
+
+
+def test_a_call_carrying_screenshots_is_refused_when_its_images_would_cross_the_cap(llm, isolated_home, tmp_path):
+    """Four screenshots (6,400 tokens at the image constant) on a message whose text alone fits the cap: the call
+    is refused before it is made, where counting the resolved images as nothing let it through."""
+    import struct
+    import zlib
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF)
+
+    shot = tmp_path / "screenshot.png"
+    shot.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 2, 2, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(b"\x00" + b"\xff\x00\x00" * 2 + b"\x00" + b"\xff\x00\x00" * 2))
+                     + chunk(b"IEND", b""))
+    probe = tmp_path / "probe"  # the same message without the images, in a home of its own: its bound in dollars
+    write_config(probe, {"providers": IN_ONLY})
+    llm.default_reply = Reply(text="probe", input_tokens=1)
+    assert invoke("agent", "-m", "what page is this?",
+                  env={**anthropic_env(llm), "NANOAGENT_HOME": str(probe)}).returncode == 0
+    text_only = next(line["usd"] for line in ledger_lines(probe) if line["op"] == "reserve")
+    cap = round(text_only + 3200e-6, 6)  # room for the text and two images' worth more, not four
+    write_config(isolated_home, {"budget": {"daily": cap}, "providers": IN_ONLY})
+    llm.requests.clear()
+    ran = invoke("agent", "-m", "what page is this?", *[arg for _ in range(4) for arg in ("-a", str(shot))],
+                 env=anthropic_env(llm))
+    assert ran.returncode == 1, ran.stdout + ran.stderr
+    assert llm.requests == []
+    assert "would be crossed" in ran.stdout + ran.stderr
