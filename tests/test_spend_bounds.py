@@ -90,3 +90,65 @@ def test_a_call_carrying_screenshots_is_refused_when_its_images_would_cross_the_
     assert ran.returncode == 1, ran.stdout + ran.stderr
     assert llm.requests == []
     assert "would be crossed" in ran.stdout + ran.stderr
+
+
+# --- a group chat's cron job in a process with no channel ---------------------------------------------------------
+
+
+def test_a_cron_job_made_in_a_group_runs_by_hand_in_a_fresh_process_with_the_group_profiles_tools_only(
+        llm, isolated_home):
+    """The gateway kept the group in the channel's state; `nanoagent cron run` connects no channel, yet the job a
+    group made is offered `tools.groupProfile`'s tools, not the owner's full set."""
+    from nanoagent.paths import Paths
+    from nanoagent.tools.policy import MINIMAL
+
+    write_config(isolated_home, {"tools": {"profile": "full", "groupProfile": "minimal"}})
+    job_id = invoke("cron", "add", "--every", "1d", "-m", "Post the weather.").stdout.strip()
+    paths = Paths.from_env()
+    jobs = json.loads(paths.cron_jobs_file.read_text())
+    for job in jobs["jobs"]:
+        job["createdBy"] = "telegram:-100123"  # made in the group chat
+    paths.cron_jobs_file.write_text(json.dumps(jobs))
+    paths.channels_dir.mkdir(parents=True, exist_ok=True)
+    (paths.channels_dir / "telegram.json").write_text(json.dumps({"version": 2, "groups": ["telegram:-100123"]}))
+    llm.script(Reply(text="Sunny."))
+    ran = invoke("cron", "run", job_id, env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    offered = {tool["name"] for tool in llm.requests[0].body.get("tools", [])}
+    assert offered == set(MINIMAL)
+    assert "exec" not in offered and "cron" not in offered
+
+
+def test_a_cron_job_of_a_chat_never_recorded_as_a_group_gets_tools_profile(llm, isolated_home):
+    write_config(isolated_home, {"tools": {"profile": "full", "groupProfile": "minimal"}})
+    job_id = invoke("cron", "add", "--every", "1d", "-m", "Post the weather.").stdout.strip()
+    from nanoagent.paths import Paths
+
+    paths = Paths.from_env()
+    jobs = json.loads(paths.cron_jobs_file.read_text())
+    jobs["jobs"][0]["createdBy"] = "telegram:42"
+    paths.cron_jobs_file.write_text(json.dumps(jobs))
+    paths.channels_dir.mkdir(parents=True, exist_ok=True)
+    (paths.channels_dir / "telegram.json").write_text(json.dumps({"version": 2, "groups": ["telegram:-100123"]}))
+    llm.script(Reply(text="Sunny."))
+    ran = invoke("cron", "run", job_id, env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert "exec" in {tool["name"] for tool in llm.requests[0].body.get("tools", [])}
+
+
+def test_a_chat_once_recorded_as_a_group_keeps_its_cron_jobs_to_the_group_profile(isolated_home):
+    """The safe rule: a job's chat counts as a group when it was ever recorded as one, whatever was said since."""
+    from nanoagent.agent.build import build_agent
+    from nanoagent.config.loader import load_config
+    from nanoagent.paths import Paths
+    from nanoagent.providers.scripted import ScriptedProvider
+    from nanoagent.tools.policy import MINIMAL
+
+    paths = Paths.from_env()
+    paths.channels_dir.mkdir(parents=True, exist_ok=True)
+    (paths.channels_dir / "telegram.json").write_text(json.dumps({"version": 2, "groups": ["telegram:-100123:7"]}))
+    loop = build_agent(load_config(write_config(isolated_home, {}), env={})[0], paths, provider=ScriptedProvider([]))
+    assert set(loop.tools_for("cron:ab12:telegram:-100123").names()) == set(MINIMAL)  # a thread of it was a group
+    loop.note_chat("telegram:-100123", group=False)
+    assert set(loop.tools_for("cron:ab12:telegram:-100123").names()) == set(MINIMAL)
+    assert "exec" in loop.tools_for("cron:ab12:telegram:42").names()  # never a group: tools.profile
