@@ -13,7 +13,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from nanoagent.messages import Message, calls_of, images_of, text_of
+from nanoagent.messages import Message, calls_of, images_of, is_assistant, is_tool, text_of
 
 # What one image costs in a prompt, at most: Anthropic's figure for an image at its largest size (about 1.15
 # megapixels); OpenAI's high detail stays under it.
@@ -80,4 +80,25 @@ def count_message_tokens(message: Message, count: Callable[[str], int] = count_t
 
 
 def message_bound(message: Message) -> int:
-    return count_message_tokens(message, token_bound)
+    """An upper bound on the tokens `message` adds to a prompt, without a tokenizer, as the spend check needs it:
+    also for a request's messages after `attachments.resolve` (images as `image_data`), and counting what the
+    provider is sent back besides the text: each image (by reference or resolved, in a user's content or a tool's
+    `images`) at IMAGE_TOKENS, and an assistant's thinking blocks by the bytes of their text, signature or data."""
+    total = 4 + token_bound(text_of(message)) + IMAGE_TOKENS * _all_images(message)
+    for call in calls_of(message):
+        total += token_bound(call["name"]) + token_bound(call["arguments"]) + 8
+    if is_assistant(message):
+        for block in message.get("thinking") or ():
+            total += 4 + sum(token_bound(v) for v in block.values() if isinstance(v, str))
+    return total
+
+
+def _all_images(message: Message) -> int:
+    """How many images a message carries, by reference (`image`) or resolved (`image_data`)."""
+    if is_tool(message):
+        blocks: Any = message.get("images") or ()
+    elif isinstance(message["content"], str):
+        return 0
+    else:
+        blocks = message["content"]
+    return sum(1 for b in blocks if isinstance(b, dict) and b.get("type") in ("image", "image_data"))

@@ -15,6 +15,7 @@ from nanoagent.agent.flush import FLUSH_MAX_TOKENS, MemoryFlush, local_now
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.agent.subagents import Subagents
 from nanoagent.agent.turn import Turns
+from nanoagent.channels.state import recorded_groups
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import Outbox
 from nanoagent.cron.store import JobStore
@@ -104,6 +105,10 @@ def build_agent(
                              config.defaults.timezone, history, config.memory.recent_history_tokens,
                              confinement=functools.partial(describe_confinement, exec_config),
                              policy=ToolPolicy(tools_config))
+    groups, unreadable = recorded_groups(paths)  # a cron job of a group chat gets the group's tools, channel or not
+    context.load_groups(groups)
+    for problem in unreadable:
+        warn(problem)
     turns = Turns(store, providers, ToolContext(paths.workspace, tools_config.restrict_to_workspace),
                   config.defaults, tools_config.max_result_chars, tuple(tools_config.attachments.image_models))
     subagents = None

@@ -48,6 +48,7 @@ class ContextBuilder:
         self.policy = policy  # which of `tools` each session is offered (None: all of them)
         self._views: dict[Allowed, ToolRegistry] = {}
         self._groups: dict[str, bool] = {}  # channel sessions: a group chat, as its channel said (`note_chat`)
+        self._ever_groups: set[str] = set()  # the chats (person keys) ever recorded as a group: their cron jobs
         self._entry_tokens: dict[int, int] = {}
         self._recent: dict[str, tuple[tuple[object, object], tuple[int, list[HistoryEntry], bool]]] = {}  # by person
         self._fixed_cache: dict[tuple[str, int, Callable[[str], int]], int] = {}
@@ -58,6 +59,13 @@ class ContextBuilder:
         self._groups[key] = group
         if group:  # a chat with a group thread is a group: a cron job made in it runs as the chat
             self._groups[person_of(key)] = True
+            self._ever_groups.add(person_of(key))
+
+    def load_groups(self, keys: list[str]) -> None:
+        """The group chats the channels' state files recorded, before any channel tells again (a process with no
+        channel: `cron run`, `cron tick`; a gateway before its channels connect)."""
+        for key in keys:
+            self.note_chat(key, True)
 
     def is_group(self, key: str) -> bool:
         """Whether `key` is a group chat, as its channel told (a channel keeps what it was told in its state and
@@ -71,9 +79,11 @@ class ContextBuilder:
         view, so its tool list is built once."""
         if self.policy is None:
             return self.tools
+        group = self.is_group(key)
         if key.startswith(CRON) and person_of(key) != OWNER:
-            key = person_of(key)
-        allowed = self.policy.for_session(key, self.is_group(key))
+            key = person_of(key)  # a chat ever recorded as a group keeps its cron jobs to the group's tools
+            group = self.is_group(key) or key in self._ever_groups
+        allowed = self.policy.for_session(key, group)
         if allowed.everything:
             return self.tools
         if allowed not in self._views:

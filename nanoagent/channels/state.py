@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+import nanoagent.channels.registry as registry
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock
 
@@ -220,6 +221,23 @@ class StateFile:
 
 def state_file(paths: Paths, channel: str) -> StateFile:
     return StateFile(paths.channels_dir / f"{channel}.json")
+
+
+def recorded_groups(paths: Paths) -> tuple[list[str], list[str]]:
+    """The session keys every registered channel's state records as group chats (`ChannelState.groups`), for a
+    process with no channel connected (`cron run`, `cron tick`, a gateway before its channels connect); and a line
+    for each state file that cannot be read."""
+    keys: list[str] = []
+    problems: list[str] = []
+    for channel in registry.names():
+        file = state_file(paths, channel)
+        if not file.path.exists():
+            continue
+        try:
+            keys.extend(file.read().groups)
+        except NanoagentError as e:
+            problems.append(str(e))
+    return keys, problems
 
 
 def normalize_code(code: str) -> str:

@@ -28,6 +28,7 @@ from nanoagent.providers.base import (
     ToolCallReady,
     UsageReport,
     http_client,
+    max_output_tokens,
     post_lines,
     refused,
 )
@@ -194,7 +195,7 @@ def build_params(request: ChatRequest) -> dict[str, Any]:
         params["tools"] = tools
     if request.thinking_budget > 0:
         params["thinking"] = {"type": "enabled", "budget_tokens": request.thinking_budget}
-        params["max_tokens"] = max(request.max_tokens, request.thinking_budget + 1024)
+        params["max_tokens"] = max_output_tokens(request)
     elif request.temperature is not None:
         params["temperature"] = request.temperature
     return params

@@ -30,6 +30,19 @@ class ChatRequest:
     thinking_budget: int = 0
 
 
+THINKING_REPLY_TOKENS = 1024  # room for the reply itself past a thinking budget, when max_tokens leaves none
+
+
+def max_output_tokens(request: ChatRequest) -> int:
+    """The most output tokens the request may be billed for: what a provider sends as its `max_tokens`. With
+    extended thinking that is raised to hold the thinking budget and a reply (the Anthropic API wants max_tokens
+    above budget_tokens); the spend check reserves this same figure, so the two cannot drift. The OpenAI-compatible
+    and litellm providers send no thinking and `max_tokens` as it is: for them this is at most an over-reservation."""
+    if request.thinking_budget > 0:
+        return max(request.max_tokens, request.thinking_budget + THINKING_REPLY_TOKENS)
+    return request.max_tokens
+
+
 @dataclass(frozen=True)
 class ToolCall:
     id: str

@@ -10,7 +10,7 @@ given up on then, not after retries x the idle timeout. Once the reply has begun
 (`ReplyStarted`) the idle timeout alone bounds it, so a long reply is never cut.
 
 Spend caps are checked here, before every attempt (each retry, each fallback): the `Meter` reserves the attempt's
-worst case (its prompt's bound in, `max_tokens` out, at the model's price) or refuses it with `Capped`, which
+worst case (its prompt's bound in, `max_output_tokens` out (max_tokens, raised for a thinking budget), at the model's price) or refuses it with `Capped`, which
 ends the whole call. The prompt's bound is its bytes (`prompt_bound`), or, when the request is the one sent before
 in its session to the same model plus messages appended to it, the prompt tokens the provider reported for that one
 plus the appended messages' bytes (`PromptBounds`). An attempt is settled at what it used when that is known: it ended, or the server refused it
@@ -42,6 +42,7 @@ from nanoagent.providers.base import (
     ToolCallReady,
     ToolSpec,
     UsageReport,
+    max_output_tokens,
 )
 from nanoagent.spend import CapReached, Hold, Meter, current_scope
 from nanoagent.tokens import message_bound, token_bound
@@ -92,7 +93,8 @@ class RetryingProvider:
             attempt, last = 0, ""
             while True:
                 streamed = started = refused = reported = False
-                hold = self._reserve(model, bounds.bound(model) if bounds is not None else 0, request.max_tokens)
+                hold = self._reserve(model, bounds.bound(model) if bounds is not None else 0,
+                                     max_output_tokens(request))
                 for note in hold.notes if hold is not None else ():
                     yield SpendNotice(note)
                 used = Usage()
