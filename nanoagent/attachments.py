@@ -129,7 +129,7 @@ def _audio(name: str, base: str, data: bytes, workspace: Path, ext: str, transcr
     relative = f"{MEDIA_DIR}/audio-{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
     target = workspace / relative
     if not target.is_file():
-        private_dir(target.parent)
+        _media_folder(workspace, name)
         atomic_write(target, data)
     return Attached(name, len(data), heard=hear(transcriber, data, "audio file", base, relative, session))
 
@@ -140,9 +140,19 @@ def store_image(workspace: Path, data: bytes, media_type: str, name: str = "") -
     relative = f"{MEDIA_DIR}/image-{digest[:16]}.{EXTENSIONS[media_type]}"
     target = workspace / relative
     if not (target.is_file() and _digest(target) == digest):
-        private_dir(target.parent)
+        _media_folder(workspace, name or "the image")
         atomic_write(target, data)
     return msg.image_block(relative, digest, media_type, name)
+
+
+def _media_folder(workspace: Path, name: str) -> None:
+    """Make the workspace's media/ and check it is that folder itself: an exec command could plant a link there to a
+    folder the sandbox hides (`~/.ssh`), and nanoagent would write through it."""
+    folder = workspace / MEDIA_DIR
+    private_dir(folder)
+    if os.path.realpath(folder) != os.path.join(os.path.realpath(workspace), MEDIA_DIR):
+        raise AttachmentError(f"Cannot keep {name}: {MEDIA_DIR}/ in the workspace is a link to another folder; "
+                              f"remove the link ({folder}) and try again.")
 
 
 def compose(text: str, attached: list[Attached]) -> tuple[str, list[msg.ImageBlock]]:

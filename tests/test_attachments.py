@@ -476,3 +476,15 @@ def test_a_client_will_not_send_images_to_a_gateway_that_does_not_list_attachmen
         asyncio.run(go())
     finally:
         running.stop()
+
+
+def test_an_image_is_never_written_through_a_link_planted_in_place_of_media(tmp_path):
+    workspace, outside = tmp_path / "ws", tmp_path / "outside"
+    workspace.mkdir()
+    outside.mkdir()
+    (workspace / "media").symlink_to(outside)  # what an exec command in the sandbox could do
+    picture = tmp_path / "pic.png"
+    picture.write_bytes(png())
+    with pytest.raises(AttachmentError, match="media/ in the workspace is a link"):
+        prepare(picture, workspace, Limits())
+    assert list(outside.iterdir()) == []
