@@ -320,6 +320,22 @@ def test_the_event_stream_carries_a_sessions_events_to_a_signed_in_page(isolated
     assert "TextDelta" in kinds and kinds[-1] == "TurnEnded"
 
 
+# --- what a reply may link to -------------------------------------------------------------------------------
+
+
+def test_a_link_in_a_reply_to_another_port_on_the_gateway_s_host_is_text_the_cookie_cannot_follow(isolated_home):
+    from nanoagent.providers.scripted import ScriptedProvider
+
+    reply = "Here is the report: [open report](http://127.0.0.1:{port}/report) and [docs](https://example.com/d)"
+    other = _free_port()  # where another program on this machine could listen
+    with web_gateway(ScriptedProvider(default=reply.format(port=other))) as web:
+        web.call(lambda: web.gateway.hub.send("web:demo", "hello"))
+        with client(web, web.cookie()) as http:
+            shown = http.get("/api/sessions/web:demo").json()["messages"][-1]["html"]
+    assert f"http://127.0.0.1:{other}/report" in shown and f'href="http://127.0.0.1:{other}' not in shown
+    assert 'href="https://example.com/d"' in shown
+
+
 # --- `nanoagent web` ------------------------------------------------------------------------------------------
 
 

@@ -415,6 +415,9 @@ class Endpoint:
         bound = server.sockets[0].getsockname()[1]
         log.info(_record("http_listening", url=url(host, bound), loopback=is_loopback(host),
                          token_file="$NANOAGENT_HOME/run/http-token"))
+        from nanoagent.web.markdown import listen_on
+
+        listen_on(host)  # a reply's link to this host (any port) stays text: the cookie would go along
         try:
             listening(host, bound)
             await asyncio.Event().wait()  # until cancelled
