@@ -336,6 +336,83 @@ def test_a_link_in_a_reply_to_another_port_on_the_gateway_s_host_is_text_the_coo
     assert 'href="https://example.com/d"' in shown
 
 
+# --- sign-out ends event streams ----------------------------------------------------------------------------
+
+
+STREAMS = ["/api/sessions/web:victim/events", "/api/events?session=web:victim"]
+
+
+def open_stream(port: int, path: str, cookie: str) -> socket.socket:
+    """An event stream read from a raw socket, past its first line (the chat's hello, or the events' comment)."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
+    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
+    data = b""
+    while b"hello" not in data and b"nanoagent events" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200"), data
+    return conn
+
+
+def read_to_end(conn: socket.socket) -> bytes:
+    """Everything until the gateway closes the stream (a stream left open fails the test at PATIENCE)."""
+    chunks = []
+    with conn:
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_until(conn: socket.socket, text: bytes) -> bytes:
+    data = b""
+    while text not in data:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_signing_out_ends_that_sign_in_s_open_event_streams_and_no_later_event_reaches_them(web, path):
+    cookie, other = web.cookie(), web.cookie()
+    stream, bystander = open_stream(port_of(web), path, cookie), open_stream(port_of(web), path, other)
+    with client(web, cookie) as http:
+        assert http.post("/api/signout", headers={"X-CSRF-Token": csrf(web, cookie)}).status_code == 200
+    after = read_to_end(stream)  # the gateway ends it at once
+    with client(web, other) as http:
+        sent = http.post("/api/sessions/web:victim/messages", headers={"X-CSRF-Token": csrf(web, other)},
+                         json={"text": "secret message"})
+    with bystander:
+        assert b"secret message" in read_until(bystander, b"secret message")  # the other sign-in still streams
+    assert sent.status_code == 202 and b"secret" not in after
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_a_sign_in_that_expires_ends_its_event_stream_at_the_next_keep_alive(isolated_home, monkeypatch, path):
+    from nanoagent.web import api_chat, events
+
+    monkeypatch.setattr(api_chat, "KEEPALIVE", 0.05)
+    monkeypatch.setattr(events, "KEEPALIVE", 0.05)
+    clock = Clock()
+    with web_gateway(clock=clock) as web:
+        stream = open_stream(port_of(web), path, web.cookie())
+        read_until(stream, b"keep-alive")  # still signed in: kept alive
+        clock.now += SESSION_TTL + 1
+        read_to_end(stream)
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_a_sign_in_evicted_by_newer_ones_ends_its_event_stream(web, monkeypatch, path):
+    from nanoagent.web import auth
+
+    monkeypatch.setattr(auth, "MAX_SESSIONS", 2)
+    stream = open_stream(port_of(web), path, web.cookie())
+    web.cookie()
+    web.cookie()  # the third sign-in signs the least recently used out: the stream's
+    read_to_end(stream)
+
+
 # --- `nanoagent web` ------------------------------------------------------------------------------------------
 
 
