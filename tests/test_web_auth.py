@@ -6,6 +6,7 @@ Debian's chromium through Playwright for what a browser does."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
 import stat
@@ -411,6 +412,41 @@ def test_a_sign_in_evicted_by_newer_ones_ends_its_event_stream(web, monkeypatch,
     web.cookie()
     web.cookie()  # the third sign-in signs the least recently used out: the stream's
     read_to_end(stream)
+
+
+# --- files the app serves -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("link", [os.symlink, os.link])
+def test_a_media_name_linked_to_the_api_token_is_not_served(web, link):
+    token_file = web.paths.run_dir / "http-token"
+    media = web.paths.workspace / "media"
+    media.mkdir(exist_ok=True)
+    link(token_file, media / "image-0123456789abcdef.png")
+    (media / "image-fedcba9876543210.png").write_bytes(b"\x89PNG\r\n\x1a\nplain")
+    with client(web, web.cookie()) as http:
+        linked = http.get("/api/media/image-0123456789abcdef.png")
+        plain = http.get("/api/media/image-fedcba9876543210.png")
+    assert linked.status_code == 404 and web.token.encode() not in linked.content
+    assert plain.status_code == 200 and plain.content == b"\x89PNG\r\n\x1a\nplain"
+    assert plain.headers["content-type"] == "image/png"
+
+
+def test_a_skill_folder_linked_outside_the_workspace_is_not_served(web):
+    outside = web.paths.home / "outside"
+    outside.mkdir()
+    (outside / "SKILL.md").write_text("SECRET outside the workspace\n")
+    (web.paths.workspace / "skills").mkdir(exist_ok=True)
+    os.symlink(outside, web.paths.workspace / "skills" / "evil")
+    (web.paths.workspace / "skills" / "fine").mkdir()
+    (web.paths.workspace / "skills" / "fine" / "SKILL.md").write_text("a skill of the workspace\n")
+    with client(web, web.cookie()) as http:
+        linked = http.get("/api/memory/file", params={"path": "skills/evil/SKILL.md"})
+        fine = http.get("/api/memory/file", params={"path": "skills/fine/SKILL.md"})
+        missing = http.get("/api/memory/file", params={"path": "skills/none/SKILL.md"})
+    assert linked.status_code == 404 and "SECRET" not in linked.text
+    assert fine.status_code == 200 and fine.json()["text"] == "a skill of the workspace\n"
+    assert missing.status_code == 200 and missing.json()["exists"] is False  # "(not written yet)"
 
 
 # --- `nanoagent web` ------------------------------------------------------------------------------------------
