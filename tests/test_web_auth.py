@@ -10,6 +10,7 @@ import os
 import resource
 import socket
 import stat
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -447,6 +448,49 @@ def test_a_skill_folder_linked_outside_the_workspace_is_not_served(web):
     assert linked.status_code == 404 and "SECRET" not in linked.text
     assert fine.status_code == 200 and fine.json()["text"] == "a skill of the workspace\n"
     assert missing.status_code == 200 and missing.json()["exists"] is False  # "(not written yet)"
+
+
+# --- uploads ------------------------------------------------------------------------------------------------
+
+
+def slow_upload(port: int, cookie: str, token: str, head: str, parts: list[bytes]) -> bytes:
+    """A POST /api/uploads whose body comes in parts: the headers with `Expect: 100-continue`, then, once the
+    gateway said 100 (its handler reads now), each part with a short pause between."""
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE) as conn:
+        conn.sendall((f"POST /api/uploads HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nX-CSRF-Token: {token}\r\n"
+                      f"Content-Type: image/png\r\nConnection: close\r\nExpect: 100-continue\r\n{head}\r\n").encode())
+        assert read_until(conn, b"\r\n\r\n").startswith(b"HTTP/1.1 100")
+        for part in parts:
+            conn.sendall(part)
+            time.sleep(0.3)  # the handler has read what came so far
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_a_slow_2_mb_upload_is_stored_whole(web):
+    cookie = web.cookie()
+    data = b"\x89PNG\r\n\x1a\n" + os.urandom(2_000_000)
+    answer = slow_upload(port_of(web), cookie, csrf(web, cookie), f"Content-Length: {len(data)}\r\n",
+                         [data[:100_000], data[100_000:]])
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    stored = web.paths.workspace / json.loads(answer.split(b"\r\n\r\n", 1)[1])["attachment"]["path"]
+    assert stored.read_bytes() == data
+
+
+def test_a_slow_chunked_upload_over_the_cap_is_refused_not_cut_short(web):
+    cookie = web.cookie()
+    data = b"\x89PNG\r\n\x1a\n" + os.urandom(5_100_000)  # over tools.attachments.maxImageBytes (5 MB)
+
+    def chunk(part: bytes) -> bytes:
+        return f"{len(part):x}\r\n".encode() + part + b"\r\n"
+
+    answer = slow_upload(port_of(web), cookie, csrf(web, cookie), "Transfer-Encoding: chunked\r\n",
+                         [chunk(data[:100_000]), chunk(data[100_000:]) + b"0\r\n\r\n"])
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert b"attach a smaller one" in answer
+    assert not list((web.paths.workspace / "media").glob("image-*"))
 
 
 # --- `nanoagent web` ------------------------------------------------------------------------------------------

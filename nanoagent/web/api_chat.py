@@ -293,9 +293,17 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         cap = ctx.config.tools.attachments.max_image_bytes
         if (request.content_length or 0) > cap:
             return too_big(cap)
-        data = await request.content.read(cap + 1)
-        if len(data) > cap:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= cap:  # `read(n)` returns what has arrived so far: read on to the end (or past the cap)
+            chunk = await request.content.read(cap + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > cap:
             return too_big(cap)
+        data = b"".join(chunks)
         kind = sniff(data)
         if kind not in IMAGE_TYPES:
             raise BadRequest("Only PNG, JPEG, GIF and WebP images can be attached.")
