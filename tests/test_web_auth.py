@@ -68,6 +68,7 @@ def test_a_sign_in_link_sets_a_private_strict_cookie_and_leads_to_the_app(web):
     assert (signed.status_code, signed.headers["location"]) == (303, "/")
     attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
     assert {"httponly", "samesite", "path"} <= attributes and "secure" not in attributes  # plain HTTP here
+    assert not {"max-age", "expires"} & attributes  # a browser-session cookie: gone when the browser closes
     assert "samesite=strict" in cookie.lower()
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert session.status_code == 200 and session.json()["csrf"]
@@ -491,6 +492,40 @@ def test_a_slow_chunked_upload_over_the_cap_is_refused_not_cut_short(web):
     assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
     assert b"attach a smaller one" in answer
     assert not list((web.paths.workspace / "media").glob("image-*"))
+
+
+# --- small ones ---------------------------------------------------------------------------------------------
+
+
+def test_the_events_route_refuses_a_session_name_with_dot_dot_as_the_chat_does(web):
+    with client(web, web.cookie()) as http:
+        for bad in ("../../x", "web:a/b", "web:..", "web:\x01"):
+            refused = http.get("/api/events", params={"session": bad})
+            assert refused.status_code == 400 and "not a session name" in refused.json()["error"], bad
+
+
+def test_a_sign_in_link_refused_for_want_of_a_free_connection_still_works_after(web, monkeypatch):
+    from nanoagent.gateway import http as listener
+
+    monkeypatch.setattr(listener, "MAX_CONNECTIONS", 1)
+    link = web.signin_url().removeprefix(web.url)
+    with client(web, web.cookie()) as holder:
+        assert holder.get("/api/session").status_code == 200  # takes the only slot and keeps it
+        with client(web) as http:
+            busy = http.get(link)
+    assert busy.status_code == 503
+    with client(web) as http:
+        again = wait_until(lambda: (r := http.get(link)).status_code != 503 and r, "the slot to free")
+    assert again.status_code == 303 and "set-cookie" in again.headers
+
+
+def test_a_request_aiohttp_refuses_itself_names_no_server_software_and_carries_the_security_headers(web):
+    answer = raw(port_of(web), b"GARBAGE\r\n\r\n")
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.split(b" ")[1] == b"400"
+    assert b"aiohttp" not in answer.lower() and b"python" not in answer.lower()
+    assert b"server: nanoagent" in head and b"x-content-type-options: nosniff" in head
+    assert b"cache-control: no-store" in head
 
 
 # --- `nanoagent web` ------------------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ import html
 import ipaddress
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -59,6 +59,11 @@ class SignInCodes:
         code = secrets.token_urlsafe(24)
         self._codes[code] = now + self.ttl
         return code
+
+    def valid(self, code: str) -> bool:
+        """Whether `redeem` would take the code now, without using it."""
+        until = self._codes.get(code)
+        return until is not None and self.clock() < until
 
     def redeem(self, code: str) -> bool:
         """True once for a code minted here less than `ttl` seconds ago; a used, expired or unknown code is False."""
@@ -178,13 +183,17 @@ class WebAuth:
         return None
 
     async def signin(self, request: web.Request) -> web.StreamResponse:
+        if not self.codes.valid(request.match_info["code"]):
+            return refusal(request, 403, "This sign-in link is wrong, used already or older than a minute")
+        self.admit(request)  # first: a refusal (503, too many clients) leaves the link good for another try
         if not self.codes.redeem(request.match_info["code"]):
             return refusal(request, 403, "This sign-in link is wrong, used already or older than a minute")
-        self.admit(request)
         session = self.sessions.start()
         response = web.Response(status=303, headers={"Location": "/"})
+        # no Max-Age or Expires: a browser-session cookie, gone when the browser closes (the gateway's session
+        # also ends after SESSION_TTL unused)
         response.set_cookie(self.cookie_name(request), session.id, path="/", httponly=True, samesite="Strict",
-                            secure=is_https(request), max_age=int(self.sessions.ttl))
+                            secure=is_https(request))
         return response
 
     async def session_info(self, request: web.Request) -> web.StreamResponse:
@@ -248,18 +257,24 @@ PAGE = """<!doctype html>
 """
 
 
-async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """On every response, just before its headers go out (streams included)."""
-    headers = response.headers
+def secure_headers(headers: MutableMapping[str, str]) -> None:
+    """The headers every response carries, also the ones aiohttp answers by itself (a request it cannot parse)."""
     headers.setdefault("Content-Security-Policy", CSP)
     headers.setdefault("X-Content-Type-Options", "nosniff")
     headers.setdefault("Referrer-Policy", "no-referrer")
     headers.setdefault("X-Frame-Options", "DENY")
+    headers.setdefault("Cache-Control", "no-store")
     headers["Server"] = "nanoagent"  # not aiohttp's name and version
+
+
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every response, just before its headers go out (streams included)."""
+    headers = response.headers
+    secure_headers(headers)
     if request.path.startswith("/static/") and response.status == 200:
         headers["Cache-Control"] = f"private, max-age={STATIC_MAX_AGE}"
     else:
         headers["Cache-Control"] = "no-store"
 
 
-__all__ = ["CODE_TTL", "CSP", "CSRF_HEADER", "WebAuth", "WebSession", "is_https", "own_origin", "refusal"]
+__all__ = ["CODE_TTL", "CSP", "CSRF_HEADER", "WebAuth", "WebSession", "is_https", "own_origin", "refusal", "secure_headers"]
