@@ -6,9 +6,11 @@ Debian's chromium through Playwright for what a browser does."""
 from __future__ import annotations
 
 import json
+import os
 import resource
 import socket
 import stat
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -66,6 +68,7 @@ def test_a_sign_in_link_sets_a_private_strict_cookie_and_leads_to_the_app(web):
     assert (signed.status_code, signed.headers["location"]) == (303, "/")
     attributes = {part.strip().split("=")[0].lower() for part in cookie.split(";")[1:]}
     assert {"httponly", "samesite", "path"} <= attributes and "secure" not in attributes  # plain HTTP here
+    assert not {"max-age", "expires"} & attributes  # a browser-session cookie: gone when the browser closes
     assert "samesite=strict" in cookie.lower()
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     assert session.status_code == 200 and session.json()["csrf"]
@@ -318,6 +321,211 @@ def test_the_event_stream_carries_a_sessions_events_to_a_signed_in_page(isolated
                 if "TurnEnded" in kinds:
                     break
     assert "TextDelta" in kinds and kinds[-1] == "TurnEnded"
+
+
+# --- what a reply may link to -------------------------------------------------------------------------------
+
+
+def test_a_link_in_a_reply_to_another_port_on_the_gateway_s_host_is_text_the_cookie_cannot_follow(isolated_home):
+    from nanoagent.providers.scripted import ScriptedProvider
+
+    reply = "Here is the report: [open report](http://127.0.0.1:{port}/report) and [docs](https://example.com/d)"
+    other = _free_port()  # where another program on this machine could listen
+    with web_gateway(ScriptedProvider(default=reply.format(port=other))) as web:
+        web.call(lambda: web.gateway.hub.send("web:demo", "hello"))
+        with client(web, web.cookie()) as http:
+            shown = http.get("/api/sessions/web:demo").json()["messages"][-1]["html"]
+    assert f"http://127.0.0.1:{other}/report" in shown and f'href="http://127.0.0.1:{other}' not in shown
+    assert 'href="https://example.com/d"' in shown
+
+
+# --- sign-out ends event streams ----------------------------------------------------------------------------
+
+
+STREAMS = ["/api/sessions/web:victim/events", "/api/events?session=web:victim"]
+
+
+def open_stream(port: int, path: str, cookie: str) -> socket.socket:
+    """An event stream read from a raw socket, past its first line (the chat's hello, or the events' comment)."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
+    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
+    data = b""
+    while b"hello" not in data and b"nanoagent events" not in data:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        data += chunk
+    assert data.startswith(b"HTTP/1.1 200"), data
+    return conn
+
+
+def read_to_end(conn: socket.socket) -> bytes:
+    """Everything until the gateway closes the stream (a stream left open fails the test at PATIENCE)."""
+    chunks = []
+    with conn:
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def read_until(conn: socket.socket, text: bytes) -> bytes:
+    data = b""
+    while text not in data:
+        chunk = conn.recv(65536)
+        assert chunk, data
+        data += chunk
+    return data
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_signing_out_ends_that_sign_in_s_open_event_streams_and_no_later_event_reaches_them(web, path):
+    cookie, other = web.cookie(), web.cookie()
+    stream, bystander = open_stream(port_of(web), path, cookie), open_stream(port_of(web), path, other)
+    with client(web, cookie) as http:
+        assert http.post("/api/signout", headers={"X-CSRF-Token": csrf(web, cookie)}).status_code == 200
+    after = read_to_end(stream)  # the gateway ends it at once
+    with client(web, other) as http:
+        sent = http.post("/api/sessions/web:victim/messages", headers={"X-CSRF-Token": csrf(web, other)},
+                         json={"text": "secret message"})
+    with bystander:
+        assert b"secret message" in read_until(bystander, b"secret message")  # the other sign-in still streams
+    assert sent.status_code == 202 and b"secret" not in after
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_a_sign_in_that_expires_ends_its_event_stream_at_the_next_keep_alive(isolated_home, monkeypatch, path):
+    from nanoagent.web import api_chat, events
+
+    monkeypatch.setattr(api_chat, "KEEPALIVE", 0.05)
+    monkeypatch.setattr(events, "KEEPALIVE", 0.05)
+    clock = Clock()
+    with web_gateway(clock=clock) as web:
+        stream = open_stream(port_of(web), path, web.cookie())
+        read_until(stream, b"keep-alive")  # still signed in: kept alive
+        clock.now += SESSION_TTL + 1
+        read_to_end(stream)
+
+
+@pytest.mark.parametrize("path", STREAMS)
+def test_a_sign_in_evicted_by_newer_ones_ends_its_event_stream(web, monkeypatch, path):
+    from nanoagent.web import auth
+
+    monkeypatch.setattr(auth, "MAX_SESSIONS", 2)
+    stream = open_stream(port_of(web), path, web.cookie())
+    web.cookie()
+    web.cookie()  # the third sign-in signs the least recently used out: the stream's
+    read_to_end(stream)
+
+
+# --- files the app serves -----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("link", [os.symlink, os.link])
+def test_a_media_name_linked_to_the_api_token_is_not_served(web, link):
+    token_file = web.paths.run_dir / "http-token"
+    media = web.paths.workspace / "media"
+    media.mkdir(exist_ok=True)
+    link(token_file, media / "image-0123456789abcdef.png")
+    (media / "image-fedcba9876543210.png").write_bytes(b"\x89PNG\r\n\x1a\nplain")
+    with client(web, web.cookie()) as http:
+        linked = http.get("/api/media/image-0123456789abcdef.png")
+        plain = http.get("/api/media/image-fedcba9876543210.png")
+    assert linked.status_code == 404 and web.token.encode() not in linked.content
+    assert plain.status_code == 200 and plain.content == b"\x89PNG\r\n\x1a\nplain"
+    assert plain.headers["content-type"] == "image/png"
+
+
+def test_a_skill_folder_linked_outside_the_workspace_is_not_served(web):
+    outside = web.paths.home / "outside"
+    outside.mkdir()
+    (outside / "SKILL.md").write_text("SECRET outside the workspace\n")
+    (web.paths.workspace / "skills").mkdir(exist_ok=True)
+    os.symlink(outside, web.paths.workspace / "skills" / "evil")
+    (web.paths.workspace / "skills" / "fine").mkdir()
+    (web.paths.workspace / "skills" / "fine" / "SKILL.md").write_text("a skill of the workspace\n")
+    with client(web, web.cookie()) as http:
+        linked = http.get("/api/memory/file", params={"path": "skills/evil/SKILL.md"})
+        fine = http.get("/api/memory/file", params={"path": "skills/fine/SKILL.md"})
+        missing = http.get("/api/memory/file", params={"path": "skills/none/SKILL.md"})
+    assert linked.status_code == 404 and "SECRET" not in linked.text
+    assert fine.status_code == 200 and fine.json()["text"] == "a skill of the workspace\n"
+    assert missing.status_code == 200 and missing.json()["exists"] is False  # "(not written yet)"
+
+
+# --- uploads ------------------------------------------------------------------------------------------------
+
+
+def slow_upload(port: int, cookie: str, token: str, head: str, parts: list[bytes]) -> bytes:
+    """A POST /api/uploads whose body comes in parts: the headers with `Expect: 100-continue`, then, once the
+    gateway said 100 (its handler reads now), each part with a short pause between."""
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE) as conn:
+        conn.sendall((f"POST /api/uploads HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nX-CSRF-Token: {token}\r\n"
+                      f"Content-Type: image/png\r\nConnection: close\r\nExpect: 100-continue\r\n{head}\r\n").encode())
+        assert read_until(conn, b"\r\n\r\n").startswith(b"HTTP/1.1 100")
+        for part in parts:
+            conn.sendall(part)
+            time.sleep(0.3)  # the handler has read what came so far
+        chunks = []
+        while chunk := conn.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_a_slow_2_mb_upload_is_stored_whole(web):
+    cookie = web.cookie()
+    data = b"\x89PNG\r\n\x1a\n" + os.urandom(2_000_000)
+    answer = slow_upload(port_of(web), cookie, csrf(web, cookie), f"Content-Length: {len(data)}\r\n",
+                         [data[:100_000], data[100_000:]])
+    assert answer.startswith(b"HTTP/1.1 200"), answer[:300]
+    stored = web.paths.workspace / json.loads(answer.split(b"\r\n\r\n", 1)[1])["attachment"]["path"]
+    assert stored.read_bytes() == data
+
+
+def test_a_slow_chunked_upload_over_the_cap_is_refused_not_cut_short(web):
+    cookie = web.cookie()
+    data = b"\x89PNG\r\n\x1a\n" + os.urandom(5_100_000)  # over tools.attachments.maxImageBytes (5 MB)
+
+    def chunk(part: bytes) -> bytes:
+        return f"{len(part):x}\r\n".encode() + part + b"\r\n"
+
+    answer = slow_upload(port_of(web), cookie, csrf(web, cookie), "Transfer-Encoding: chunked\r\n",
+                         [chunk(data[:100_000]), chunk(data[100_000:]) + b"0\r\n\r\n"])
+    assert answer.startswith(b"HTTP/1.1 413"), answer[:300]
+    assert b"attach a smaller one" in answer
+    assert not list((web.paths.workspace / "media").glob("image-*"))
+
+
+# --- small ones ---------------------------------------------------------------------------------------------
+
+
+def test_the_events_route_refuses_a_session_name_with_dot_dot_as_the_chat_does(web):
+    with client(web, web.cookie()) as http:
+        for bad in ("../../x", "web:a/b", "web:..", "web:\x01"):
+            refused = http.get("/api/events", params={"session": bad})
+            assert refused.status_code == 400 and "not a session name" in refused.json()["error"], bad
+
+
+def test_a_sign_in_link_refused_for_want_of_a_free_connection_still_works_after(web, monkeypatch):
+    from nanoagent.gateway import http as listener
+
+    monkeypatch.setattr(listener, "MAX_CONNECTIONS", 1)
+    link = web.signin_url().removeprefix(web.url)
+    with client(web, web.cookie()) as holder:
+        assert holder.get("/api/session").status_code == 200  # takes the only slot and keeps it
+        with client(web) as http:
+            busy = http.get(link)
+    assert busy.status_code == 503
+    with client(web) as http:
+        again = wait_until(lambda: (r := http.get(link)).status_code != 503 and r, "the slot to free")
+    assert again.status_code == 303 and "set-cookie" in again.headers
+
+
+def test_a_request_aiohttp_refuses_itself_names_no_server_software_and_carries_the_security_headers(web):
+    answer = raw(port_of(web), b"GARBAGE\r\n\r\n")
+    head = answer.split(b"\r\n\r\n", 1)[0].lower()
+    assert head.split(b" ")[1] == b"400"
+    assert b"aiohttp" not in answer.lower() and b"python" not in answer.lower()
+    assert b"server: nanoagent" in head and b"x-content-type-options: nosniff" in head
+    assert b"cache-control: no-store" in head
 
 
 # --- `nanoagent web` ------------------------------------------------------------------------------------------

@@ -58,3 +58,36 @@ def test_a_person_s_message_and_a_tool_output_go_to_the_page_as_text_fields_not_
     assert views[0] == {"role": "user", "text": "<img src=x onerror=alert(1)>", "images": []}
     assert views[1]["tools"][0]["output"] == "<script>alert(2)</script>"  # shown with textContent by the page
     assert views[2]["html"] == "<p>&lt;b&gt;hi&lt;/b&gt;</p>\n"
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8765/report", "http://localhost:9000/", "https://app.localhost/x",
+                                 "http://[::1]:8080/", "http://10.0.0.5/admin", "http://192.168.1.1/",
+                                 "http://169.254.169.254/latest", "http://0.0.0.0:3000/", "http://2130706433/",
+                                 "http://127.1:9/", "http://[::ffff:127.0.0.1]/", "HTTP://LOCALHOST./x",
+                                 "http:\\\\127.0.0.1:9\\x"])
+def test_a_link_to_another_service_on_this_machine_or_network_is_shown_as_text_not_a_link(url):
+    html = render(f"Here is the report: [open report]({url}) and <{url}>")
+    assert "href" not in html
+    assert url.replace("\\\\", "\\").split("//")[-1].split("/")[0].lower() in html.lower()  # the address still shown
+
+
+@pytest.mark.parametrize("url", ["http://127.0.0.1:8765/t.png", "http://localhost/t.png", "http://10.1.2.3/t.png"])
+def test_an_image_from_this_machine_is_neither_loaded_nor_a_link(url):
+    html = render(f"![tracker]({url})")
+    assert "<img" not in html and "href" not in html and url in html
+
+
+def test_a_link_to_the_gateway_s_own_listening_host_is_text():
+    from nanoagent.web.markdown import OWN_HOSTS, listen_on
+
+    before = set(OWN_HOSTS)
+    try:
+        assert 'href="http://gateway.example.com:9999/x"' in render("[x](http://gateway.example.com:9999/x)")
+        listen_on("gateway.example.com")
+        listen_on("203.0.113.9")
+        assert "href" not in render("[x](http://gateway.example.com:9999/x)")
+        assert "href" not in render("[x](https://203.0.113.9:4443/)")
+        assert 'href="https://example.com/"' in render("[x](https://example.com/)")
+    finally:
+        OWN_HOSTS.clear()
+        OWN_HOSTS.update(before)

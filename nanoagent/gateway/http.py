@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import functools
 import hmac
 import ipaddress
 import json
@@ -326,6 +327,26 @@ class Doors:
         self.busy = {c: n for c, n in self.busy.items() if c.transport is not None}
 
 
+@functools.cache
+def _neutral_handler() -> type[RequestHandler]:
+    """aiohttp's connection handler whose own answer to a request it refuses before any route (a malformed line, a
+    header too long) carries the app's security headers and `Server: nanoagent`, not aiohttp's and Python's
+    versions. aiohttp has no setting for that answer, so `serve` gives each connection this subclass."""
+    from aiohttp.web_protocol import RequestHandler
+
+    from nanoagent.web.auth import secure_headers
+
+    class NeutralHandler(RequestHandler):
+        __slots__ = ()
+
+        def handle_error(self, *args: Any, **kwargs: Any) -> web.StreamResponse:
+            response = super().handle_error(*args, **kwargs)
+            secure_headers(response.headers)
+            return response
+
+    return NeutralHandler
+
+
 def _close(connection: RequestHandler) -> None:
     if connection.transport is not None:
         connection.transport.close()
@@ -402,6 +423,7 @@ class Endpoint:
 
         def connection() -> RequestHandler:
             made = handlers()
+            made.__class__ = _neutral_handler()  # its own refusals say no server software (slots: no attribute)
             self.doors.arrived(made)
             return made
 
@@ -415,6 +437,9 @@ class Endpoint:
         bound = server.sockets[0].getsockname()[1]
         log.info(_record("http_listening", url=url(host, bound), loopback=is_loopback(host),
                          token_file="$NANOAGENT_HOME/run/http-token"))
+        from nanoagent.web.markdown import listen_on
+
+        listen_on(host)  # a reply's link to this host (any port) stays text: the cookie would go along
         try:
             listening(host, bound)
             await asyncio.Event().wait()  # until cancelled

@@ -17,7 +17,9 @@ import json
 import logging
 import os
 import re
+import stat
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -27,6 +29,8 @@ from nanoagent.errors import NanoagentError
 from nanoagent.web.markdown import render
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from nanoagent.agent import events as ev
     from nanoagent.messages import ImageBlock, Message
     from nanoagent.session.store import Session
@@ -43,6 +47,25 @@ _BAD_NAME = re.compile(r"\.\.|[/\\\x00-\x1f\x7f]")
 class BadRequest(web.HTTPBadRequest):
     def __init__(self, message: str) -> None:
         super().__init__(text=json.dumps({"error": message}), content_type="application/json")
+
+
+def read_inside(root: Path, relpath: str) -> bytes | None:
+    """The bytes of the plain file `root/relpath`, or None when it is missing or might be someone else's: its real
+    path (symbolic links resolved) outside the real `root`, a symbolic link as its last part (O_NOFOLLOW), not a
+    regular file, or a hard link (more than one name)."""
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(os.path.join(real_root, relpath))
+    if os.path.commonpath([real_root, real]) != real_root or real == real_root:
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    with os.fdopen(fd, "rb") as file:
+        info = os.fstat(file.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+            return None
+        return file.read()
 
 
 def session_key(raw: str) -> str:
@@ -270,9 +293,17 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         cap = ctx.config.tools.attachments.max_image_bytes
         if (request.content_length or 0) > cap:
             return too_big(cap)
-        data = await request.content.read(cap + 1)
-        if len(data) > cap:
+        chunks: list[bytes] = []
+        size = 0
+        while size <= cap:  # `read(n)` returns what has arrived so far: read on to the end (or past the cap)
+            chunk = await request.content.read(cap + 1 - size)
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        if size > cap:
             return too_big(cap)
+        data = b"".join(chunks)
         kind = sniff(data)
         if kind not in IMAGE_TYPES:
             raise BadRequest("Only PNG, JPEG, GIF and WebP images can be attached.")
@@ -284,10 +315,11 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         name = request.match_info["name"]
         if not re.fullmatch(r"image-[0-9a-f]{16}\.(png|jpg|gif|webp)", name):
             raise web.HTTPNotFound()
-        path = ctx.paths.workspace / "media" / name
-        if not path.is_file():
+        data = await asyncio.to_thread(read_inside, ctx.paths.workspace / "media", name)
+        if data is None:  # missing, or a link (symbolic or hard) that could lead out of the media folder
             raise web.HTTPNotFound()
-        return web.FileResponse(path, headers={"Cache-Control": "private, max-age=86400"})
+        kind = {"jpg": "image/jpeg"}.get(name.rsplit(".", 1)[1], f"image/{name.rsplit('.', 1)[1]}")
+        return web.Response(body=data, content_type=kind, headers={"Cache-Control": "private, max-age=86400"})
 
     async def events(request: web.Request) -> web.StreamResponse:
         from nanoagent.gateway import protocol
@@ -307,6 +339,8 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
                 wire = {**wire, "message": None, "view": views[0] if views else None}
             queue.put_nowait({"type": "event", "event": wire})
 
+        # signing out (or the sign-in expiring) ends the stream at once: nothing more reaches that tab
+        alive, release = signed_in(ctx, request, lambda: queue.put_nowait(None))
         unwatch = ctx.hub.watch(key, on_event)
         try:
             await _write(response, {"type": "hello", "busy": ctx.hub.busy(key)})
@@ -316,6 +350,8 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
                 try:
                     message = await asyncio.wait_for(queue.get(), KEEPALIVE)
                 except TimeoutError:
+                    if not alive():
+                        break
                     await response.write(b": keep-alive\n\n")
                     continue
                 if message is None:
@@ -325,6 +361,7 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
             pass  # the tab went away
         finally:
             unwatch()
+            release()
             rooms.close(key, queue)
         return response
 
@@ -374,6 +411,14 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
                      else "", "elapsed": round(time.monotonic() - started, 3)})
 
 
+def signed_in(ctx: WebContext, request: web.Request,
+              ender: Callable[[], None]) -> tuple[Callable[[], bool], Callable[[], None]]:
+    """`WebAuth.hold` for a stream: `ender` runs when the request's sign-in ends. A bare app (no auth): always on."""
+    if ctx.auth is None:
+        return (lambda: True), (lambda: None)
+    return ctx.auth.hold(request, ender)
+
+
 async def _write(response: web.StreamResponse, message: dict[str, Any]) -> None:
     data = json.dumps(message, ensure_ascii=False, separators=(",", ":"))
     await response.write(f"data: {data}\n\n".encode())
@@ -394,4 +439,4 @@ def too_big(cap: int) -> web.Response:
                                        "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
 
 
-__all__ = ["Rooms", "add_chat", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
+__all__ = ["Rooms", "add_chat", "read_inside", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]

@@ -5,13 +5,14 @@ is the `/dream` command sent through the chat routes, so its progress streams li
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
 from nanoagent.errors import NanoagentError
-from nanoagent.web.api_chat import BadRequest
+from nanoagent.web.api_chat import BadRequest, read_inside
 from nanoagent.web.markdown import render
 
 if TYPE_CHECKING:
@@ -43,11 +44,13 @@ def add_memory(app: web.Application, ctx: WebContext) -> None:
         return MemoryGit(ctx.paths.workspace, ctx.paths.memory_git_dir)
 
     def read(relpath: str) -> dict[str, Any]:
-        path = ctx.paths.workspace / relpath
-        try:
-            text = path.read_text(encoding="utf-8", errors="replace") if not path.is_symlink() else ""
-        except OSError:
-            return {"path": relpath, "exists": False, "html": ""}
+        # a link anywhere on the way (skills/evil -> elsewhere) that leads out of the workspace, or a hard link,
+        # reads as missing: the page never shows a file from outside it
+        data = read_inside(ctx.paths.workspace, relpath)
+        if data is None:
+            refused = os.path.lexists(ctx.paths.workspace / relpath)  # there, but not a plain file of the workspace
+            return {"path": relpath, "exists": False, "html": "", **({"refused": True} if refused else {})}
+        text = data.decode("utf-8", errors="replace")
         return {"path": relpath, "exists": True, "html": render(text), "text": text}
 
     async def files(request: web.Request) -> web.Response:
@@ -58,7 +61,11 @@ def add_memory(app: web.Application, ctx: WebContext) -> None:
 
     async def one_file(request: web.Request) -> web.Response:
         relpath = memory_path(request.query.get("path", ""))
-        return web.json_response(await asyncio.to_thread(read, relpath))
+        shown = await asyncio.to_thread(read, relpath)
+        if shown.get("refused"):
+            return web.json_response({**shown, "error": f"{relpath} is not in the workspace (or is a link out of it)."},
+                                     status=404)
+        return web.json_response(shown)
 
     async def log(request: web.Request) -> web.Response:
         try:

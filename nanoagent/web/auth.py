@@ -19,7 +19,7 @@ import html
 import ipaddress
 import secrets
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, MutableMapping
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -60,6 +60,11 @@ class SignInCodes:
         self._codes[code] = now + self.ttl
         return code
 
+    def valid(self, code: str) -> bool:
+        """Whether `redeem` would take the code now, without using it."""
+        until = self._codes.get(code)
+        return until is not None and self.clock() < until
+
     def redeem(self, code: str) -> bool:
         """True once for a code minted here less than `ttl` seconds ago; a used, expired or unknown code is False."""
         until = self._codes.pop(code, None)
@@ -67,33 +72,49 @@ class SignInCodes:
 
 
 class WebSessions:
-    """Signed-in browsers, by the random id in their cookie."""
+    """Signed-in browsers, by the random id in their cookie. A long-lived response (an event stream) registers an
+    `ender` for its session: signing out, expiring or being evicted calls it at once, so the stream ends."""
 
     def __init__(self, clock: Callable[[], float] = time.monotonic, ttl: float = SESSION_TTL):
         self.clock = clock
         self.ttl = ttl
         self._sessions: dict[str, WebSession] = {}
+        self._enders: dict[str, set[Callable[[], None]]] = {}
 
     def start(self) -> WebSession:
         if len(self._sessions) >= MAX_SESSIONS:
-            self._sessions.pop(min(self._sessions.values(), key=lambda s: s.last).id)
+            self.end(min(self._sessions.values(), key=lambda s: s.last).id)
         session = WebSession(secrets.token_urlsafe(32), secrets.token_urlsafe(32), self.clock())
         self._sessions[session.id] = session
         return session
 
     def get(self, session_id: str | None) -> WebSession | None:
         session = self._sessions.get(session_id or "")
-        if session is None:
+        if session is None or not self.alive(session.id):
             return None
-        now = self.clock()
-        if now - session.last > self.ttl:
-            del self._sessions[session.id]
-            return None
-        session.last = now
+        session.last = self.clock()
         return session
+
+    def alive(self, session_id: str) -> bool:
+        """Whether the session is still signed in (ending it now if it expired), without counting as a use."""
+        session = self._sessions.get(session_id)
+        if session is not None and self.clock() - session.last > self.ttl:
+            self.end(session_id)
+            return False
+        return session is not None
 
     def end(self, session_id: str) -> None:
         self._sessions.pop(session_id, None)
+        for ender in self._enders.pop(session_id, set()):
+            ender()
+
+    def on_end(self, session_id: str, ender: Callable[[], None]) -> Callable[[], None]:
+        """Call `ender` when the session ends; the function returned forgets it (the stream ended first)."""
+        if session_id not in self._sessions:
+            ender()
+            return lambda: None
+        self._enders.setdefault(session_id, set()).add(ender)
+        return lambda: self._enders.get(session_id, set()).discard(ender)
 
 
 class WebAuth:
@@ -119,6 +140,13 @@ class WebAuth:
         sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
         port = sockname[1] if isinstance(sockname, tuple) and len(sockname) > 1 else 0
         return f"nanoagent-{port}"
+
+    def hold(self, request: web.Request, ender: Callable[[], None]) -> tuple[Callable[[], bool], Callable[[], None]]:
+        """For an event stream: `ender` runs the moment the request's web session signs out, expires or is evicted;
+        `alive()` rechecks it (each keep-alive tick); `release()` when the stream ends by itself."""
+        session_id = request.cookies.get(self.cookie_name(request), "")
+        release = self.sessions.on_end(session_id, ender)
+        return (lambda: self.sessions.alive(session_id)), release
 
     def session_of(self, request: web.Request) -> WebSession | None:
         """The signed-in session a request's cookie names (always one past the middleware, but for `/v1/`)."""
@@ -155,13 +183,17 @@ class WebAuth:
         return None
 
     async def signin(self, request: web.Request) -> web.StreamResponse:
+        if not self.codes.valid(request.match_info["code"]):
+            return refusal(request, 403, "This sign-in link is wrong, used already or older than a minute")
+        self.admit(request)  # first: a refusal (503, too many clients) leaves the link good for another try
         if not self.codes.redeem(request.match_info["code"]):
             return refusal(request, 403, "This sign-in link is wrong, used already or older than a minute")
-        self.admit(request)
         session = self.sessions.start()
         response = web.Response(status=303, headers={"Location": "/"})
+        # no Max-Age or Expires: a browser-session cookie, gone when the browser closes (the gateway's session
+        # also ends after SESSION_TTL unused)
         response.set_cookie(self.cookie_name(request), session.id, path="/", httponly=True, samesite="Strict",
-                            secure=is_https(request), max_age=int(self.sessions.ttl))
+                            secure=is_https(request))
         return response
 
     async def session_info(self, request: web.Request) -> web.StreamResponse:
@@ -225,18 +257,24 @@ PAGE = """<!doctype html>
 """
 
 
-async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
-    """On every response, just before its headers go out (streams included)."""
-    headers = response.headers
+def secure_headers(headers: MutableMapping[str, str]) -> None:
+    """The headers every response carries, also the ones aiohttp answers by itself (a request it cannot parse)."""
     headers.setdefault("Content-Security-Policy", CSP)
     headers.setdefault("X-Content-Type-Options", "nosniff")
     headers.setdefault("Referrer-Policy", "no-referrer")
     headers.setdefault("X-Frame-Options", "DENY")
+    headers.setdefault("Cache-Control", "no-store")
     headers["Server"] = "nanoagent"  # not aiohttp's name and version
+
+
+async def security_headers(request: web.Request, response: web.StreamResponse) -> None:
+    """On every response, just before its headers go out (streams included)."""
+    headers = response.headers
+    secure_headers(headers)
     if request.path.startswith("/static/") and response.status == 200:
         headers["Cache-Control"] = f"private, max-age={STATIC_MAX_AGE}"
     else:
         headers["Cache-Control"] = "no-store"
 
 
-__all__ = ["CODE_TTL", "CSP", "CSRF_HEADER", "WebAuth", "WebSession", "is_https", "own_origin", "refusal"]
+__all__ = ["CODE_TTL", "CSP", "CSRF_HEADER", "WebAuth", "WebSession", "is_https", "own_origin", "refusal", "secure_headers"]

@@ -12,7 +12,6 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nanoagent.gateway import protocol
-from nanoagent.paths import check_session_key
 
 if TYPE_CHECKING:
     from nanoagent.agent import events as ev
@@ -88,25 +87,34 @@ class EventStream:
 
 def add_events(app: web.Application, ctx: WebContext) -> None:
     async def events(request: web.Request) -> web.StreamResponse:
-        try:
-            key = check_session_key(request.query.get("session", ""))
-        except Exception:  # noqa: BLE001 - NanoagentError: a name no session file can carry
-            return web.json_response({"error": "`session` must name a session, e.g. ?session=web:default"},
-                                     status=400)
+        from nanoagent.web.api_chat import session_key, signed_in
+
+        key = session_key(request.query.get("session", ""))  # the chat's check: no `..`, slash or control char
         out = await EventStream.open(request)
         out.comment("nanoagent events")
+        ended = False
+
+        def end() -> None:  # the sign-in ended: the stream stops at once
+            nonlocal ended
+            ended = True
+            out.ready.set()
 
         def on_event(event: ev.Event) -> None:
-            out.data(protocol.event_to_wire(event))
+            if not ended:
+                out.data(protocol.event_to_wire(event))
 
+        alive, release = signed_in(ctx, request, end)
         unwatch = ctx.hub.watch(key, on_event)
         try:
             while await out.flush():
                 await out.wait(KEEPALIVE)
+                if ended or (not out.pending and not alive()):
+                    break
                 if not out.pending:
                     out.comment("keep-alive")
         finally:
             unwatch()
+            release()
         return out.response
 
     app.router.add_get("/api/events", events)
