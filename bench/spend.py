@@ -3,7 +3,8 @@
 A home whose spend ledger holds 100,000 records (reservations and their settlements, over 60 days, 300 sessions,
 every kind) and a config with every kind of cap (daily, monthly, five session patterns, heartbeat, Dream). Timed per
 model call, as the retry layer makes them: the prompt's bound (`PromptBounds`: a request with tools and 40 messages, one
-more each call, bounded by the tokens reported for the one before plus the appended message), the check and
+more each call, bounded by the tokens reported for the one before plus the appended message; `spend/bounds.jsonl` full
+at 256 sessions, read once, a line appended after each call), the check and
 reservation (`Meter.reserve`: the ledger's lock, its totals caught up, every cap of the scope, one fsynced append)
 and the settlement (`Meter.settle`). The budgeted figure is CPU time with the home in /dev/shm (as for the other
 per-call budgets: on this shared machine wall time also counts the waits for a core), so it is the check's own cost;
@@ -30,6 +31,7 @@ from nanoagent.paths import Paths  # noqa: E402
 from nanoagent.providers.base import ChatRequest, ToolSpec  # noqa: E402
 from nanoagent.providers.retry import PromptBounds  # noqa: E402
 from nanoagent.spend import Meter, Scope, current_scope, report  # noqa: E402
+from nanoagent.spend.bounds import KEPT, _memos, memo_for  # noqa: E402
 from nanoagent.spend.caps import _ledgers  # noqa: E402
 from nanoagent.spend.ledger import Ledger  # noqa: E402
 from nanoagent.usage import Usage  # noqa: E402
@@ -88,11 +90,15 @@ def measure(folder: str | None) -> tuple[float, float, float, float]:
         meter = Meter(config, paths)
         current_scope.set(Scope("telegram:42"))
         req = request()
+        memo = memo_for(paths.spend_dir)  # spend/bounds.jsonl full: every other session's entry, then a new process
+        for n in range(KEPT):
+            memo.record(f'["telegram:{n}", "{MODEL}", "0"]', [40, "0" * 32, "1" * 32, 900, 20_000], "fixed", 1)
+        _memos.clear()
         cpu, wall = [], []
         for _ in range(CALLS):
             c0, w0 = time.process_time(), time.perf_counter()
             req.messages.append({"role": "user", "content": "and what changed since yesterday?"})
-            bounds = PromptBounds(req)
+            bounds = PromptBounds(req, memo_for(paths.spend_dir))
             hold = meter.reserve(MODEL, bounds.bound(MODEL), req.max_tokens)
             meter.settle(hold, Usage(20_000, 500), known=True)
             bounds.remember(MODEL, 20_000)

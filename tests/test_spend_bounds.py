@@ -152,3 +152,97 @@ def test_a_chat_once_recorded_as_a_group_keeps_its_cron_jobs_to_the_group_profil
     loop.note_chat("telegram:-100123", group=False)
     assert set(loop.tools_for("cron:ab12:telegram:-100123").names()) == set(MINIMAL)
     assert "exec" in loop.tools_for("cron:ab12:telegram:42").names()  # never a group: tools.profile
+
+
+# --- a one-shot's bound from what earlier processes learned (spend/bounds.jsonl) ----------------------------------
+
+def reserves(home) -> list[float]:
+    return [line["usd"] for line in ledger_lines(home) if line["op"] == "reserve"]
+
+
+def one_shot(llm, text: str, *extra: str):
+    from tests.conftest import run_cli
+
+    llm.default_reply = Reply(text="noted", output_tokens=5)  # the server reports ~1 token per 4 bytes sent
+    return run_cli("agent", "-m", text, *extra, env=anthropic_env(llm))
+
+
+def first_run_then_cap(llm, home) -> float:
+    """One uncapped one-shot (its prompt counted by bytes), then a daily cap leaving room for 90% of that bound: the
+    byte bound of any later one-shot (its fixed part alone is most of it) would be refused. Returns the bound."""
+    write_config(home, {"providers": IN_ONLY})
+    ran = one_shot(llm, "remember the colour blue")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    by_bytes = reserves(home)[0]
+    spent = [line["usd"] for line in ledger_lines(home) if line["op"] == "settle"][0]
+    assert by_bytes > 3 * spent  # the fixed part counted a token per byte
+    write_config(home, {"providers": IN_ONLY, "budget": {"daily": round(spent + 0.9 * by_bytes, 6)}})
+    return by_bytes
+
+
+@pytest.mark.process
+def test_one_shots_in_a_row_in_one_session_are_bounded_by_the_tokens_the_last_process_was_told(llm, isolated_home):
+    by_bytes = first_run_then_cap(llm, isolated_home)
+    for text in ("and the colour red", "which colours did I say?"):
+        ran = one_shot(llm, text)
+        assert ran.returncode == 0, ran.stdout + ran.stderr
+        assert "would be crossed" not in ran.stdout + ran.stderr
+    later = reserves(isolated_home)[1:]
+    assert len(later) == 2 and all(usd < by_bytes / 2 for usd in later)
+    assert len(llm.requests) == 3
+
+
+@pytest.mark.process
+def test_the_first_one_shot_of_a_new_session_with_a_known_system_prompt_and_tools_is_allowed(llm, isolated_home):
+    by_bytes = first_run_then_cap(llm, isolated_home)
+    ran = one_shot(llm, "a fresh conversation", "-s", "cli:other")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert 0 < reserves(isolated_home)[-1] < by_bytes / 2
+
+
+@pytest.mark.process
+def test_a_changed_system_prompt_is_counted_by_bytes_again(llm, isolated_home):
+    first_run_then_cap(llm, isolated_home)
+    from nanoagent.paths import Paths
+
+    soul = Paths.from_env().workspace / "SOUL.md"
+    soul.parent.mkdir(parents=True, exist_ok=True)
+    soul.write_text((soul.read_text() if soul.exists() else "") + "\nAlways answer in French.\n")
+    ran = one_shot(llm, "and the colour red")
+    assert ran.returncode == 1
+    assert "would be crossed" in ran.stdout + ran.stderr
+    assert len(llm.requests) == 1
+
+
+@pytest.mark.process
+def test_a_corrupt_bounds_file_is_ignored_and_the_next_one_shot_learns_again(llm, isolated_home):
+    by_bytes = first_run_then_cap(llm, isolated_home)
+    bounds = isolated_home / "spend" / "bounds.jsonl"
+    assert bounds.exists()
+    cap = (isolated_home / "config.json").read_text()
+    bounds.write_text('{"not": "a bound"}\n[1, 2\nnot json at all\n["cli:direct", [')  # and a torn last line
+    write_config(isolated_home, {"providers": IN_ONLY})
+    ran = one_shot(llm, "and the colour red")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert ran.stderr.strip() == "" and "Traceback" not in ran.stdout
+    assert reserves(isolated_home)[-1] >= by_bytes  # nothing known: bytes
+    spent = sum(line["usd"] for line in ledger_lines(isolated_home) if line["op"] == "settle")
+    (isolated_home / "config.json").write_text(cap.replace(str(json.loads(cap)["budget"]["daily"]),
+                                                           str(round(spent + 0.9 * by_bytes, 6))))
+    ran = one_shot(llm, "which colours did I say?")
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    assert reserves(isolated_home)[-1] < by_bytes / 2
+
+
+def test_the_bounds_journal_is_rewritten_short_once_long_and_a_new_process_reads_the_latest(tmp_path):
+    from nanoagent.spend.bounds import COMPACT, KEPT, BoundsMemo
+
+    writer = BoundsMemo(tmp_path)
+    for n in range(COMPACT + 10):
+        writer.record(f"session {n}", [2, "first", "last", 40, 3000 + n], "fixed part", 5000 - n)
+    assert len((tmp_path / "bounds.jsonl").read_text().splitlines()) <= COMPACT
+    reader = BoundsMemo(tmp_path)  # a new process
+    assert reader.session(f"session {COMPACT + 9}") == [2, "first", "last", 40, 3000 + COMPACT + 9]
+    assert reader.session("session 0") is None  # past the 256 kept
+    assert reader.fixed_tokens("fixed part") == 5000 - COMPACT - 9  # the fewest reported
+    assert len(reader.sessions) <= KEPT

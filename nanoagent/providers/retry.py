@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import hashlib
 import json
 import random
 from collections import OrderedDict
@@ -45,6 +46,7 @@ from nanoagent.providers.base import (
     max_output_tokens,
 )
 from nanoagent.spend import CapReached, Hold, Meter, current_scope
+from nanoagent.spend.bounds import BoundsMemo, memo_for
 from nanoagent.tokens import message_bound, token_bound
 from nanoagent.usage import Usage
 
@@ -87,7 +89,7 @@ class RetryingProvider:
         deadline = None if self.policy.deadline is None else clock() + self.policy.deadline
         failures: list[str] = []
         reached = False  # some server in the chain took the request
-        bounds = PromptBounds(request) if self.meter is not None else None
+        bounds = PromptBounds(request, memo_for(self.meter.paths.spend_dir)) if self.meter is not None else None
         for position, (model, provider) in enumerate(self.chain):
             next_model = self.chain[position + 1][0] if position + 1 < len(self.chain) else ""
             attempt, last = 0, ""
@@ -207,7 +209,7 @@ class _Sent:
     tokens: int
 
 
-_sent: OrderedDict[tuple[str | None, str, tuple], _Sent] = OrderedDict()
+_sent: OrderedDict[tuple[str | None, str, str], _Sent] = OrderedDict()
 
 
 class PromptBounds:
@@ -220,18 +222,24 @@ class PromptBounds:
     whose tokenizer differs) gets the byte bound of the whole prompt (`prompt_bound`). The check compares the system
     prompt's and tools' fingerprint (its key), the message count, and the first and last earlier messages (same object
     or equal, and the last of the same size); a conversation shortened in the middle only makes the bound higher than
-    needed, never lower."""
+    needed, never lower.
 
-    def __init__(self, request: ChatRequest):
+    With a `memo` (the spend folder's `spend/bounds.jsonl`, `spend/bounds.py`) a new process does the same: a request
+    missing from this process's memory is matched against the file by hashes of its first and last earlier messages;
+    and a request matching no session counts its fixed part (system prompt and tools) at the smaller of its bytes and
+    the fewest prompt tokens reported for any request with that fixed part (messages cost at least nothing, so that
+    is an upper bound on the fixed part's tokens), plus its messages' bytes."""
+
+    def __init__(self, request: ChatRequest, memo: BoundsMemo | None = None):
         self.request = request
+        self.memo = memo
         scope = current_scope.get()
         messages = request.messages
         self.session = scope.session if scope is not None else None
         self.count = len(messages)
         self.first = messages[0] if messages else None
         self.last = messages[-1] if messages else None
-        self.fingerprint = (len(request.system), hash(request.system),
-                            tuple((tool.name, _tool_bound(tool)) for tool in request.tools))
+        self.fingerprint = _fingerprint(request)
         self._bytes: int | None = None
 
     def bound(self, model: str) -> int:
@@ -243,9 +251,27 @@ class PromptBounds:
             if (first is known.first or first == known.first) and (last is known.last or last == known.last) \
                     and message_bound(last) == known.last_bound:
                 return known.tokens + sum(message_bound(m) for m in messages[known.count:])
+        if self.memo is not None:
+            found = self._from_memo(model, self.memo)
+            if found is not None:
+                return found
         if self._bytes is None:
             self._bytes = prompt_bound(self.request)
         return self._bytes
+
+    def _from_memo(self, model: str, memo: BoundsMemo) -> int | None:
+        messages = self.request.messages
+        known = memo.session(_memo_key(self.session, model, self.fingerprint)) if self.session is not None else None
+        if known is not None and known[0] <= self.count:
+            count, first, last, last_bound, tokens = known
+            if message_bound(messages[count - 1]) == last_bound and _digest(messages[0]) == first \
+                    and _digest(messages[count - 1]) == last:
+                return int(tokens) + sum(message_bound(m) for m in messages[count:])
+        fixed = memo.fixed_tokens(_memo_key(None, model, self.fingerprint))
+        if fixed is None:
+            return None
+        own = token_bound(self.request.system) + sum(_tool_bound(tool) for tool in self.request.tools)
+        return min(own, fixed) + sum(message_bound(m) for m in messages)
 
     def remember(self, model: str, tokens: int) -> None:
         """What `model`'s provider reported as the request's prompt tokens (input, cache reads and writes), for the
@@ -257,9 +283,33 @@ class PromptBounds:
         _sent.move_to_end(key)
         while len(_sent) > SENT_KEPT:
             _sent.popitem(last=False)
+        if self.memo is not None:
+            entry = None if self.session is None else [
+                self.count, _digest(self.first), _digest(self.last), message_bound(self.last), tokens]
+            self.memo.record(None if self.session is None else _memo_key(self.session, model, self.fingerprint),
+                             entry, _memo_key(None, model, self.fingerprint), tokens)
 
 
-_tool_bounds: dict[int, tuple[ToolSpec, int]] = {}  # the registry keeps its specs: each is measured once
+def _memo_key(session: str | None, model: str, fingerprint: str) -> str:
+    return json.dumps([session, model, fingerprint])
+
+
+def _digest(message: Message) -> str:
+    """A hash of a message as sent, the same in every process."""
+    text = json.dumps(message, sort_keys=True, ensure_ascii=False, default=str)
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def _fingerprint(request: ChatRequest) -> str:
+    """A hash of the request's fixed part (system prompt and tools), the same in every process."""
+    h = hashlib.sha256(request.system.encode("utf-8", "surrogatepass"))
+    for tool in request.tools:
+        _tool_bound(tool)
+        h.update(_tool_bounds[id(tool)][2].encode())
+    return h.hexdigest()[:32]
+
+
+_tool_bounds: dict[int, tuple[ToolSpec, int, str]] = {}  # the registry keeps its specs: each is measured once
 
 
 def _tool_bound(tool: ToolSpec) -> int:
@@ -268,8 +318,10 @@ def _tool_bound(tool: ToolSpec) -> int:
         return known[1]
     if len(_tool_bounds) > 10_000:
         _tool_bounds.clear()
+    parameters = json.dumps(tool.parameters, sort_keys=True, default=str)
     bound = token_bound(tool.name) + token_bound(tool.description) + len(json.dumps(tool.parameters)) + 8
-    _tool_bounds[id(tool)] = (tool, bound)
+    digest = hashlib.sha256(json.dumps([tool.name, tool.description, parameters]).encode()).hexdigest()
+    _tool_bounds[id(tool)] = (tool, bound, digest)
     return bound
 
 
