@@ -246,3 +246,15 @@ def test_the_bounds_journal_is_rewritten_short_once_long_and_a_new_process_reads
     assert reader.session("session 0") is None  # past the 256 kept
     assert reader.fixed_tokens("fixed part") == 5000 - COMPACT - 9  # the fewest reported
     assert len(reader.sessions) <= KEPT
+
+
+@pytest.mark.process
+def test_an_incognito_one_shot_keeps_no_hash_of_what_was_said(llm, isolated_home):
+    from tests.conftest import run_cli
+
+    write_config(isolated_home, {"providers": IN_ONLY})
+    llm.default_reply = Reply(text="noted", output_tokens=5)
+    ran = run_cli("agent", "--incognito", "-m", "my secret is 1234", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stdout + ran.stderr
+    lines = [json.loads(line) for line in (isolated_home / "spend" / "bounds.jsonl").read_text().splitlines()]
+    assert lines and all(session is None and entry is None for session, entry, _, _ in lines)  # the fixed part's only

@@ -162,7 +162,8 @@ class AgentLoop:
         heartbeat's). `workdir` is the folder the person works in (`agent -C DIR`, a real absolute path): this turn's
         file tools and exec work there (`TurnScope.workdir`)."""
         outer = current_scope.get()  # a cron run or the heartbeat set theirs for this session; else it is a turn's
-        scope = current_scope.set(outer if outer is not None and outer.session == key else Scope(key, "turn"))
+        scope = current_scope.set(outer if outer is not None and outer.session == key
+                                  else Scope(key, "turn", private=key in self.store.temporary))
         try:
             return await self._handle(text, key, sink, injections, ask, images, model, fresh, workdir)
         finally:

@@ -236,6 +236,7 @@ class PromptBounds:
         scope = current_scope.get()
         messages = request.messages
         self.session = scope.session if scope is not None else None
+        self.private = scope is not None and scope.private
         self.count = len(messages)
         self.first = messages[0] if messages else None
         self.last = messages[-1] if messages else None
@@ -284,9 +285,9 @@ class PromptBounds:
         while len(_sent) > SENT_KEPT:
             _sent.popitem(last=False)
         if self.memo is not None:
-            entry = None if self.session is None else [
+            entry = None if self.session is None or self.private else [
                 self.count, _digest(self.first), _digest(self.last), message_bound(self.last), tokens]
-            self.memo.record(None if self.session is None else _memo_key(self.session, model, self.fingerprint),
+            self.memo.record(None if entry is None else _memo_key(self.session, model, self.fingerprint),
                              entry, _memo_key(None, model, self.fingerprint), tokens)
 
 

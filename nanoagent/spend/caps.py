@@ -28,6 +28,7 @@ class Scope:
     job: str | None = None
     run_cap: float | None = None  # USD for one run of the job (`cron add --budget`)
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
+    private: bool = False  # an incognito chat: no hash of what was said is kept (`spend/bounds.jsonl`)
 
     def fields(self) -> dict[str, Any]:
         """The scope as a ledger line carries it."""
