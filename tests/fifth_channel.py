@@ -46,9 +46,6 @@ class Fifth:
     def settings(self, config: Any) -> FifthConfig:
         return getattr(config.channels, "fifth", None) or FifthConfig()
 
-    def enabled(self, settings: FifthConfig) -> bool:
-        return settings.enabled
-
     def problem(self, settings: FifthConfig) -> str | None:
         return None if settings.token else "no token: set channels.fifth.token (`nanoagent channels add fifth`)"
 

@@ -37,9 +37,6 @@ class Pigeon:
     def settings(self, config: Any) -> PigeonConfig:
         return getattr(config.channels, "pigeon", None) or PigeonConfig()
 
-    def enabled(self, settings: PigeonConfig) -> bool:
-        return settings.enabled
-
     def problem(self, settings: PigeonConfig) -> str | None:
         return None if settings.token else "no Pigeon token: set channels.pigeon.token"
 

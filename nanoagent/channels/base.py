@@ -170,10 +170,7 @@ class Channel(Protocol):
     pairing: bool  # unknown senders in a private chat get a pairing code (email: no, they get nothing)
 
     def settings(self, config: Config) -> Any:
-        """`config.channels.<name>`."""
-        ...
-
-    def enabled(self, settings: Any) -> bool:
+        """`config.channels.<name>`: settings with at least `enabled`."""
         ...
 
     def problem(self, settings: Any) -> str | None:

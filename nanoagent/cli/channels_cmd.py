@@ -74,7 +74,7 @@ def check_channel(channel: Channel, settings: Any) -> tuple[bool, str]:
 def configured(channel: Channel, settings: Any) -> bool:
     """Enabled, or holding every secret `channels add` asks for (its credentials; for a channel that asks none, any
     answer other than its default)."""
-    if channel.enabled(settings):
+    if settings.enabled:
         return True
     questions = channel.questions()
     secrets = [q for q in questions if q.secret]
@@ -103,7 +103,7 @@ def list_channels(workspace: WorkspaceOpt = None) -> None:
 def _state(channel: Channel, config: Config, gateway: dict[str, Any] | None) -> str:
     name = channel.name
     settings = channel.settings(config)
-    if not channel.enabled(settings):
+    if not settings.enabled:
         if configured(channel, settings):
             return f"configured, not enabled (set channels.{name}.enabled to true)"
         return f"not configured (`nanoagent channels add {name}`)"

@@ -141,7 +141,7 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
                 raise
             continue  # registered, but its folder is not part of this install
         settings = channel.settings(config)
-        if not channel.enabled(settings):
+        if not settings.enabled:
             continue
         problem = channel.problem(settings)
         if problem is not None:

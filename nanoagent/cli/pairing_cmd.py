@@ -130,7 +130,7 @@ def list_codes() -> None:
 
 def _unpaired(config: Config) -> list[Channel]:
     """Enabled channels that do not pair: a person looking for their approvals is told why there are none."""
-    return [c for c in registered() if not c.pairing and c.enabled(c.settings(config))]
+    return [c for c in registered() if not c.pairing and c.settings(config).enabled]
 
 
 @pairing_app.command("revoke")

@@ -355,7 +355,7 @@ def _report_channels(report: Callable[[bool, str, str], None], config: Config) -
 
     for channel in registered():
         settings = channel.settings(config)
-        if channel.enabled(settings):
+        if settings.enabled:
             ok, text = check_channel(channel, settings)
             report(ok, f"{channel.name}: " + (f"the credentials work ({text})" if ok else text),
                    f"fix channels.{channel.name} in config.json, or `nanoagent channels add {channel.name}` "
@@ -366,7 +366,7 @@ def _report_gateway(report: Callable[[bool, str, str], None], config: Config, pa
     """Channels serve nobody without a running gateway; the HTTP endpoint is asked for /health where it listens."""
     from nanoagent.cli.channels_cmd import registered
 
-    wanted = [f"channels.{c.name}" for c in registered() if c.enabled(c.settings(config))]
+    wanted = [f"channels.{c.name}" for c in registered() if c.settings(config).enabled]
     wanted += ["gateway.http"] if config.gateway.http.enabled else []
     if not wanted:
         return

@@ -25,7 +25,7 @@ def channels(ctx: WebContext) -> list[dict[str, Any]]:
         except ModuleNotFoundError:  # its folder is not part of this install
             continue
         settings = channel.settings(ctx.config)
-        if not channel.enabled(settings):
+        if not settings.enabled:
             state = "not enabled"
         elif problem := channel.problem(settings):
             state = f"cannot start: {problem}"
@@ -33,7 +33,7 @@ def channels(ctx: WebContext) -> list[dict[str, Any]]:
             state = "enabled; the gateway did not start it (it reads config.json at start)"
         else:
             state = health.get(name) or "starting"
-        out.append({"name": name, "enabled": bool(channel.enabled(settings)), "state": state})
+        out.append({"name": name, "enabled": bool(settings.enabled), "state": state})
     return out
 
 

@@ -34,9 +34,6 @@ class DiscordChannel:
     def settings(self, config: Config) -> DiscordConfig:
         return config.channels.discord
 
-    def enabled(self, settings: DiscordConfig) -> bool:
-        return settings.enabled
-
     def problem(self, settings: DiscordConfig) -> str | None:
         if not settings.token:
             from nanoagent.channels.discord.link import NO_TOKEN

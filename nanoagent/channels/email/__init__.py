@@ -37,9 +37,6 @@ class EmailChannel:
     def settings(self, config: Config) -> EmailConfig:
         return config.channels.email
 
-    def enabled(self, settings: EmailConfig) -> bool:
-        return bool(settings.enabled)
-
     def problem(self, settings: EmailConfig) -> str | None:
         from nanoagent.channels.email.link import loopback
 

@@ -33,9 +33,6 @@ class SlackChannel:
     def settings(self, config: Config) -> SlackConfig:
         return config.channels.slack
 
-    def enabled(self, settings: SlackConfig) -> bool:
-        return settings.enabled
-
     def problem(self, settings: SlackConfig) -> str | None:
         if not settings.bot_token:
             return ("channels.slack.enabled is true but there is no bot token: set SLACK_BOT_TOKEN or "

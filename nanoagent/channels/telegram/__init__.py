@@ -41,9 +41,6 @@ class Telegram:
     def settings(self, config: Config) -> TelegramConfig:
         return config.channels.telegram
 
-    def enabled(self, settings: TelegramConfig) -> bool:
-        return settings.enabled
-
     def problem(self, settings: TelegramConfig) -> str | None:
         if not settings.token:
             return ("channels.telegram.enabled is true but there is no bot token: set TELEGRAM_BOT_TOKEN or "
