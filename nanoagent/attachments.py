@@ -20,7 +20,7 @@ from pathlib import Path
 from nanoagent import messages as msg
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, private_dir
-from nanoagent.transcribe import FILE_LIMIT, HINT, Heard, Transcriber, hear, sniff_audio
+from nanoagent.transcribe import FILE_LIMIT, HINT, Heard, Transcriber, hear, size_text, sniff_audio
 
 MEDIA_DIR = "media"
 EXTENSIONS = {"image/png": "png", "image/jpeg": "jpg", "image/gif": "gif", "image/webp": "webp"}
@@ -54,9 +54,9 @@ class Attached:
         if self.heard is not None:
             heard = self.heard
             how = "not transcribed" if not heard.transcribed else "partly transcribed" if heard.note else "transcribed"
-            return f"{self.name} (audio, {_size(self.size)}, {how})"
+            return f"{self.name} (audio, {size_text(self.size)}, {how})"
         kind = self.image["media_type"].removeprefix("image/").upper() + " image" if self.image else "text file"
-        return f"{self.name} ({kind}, {_size(self.size)})"
+        return f"{self.name} ({kind}, {size_text(self.size)})"
 
 
 def sniff(data: bytes) -> str | None:
@@ -104,7 +104,7 @@ def prepare(path: Path, workspace: Path, limits: Limits, shown: str | None = Non
         return _audio(name, path.name, data, workspace, audio[1], transcriber, session)
     if len(data) > cap:
         what, setting = ("an image", "maxImageBytes") if kind else ("a text file", "maxTextBytes")
-        raise AttachmentError(f"Cannot attach {name}: it is over the {_size(cap)} limit for {what} "
+        raise AttachmentError(f"Cannot attach {name}: it is over the {size_text(cap)} limit for {what} "
                               f"(tools.attachments.{setting} in config.json).")
     if kind is not None:
         return Attached(name, len(data), image=store_image(workspace, data, kind, path.name))
@@ -125,7 +125,7 @@ def _audio(name: str, base: str, data: bytes, workspace: Path, ext: str, transcr
     if transcriber is None:
         raise AttachmentError(f"Cannot attach {name}: it is audio, and voice notes are not transcribed. {HINT}")
     if len(data) > FILE_LIMIT:
-        raise AttachmentError(f"Cannot attach {name}: it is over the {_size(FILE_LIMIT)} limit for an audio file.")
+        raise AttachmentError(f"Cannot attach {name}: it is over the {size_text(FILE_LIMIT)} limit for an audio file.")
     relative = f"{MEDIA_DIR}/audio-{hashlib.sha256(data).hexdigest()[:16]}.{ext}"
     target = workspace / relative
     if not target.is_file():
@@ -248,10 +248,6 @@ def _digest(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def _size(n: int) -> str:
-    if n >= 1_000_000:
-        return f"{n / 1_000_000:.1f} MB".replace(".0 MB", " MB")
-    return f"{n / 1000:.0f} KB" if n >= 1000 else f"{n} bytes"
 
 
 _MARKED = re.compile(r'<attached_file name="([^"]*)">\nThe user attached this file\.\n\n(.*?)\n</attached_file>'

@@ -225,7 +225,7 @@ def hear(settings: Transcriber | None, data: bytes, kind: str, name: str, saved:
     text = f"{line}; its transcript follows]\n{wrap_untrusted(label, heard.text or '(no speech heard)')}"
     if not heard.cut:
         return Heard(text, transcribed=True)
-    cut = (f"only the first {_size(heard.sent)} of the {_size(heard.size)} {kind} were transcribed: it is over the "
+    cut = (f"only the first {size_text(heard.sent)} of the {size_text(heard.size)} {kind} were transcribed: it is over the "
            "limit (tools.transcribe.maxBytes)")
     return Heard(f"{text}\n[{cut}]", f"The {kind} is long: {cut}.", transcribed=True)
 
@@ -246,7 +246,8 @@ def _refusal(settings: Transcriber, status: int, body: str) -> str:
     return reason
 
 
-def _size(n: int) -> str:
+def size_text(n: int) -> str:
+    """A size as a person reads it: `5 MB`, `120 KB`, `12 bytes`."""
     if n >= 1_000_000:
         return f"{n / 1_000_000:.1f} MB".replace(".0 MB", " MB")
     return f"{n / 1000:.0f} KB" if n >= 1000 else f"{n} bytes"

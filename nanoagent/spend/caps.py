@@ -196,24 +196,35 @@ def blocked(config: Config, paths: Paths, scope: Scope | None, now: datetime | N
     return None
 
 
+def cap_title(cap: CapStatus) -> str:
+    """The cap as a sentence names it: "the daily budget", "the per-run budget of cron job x"."""
+    known = {"daily": "the daily budget", "monthly": "the monthly budget", "heartbeat": "the heartbeat's daily budget",
+             "dream": "Dream's daily budget"}.get(cap.name)
+    if known is not None:
+        return known
+    if cap.name.startswith("sessions "):
+        return f"the daily budget of sessions {cap.name.removeprefix('sessions ')}"
+    return f"the per-run budget of cron job {cap.name.split()[1]}"
+
+
+def _resets(cap: CapStatus, timezone: str | None) -> str | None:
+    if cap.resets_at is None:
+        return None
+    zone = f" ({timezone})" if timezone else ""
+    return f"it resets at {cap.resets_at:%H:%M} on {cap.resets_at:%Y-%m-%d}{zone}"
+
+
 def reached_line(cap: CapStatus, worst: float = 0.0, timezone: str | None = None) -> str:
     """The one line a turn ends with at a cap: what was spent, the cap, when it resets, how to raise it."""
-    what = {"daily": "The daily budget", "monthly": "The monthly budget", "heartbeat": "The heartbeat's daily budget",
-            "dream": "Dream's daily budget"}.get(cap.name)
-    if what is None:
-        what = (f"The daily budget of sessions {cap.name.removeprefix('sessions ')}" if cap.name.startswith("sessions ")
-                else f"The per-run budget of cron job {cap.name.split()[1]}")
+    title = cap_title(cap)
+    what = title[0].upper() + title[1:]
     held = f" (and {format_cost(cap.reserved)} held by unfinished calls)" if cap.reserved >= 0.00005 else ""
     if cap.used < cap.limit and worst > 0:
         state = (f"{what} ({format_cost(cap.limit)}) would be crossed: {format_cost(cap.spent)} is spent{held} and "
                  f"the next model call could cost up to {format_cost(worst)}, so it was not made")
     else:
         state = f"{what} is reached: {format_cost(cap.spent)} spent{held} of {format_cost(cap.limit)}"
-    if cap.resets_at is not None:
-        zone = f" ({timezone})" if timezone else ""
-        resets = f"it resets at {cap.resets_at:%H:%M} on {cap.resets_at:%Y-%m-%d}{zone}"
-    else:
-        resets = "it applies to each run of the job"
+    resets = _resets(cap, timezone) or "it applies to each run of the job"
     raise_it = (f"raise {cap.setting} in config.json" if cap.setting.startswith("budget.")
                 else f"raise {cap.setting}")
     return f"{state}; {resets}. To spend more, {raise_it}."
@@ -221,13 +232,6 @@ def reached_line(cap: CapStatus, worst: float = 0.0, timezone: str | None = None
 
 def warning_line(cap: CapStatus, share: float, timezone: str | None = None) -> str:
     """What the user is told once per period when a cap is `share` (budget.warnAt) used."""
-    name = {"daily": "the daily budget", "monthly": "the monthly budget", "heartbeat": "the heartbeat's daily budget",
-            "dream": "Dream's daily budget"}.get(cap.name)
-    if name is None:
-        name = (f"the daily budget of sessions {cap.name.removeprefix('sessions ')}" if cap.name.startswith("sessions ")
-                else f"the per-run budget of cron job {cap.name.split()[1]}")
-    zone = f" ({timezone})" if timezone else ""
-    resets = (f"; it resets at {cap.resets_at:%H:%M} on {cap.resets_at:%Y-%m-%d}{zone}" if cap.resets_at is not None
-              else "")
-    return (f"Spend: {format_cost(cap.used)} of {name} ({format_cost(cap.limit)}) is used, over "
-            f"{share:.0%}{resets}. At the cap calls stop; {cap.setting} raises it.")
+    resets = _resets(cap, timezone)
+    return (f"Spend: {format_cost(cap.used)} of {cap_title(cap)} ({format_cost(cap.limit)}) is used, over "
+            f"{share:.0%}{'; ' + resets if resets else ''}. At the cap calls stop; {cap.setting} raises it.")

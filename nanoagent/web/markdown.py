@@ -122,8 +122,4 @@ def render(text: str) -> str:
     return _parser().render(text)
 
 
-def render_all(texts: list[str]) -> list[str]:
-    return [render(t) for t in texts]
-
-
 __all__ = ["allowed_link", "own_image", "render"]
