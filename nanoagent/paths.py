@@ -12,6 +12,9 @@ from nanoagent.records import Frozen, lean_dataclass
 
 # The workspace's long-term memory: what Dream edits, git records and search indexes.
 MEMORY_FILES = ("SOUL.md", "USER.md", "memory/MEMORY.md")  # plus every skills/<name>/SKILL.md, people file and dated note
+# The owner's other files that enter the system prompt or what the heartbeat runs: memory files too (recorded by the
+# memory git, shown by dream-log, undone by dream-restore, written only from the owner's sessions), but not Dream's.
+PROMPT_FILES = ("AGENTS.md", "TOOLS.md", "HEARTBEAT.md")
 SKILL_FILE = re.compile(r"skills/[^/]+/SKILL\.md")
 # What the agent knows about one person other than the owner (memory/people.py names them): `<channel>-<id>.md`.
 PEOPLE_DIR = "memory/people"
@@ -28,10 +31,10 @@ PROTECTED_FILES = ("memory/history.jsonl", "memory/.cursor", "memory/.dream_curs
 
 
 def is_memory_file(relpath: str) -> bool:
-    """True for a workspace-relative path of long-term memory: MEMORY_FILES, a skill's SKILL.md, a person's file or a
-    dated note."""
-    return relpath in MEMORY_FILES or SKILL_FILE.fullmatch(relpath) is not None or is_person_file(relpath) \
-        or is_dated_note(relpath)
+    """True for a workspace-relative path of long-term memory: MEMORY_FILES, PROMPT_FILES, a skill's SKILL.md, a
+    person's file or a dated note."""
+    return relpath in MEMORY_FILES or relpath in PROMPT_FILES or SKILL_FILE.fullmatch(relpath) is not None \
+        or is_person_file(relpath) or is_dated_note(relpath)
 
 
 def is_person_file(relpath: str) -> bool:
@@ -39,9 +42,9 @@ def is_person_file(relpath: str) -> bool:
 
 
 def memory_files_on_disk(workspace: Path) -> list[str]:
-    """MEMORY_FILES, then the skills' SKILL.md, the people files (links included: callers decide) and the dated
-    notes (regular files only) that exist."""
-    found = list(MEMORY_FILES)
+    """MEMORY_FILES and PROMPT_FILES, then the skills' SKILL.md, the people files (links included: callers decide) and
+    the dated notes (regular files only) that exist."""
+    found = [*MEMORY_FILES, *PROMPT_FILES]
     skills = workspace / "skills"
     if skills.is_dir():
         found += [f"skills/{d.name}/SKILL.md" for d in sorted(skills.iterdir())]

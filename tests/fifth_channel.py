@@ -32,6 +32,7 @@ class FifthConfig:
     enabled: bool = False
     token: str | None = None
     allow_from: list[str] = field(default_factory=list)
+    owner: list[str] = field(default_factory=list)
     api_base: str = "https://fifth.invalid"
 
 

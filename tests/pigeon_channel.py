@@ -23,6 +23,7 @@ class PigeonConfig:
     enabled: bool = False
     token: str | None = None
     allow_from: list[str] = field(default_factory=list)
+    owner: list[str] = field(default_factory=list)
     api_base: str = ""  # the loft: a folder of chats
 
 
@@ -81,10 +82,13 @@ def register(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(registry, "REGISTRY", {**present, "pigeon": __name__})
 
 
-def configure(config: Any, loft: Path, allow_from: list[str], token: str | None = "pigeon-token") -> None:
-    """Pigeon's settings in `config`, as `channels.pigeon` in config.json would give them."""
+def configure(config: Any, loft: Path, allow_from: list[str], token: str | None = "pigeon-token",
+              owner: list[str] | None = None) -> None:
+    """Pigeon's settings in `config`, as `channels.pigeon` in config.json would give them; `owner` None: the first
+    of `allow_from` is the owner."""
     loft.mkdir(parents=True, exist_ok=True)
-    config.channels.pigeon = PigeonConfig(enabled=True, token=token, allow_from=allow_from, api_base=str(loft))
+    config.channels.pigeon = PigeonConfig(enabled=True, token=token, allow_from=allow_from, api_base=str(loft),
+                                          owner=allow_from[:1] if owner is None else owner)
 
 
 def arrived(loft: Path, key: str) -> list[str]:

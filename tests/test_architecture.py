@@ -15,7 +15,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 # and link) is foundation too; the engine that runs it as a component (channels.engine, reply, inbox) is gateway.
 LAYERS = {"providers": 1, "session": 2, "tools": 2, "cron": 2, "mcp": 3, "memory": 3, "agent": 4,
           "gateway": 5, "web": 5, "channels": 5, "channels.base": 0, "channels.keys": 0, "channels.registry": 0,
-          "channels.state": 0, "channels.markdown": 0, "channels.telegram": 0, "spend": 0, "cli": 6, "__main__": 6}
+          "channels.state": 0, "channels.owners": 0, "channels.markdown": 0, "channels.telegram": 0, "spend": 0, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")

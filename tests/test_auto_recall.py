@@ -292,10 +292,10 @@ def test_memory_get_reads_a_memory_files_lines(paths):
     assert get(paths, "memory/2026-11-20.md:4", around=1).splitlines()[1:] == ["    3  one", "    4  two", "    5  three"]
 
 
-@pytest.mark.parametrize("source", ["AGENTS.md", "../outside.md", "memory/history.jsonl", "memory/.cursor",
+@pytest.mark.parametrize("source", ["README.md", "../outside.md", "memory/history.jsonl", "memory/.cursor",
                                     "memory/link.md", "memory/missing.md"])
 def test_memory_get_refuses_a_path_outside_memory(paths, source):
-    (paths.workspace / "AGENTS.md").write_text("rules")
+    (paths.workspace / "README.md").write_text("rules")
     (paths.workspace.parent / "outside.md").write_text("secret")
     (paths.memory_dir / "link.md").symlink_to(paths.workspace.parent / "outside.md")
     remember(paths, "an entry")

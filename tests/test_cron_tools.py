@@ -108,7 +108,8 @@ def test_the_message_tool_reaches_the_users_own_telegram_chat_through_the_bot_ap
     from nanoagent.config.schema import TelegramConfig
 
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
+                                              api_base=api.url)
     results = turn("cli:direct", ("message", {"text": "The download is **done**.", "to": "telegram"}),
                    ("message", {"text": "hi", "to": "telegram:999"}), config=config)
     assert "Sent to telegram:42." in results[0]
@@ -117,18 +118,29 @@ def test_the_message_tool_reaches_the_users_own_telegram_chat_through_the_bot_ap
     assert api.texts(999) == []
 
 
-def test_someone_approved_by_pairing_has_their_private_chat_counted_as_the_users_own(loft):
+def test_the_owner_may_write_to_a_guest_approved_by_pairing_and_a_channels_name_alone_is_the_owners_chat(loft):
     state_file(Paths.from_env(), "pigeon").update(lambda state: state.allowed.update({"7": "Bea"}))
     results = turn("cli:direct", ("message", {"text": "Hello Bea.", "to": "pigeon:7"}),
                    ("message", {"text": "Hello?", "to": "pigeon"}), config=pigeon_config(loft))
     assert "Sent to pigeon:7." in results[0] and pigeon_channel.arrived(loft, "pigeon:7") == ["Hello Bea."]
-    assert "Say which Pigeon chat: pigeon:42, pigeon:7" in results[1]  # a channel's name alone needs one user
+    assert "Sent to pigeon:42." in results[1]  # the owner's own chat, not the guest's
+    assert pigeon_channel.arrived(loft, "pigeon:42") == ["Hello?"]
 
 
-def test_a_channels_name_alone_without_anyone_allowed_says_how_to_let_someone_in(loft):
+def test_a_guests_chat_writes_only_to_itself_not_to_the_owner_nor_another_guest(loft):
+    results = turn("pigeon:7", ("message", {"text": "psst", "to": "pigeon:42"}),
+                   ("message", {"text": "psst", "to": "pigeon:8"}),
+                   ("cron", {"action": "add", "message": "spam", "every": "1h", "to": "cli:direct"}),
+                   ("message", {"text": "hi", "to": "pigeon:7"}), config=pigeon_config(loft, ("42", "7", "8")))
+    for refused in results[:3]:
+        assert "from a guest's chat the agent writes only to that chat (pigeon:7)" in refused
+    assert pigeon_channel.arrived(loft, "pigeon:42") == [] and pigeon_channel.arrived(loft, "pigeon:8") == []
+    assert jobs() == []
+
+
+def test_a_channels_name_alone_without_an_owner_says_how_to_name_one(loft):
     [result] = turn("cli:direct", ("message", {"text": "hi", "to": "pigeon"}), config=pigeon_config(loft, ()))
-    assert "nobody with a private chat is allowed in Pigeon yet (channels.pigeon.allowFrom, or `nanoagent pairing " \
-           "approve`)" in result
+    assert "no Pigeon user is named as you yet (channels.pigeon.owner, or `nanoagent channels add pigeon`)" in result
 
 
 def test_a_target_that_is_no_place_names_the_registered_channels(loft):

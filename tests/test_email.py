@@ -584,7 +584,7 @@ def test_a_huge_mail_is_cut_with_a_note_saying_how_much_was_left_out(mail):
 
 
 def test_a_senders_threads_are_keyed_by_their_address_so_they_are_one_person_and_a_group_mail_too(mail):
-    from nanoagent.memory.people import person_of
+    from nanoagent.channels.owners import chat_person as person_of
 
     mail.deliver(letter("Owner <Owner@Example.com>", "about the trip", subject="Trip"))
     mail.deliver(letter(mail.owner, "about the car", subject="Car"))

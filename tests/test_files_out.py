@@ -63,7 +63,8 @@ def deliver(config: Config, place: Place, text: str, paths: list[str]) -> None:
 
 def test_the_message_tool_sends_a_png_as_a_telegram_photo_and_a_text_file_as_a_document(api, files):
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
+                                              api_base=api.url)
     [result] = turn("cli:direct", ("message", {"text": "Here is the **chart**.", "to": "telegram", "files": files}),
                     config=config)
     assert "Sent to telegram:42." in result

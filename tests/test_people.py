@@ -222,7 +222,7 @@ def test_a_sub_agent_started_in_a_persons_chat_is_kept_to_that_person():
 def cron_setup(monkeypatch: pytest.MonkeyPatch, loft: Path) -> tuple[Paths, Agent, Config]:
     pigeon_channel.register(monkeypatch)
     config = Config()
-    pigeon_channel.configure(config, loft, ["1", "2"])
+    pigeon_channel.configure(config, loft, ["1", "2"], owner=[])
     paths, agent = setup(config)
     chat_and_archive(agent, PIGEON_ALICE, "my cat is called Pickles", "Alice's cat is called Pickles; she lives in "
                      "Coimbra.", "Cat: Pickles")

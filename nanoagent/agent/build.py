@@ -15,6 +15,7 @@ from nanoagent.agent.flush import FLUSH_MAX_TOKENS, MemoryFlush, local_now
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.agent.subagents import Subagents
 from nanoagent.agent.turn import Turns
+from nanoagent.channels.owners import Owners
 from nanoagent.channels.state import recorded_groups
 from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import Outbox
@@ -84,6 +85,7 @@ def build_agent(
     memory_git = MemoryGit(paths.workspace, paths.memory_git_dir)
     outbox = outbox or build_outbox(config, paths, warn)
     access = Access(config, paths)
+    owners = Owners.of(config)  # who is the owner on each channel: everyone else is a guest
     exec_config = exec_settings(config, paths)
     edits = agent_edits(memory_git, warn)
     embeddings = embedding_settings(config)
@@ -104,7 +106,7 @@ def build_agent(
     context = ContextBuilder(paths.workspace, tools_config.restrict_to_workspace, tools, skills,
                              config.defaults.timezone, history, config.memory.recent_history_tokens,
                              confinement=functools.partial(describe_confinement, exec_config),
-                             policy=ToolPolicy(tools_config))
+                             policy=ToolPolicy(tools_config), owners=owners)
     groups, unreadable = recorded_groups(paths)  # a cron job of a group chat gets the group's tools, channel or not
     context.load_groups(groups)
     for problem in unreadable:
@@ -121,7 +123,7 @@ def build_agent(
     models = ModelChoice(default_model, pinned=model is not None)
     flush = MemoryFlush(config.memory.flush, providers, store, paths.workspace, edits, config.memory.dream_model,
                         min(config.defaults.max_tokens, FLUSH_MAX_TOKENS),
-                        now=functools.partial(local_now, config.defaults.timezone), warn=warn)
+                        now=functools.partial(local_now, config.defaults.timezone), warn=warn, owners=owners)
     budget = PromptBudget(context, config.defaults,
                           Consolidator(history, store, config.defaults, providers.complete, before_archive=flush))
     commands = Commands(
@@ -213,6 +215,7 @@ def build_dream(
         batch_size=memory.dream_batch_size,
         max_iterations=memory.dream_max_iterations,
         sink=recording_sink,
+        owners=Owners.of(config),
     )
 
 

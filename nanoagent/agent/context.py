@@ -16,8 +16,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import nanoagent.channels.registry as registry
 from nanoagent import messages as msg
+from nanoagent.channels.owners import CRON, NOBODY, OWNER, Owners, chat_person
 from nanoagent.memory.history import HistoryEntry, HistoryLog
-from nanoagent.memory.people import CRON, OWNER, file_of, person_of
+from nanoagent.memory.people import file_of
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message, wrap_untrusted
 from nanoagent.skills import SkillsLoader
 from nanoagent.templates import render
@@ -35,7 +36,8 @@ class ContextBuilder:
     def __init__(self, workspace: Path, restrict_to_workspace: bool, tools: ToolRegistry,
                  skills: SkillsLoader | None = None, timezone: str | None = None, history: HistoryLog | None = None,
                  recent_history_tokens: int = 4000, clock: Callable[[], datetime] | None = None,
-                 confinement: Callable[[], str] = lambda: "", policy: ToolPolicy | None = None):
+                 confinement: Callable[[], str] = lambda: "", policy: ToolPolicy | None = None,
+                 owners: Owners = NOBODY):
         self.workspace = workspace
         self.restrict_to_workspace = restrict_to_workspace
         self.tools = tools
@@ -46,6 +48,7 @@ class ContextBuilder:
         self.clock = clock  # None: the wall clock in the configured time zone
         self.confinement = confinement  # what keeps exec's commands in (the sandbox, or nothing), asked when needed
         self.policy = policy  # which of `tools` each session is offered (None: all of them)
+        self.owners = owners  # who the owner is on each channel: the one definition (`channels/owners.py`)
         self._views: dict[Allowed, ToolRegistry] = {}
         self._groups: dict[str, bool] = {}  # channel sessions: a group chat, as its channel said (`note_chat`)
         self._ever_groups: set[str] = set()  # the chats (person keys) ever recorded as a group: their cron jobs
@@ -58,8 +61,8 @@ class ContextBuilder:
         (`Incoming.private`)."""
         self._groups[key] = group
         if group:  # a chat with a group thread is a group: a cron job made in it runs as the chat
-            self._groups[person_of(key)] = True
-            self._ever_groups.add(person_of(key))
+            self._groups[chat_person(key)] = True
+            self._ever_groups.add(chat_person(key))
 
     def load_groups(self, keys: list[str]) -> None:
         """The group chats the channels' state files recorded, before any channel tells again (a process with no
@@ -80,10 +83,11 @@ class ContextBuilder:
         if self.policy is None:
             return self.tools
         group = self.is_group(key)
-        if key.startswith(CRON) and person_of(key) != OWNER:
-            key = person_of(key)  # a chat ever recorded as a group keeps its cron jobs to the group's tools
+        person = self.owners.person_of(key)
+        if key.startswith(CRON) and person != OWNER:
+            key = person  # a chat ever recorded as a group keeps its cron jobs to the group's tools
             group = self.is_group(key) or key in self._ever_groups
-        allowed = self.policy.for_session(key, group)
+        allowed = self.policy.for_session(key, group, guest=person != OWNER)
         if allowed.everything:
             return self.tools
         if allowed not in self._views:
@@ -104,7 +108,7 @@ class ContextBuilder:
         if "exec" in self.tools_for(key).names():
             restriction += "\n" + self.confinement()
         parts = [render("prompts/identity.md", workspace=self.workspace, restriction=restriction).strip()]
-        person = person_of(key)
+        person = self.owners.person_of(key)
         for name in BOOTSTRAP_FILES:
             if name == "USER.md" and person != OWNER:
                 parts.append(_person_section(person, _read_capped(self.workspace / file_of(person))))
@@ -170,7 +174,7 @@ class ContextBuilder:
         budget = self.recent_history_tokens
         cut = False
         for entry in self.history.newest_first(after=dreamed):  # reads only as far back as it keeps
-            if person != OWNER and person_of(entry.session) != person:
+            if person != OWNER and chat_person(entry.session) != person:
                 continue
             if entry.cursor not in self._entry_tokens:  # no tokenizer load per start
                 self._entry_tokens[entry.cursor] = estimate_tokens(_shown(entry)) + 12

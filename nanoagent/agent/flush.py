@@ -32,9 +32,9 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.channels.owners import NOBODY, OWNER, Owners
 from nanoagent.config.schema import FlushConfig
 from nanoagent.memory.consolidator import format_transcript
-from nanoagent.memory.people import OWNER, person_of
 from nanoagent.messages import Message, is_user, user
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
@@ -73,6 +73,7 @@ class MemoryFlush:
     max_tokens: int = FLUSH_MAX_TOKENS
     now: Callable[[], datetime] = lambda: datetime.now().astimezone()  # the dated note's day and heading
     warn: Callable[[str], None] = lambda message: None
+    owners: Owners = NOBODY  # the flush runs only in the owner's sessions
 
     def model_for(self, session_model: str) -> str:
         return self.settings.model or self.dream_model or session_model
@@ -80,8 +81,8 @@ class MemoryFlush:
     async def __call__(self, session: Session, end: int, model: str) -> None:
         """Before messages[:end] of `session` may be archived (the caller holds its lock): flush what is new there.
         Never raises but for cancellation."""
-        if not self.settings.enabled or person_of(session.key) != OWNER:
-            return  # a person's chat: its notes would reach everyone; Dream files their facts from history
+        if not self.settings.enabled or self.owners.person_of(session.key) != OWNER:
+            return  # a guest's chat: its notes would reach everyone; Dream files their facts from history
         start = max(session.last_consolidated, min(session.meta.flushed, len(session.messages)))
         end = min(end, len(session.messages))
         if not any(is_user(m) for m in session.messages[start:end]):

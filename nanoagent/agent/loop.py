@@ -36,7 +36,7 @@ from nanoagent.attachments import AttachmentError, verify
 from nanoagent.config.schema import AgentDefaults
 from nanoagent.errors import NanoagentError
 from nanoagent.memory.consolidator import Consolidator
-from nanoagent.memory.people import aliases, hidden, person_of
+from nanoagent.memory.people import aliases, hidden
 from nanoagent.memory.recall import AutoRecall, Shown, recall_query
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
@@ -238,8 +238,9 @@ class AgentLoop:
                                    tools, injections=injections,
                                    shrink=self._shrinker(budget) if budget.can_shrink else None)
 
-        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(session.key),
-                                           hidden(session.key), workdir))
+        person = self.context.owners.person_of(session.key)
+        scope = current_turn.set(TurnScope(session.key, len(session.messages), notify, ask, aliases(person),
+                                           hidden(person), workdir, person))
         run = current_run.set(RunScope(session, session, 0, model, tools, sink))
         try:
             result = await self.turns.run(session, user, model, prepare, sink,
@@ -261,8 +262,9 @@ class AgentLoop:
             return ""
         start = session.last_consolidated
         try:
-            shown = Shown(session.key, start, self.context.recent_cursors(person_of(session.key)),
-                          self.recall.seen(session.key, session.messages, start), self.context.file_shown)
+            person = self.context.owners.person_of(session.key)
+            shown = Shown(session.key, start, self.context.recent_cursors(person),
+                          self.recall.seen(session.key, session.messages, start), self.context.file_shown, person)
             query = recall_query(text, session.messages[start:])
             return await asyncio.wait_for(asyncio.to_thread(self.recall.recall, query, shown), RECALL_DEADLINE)
         except Exception as e:  # noqa: BLE001 - recall is an extra: whatever went wrong, the turn goes on

@@ -320,10 +320,11 @@ class Subagents:
                 session = store.start_incognito(run.key) if parent.root.meta.incognito else store.load(run.key)
                 scope = RunScope(session, parent.root, run.depth, run.model, tools, sink, run)
                 current_run.set(scope)  # this task's own context: the parent's stays as it was
+                person = self.context.owners.person_of(run.root)  # a sub-agent keeps its parent's view
                 current_turn.set(TurnScope(run.root, 0, lambda text: sink(ev.Notice(text, session=run.root,
                                                                                     agent=run.id)),
-                                           self._ask(run, parent_ask), aliases(run.root),
-                                           hidden(run.root), run.workdir))
+                                           self._ask(run, parent_ask), aliases(person), hidden(person),
+                                           run.workdir, person))
                 async with self.turns.store.lock_async(session):
                     result = await self._work(run, scope, context, history)
             run.status, run.result = _outcome(result)

@@ -32,6 +32,7 @@ from nanoagent.channels.base import Channel, FileIn, Incoming, Link, Timing, rec
 from nanoagent.channels.inbox import Inbox, Waiting
 from nanoagent.channels.keys import Place
 from nanoagent.channels.media import media_name, save_media
+from nanoagent.channels.owners import owner_ids
 from nanoagent.channels.reply import Face, send_text
 from nanoagent.channels.state import show_code, state_file
 from nanoagent.errors import NanoagentError
@@ -78,6 +79,8 @@ class ChannelRunner:
         self.transcriber = transcriber  # voice notes and audio files transcribed before the turn; None: off
         self.state = state_file(paths, channel.name)
         self.inbox = Inbox(self.state)
+        # the owner's private chats here (`channels/owners.py`): always let in
+        self.owners = {p.chat.casefold() for p in map(channel.home, owner_ids(settings)) if p is not None}
         self.log = logging.getLogger(f"nanoagent.channels.{channel.name}")
         self.component: Component | None = None
         self.bot = ""  # who the link signed in as, this run
@@ -117,7 +120,10 @@ class ChannelRunner:
             raise
 
     def allowed(self, user: str) -> bool:
-        return self.channel.allowed(self.settings, user) or user in self.state.read().allowed
+        """The owner (`channels.<name>.owner`) is always let in; everyone else by `allowFrom` or pairing."""
+        home = self.channel.home(user)
+        return (self.channel.allowed(self.settings, user) or user in self.state.read().allowed
+                or (home is not None and home.chat.casefold() in self.owners))
 
 
 class _Run:

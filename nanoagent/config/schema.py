@@ -312,6 +312,7 @@ class TelegramConfig:
     enabled: bool = False
     token: str | None = None  # from @BotFather; the TELEGRAM_BOT_TOKEN variable overrides it
     allow_from: list[str] = ids()  # numeric user ids ("1001" or 1001); empty: nobody until paired
+    owner: list[str] = ids()  # your own user id(s): your private chat is yours (channels/owners.py); others are guests
     group_policy: str = choice("mention", GROUP_POLICIES)  # in groups: mention (mentioned or replied to) | all | off
     streaming: bool = True  # edit the reply as it grows (at most about once a second); false: send it at the end
     api_base: str = "https://api.telegram.org"  # requests go to {apiBase}/bot{token}/{method}
@@ -325,6 +326,7 @@ class DiscordConfig:
     enabled: bool = False
     token: str | None = None  # the bot's token (Developer Portal > Bot); the DISCORD_BOT_TOKEN variable overrides it
     allow_from: list[str] = ids()  # user ids (snowflakes); empty: nobody until paired
+    owner: list[str] = ids()  # your own user id(s): your DMs are yours (channels/owners.py); others are guests
     group_policy: str = choice("mention", GROUP_POLICIES)  # in guild channels: mention (or reply) | all | off
     streaming: bool = True
     api_base: str = "https://discord.com/api/v10"  # REST base; the gateway's URL comes from GET {apiBase}/gateway/bot
@@ -339,6 +341,7 @@ class SlackConfig:
     bot_token: str | None = None  # xoxb-...; the SLACK_BOT_TOKEN variable overrides it
     app_token: str | None = None  # xapp-... with connections:write, for Socket Mode; SLACK_APP_TOKEN overrides it
     allow_from: list[str] = ids()  # member ids (U...); empty: nobody until paired
+    owner: list[str] = ids()  # your own member id(s): your DMs are yours (channels/owners.py); others are guests
     group_policy: str = choice("mention", GROUP_POLICIES)  # in channels: mention | all (every message) | off
     streaming: bool = True
     api_base: str = "https://slack.com/api/"  # the Web API's base URL
@@ -369,6 +372,7 @@ class EmailConfig:
     smtp: MailServerConfig = field(default_factory=lambda: MailServerConfig(security="starttls"))
     address: str = ""  # the From address of replies; default: imap.user
     allow_from: list[str] = ids()  # addresses, or "@example.com" for a whole domain; nobody else gets an answer
+    owner: list[str] = ids()  # your own address(es): mail from them is yours (channels/owners.py); others are guests
     poll_seconds: int = bounded(60, 5, 86_400)  # how often to look for mail when the server has no IDLE
     folder: str = "INBOX"
 

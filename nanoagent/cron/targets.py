@@ -2,9 +2,10 @@
 
 A target is a place in the one key grammar (`channels/keys.py`): `<channel>:<chat>[:<thread>]` in any registered
 channel, `cli:<session>` (a terminal session's log, e.g. `cli:direct`), or `none` (None here). A channel's name
-alone means the user's private chat there when there is exactly one. The user's own places: in each channel, the
-private chats (`Channel.home`) of the people in its `allowFrom` or approved by pairing (its state file), terminal
-sessions, and the chat the current conversation is in. A channel is asked through the registry only when a target
+alone means the owner's private chat there when there is exactly one. The user's own places: in each channel, the
+owner's private chats (`channels.<name>.owner`, `channels/owners.py`), terminal sessions, and the chat the current
+conversation is in; the owner's conversations may also write to the people they let in (`allowFrom`, pairing), a
+guest's only to its own chat. A channel is asked through the registry only when a target
 names it, so a target in the terminal imports none.
 """
 
@@ -16,6 +17,7 @@ from typing import TYPE_CHECKING
 import nanoagent.channels.keys as keys
 import nanoagent.channels.registry as registry
 from nanoagent.channels.keys import Place
+from nanoagent.channels.owners import OWNER, Owners, chat_person, owner_ids
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
@@ -68,10 +70,17 @@ class Access:
     paths: Paths
 
     def places(self, name: str) -> list[Place]:
-        """The user's private chats in channel `name`: the homes of the people in its `allowFrom` and of those
-        approved by pairing (people whose private chat the app does not derive from their id have none)."""
+        """The user's own private chats in channel `name`: the owner's (`channels.<name>.owner`,
+        `channels/owners.py`)."""
+        return self._homes(name, owner_ids(registry.get(name).settings(self.config)))
+
+    def guests(self, name: str) -> list[Place]:
+        """The private chats of the people let in on channel `name` (its `allowFrom` and those approved by
+        pairing): places the owner may have the agent write to, a guest may not."""
+        return self._homes(name, [*registry.get(name).settings(self.config).allow_from, *self._approved(name)])
+
+    def _homes(self, name: str, users: list[str]) -> list[Place]:
         channel = registry.get(name)
-        users = [*channel.settings(self.config).allow_from, *self._approved(name)]
         found: list[Place] = []
         for user in users:
             place = channel.home(str(user))
@@ -88,10 +97,19 @@ class Access:
             return []
 
     def check(self, target: Target, current: str) -> None:
-        """Refuse a target that is not one of the user's own places (TargetError says which are)."""
-        if target is None or target.channel == TERMINAL or target.key == current:
+        """Refuse a target that is not one of the user's own places (TargetError says which are). The chat the
+        current conversation is in is always allowed; a guest's conversation may write nowhere else, the owner's
+        also to the people they let in."""
+        if target is None or target.key == current:
+            return
+        guest = Owners.of(self.config).person_of(current) != OWNER
+        if guest and (target.channel == TERMINAL or chat_person(target.key) != chat_person(current)):
+            raise TargetError(f"{target} is not this chat: from a guest's chat the agent writes only to that chat "
+                              f"({place_of(current)}).")
+        if target.channel == TERMINAL:
             return
         own = self.places(target.channel)
+        own += [place for place in ([] if guest else self.guests(target.channel)) if place not in own]
         if any(place.chat == target.chat for place in own):  # a thread in their chat is theirs too
             return
         title = registry.get(target.channel).title
@@ -100,7 +118,7 @@ class Access:
                           "cli:<name>). Only those, and the chat this conversation is in, can be written to.")
 
     def resolve(self, text: str) -> Target:
-        """A target as written; a channel's name alone means the user's private chat there when there is exactly
+        """A target as written; a channel's name alone means the owner's private chat there when there is exactly
         one."""
         name = text.strip().lower()
         if name in registry.names():
@@ -108,7 +126,12 @@ class Access:
             if len(own) != 1:
                 title = registry.get(name).title
                 raise TargetError(f"Say which {title} chat: " + (", ".join(place.key for place in own) if own else
-                                  f"nobody with a private chat is allowed in {title} yet (channels.{name}.allowFrom, "
-                                  "or `nanoagent pairing approve`)."))
+                                  f"no {title} user is named as you yet (channels.{name}.owner, or `nanoagent "
+                                  f"channels add {name}`)."))
             return own[0]
         return parse_target(text)
+
+
+def place_of(key: str) -> str:
+    """A session's chat as a target, for a message ("this chat")."""
+    return chat_person(key) or key

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import AgentRunner, RunSpec
+from nanoagent.channels.owners import NOBODY, OWNER, Owners
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, uninterrupted
 from nanoagent.memory.dream_tools import (
@@ -43,9 +44,9 @@ from nanoagent.memory.dream_tools import (
     taken_skill_names,
 )
 from nanoagent.memory.history import HistoryEntry, HistoryLog
-from nanoagent.memory.people import OWNER, file_of, person_of
+from nanoagent.memory.people import file_of
 from nanoagent.messages import truncate, user, wrap_untrusted
-from nanoagent.paths import MEMORY_FILES, is_memory_file
+from nanoagent.paths import MEMORY_FILES, PROMPT_FILES, is_memory_file
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, complete_text
 from nanoagent.spend import CapReached, CapStatus, Scope, current_scope
 from nanoagent.templates import render
@@ -105,6 +106,7 @@ class Dream:
     max_iterations: int = 30
     max_tokens: int = 4096
     sink: ev.EventSink = ev.discard
+    owners: Owners = NOBODY  # whose entries are the owner's: they go to SOUL.md, USER.md, MEMORY.md and skills
 
     async def run(self, all_entries: bool = False, dry_run: bool = False) -> list[DreamResult]:
         """One batch, or with `all_entries` every batch until none is left. Empty list: nothing new."""
@@ -126,7 +128,7 @@ class Dream:
             backlog = list(self.history.newest_first(after=self.history.dream_cursor))[::-1]
             if not all_entries or dry_run:
                 backlog = backlog[:self.batch_size]
-            for entries in by_person(backlog, self.batch_size):
+            for entries in by_person(backlog, self.batch_size, self.owners):
                 results.append(await self._batch(entries, dry_run))
                 if results[-1].stalls and not results[-1].moved_on:
                     break  # a kept batch comes first again: the next run tries it
@@ -137,7 +139,7 @@ class Dream:
             await uninterrupted(asyncio.to_thread(self.git.snapshot_user_edits))
         result = DreamResult(entries, "", dry_run=dry_run)
         self.sink(ev.Progress(f"dream: analysing {len(entries)} history entr{'y' if len(entries) == 1 else 'ies'}"))
-        person = person_of(entries[0].session)
+        person = self.owners.person_of(entries[0].session)
         result.analysis = await self._analyze(entries, result, person)
         if result.analysis.strip().upper() != "NOTHING":
             await self._edit(result, person)
@@ -369,12 +371,13 @@ class Journal:
             return None
 
 
-def by_person(entries: list[HistoryEntry], size: int) -> list[list[HistoryEntry]]:
+def by_person(entries: list[HistoryEntry], size: int, owners: Owners = NOBODY) -> list[list[HistoryEntry]]:
     """`entries` in order, cut into batches of at most `size` whose entries all come from one person's chats: each
     batch is edited into that person's files alone (the owner's: SOUL.md, USER.md, MEMORY.md, skills)."""
     batches: list[list[HistoryEntry]] = []
     for entry in entries:
-        if batches and len(batches[-1]) < size and person_of(batches[-1][0].session) == person_of(entry.session):
+        if batches and len(batches[-1]) < size and owners.person_of(batches[-1][0].session) == owners.person_of(
+                entry.session):
             batches[-1].append(entry)
         else:
             batches.append([entry])
@@ -382,7 +385,7 @@ def by_person(entries: list[HistoryEntry], size: int) -> list[list[HistoryEntry]
 
 
 def _writable(rel: str) -> bool:
-    return not os.path.isabs(rel) and os.path.normpath(rel) == rel and is_memory_file(rel)
+    return not os.path.isabs(rel) and os.path.normpath(rel) == rel and is_memory_file(rel) and rel not in PROMPT_FILES
 
 
 def _digest(text: str | None) -> str:

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from nanoagent.paths import MEMORY_FILES, is_dated_note, is_memory_file, is_person_file
+from nanoagent.paths import MEMORY_FILES, PROMPT_FILES, is_dated_note, is_memory_file, is_person_file
 from nanoagent.skills import SkillError, SkillsLoader, parse_skill_text
 from nanoagent.tools import Tool, ToolContext, ToolError, ToolRegistry, tool
 
@@ -80,7 +80,7 @@ class MemoryOverlay:
                 raise ToolError(f"This run keeps what one person said in their own file, USER.md; '{path}' is "
                                 "refused.")
             rel = self.person_file
-        elif not is_memory_file(rel) or is_person_file(rel):
+        elif not is_memory_file(rel) or is_person_file(rel) or rel in PROMPT_FILES:  # the owner's instructions
             raise ToolError(f"Dream may only touch {', '.join(MEMORY_FILES)} and skills/<name>/SKILL.md; "
                             f"'{path}' is refused.")
         if self._linked(rel):

@@ -34,7 +34,7 @@ from typing import Any
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, uninterrupted
 from nanoagent.memory.people import may_write
-from nanoagent.paths import MEMORY_FILES, is_memory_file, memory_files_on_disk
+from nanoagent.paths import MEMORY_FILES, PROMPT_FILES, is_memory_file, memory_files_on_disk
 from nanoagent.tools.base import ToolError, current_turn
 from nanoagent.tools.fs import WriteHook
 from nanoagent.tools.shell import CommandHook
@@ -94,7 +94,7 @@ class MemoryGit:
         """Commit exactly these workspace-relative memory files; None when none of them changed."""
         for relpath in files:
             if not is_memory_file(relpath):
-                raise NanoagentError(f"{relpath!r} is not a memory file; only {', '.join(MEMORY_FILES)} and "
+                raise NanoagentError(f"{relpath!r} is not a memory file; only {', '.join(MEMORY_FILES + PROMPT_FILES)} and "
                                      "skills/<name>/SKILL.md are recorded in the memory history.")
         with self._locked():
             self._ensure()
@@ -328,7 +328,7 @@ class MemoryGit:
     def _memory_files(self, with_head: bool = True) -> list[str]:
         """Memory files on disk plus those in the index or HEAD (so deletions are seen), sorted."""
         on_disk = [rel for rel in memory_files_on_disk(self.workspace) if (self.workspace / rel).is_file()]
-        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, SKILLS_PATHSPEC,
+        known = self._git("ls-files", "-z", "--with-tree=HEAD", "--", *MEMORY_FILES, *PROMPT_FILES, SKILLS_PATHSPEC,
                           PEOPLE_PATHSPEC, NOTES_PATHSPEC).split("\0") \
             if with_head else []
         return sorted({rel for rel in on_disk + known if rel and is_memory_file(rel)})
@@ -409,7 +409,7 @@ def agent_edits(git: MemoryGit, warn: Callable[[str], None]) -> WriteHook:
         if not is_memory_file(relpath):
             write()
             return
-        if not may_write(current_turn.get().session_key, relpath):
+        if not may_write(current_turn.get().who, relpath):
             raise ToolError(f"{relpath} is not written from this chat: it is the owner's memory or another person's. "
                             "What you learn about the person in this chat goes in USER.md (their own file).")
         written = False

@@ -1,16 +1,17 @@
 """People: whom a session talks to, the file of what the agent knows about them, and what they may be shown.
 
-A person is one identity on one channel, `<channel>:<id>`, read from the session key: a private chat's key is
-`<channel>:<user id>` (Telegram, Slack and Discord key a direct message by the user), a thread's key names its chat.
-Email keys a thread `email:<sender>:<hash of its root message>`, so all of one sender's threads are one person.
-A group chat is one party of its own (`<channel>:<group>`): what its members told the agent privately stays in their
-own chats, and what was said in the group stays with the group. The owner (`OWNER`) is the person of every session
-that is not in a chat channel (the terminal, HTTP, the heartbeat, the owner's cron jobs) and of USER.md, and sees
-everything. A cron job made in a person's chat runs as that person, in `cron:<job id>:<person>`.
+Who is the owner is decided in one place, `channels/owners.py`: the owner's sessions are those outside the chat
+channels (the terminal, HTTP, the heartbeat, the owner's cron jobs) and their private chats on channels that name
+them (`channels.<name>.owner`). Everyone else is a guest, `<channel>:<chat>`: a person in their private chat (Telegram,
+Slack and Discord key a direct message by the user; email keys a thread `email:<sender>:<hash>`, so all of one
+sender's threads are one person), or a group chat, a party of its own: what its members told the agent privately
+stays in their own chats, and what was said in the group stays with the group. The owner sees everything. A cron
+job made in a guest's chat runs as that guest, in `cron:<job id>:<person>`; a sub-agent as its parent's person.
 
-Each other person's facts live in `memory/people/<channel>-<id>.md` (0600, recorded by the memory git like USER.md).
+Each guest's facts live in `memory/people/<channel>-<id>.md` (0600, recorded by the memory git like USER.md).
 In their chats that file stands in for USER.md: the prompt shows it, the file tools read and write it as `USER.md`,
-and Dream folds their chats' history into it and nowhere else.
+and Dream folds their chats' history into it and nowhere else. The functions below take the person, which the
+loop reads once per turn (`TurnScope.person`).
 """
 
 from __future__ import annotations
@@ -20,79 +21,68 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-import nanoagent.channels.registry as registry
+from nanoagent.channels.owners import CRON, OWNER, SUBAGENT, chat_person
 from nanoagent.paths import PEOPLE_DIR, safe_key
 
 if TYPE_CHECKING:
     from nanoagent.memory.search import SearchHit
 
-OWNER = ""
-SUBAGENT = "subagent:"  # a sub-agent's session `subagent:<parent key>:<run id>` belongs to its parent's person
-CRON = "cron:"  # a job's run: `cron:<job id>` the owner's, `cron:<job id>:<person>` for a job a person made
+__all__ = ["CRON", "OWNER", "SUBAGENT", "SHARED_FILES", "GUEST_HIDDEN", "aliases", "can_see", "cron_key", "file_of",
+           "hidden", "may_write", "search_filter", "user_file"]
+
 SHARED_FILES = ("SOUL.md", "memory/MEMORY.md")  # memory about no one person: every session may be shown it
-
-
-def person_of(key: str) -> str:
-    """The person session `key` talks with: `<channel>:<chat>` in a chat channel, else OWNER."""
-    while key.startswith((SUBAGENT, CRON)):
-        key = key[len(SUBAGENT):] if key.startswith(SUBAGENT) else key[len(CRON):].partition(":")[2]
-    channel, _, rest = key.partition(":")
-    if channel not in registry.names():
-        return OWNER
-    return f"{channel}:{rest.split(':', 1)[0]}"
+# What a guest's turn neither reads nor lists, by file tool or command: the owner's USER.md, all of memory/ but their
+# own file (history, notes, other people's files; MEMORY.md is in their prompt), and media/ (everyone's images).
+GUEST_HIDDEN = ("USER.md", "memory", "media")
 
 
 def cron_key(job_id: str, created_by: str) -> str:
-    """The session of a run of job `job_id`, made in session `created_by`: the job runs as the person who made it.
-    Job ids hold no `:`, so the id is what lies between the first two; `cli`, `agent`, "" (older jobs) are the owner."""
-    person = person_of(created_by)
+    """The session of a run of job `job_id`, made in session `created_by`: the job runs as the chat that made it (the
+    owner's chat or a guest's; `channels/owners.py` decides which at each run). Job ids hold no `:`, so the id is
+    what lies between the first two; `cli`, `agent`, "" (older jobs) are the owner."""
+    person = chat_person(created_by)
     return f"{CRON}{job_id}" + (f":{person}" if person != OWNER else "")
 
 
 def file_of(person: str) -> str:
-    """The workspace-relative file of a person other than the owner (`telegram:42` -> memory/people/telegram-42.md).
+    """The workspace-relative file of a guest (`telegram:42` -> memory/people/telegram-42.md).
     Channel names hold no `-`, and `safe_key` maps any id one-to-one onto letters, digits, `-`, `.` and `_xx`."""
     channel, _, chat = person.partition(":")
     return f"{PEOPLE_DIR}/{channel}-{safe_key(chat)}.md"
 
 
-def user_file(key: str) -> str:
-    """What USER.md stands for in session `key`: USER.md for the owner, else that person's file."""
-    person = person_of(key)
+def user_file(person: str) -> str:
+    """What USER.md stands for with `person`: USER.md for the owner, else that guest's file."""
     return "USER.md" if person == OWNER else file_of(person)
 
 
-def aliases(key: str) -> tuple[tuple[str, str], ...]:
-    """The file tools' aliases in session `key` (`TurnScope.aliases`): USER.md is the person's own file."""
-    person = person_of(key)
+def aliases(person: str) -> tuple[tuple[str, str], ...]:
+    """The file tools' aliases in a turn with `person` (`TurnScope.aliases`): USER.md is a guest's own file."""
     return () if person == OWNER else (("USER.md", file_of(person)),)
 
 
-def hidden(key: str) -> tuple[str, ...]:
-    """What the file tools neither read nor list in session `key` (`TurnScope.hidden`): for anyone but the owner,
-    the owner's USER.md and all of memory/ (history, notes, other people's files; MEMORY.md is in their prompt),
-    but for their own file, reached as USER.md."""
-    return () if person_of(key) == OWNER else ("USER.md", "memory")
+def hidden(person: str) -> tuple[str, ...]:
+    """What the file tools neither read nor list in a turn with `person` (`TurnScope.hidden`): nothing for the owner,
+    GUEST_HIDDEN for anyone else (their own file stays reachable as USER.md)."""
+    return () if person == OWNER else GUEST_HIDDEN
 
 
-def search_filter(key: str) -> Callable[[SearchHit], bool] | None:
-    """What memory search may show in session `key` (`MemorySearch.search(allow=)`); None: everything."""
-    person = person_of(key)
+def search_filter(person: str) -> Callable[[SearchHit], bool] | None:
+    """What memory search may show `person` (`MemorySearch.search(allow=)`); None: everything."""
     return None if person == OWNER else partial(can_see, person)
 
 
-def may_write(key: str, relpath: str) -> bool:
-    """Whether a turn of session `key` may change memory file `relpath`: the owner any, anyone else only their own
-    file, so nothing said in one person's chat reaches what another is shown."""
-    person = person_of(key)
+def may_write(person: str, relpath: str) -> bool:
+    """Whether a turn with `person` may change memory file `relpath`: the owner any, anyone else only their own
+    file, so nothing said in one person's chat reaches what another is shown, nor the owner's prompt."""
     return person == OWNER or posixpath.normpath(relpath) == file_of(person)
 
 
 def can_see(person: str, hit: SearchHit) -> bool:
-    """Whether a search hit may be shown to `person`: the owner sees all; anyone else the shared files, their own
-    file, and the history and sessions of their own chats."""
+    """Whether a search hit may be shown to `person`: the owner sees all; a guest the shared files, their own file,
+    and the history and sessions of their own chats (the owner's chats are never a guest's)."""
     if person == OWNER:
         return True
     if hit.kind == "file":  # SourceKind.FILE, without loading the index's module
         return hit.ref in SHARED_FILES or hit.ref == file_of(person)
-    return person_of(hit.ref) == person  # a history entry's ref is the session it came from
+    return chat_person(hit.ref) == person  # a history entry's ref is the session it came from

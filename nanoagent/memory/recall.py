@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from nanoagent import messages as msg
+from nanoagent.channels.owners import chat_person
 from nanoagent.config.schema import AutoRecallConfig
 from nanoagent.memory.history import HistoryLog
 from nanoagent.memory.people import search_filter
@@ -46,6 +47,11 @@ class Shown:
     history: frozenset[int] = frozenset()  # cursors of the history entries in the system prompt
     recalled: frozenset[str] = frozenset()  # sources earlier turns in the request recalled (`AutoRecall.seen`)
     file_shown: Callable[[str, int], bool] = lambda rel, last_line: False  # a memory file's lines up to this one are
+    person: str | None = None  # whom the turn talks with (`channels/owners.py`); None: read from the key, no owner
+
+    @property
+    def who(self) -> str:
+        return self.person if self.person is not None else chat_person(self.session)
 
 
 def recall_query(text: str, messages: Sequence[msg.Message]) -> str:
@@ -87,7 +93,7 @@ class AutoRecall:
             return ""
         per_hit = budget // MAX_HITS
         parts: list[str] = []
-        allow = search_filter(shown.session)  # a person other than the owner: only what is theirs or shared
+        allow = search_filter(shown.who)  # a guest: only what is theirs or shared
         for hit in self.searcher.search(query, CANDIDATES, allow=allow, max_term_docs=MAX_TERM_DOCS):
             if len(parts) == MAX_HITS:
                 break

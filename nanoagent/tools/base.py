@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 if TYPE_CHECKING:
     import pydantic
 
+from nanoagent.channels.owners import OWNER, chat_person
 from nanoagent.messages import ImageBlock
 from nanoagent.providers.base import ToolSpec
 
@@ -91,6 +92,18 @@ class TurnScope:
     # the folder the person works in (`agent -C DIR`), a real absolute path: the file tools and exec work there,
     # relative paths start there, and the workspace stays reachable by its absolute paths; "" = the workspace
     workdir: str = ""
+    # whom the turn talks with (`channels/owners.py`): "" the owner, else a guest's `<channel>:<chat>`; None: read
+    # from `session_key` as if no channel named an owner (a guest stays a guest)
+    person: str | None = None
+
+    @property
+    def who(self) -> str:
+        return self.person if self.person is not None else chat_person(self.session_key)
+
+    @property
+    def guest(self) -> bool:
+        """A guest's turn: a person other than the owner, or a group chat."""
+        return self.who != OWNER
 
 
 # Set by the loop for the length of a turn; tasks started inside the turn (parallel tool calls) inherit it.

@@ -76,7 +76,7 @@ class ToolPolicy:
 
     settings: ToolsConfig
 
-    def for_session(self, key: str, group: bool = False) -> Allowed:
+    def for_session(self, key: str, group: bool = False, guest: bool = False) -> Allowed:
         s = self.settings
         rules = matching(key, [(pattern, (pattern, rule)) for pattern, rule in s.policies.items()])
         profile, chosen_by = ((s.group_profile, "tools.groupProfile, for group chats") if group

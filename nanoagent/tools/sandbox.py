@@ -46,6 +46,15 @@ class SandboxPolicy:
 
 
 @dataclass(frozen=True)
+class Confined:
+    """A guest's command (`channels/owners.py`): the workspace read-only, so nothing a guest runs can change a file
+    that reaches the owner's prompt (AGENTS.md, a new skill, a file made later), and `hidden` (workspace-relative
+    files and folders: the owner's USER.md, memory/, media/) not there at all."""
+
+    hidden: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class SandboxCheck:
     ok: bool
     reason: str = ""  # why the sandbox cannot start here
@@ -124,10 +133,11 @@ def python_paths() -> list[str]:
 
 
 def bwrap_argv(policy: SandboxPolicy, command: str, workspace: Path, cwd: Path, home: Path,
-               protected: list[Path], workdir: Path | None = None) -> list[str]:
+               protected: list[Path], workdir: Path | None = None, guest: Confined | None = None) -> list[str]:
     """The bwrap command line for one command. Later mounts go on top of earlier ones, so the order is:
     system, /etc, /proc, /dev, private /tmp and home, Python, the working folder (`workdir`, `agent -C DIR`, with
-    $NANOAGENT_HOME hidden again should it lie inside), the workspace, then what is read-only in it."""
+    $NANOAGENT_HOME hidden again should it lie inside), the workspace, then what is read-only in it; for a guest
+    the workspace read-only with what they may not see covered."""
     real_ws = os.path.realpath(workspace)
     args = ["bwrap", "--unshare-user", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             *([] if policy.network else ["--unshare-net"]), "--disable-userns",
@@ -154,6 +164,9 @@ def bwrap_argv(policy: SandboxPolicy, command: str, workspace: Path, cwd: Path, 
     for path in policy.writable_paths:
         expanded = os.path.realpath(os.path.expanduser(path))
         args += ["--bind-try", expanded, expanded]
+    if guest is not None:
+        return [*args, *_guest_workspace(real_ws, guest), "--chdir", os.path.realpath(cwd), "--", "/bin/sh", "-c",
+                command]
     args += ["--bind", real_ws, real_ws]
     # history and cursors: the agent reads them, nanoagent alone writes them. Their folder is a mount point too
     # (bound onto itself), so it cannot be renamed aside and replaced; the files, made before the first command
@@ -167,6 +180,20 @@ def bwrap_argv(policy: SandboxPolicy, command: str, workspace: Path, cwd: Path, 
             real = os.path.realpath(file)
             args += ["--ro-bind", real, real]
     args += ["--chdir", os.path.realpath(cwd), "--", "/bin/sh", "-c", command]
+    return args
+
+
+def _guest_workspace(real_ws: str, guest: Confined) -> list[str]:
+    """The workspace read-only, each hidden folder an empty read-only tmpfs and each hidden file empty. A hidden
+    path that is a link is covered where the link lies, not where it points (the workspace is read-only, so it cannot
+    be swapped meanwhile)."""
+    args = ["--ro-bind", real_ws, real_ws]
+    for rel in guest.hidden:
+        path = os.path.join(real_ws, rel)
+        if os.path.isdir(path) and not os.path.islink(path):
+            args += ["--tmpfs", path, "--remount-ro", path]
+        elif os.path.lexists(path):
+            args += ["--ro-bind", "/dev/null", path]
     return args
 
 

@@ -22,7 +22,14 @@ from pathlib import Path
 from nanoagent.procguard import Cgroup, release, start_guard, watch
 from nanoagent.tools.base import Tool, ToolContext, ToolError, TurnScope, current_turn, tool
 from nanoagent.tools.fs import resolve_path
-from nanoagent.tools.sandbox import SandboxPolicy, bwrap_argv, check_bwrap, command_env, prepare_protected
+from nanoagent.tools.sandbox import (
+    Confined,
+    SandboxPolicy,
+    bwrap_argv,
+    check_bwrap,
+    command_env,
+    prepare_protected,
+)
 
 MAX_TIMEOUT = 600
 CHUNK = 65536
@@ -103,8 +110,10 @@ def exec_tool(settings: ExecSettings | None = None, around: CommandHook | None =
         limit = min(MAX_TIMEOUT, timeout or settings.timeout)
         folder = Path(turn.workdir) if turn.workdir else None
 
+        guest = Confined(turn.hidden) if turn.guest else None
+
         def run() -> Awaitable[str]:
-            return run_command(command, ctx.workspace, cwd, limit, settings, sandboxed, folder)
+            return run_command(command, ctx.workspace, cwd, limit, settings, sandboxed, folder, guest)
 
         return await (around(command, run) if around is not None else run())
 
@@ -123,6 +132,12 @@ class Gate:
     async def admit(self, command: str, turn: TurnScope) -> bool:
         """True: run in the sandbox; False: run unsandboxed. Raises ToolError when the command may not run."""
         policy = self.settings.policy
+        if turn.guest:  # only the kernel keeps a guest's command from the owner's memory: no sandbox, no command
+            check = check_bwrap() if policy.mode != "none" else None
+            if check is None or not check.ok:
+                why = check.explain() if check is not None else 'tools.exec.sandbox is "none"'
+                raise ToolError(f"Not run: commands from a guest's chat run only in the sandbox, and it cannot run "
+                                f"here ({why}). Answer without running commands.")
         sandboxed = policy.mode != "none"
         if sandboxed:
             check = check_bwrap()
@@ -196,14 +211,15 @@ def describe_limits(policy: SandboxPolicy) -> str:
 
 
 async def run_command(command: str, workspace: Path, cwd: Path, limit: float, settings: ExecSettings,
-                      sandboxed: bool, folder: Path | None = None) -> str:
+                      sandboxed: bool, folder: Path | None = None, guest: Confined | None = None) -> str:
     """Run `command` in `cwd`; `folder` is the turn's working folder (`agent -C DIR`), bound read-write beside the
-    workspace in the sandbox."""
+    workspace in the sandbox; `guest`: a guest's command, which sees the workspace read-only and without what
+    their file tools do not see (the caller made sure it is sandboxed)."""
     policy = settings.policy
     if sandboxed:
         home = settings.home or Path(os.path.expanduser("~/.nanoagent"))
         protected = await asyncio.to_thread(prepare_protected, workspace, settings.protected)
-        argv = bwrap_argv(policy, command, workspace, cwd, home, protected, folder)
+        argv = bwrap_argv(policy, command, workspace, cwd, home, protected, folder, guest)
     else:
         argv = ["/bin/sh", "-c", command]
     group = await asyncio.to_thread(Cgroup.create, policy.max_processes, policy.memory_mb << 20)

@@ -2,7 +2,7 @@
 and files; and a reply with the headers that keep it in its thread.
 
 A thread is one session, `email:<sender>:<12 hex of SHA-256 of its root Message-ID>`: the chat is the correspondent
-(`chat_of`), so every thread with one person is that person's (`people.person_of`). The root is the first
+(`chat_of`), so every thread with one person is that person's (`channels/owners.py`). The root is the first
 Message-ID in `References`, else the one in `In-Reply-To` (or the thread that id is known to belong to), else the
 mail's own. A reply we send carries the thread's references plus the mail it answers, so the person's answer to it
 has the same root and lands in the same session.
