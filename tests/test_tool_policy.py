@@ -1,6 +1,7 @@
 """Tools by policy: `tools.profile`, `tools.allow`/`tools.deny` and per session-key `tools.policies` decide which tools
 a session is offered; a denied tool is not in the request the model gets, and a call to it anyway is refused with the
-setting that took it away. Sub-agents get at most their parent's tools. (Group chats through each channel:
+setting that took it away. Patterns may name capabilities (`write`, `shell`, `memory`, `web`); MCP tools follow exec
+unless a rule names them. Sub-agents get at most their parent's tools. (Group chats through each channel:
 `tests/test_channel_cases.py`.)"""
 
 from __future__ import annotations
@@ -10,16 +11,18 @@ import json
 
 from nanoagent.agent.build import build_agent
 from nanoagent.config.loader import load_config
+from nanoagent.config.schema import ToolsConfig
 from nanoagent.messages import is_tool
 from nanoagent.paths import Paths
 from nanoagent.providers.base import ChatRequest
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.tools import SchemaTool
-from nanoagent.tools.policy import MINIMAL
+from nanoagent.tools.policy import MINIMAL, ToolPolicy
 from tests.conftest import anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 
-CODING = {*MINIMAL, "write_file", "edit_file", "exec"}
+CODING_ORDER = (*MINIMAL, "write_file", "edit_file", "exec")
+CODING = set(CODING_ORDER)
 
 
 def offered(request) -> set[str]:
@@ -102,22 +105,35 @@ def test_a_pattern_denies_every_tool_it_names_mcp_servers_tools_included(isolate
     assert "`mcp__*` in tools.deny" in result["content"]
 
 
-def test_status_lists_the_tools_of_the_session(llm, isolated_home):
-    write_config(isolated_home, {"tools": {"profile": "coding", "deny": ["exec"]}})
+def test_status_lists_the_tools_of_the_session_and_the_policy_with_mcp_tools_off_where_exec_is(llm, isolated_home):
+    write_config(isolated_home, {"tools": {"profile": "coding", "deny": ["shell"]}})
     proc = invoke("agent", "-m", "/status", env=anthropic_env(llm))
     assert proc.returncode == 0, proc.stderr
-    [line] = [line for line in proc.stdout.splitlines() if line.startswith("tools:")]
+    lines = proc.stdout.splitlines()
+    [line] = [line for line in lines if line.startswith("tools:")]
     assert set(line.removeprefix("tools:").replace(",", " ").split()) == CODING - {"exec"}
+    assert "no exec here, so no MCP tools" in lines[lines.index(line) + 1]
+    [policy] = [line for line in lines if line.startswith("policy:")]
+    assert "the owner" in policy and "coding: " in policy and "no exec, so no MCP tools" in policy
+    assert "          everywhere: -shell (exec)" in lines
+    assert any(line.startswith("          guests' direct chats: minimal: ") for line in lines)
     assert llm.requests == []  # no model call
 
 
-def test_nanoagent_status_says_which_tools_direct_and_group_chats_get(isolated_home):
-    write_config(isolated_home, {"tools": {"deny": ["exec"], "policies": {"cli:ops*": {"allow": ["exec"]}}}})
+def test_nanoagent_status_shows_the_owners_guests_and_groups_profiles_capabilities_and_where_mcp_is_off(
+        isolated_home):
+    write_config(isolated_home, {"tools": {"guestProfile": "coding", "deny": ["shell"], "policies": {
+        "cli:ops*": {"allow": ["exec"]}, "telegram:*": {"deny": ["write"]}}}})
     proc = invoke("status")
     assert proc.returncode == 0, proc.stderr
-    assert "tools:     full: every tool" in proc.stdout
-    assert "group chats: minimal: " + ", ".join(MINIMAL) in proc.stdout
-    assert "everywhere: -exec" in proc.stdout and "cli:ops*: +exec" in proc.stdout
+    lines = proc.stdout.splitlines()
+    assert ("tools:     the owner (the terminal, the owner's chats, cron, HTTP): full: every tool; "
+            "no exec, so no MCP tools") in lines
+    assert "           guests' direct chats: coding: " + ", ".join(CODING_ORDER) + "; no exec, so no MCP tools" in lines
+    assert "           group chats: minimal: " + ", ".join(MINIMAL) + "; no exec, so no MCP tools" in lines
+    assert "           everywhere: -shell (exec)" in lines
+    assert "           cli:ops*: +exec" in lines
+    assert "           telegram:*: -write (write_file, edit_file)" in lines
 
 
 def test_an_unknown_profile_is_refused_in_one_line_naming_the_choices(isolated_home):
@@ -190,3 +206,84 @@ def test_a_deny_that_names_no_tool_is_warned_about_at_every_start(llm, isolated_
     assert proc.returncode == 0, proc.stderr
     [warning] = [line for line in proc.error_lines if "no tool" in line]
     assert "tools.deny names `exce`" in warning and "exec" in warning
+
+
+def test_denying_the_shell_and_write_capabilities_takes_away_exec_write_file_and_edit_file(llm, isolated_home):
+    write_config(isolated_home, {"tools": {"deny": ["shell", "write"]}})
+    llm.script(Reply(tool_calls=[("edit_file", {"path": "AGENTS.md", "old": "a", "new": "b"})]), Reply(text="no"))
+    proc = invoke("agent", "-m", "edit it", env=anthropic_env(llm))
+    assert proc.returncode == 0, proc.stderr
+    first, second = llm.requests
+    assert not {"exec", "write_file", "edit_file"} & offered(first) and {"read_file", "cron"} <= offered(first)
+    [result] = tool_results(second)
+    assert "`write` in tools.deny denies it" in result
+    assert not [line for line in proc.error_lines if "no tool" in line]  # a capability is no unknown name
+
+
+def test_denying_memory_and_web_takes_away_every_memory_and_web_tool_the_browser_included(isolated_home):
+    write_config(isolated_home, {"tools": {"deny": ["memory", "web"]}})
+    loop = build_agent(load_config(isolated_home / "config.json", env={})[0], Paths.from_env(),
+                       provider=ScriptedProvider([]))
+
+    async def forget(ctx, arguments: dict) -> str:
+        return "forgotten"
+
+    loop.context.tools.register(SchemaTool("memory_forget", "Forget a note.", {"type": "object"}, forget))
+    names = set(loop.tools_for("cli:direct").names())
+    assert not {"memory_search", "memory_get", "memory_forget", "web_fetch", "web_search"} & names
+    assert {"read_file", "exec", "write_file"} <= names
+    assert not ToolPolicy(ToolsConfig(deny=["web"])).for_session("cli:direct").allows("browser")
+
+
+def mcp_run(isolated_home, tools: dict) -> tuple[list[ChatRequest], list[str], list[dict]]:
+    """A turn in which the model calls MCP tool `mcp__srv__run` (a tool of the registry, as a server's are), with
+    `tools` as the settings: the requests, the tool results and the calls that reached the tool."""
+    write_config(isolated_home, {"tools": tools})
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("mcp__srv__run", {"command": "id"})]), "done"])
+    loop = build_agent(load_config(isolated_home / "config.json", env={})[0], Paths.from_env(), provider=provider)
+    called = []
+
+    async def run(ctx, arguments: dict) -> str:
+        called.append(arguments)
+        return "uid=0(root)"
+
+    loop.context.tools.register(SchemaTool("mcp__srv__run", "Run a command.", {"type": "object"}, run))
+    asyncio.run(loop.handle("who am I?"))
+    results = [m["content"] for m in loop.session("cli:direct").messages if is_tool(m)]
+    return provider.requests, results, called
+
+
+def test_where_exec_is_denied_an_mcp_tool_is_not_offered_even_in_the_full_profile_and_a_call_is_refused(
+        isolated_home):
+    requests, [result], called = mcp_run(isolated_home, {"profile": "full", "deny": ["exec"]})
+    assert not {"exec", "mcp__srv__run"} & {t.name for t in requests[0].tools}
+    assert called == []
+    assert "MCP tools follow exec" in result and "`exec` in tools.deny denies it" in result
+    assert "`mcp__srv__*`" in result and "tools.allow" in result
+
+
+def test_a_rule_naming_an_mcp_server_gives_its_tools_back_where_exec_is_denied(isolated_home):
+    requests, [result], called = mcp_run(isolated_home, {"deny": ["shell"],
+                                                         "policies": {"cli:*": {"allow": ["mcp__srv__*"]}}})
+    names = {t.name for t in requests[0].tools}
+    assert "mcp__srv__run" in names and "exec" not in names
+    assert called == [{"command": "id"}] and "uid=0(root)" in result
+
+
+def test_guests_direct_chats_get_the_guest_profile_and_group_chats_the_group_profile_guests_or_not(isolated_home):
+    write_config(isolated_home, {"tools": {"guestProfile": "coding", "policies": {"slack:*": {"profile": "full"}}}})
+    policy = ToolPolicy(load_config(isolated_home / "config.json", env={})[0].tools)
+    guest = policy.for_session("telegram:42", guest=True)
+    assert (guest.profile, guest.chosen_by) == ("coding", "tools.guestProfile, for guests' direct chats")
+    assert policy.for_session("telegram:-100", group=True, guest=True).profile == "minimal"  # the group's
+    assert policy.for_session("telegram:7").profile == "full"  # the owner's
+    assert policy.for_session("slack:U1", guest=True).profile == "full"  # a rule naming a profile wins
+    assert ToolPolicy(ToolsConfig()).for_session("telegram:42", guest=True).profile == "minimal"  # the default
+    assert not ToolPolicy(ToolsConfig()).for_session("telegram:42", guest=True).allows("exec")
+
+
+def test_an_unknown_guest_profile_is_refused_in_one_line_naming_the_choices(isolated_home):
+    write_config(isolated_home, {"tools": {"guestProfile": "owner"}})
+    proc = invoke("status")
+    assert proc.returncode != 0
+    assert len(proc.error_lines) == 1 and "tools.guestProfile" in proc.stderr and "minimal, coding, full" in proc.stderr

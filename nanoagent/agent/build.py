@@ -129,6 +129,7 @@ def build_agent(
     commands = Commands(
         store=store, models=models, providers=providers, budget=budget, skills=skills,
         memory_git=memory_git, subagents=subagents, tools_for=lambda key: loop.tools_for(key),
+        tool_policy=context.policy.summary if context.policy else None,
         spending=lambda: spend_view(config, paths),
         dream_factory=lambda sink: build_dream(config, paths, sink, model=model, provider=provider, warn=warn),
     )

@@ -105,6 +105,7 @@ class Commands:
     dream_factory: Callable[[ev.EventSink], Dream] | None = None  # builds Dream for /dream, sending to a sink
     subagents: Subagents | None = None  # the sub-agent runs, for /tasks
     tools_for: Callable[[str], ToolRegistry] | None = None  # the tools a session is offered, for /status
+    tool_policy: Callable[[], list[str]] | None = None  # the tool policy in lines (`ToolPolicy.summary`), for /status
     spending: Callable[[], SpendView] | None = None  # the spend caps and what is spent, for /budget
 
     @property
@@ -213,8 +214,21 @@ class Commands:
             f"{u.cache_write_tokens:,} cache write",
             f"cost:     {total.cost_text()} over {total.calls} model call{'' if total.calls == 1 else 's'}"
             + (f" ({len(delegated)} by sub-agents)" if delegated else ""),
-            *([f"tools:    {', '.join(self.tools_for(session.key).names()) or 'none'}"] if self.tools_for else []),
+            *self._tool_lines(session.key),
         ])
+
+    def _tool_lines(self, key: str) -> list[str]:
+        """/status's lines on tools: the session's, whether MCP tools are off here as exec is, then the policy."""
+        lines = []
+        if self.tools_for is not None:
+            names = self.tools_for(key).names()
+            lines.append(f"tools:    {', '.join(names) or 'none'}")
+            if "exec" not in names:
+                lines.append("          no exec here, so no MCP tools but those a tools.allow or tools.policies "
+                             "rule names (`mcp__<server>__*`)")
+        if self.tool_policy is not None:
+            lines += [f"{'policy:' if i == 0 else '':<10}{line}" for i, line in enumerate(self.tool_policy())]
+        return lines
 
     def _subagent_usage(self, session: Session) -> list[UsageRecord]:
         from nanoagent.agent.subagents import subagent_usage

@@ -202,9 +202,10 @@ class ToolsConfig:
     browser: BrowserConfig = field(default_factory=BrowserConfig)
     transcribe: TranscribeConfig = field(default_factory=TranscribeConfig)
     # which tools a session is offered (`tools/policy.py`): a profile, then allow adds and deny removes
-    profile: str = choice("full", TOOL_PROFILES)  # the terminal, direct chats, cron, HTTP
+    profile: str = choice("full", TOOL_PROFILES)  # the owner's: the terminal, the owner's chats, cron, HTTP
+    guest_profile: str = choice("minimal", TOOL_PROFILES)  # the direct chats of anyone but the owner
     group_profile: str = choice("minimal", TOOL_PROFILES)  # group chats, as each channel tells them
-    allow: list[str] = field(default_factory=list)  # tool names or patterns (`mcp__*`)
+    allow: list[str] = field(default_factory=list)  # tool names, patterns (`mcp__*`) or capabilities (`shell`)
     deny: list[str] = field(default_factory=list)
     policies: dict[str, ToolRuleConfig] = field(default_factory=dict)  # session-key pattern -> its rule
 
