@@ -127,11 +127,17 @@ def test_the_owner_may_write_to_a_guest_approved_by_pairing_and_a_channels_name_
     assert pigeon_channel.arrived(loft, "pigeon:42") == ["Hello?"]
 
 
+def guests_with_every_tool(loft: Path) -> Config:
+    config = pigeon_config(loft, ("42", "7", "8"))
+    config.tools.guest_profile = "full"
+    return config
+
+
 def test_a_guests_chat_writes_only_to_itself_not_to_the_owner_nor_another_guest(loft):
     results = turn("pigeon:7", ("message", {"text": "psst", "to": "pigeon:42"}),
                    ("message", {"text": "psst", "to": "pigeon:8"}),
                    ("cron", {"action": "add", "message": "spam", "every": "1h", "to": "cli:direct"}),
-                   ("message", {"text": "hi", "to": "pigeon:7"}), config=pigeon_config(loft, ("42", "7", "8")))
+                   ("message", {"text": "hi", "to": "pigeon:7"}), config=guests_with_every_tool(loft))
     for refused in results[:3]:
         assert "from a guest's chat the agent writes only to that chat (pigeon:7)" in refused
     assert pigeon_channel.arrived(loft, "pigeon:42") == [] and pigeon_channel.arrived(loft, "pigeon:8") == []

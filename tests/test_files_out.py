@@ -75,7 +75,8 @@ def test_the_message_tool_sends_a_png_as_a_telegram_photo_and_a_text_file_as_a_d
 
 def test_in_a_chats_own_turn_the_message_tool_sends_a_file_into_that_chat(api, files):
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
+                                              api_base=api.url)
     results = turn("telegram:42", ("message", {"text": "", "files": files[:1]}),
                    ("message", {"text": "just words", "to": "telegram:42"}), config=config)
     assert "Sent to telegram:42." in results[0]

@@ -55,7 +55,10 @@ class Agent:
 
 
 def setup(config: Config | None = None) -> tuple[Paths, Agent]:
+    """An agent whose guests have every tool (`tools.guestProfile`), so what keeps them apart is memory's rules."""
     paths = Paths.from_env()
+    config = config or Config()
+    config.tools.guest_profile = "full"
     agent = Agent(paths, config)
     agent.turn(OWNER, "hello", "hi")  # the workspace is seeded
     user_md = paths.workspace / "USER.md"

@@ -17,7 +17,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import ChatRequest
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.tools import SchemaTool
-from nanoagent.tools.policy import MINIMAL, ToolPolicy
+from nanoagent.tools.policy import MINIMAL, PROFILES, ToolPolicy
 from tests.conftest import anthropic_env, invoke, write_config
 from tests.llm_server import Reply
 
@@ -177,8 +177,21 @@ def test_a_cron_job_a_group_made_runs_with_the_groups_tools(isolated_home):
     loop.note_chat("telegram:-100123", group=True)
     loop.note_chat("telegram:42", group=False)
     assert set(loop.tools_for("cron:ab12:telegram:-100123").names()) == set(MINIMAL)
-    assert "exec" in loop.tools_for("cron:ab12:telegram:42").names()
+    assert set(loop.tools_for("cron:ab12:telegram:42").names()) == set(MINIMAL)  # a guest's job: tools.guestProfile
     assert "exec" in loop.tools_for("cron:ab12").names()  # the owner's job
+
+
+def test_the_owners_private_chat_and_their_cron_jobs_get_the_owners_tools_and_a_guests_the_guest_profile(
+        isolated_home):
+    config = load_config(write_config(isolated_home, {"channels": {"telegram": {"owner": [42], "allowFrom": [7]}},
+                                                      "tools": {"guestProfile": "coding"}}), env={})[0]
+    loop = build_agent(config, Paths.from_env(), provider=ScriptedProvider([]))
+    loop.note_chat("telegram:42", group=False)
+    loop.note_chat("telegram:7", group=False)
+    for owners in ("telegram:42", "cron:ab12:telegram:42", "subagent:telegram:42:r1"):
+        assert "spawn" in loop.tools_for(owners).names()
+    for guests in ("telegram:7", "cron:ab12:telegram:7"):
+        assert set(loop.tools_for(guests).names()) == set(PROFILES["coding"])
 
 
 def test_an_mcp_tool_that_appears_while_the_process_runs_is_offered_where_a_pattern_allows_it(isolated_home):
