@@ -124,7 +124,7 @@ class DiscordAPI:
     # --- the StandIn of the shared cases -------------------------------------------------------------
 
     def settings(self) -> dict[str, Any]:
-        return {"enabled": True, "token": self.token, "allowFrom": [self.owner], "apiBase": self.api_base}
+        return {"enabled": True, "token": self.token, "allowFrom": [self.owner], "owner": [self.owner], "apiBase": self.api_base}
 
     def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
               channel: str | None = None, mention: bool = True, reply_to: str | None = None,

@@ -501,7 +501,7 @@ class MailStandIn:
     def settings(self, **extra: Any) -> dict[str, Any]:
         server = {"host": "127.0.0.1", "user": USER, "password": PASSWORD, "security": "none"}
         return {"enabled": True, "imap": {**server, "port": self.imap.port},
-                "smtp": {**server, "port": self.smtp.port}, "allowFrom": [self.owner], "pollSeconds": 5, **extra}
+                "smtp": {**server, "port": self.smtp.port}, "allowFrom": [self.owner], "owner": [self.owner], "pollSeconds": 5, **extra}
 
     def deliver(self, msg: EmailMessage) -> int:
         """Put a mail in the inbox; its UID."""

@@ -162,7 +162,7 @@ class SlackAPI:
 
     def settings(self) -> dict[str, Any]:
         """`channels.slack` pointing at this stand-in, enabled, the owner allowed."""
-        return {"enabled": True, "botToken": BOT_TOKEN, "appToken": APP_TOKEN, "allowFrom": [OWNER],
+        return {"enabled": True, "botToken": BOT_TOKEN, "appToken": APP_TOKEN, "allowFrom": [OWNER], "owner": [OWNER],
                 "apiBase": self.api_base}
 
     # --- scripting ----------------------------------------------------------------------------------------

@@ -486,7 +486,7 @@ class StandIn:
         self.api = BotAPI()
 
     def settings(self) -> dict[str, Any]:
-        return {"enabled": True, "token": self.api.token, "allowFrom": [self.owner], "apiBase": self.api.url}
+        return {"enabled": True, "token": self.api.token, "allowFrom": [self.owner], "owner": [self.owner], "apiBase": self.api.url}
 
     def write(self, user: str, text: str, *, private: bool = True, image: bytes | None = None,
               file: tuple[str, str, bytes] | None = None) -> str:

@@ -112,21 +112,26 @@ def test_in_a_group_the_owners_mention_is_answered_and_a_stranger_gets_no_code(s
     assert stand_in.shown(stand_in.stranger) == []  # pairing codes only in a private chat
 
 
-def test_a_group_chat_is_offered_the_group_profile_and_a_private_chat_every_tool(stand_in):
-    provider = ScriptedProvider(["In the group.", "In private."])
+def test_a_group_chat_gets_the_group_profile_the_owners_private_chat_every_tool_and_a_guests_the_guest_profile(
+        stand_in):
+    provider = ScriptedProvider(["In the group.", "In private.", "Hello, guest."])
+    guest = stand_in.stranger  # let in by allowFrom, not named as the owner
 
     async def scenario():
-        async with running(stand_in, provider) as runner:
+        async with running(stand_in, provider, allowFrom=[stand_in.owner, guest]) as runner:
             stand_in.write(stand_in.owner, "what can you do here?", private=False)
             await until(lambda: len(provider.requests) == 1 and settled(runner) and not runner.hub.running(),
                         "the group's answer")
             stand_in.write(stand_in.owner, "and here?")
             await until(lambda: stand_in.shown(stand_in.owner)[-1:] == ["In private."], "the private answer")
+            stand_in.write(guest, "and for me?")
+            await until(lambda: stand_in.shown(guest)[-1:] == ["Hello, guest."], "the guest's answer")
 
     asyncio.run(scenario())
-    group, private = ({t.name for t in request.tools} for request in provider.requests)
+    group, private, guests = ({t.name for t in request.tools} for request in provider.requests)
     assert group == set(MINIMAL)  # tools.groupProfile: minimal unless configured
-    assert {"exec", "write_file", "spawn"} <= private
+    assert {"exec", "write_file", "spawn"} <= private  # the owner's own chat: tools.profile
+    assert guests == set(MINIMAL)  # tools.guestProfile: minimal unless configured
 
 
 def test_a_group_chat_keeps_the_group_profile_after_a_restart_before_its_next_message(stand_in):
