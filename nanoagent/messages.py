@@ -13,6 +13,7 @@ from typing import Any, Literal, NotRequired, TypedDict, TypeGuard
 
 RUNTIME_OPEN, RUNTIME_CLOSE = "<runtime_context>", "</runtime_context>"
 UNTRUSTED_CLOSE = "</untrusted_data>"
+_OPENING = '<untrusted_data source="'  # how every envelope starts
 # The envelope's tag as a model might read it: any case, spaces or a slash after "<", "_", "-" or space inside.
 _UNTRUSTED_TAG = re.compile(r"<(?=\s*/?\s*untrusted[\s_-]*data)", re.IGNORECASE)
 _ENVELOPE = re.compile(r'<untrusted_data source="[^"]*">\n(.*)\n</untrusted_data>', re.DOTALL)
@@ -287,7 +288,13 @@ def wrap_untrusted(source: str, text: str) -> str:
     name = " ".join(source.split())
     for raw, entity in (("&", "&amp;"), ('"', "&quot;"), ("<", "&lt;"), (">", "&gt;")):
         name = name.replace(raw, entity)
-    return f'<untrusted_data source="{name}">\n{escape_untrusted(text)}\n{UNTRUSTED_CLOSE}'
+    return f'{_OPENING}{name}">\n{escape_untrusted(text)}\n{UNTRUSTED_CLOSE}'
+
+
+def holds_untrusted(text: str) -> bool:
+    """Whether `text` holds an envelope `wrap_untrusted` made: inside one, every spelling of the tag is escaped, so an
+    opening tag as written here is an envelope's (or a person typed it: then this says yes, the safe answer)."""
+    return _OPENING in text
 
 
 def unwrap_untrusted(text: str) -> str:

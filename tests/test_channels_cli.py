@@ -101,6 +101,8 @@ def test_channels_add_on_a_real_terminal_hides_the_token_checks_it_and_writes_co
         child.sendline(api.token)
         child.expect(r"user id[^\n]*:")
         child.sendline("1001")
+        child.expect(r"Is 1001 you\?")
+        child.sendline("")  # yes: the owner, whose private chat sees all their memory
         child.expect(pexpect.EOF)
     finally:
         child.close(force=True)
@@ -108,7 +110,8 @@ def test_channels_add_on_a_real_terminal_hides_the_token_checks_it_and_writes_co
     assert "Checked: Telegram knows these credentials (@" in shown.getvalue()
     assert api.token not in shown.getvalue()
     assert config(isolated_home)["channels"]["telegram"] == {"apiBase": api.url, "token": api.token,
-                                                             "allowFrom": ["1001"], "enabled": True}
+                                                             "allowFrom": ["1001"], "owner": ["1001"],
+                                                             "enabled": True}
 
 
 def test_channels_add_again_keeps_a_secret_on_enter_and_shows_it_nowhere(isolated_home, terminal):

@@ -135,7 +135,7 @@ def test_a_model_summary_is_shown_as_written_and_a_raw_excerpt_is_enveloped(tmp_
     recent = ContextBuilder(tmp_path, True, ToolRegistry(), history=history).recent_history()
     assert "\n- the user named the boat Gull" in recent
     assert len(envelopes(recent)) == 1 and only_inside_envelopes(recent, "IGNORE PREVIOUS")
-    assert '<untrusted_data source="memory/history.jsonl">\n[raw excerpt' in recent
+    assert '<untrusted_data source="memory/history.jsonl (raw excerpt)">\n[raw excerpt' in recent
 
 
 def test_the_transcript_envelopes_each_tool_result_and_its_cap_never_cuts_one_in_two():

@@ -158,6 +158,7 @@ def add(name: Annotated[str, typer.Argument(help="The channel, as `nanoagent cha
     for question in channel.questions():
         if (value := _ask(question, _value(current, question.path), read_answer)) is not None:
             _put(block, question.path, value)
+    _ask_owner(channel, block, channel.settings(config_from(data, paths.config_file, env={})), read_answer)
     block["enabled"] = True
     settings = channel.settings(config_from(data, paths.config_file, env={}))
     ok, text = check_channel(channel, settings)
@@ -194,6 +195,24 @@ def _ask(question: Question, current: Any, read: Callable[[str, bool], str]) -> 
             return _typed(answer or question.default, current)
         except ValueError as e:
             print(f"{e}; try again (Ctrl-C to stop).")
+
+
+def _ask_owner(channel: Channel, block: dict[str, Any], settings: Any, read: Callable[[str, bool], str]) -> None:
+    """Ask of each person let in whether they are the owner (`channels/owners.py`): the owner's private chat is theirs
+    (all their memory, `tools.profile`); everyone else is a guest. Yes by default when there is one to ask about."""
+    from nanoagent.channels.owners import owner_ids
+
+    owners = owner_ids(settings)
+    people = [str(user) for user in _value(settings, "allowFrom") or []
+              if str(user) not in owners and channel.home(str(user)) is not None]
+    for user in people:
+        default = len(people) == 1 and not owners
+        answer = read(f"Is {user} you? (the owner: every tool, all your memory; others are guests) "
+                      f"[{'Y/n' if default else 'y/N'}] ", False).strip().lower()
+        if answer in ("y", "yes") or (default and not answer):
+            owners.append(user)
+    if owners != owner_ids(settings):
+        _put(block, "owner", owners)
 
 
 def _typed(answer: str, current: Any) -> Any:

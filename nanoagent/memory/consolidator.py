@@ -32,6 +32,7 @@ from nanoagent.messages import (
     Message,
     calls_of,
     escape_untrusted,
+    holds_untrusted,
     is_assistant,
     is_tool,
     is_user,
@@ -274,12 +275,14 @@ class Consolidator:
     async def _keep(self, session: Session, chunk: list[Message], summary: str, failure: str, end: int) -> None:
         """Write the summary (or a raw excerpt) to history and advance the session's cursor past it: both or,
         if the append fails, neither."""
+        outside = any(map(from_outside, chunk))  # the summary may quote it: recalled as untrusted data
         if summary:  # history's lock may be held by another process: wait in a thread, not on the event loop
-            await asyncio.to_thread(self.history.append, session.key, summary)
+            await asyncio.to_thread(self.history.append, session.key, summary, outside=outside)
         elif failure:
             excerpt = format_transcript(chunk, RAW_CAP_CHARS)
             await asyncio.to_thread(self.history.append, session.key,
-                                    f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True)
+                                    f"[raw excerpt; no summary because {failure}]\n{excerpt}", raw=True,
+                                    outside=outside)
         self.store.set_consolidated(session, end)
 
     async def _before_archive(self, session: Session, end: int, model: str) -> None:
@@ -303,6 +306,13 @@ def _last_turn_call(session: Session, since: int = 0) -> UsageRecord | None:
     """The last turn call's usage among `session.usage[since:]`."""
     usage = session.usage
     return next((usage[i] for i in range(len(usage) - 1, since - 1, -1) if usage[i].purpose == "turn"), None)
+
+
+def from_outside(message: Message) -> bool:
+    """Whether a message carries text from outside: any tool result (its output is enveloped; an error may quote
+    what a tool got, an MCP server's message say), or an untrusted-data envelope in the text a transcript takes
+    (a voice note's transcript; the runtime block, whose recalled excerpts no summary sees, is left out)."""
+    return is_tool(message) or holds_untrusted(strip_runtime_context(shown_text(message)))
 
 
 def format_transcript(messages: list[Message], cap: int = TRANSCRIPT_CAP_CHARS) -> str:

@@ -45,7 +45,7 @@ from nanoagent.memory.dream_tools import (
 )
 from nanoagent.memory.history import HistoryEntry, HistoryLog
 from nanoagent.memory.people import file_of
-from nanoagent.messages import truncate, user, wrap_untrusted
+from nanoagent.messages import truncate, user
 from nanoagent.paths import MEMORY_FILES, PROMPT_FILES, is_memory_file
 from nanoagent.providers.base import ChatRequest, Provider, ProviderError, complete_text
 from nanoagent.spend import CapReached, CapStatus, Scope, current_scope
@@ -187,10 +187,8 @@ class Dream:
         first, last = entries[0].cursor, entries[-1].cursor
         parts = [f"# New history entries (cursors {first} to {last})"]
         for e in entries:
-            raw = " (raw excerpt)" if e.raw else "" if e.verified else " (unverified: not signed by nanoagent)"
-            content = truncate(e.content, ENTRY_CAP_CHARS)  # a raw excerpt is copied conversation: data, not orders
-            shown = content if e.trusted else wrap_untrusted("memory/history.jsonl", content)
-            parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}{raw}]\n{shown}")
+            shown = e.shown(truncate(e.content, ENTRY_CAP_CHARS), "memory/history.jsonl")  # data, unless trusted
+            parts.append(f"\n[cursor {e.cursor} · {e.timestamp} · {e.session}]\n{shown}")
         if person != OWNER:  # this person's file alone: nothing of the owner's or anyone else's to copy from
             text = read_text(self.workspace / file_of(person)) or "(empty)"
             parts.append(f"\n# USER.md (what is known about {person})\n\n{truncate(text, FILE_CAP_CHARS)}")

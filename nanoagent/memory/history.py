@@ -2,6 +2,9 @@
 
     {"cursor": 42, "timestamp": "2026-11-22 14:05", "session": "cli:direct", "content": "...", "raw": false}
 
+A line whose stretch of conversation held text from outside (a tool's result, a transcript: anything in an
+untrusted-data envelope) also carries `"outside": true`; lines without it read as `outside: False`.
+
 `memory/.cursor` holds the last cursor written and `memory/.dream_cursor` the last
 cursor Dream has processed, each a plain integer. Allocating a cursor and appending
 happen under one exclusive lock, so two processes never write the same cursor.
@@ -17,6 +20,9 @@ Each line nanoagent writes carries `mac`, an HMAC-SHA256 of its fields under a k
 $NANOAGENT_HOME (`history.key`, 0600, outside the workspace and hidden from sandboxed commands).
 An entry without a valid one (written before entries were signed, under another home, or by
 something other than nanoagent) is `verified: False`: it reaches a prompt only as untrusted data.
+A line with `outside` is signed with it (format 2 of the signed fields); one without, as before (format 1): so
+entries written before the field verify unchanged, and dropping or changing the field breaks the signature. An
+older nanoagent reads a flagged line as unverified, so it too shows it only as untrusted data.
 """
 
 from __future__ import annotations
@@ -33,6 +39,7 @@ from datetime import datetime
 from pathlib import Path
 
 from nanoagent.fsutil import append_lines, atomic_write, file_lock, private_dir
+from nanoagent.messages import wrap_untrusted
 
 MAX_CURSOR = 2**63 - 1  # SQLite's largest integer
 
@@ -45,12 +52,28 @@ class HistoryEntry:
     content: str
     raw: bool = False
     verified: bool = False  # its mac proves nanoagent wrote it under this home's key
+    outside: bool = False  # the stretch it archives held text from outside: the summary may quote it
 
     @property
     def trusted(self) -> bool:
-        """A summary nanoagent wrote: the model's own words. Anything else (a raw excerpt of the conversation, an
-        entry nanoagent cannot prove it wrote) reaches a prompt only inside the untrusted envelope."""
-        return self.verified and not self.raw
+        """A summary nanoagent wrote of a stretch with no text from outside: the model's own words. Anything else (a
+        raw excerpt of the conversation, a summary that may quote outside text, an entry nanoagent cannot prove it
+        wrote) reaches a prompt only inside the untrusted envelope (`shown`)."""
+        return self.verified and not self.raw and not self.outside
+
+    @property
+    def note(self) -> str:
+        """Why the entry is not trusted, said beside it ("" for a trusted one)."""
+        if self.raw:
+            return "raw excerpt"
+        if not self.verified:
+            return "unverified: not signed by nanoagent"
+        return "a summary of a stretch that held outside text" if self.outside else ""
+
+    def shown(self, text: str, source: str) -> str:
+        """`text` (the entry's content, or a part of it) as it reaches a model: a trusted summary as written, any
+        other entry inside `wrap_untrusted`, its source naming why."""
+        return text if self.trusted else wrap_untrusted(f"{source} ({self.note})", text)
 
 
 class HistoryLog:
@@ -68,16 +91,20 @@ class HistoryLog:
     def path(self) -> Path:
         return self.dir / "history.jsonl"
 
-    def append(self, session: str, content: str, raw: bool = False, now: datetime | None = None) -> HistoryEntry:
+    def append(self, session: str, content: str, raw: bool = False, now: datetime | None = None,
+               outside: bool = False) -> HistoryEntry:
+        """Append an entry; `outside`: the stretch it archives held text from outside (see the module's docstring)."""
         with file_lock(self.dir / ".history.lock"):  # cursor allocation and append are one step
             cursor = self.cursor + 1
             stamp = (now or datetime.now().astimezone()).strftime("%Y-%m-%d %H:%M")
             key = self.key()
-            entry = HistoryEntry(cursor, stamp, session, content, raw, verified=key is not None)
+            entry = HistoryEntry(cursor, stamp, session, content, raw, verified=key is not None, outside=outside)
             record: dict[str, object] = {"cursor": cursor, "timestamp": stamp, "session": session, "content": content,
                                          "raw": raw}
+            if outside:  # only then: a plain entry stays format 1, readable as verified by older versions
+                record["outside"] = True
             if key is not None:
-                record["mac"] = _mac(key, cursor, stamp, session, content, raw)
+                record["mac"] = _mac(key, cursor, stamp, session, content, raw, True if outside else None)
             line = json.dumps(record, ensure_ascii=False).encode("utf-8") + b"\n"
             append_lines(self.path, line, sync=True)
             atomic_write(self.dir / ".cursor", f"{cursor}\n")
@@ -250,8 +277,10 @@ def history_key(path: Path) -> bytes:
     return path.read_bytes()
 
 
-def _mac(key: bytes, cursor: int, stamp: str, session: str, content: str, raw: bool) -> str:
-    fields = json.dumps(["nanoagent-history-1", cursor, stamp, session, content, raw], ensure_ascii=False)
+def _mac(key: bytes, cursor: int, stamp: str, session: str, content: str, raw: object, outside: object = None) -> str:
+    """The signature of a line's fields as written: format 1 without `outside` (None), format 2 with it."""
+    signed = [cursor, stamp, session, content, raw] + ([] if outside is None else [outside])
+    fields = json.dumps([f"nanoagent-history-{1 if outside is None else 2}", *signed], ensure_ascii=False)
     return hmac.new(key, fields.encode("utf-8", "surrogatepass"), hashlib.sha256).hexdigest()
 
 
@@ -297,11 +326,12 @@ def _parse(line: bytes, key: bytes | None = None) -> HistoryEntry | None:
         cursor = int(d["cursor"])
         if not isinstance(d["content"], str) or not 0 <= cursor <= MAX_CURSOR:
             return None
+        outside = d.get("outside")
         entry = HistoryEntry(cursor, str(d.get("timestamp", "")), str(d.get("session", "")),
-                             d["content"], bool(d.get("raw", False)))
+                             d["content"], bool(d.get("raw", False)), outside=bool(outside))
         mac = d.get("mac")
         if key is not None and isinstance(mac, str) and mac.isascii() and type(d["cursor"]) is int and hmac.compare_digest(
-                mac, _mac(key, cursor, entry.timestamp, entry.session, entry.content, d.get("raw", False))):
+                mac, _mac(key, cursor, entry.timestamp, entry.session, entry.content, d.get("raw", False), outside)):
             return dataclasses.replace(entry, verified=True)
         return entry
     except (ValueError, KeyError, TypeError, AttributeError, OverflowError):  # OverflowError: int(Infinity)

@@ -6,8 +6,9 @@ prompt shows, history entries in its recent history, the session's own unarchive
 under its source in the form `memory_get` takes, within `memory.autoRecall.maxTokens`. The text goes into the
 runtime block, which is stored with the user's message, so the request's earlier turns never change.
 
-A raw history excerpt, an unsigned history entry and a past session message are other people's words (tool output
-included): they go in `wrap_untrusted`. A signed summary and a memory file are the model's own notes and do not.
+A raw history excerpt, an unsigned history entry, a summary of a stretch that held outside text and a past session
+message may carry other people's words (tool output included): they go in `wrap_untrusted`. A signed summary of the
+model's own conversation and a memory file are the model's own notes and do not.
 
 Only words found in at most MAX_TERM_DOCS documents are searched: a whole message is a long query, scoring every
 document its common words match is what makes it slow (hundreds of ms at 100,000 entries), and such words say little
@@ -115,8 +116,8 @@ class AutoRecall:
             return f"[{source}]\n{text}"
         if hit.kind is SourceKind.HISTORY:
             found = self.history.around(hit.start)
-            if found and found[0].trusted:
-                return f"[{source}]\n{text}"  # a summary nanoagent signed: the model's own words
+            if found:  # a summary nanoagent signed of its own conversation as written; any other entry enveloped
+                return f"[{source}]\n{found[0].shown(text, source)}"
             return f"[{source}]\n{msg.wrap_untrusted(source, text)}"
         return f"[{source}, {hit.role}]\n{msg.wrap_untrusted(source, text)}"
 
