@@ -351,6 +351,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
 def _report_channels(report: Callable[[bool, str, str], None], config: Config) -> None:
     """Every enabled channel, through the registry: what keeps it from starting (`problem`), else its credentials
     checked with one call to its app (`verify`), as the channel's first call when the gateway starts it."""
+    from nanoagent.channels.owners import owner_ids
     from nanoagent.cli.channels_cmd import check_channel, registered
 
     for channel in registered():
@@ -360,6 +361,10 @@ def _report_channels(report: Callable[[bool, str, str], None], config: Config) -
             report(ok, f"{channel.name}: " + (f"the credentials work ({text})" if ok else text),
                    f"fix channels.{channel.name} in config.json, or `nanoagent channels add {channel.name}` "
                    f"(README, {channel.title})")
+            report(bool(owner_ids(settings)), f"{channel.name}: "
+                   + ("names its owner" if owner_ids(settings) else "names no owner, so everyone it answers is a guest, "
+                      "you too: no memory of yours and tools.guestProfile in your own chat"),
+                   f"put your user id in channels.{channel.name}.owner, or `nanoagent channels add {channel.name}`")
 
 
 def _report_gateway(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:
