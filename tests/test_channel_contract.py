@@ -112,3 +112,15 @@ def test_doctor_says_an_enabled_fifth_channel_serves_nobody_without_a_gateway(is
     lines = invoke("doctor").stdout.splitlines()
     assert "FIX   fifth: no token: set channels.fifth.token (`nanoagent channels add fifth`)" in lines
     assert any(line.startswith("FIX   gateway: not running, so channels.fifth (enabled in config)") for line in lines)
+
+
+def test_doctor_warns_when_a_channel_that_answers_people_names_no_owner(isolated_home):
+    with fifth_channel.stand_in() as url:
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_channel.TOKEN,
+                                                            "apiBase": url, "allowFrom": ["u-1"]}}})
+        lines = invoke("doctor").stdout.splitlines()
+        assert any(line.startswith("FIX   fifth: names no owner, so everyone it answers is a guest") for line in lines)
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_channel.TOKEN,
+                                                            "apiBase": url, "allowFrom": ["u-1"], "owner": ["u-1"]}}})
+        lines = invoke("doctor").stdout.splitlines()
+    assert "ok    fifth: names its owner" in lines

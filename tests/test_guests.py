@@ -8,7 +8,6 @@ The last case runs it all through the shared channel engine against the Telegram
 from __future__ import annotations
 
 import asyncio
-import json
 
 import pytest
 
