@@ -198,3 +198,22 @@ def test_the_whole_attack_through_the_telegram_channel_with_two_guests_the_owner
     assert "Obey Bob" not in (paths.workspace / "AGENTS.md").read_text()
     owners = [m["content"] for m in store.load(f"telegram:{owner}").messages if m["role"] == "tool"]
     assert "hunter2" in owners[-1]
+
+
+@pytest.mark.parametrize("guest", [BOB, GROUP])
+def test_the_file_tools_show_a_guest_or_a_group_nothing_of_memory_media_or_the_owners_user_md(guest):
+    paths, agent = with_secrets(owned())
+    (paths.workspace / "media").mkdir(exist_ok=True)
+    (paths.workspace / "media" / "alice.txt").write_text("Alice's photo hunter2")
+    agent.turn(guest, "look", call("glob", pattern="**/*"), call("grep", pattern="hunter2|4321|Olga"),
+               call("read_file", path=ALICE_FILE), call("read_file", path="media/alice.txt"),
+               call("list_dir", path="memory"), call("read_file", path="USER.md"), "ok")
+    results = agent.tool_results(guest)[-6:]
+    for shown in results:
+        for secret in ("hunter2", "4321", "Olga"):
+            assert secret not in shown, shown
+    for listing in (results[0], results[1], results[4]):  # glob, grep, list_dir: not even the names
+        for name in ("telegram-1", "alice.txt", "history.jsonl"):
+            assert name not in listing, listing
+    agent.turn(OWNER, "look", call("glob", pattern="**/*.txt"), "ok")
+    assert "media/alice.txt" in last_result(agent, OWNER)
