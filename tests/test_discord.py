@@ -413,7 +413,8 @@ def test_nanoagents_commands_work_as_text_in_a_dm_and_after_a_mention_in_a_guild
             await until(lambda: settled(runner), "the inbox to empty")
 
     asyncio.run(scenario())
-    answer, archive = provider.requests  # no command made a model call but /new's archive of the conversation
+    # no command made a model call but /new's flush (the owner's own chat) and archive of the conversation
+    answer, _flush, archive = provider.requests
     assert "[user] hello\n[assistant] First answer." in text_of(archive.messages[-1])
     status, usage, help_text, new = api.shown(api.owner)[1:]
     assert "/new" in help_text and "/stop" in help_text

@@ -531,7 +531,7 @@ def test_the_channel_and_its_format_load_without_slack_sdk_or_aiohttp() -> None:
 def test_channels_add_slack_asks_both_tokens_checks_them_with_auth_test_and_writes_config(
         slack: SlackAPI, isolated_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     asked: list[tuple[str, bool]] = []
-    answers = iter([BOT_TOKEN, APP_TOKEN, OWNER])
+    answers = iter([BOT_TOKEN, APP_TOKEN, OWNER, "y"])
 
     def read(prompt: str, secret: bool) -> str:
         asked.append((prompt, secret))
@@ -542,10 +542,10 @@ def test_channels_add_slack_asks_both_tokens_checks_them_with_auth_test_and_writ
     write_config(isolated_home, {"channels": {"slack": {"apiBase": slack.api_base}}})
     ran = invoke("channels", "add", "slack")
     assert ran.returncode == 0, ran.stderr
-    assert [secret for _, secret in asked] == [True, True, False]
+    assert [secret for _, secret in asked] == [True, True, False, False]  # the last: "Is U... you?"
     assert "Checked: Slack knows these credentials (@nano)." in ran.stdout
     written = json.loads((isolated_home / "config.json").read_text())["channels"]["slack"]
     assert written == {"apiBase": slack.api_base, "botToken": BOT_TOKEN, "appToken": APP_TOKEN, "allowFrom": [OWNER],
-                       "enabled": True}
+                       "owner": [OWNER], "enabled": True}
     assert [c.method for c in slack.calls] == ["auth.test"]
     assert BOT_TOKEN not in ran.stdout + ran.stderr and APP_TOKEN not in ran.stdout + ran.stderr

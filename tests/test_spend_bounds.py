@@ -119,8 +119,9 @@ def test_a_cron_job_made_in_a_group_runs_by_hand_in_a_fresh_process_with_the_gro
     assert "exec" not in offered and "cron" not in offered
 
 
-def test_a_cron_job_of_a_chat_never_recorded_as_a_group_gets_tools_profile(llm, isolated_home):
-    write_config(isolated_home, {"tools": {"profile": "full", "groupProfile": "minimal"}})
+def test_a_cron_job_of_the_owners_chat_never_recorded_as_a_group_gets_tools_profile(llm, isolated_home):
+    write_config(isolated_home, {"tools": {"profile": "full", "groupProfile": "minimal"},
+                                 "channels": {"telegram": {"owner": [42]}}})
     job_id = invoke("cron", "add", "--every", "1d", "-m", "Post the weather.").stdout.strip()
     from nanoagent.paths import Paths
 
@@ -147,11 +148,12 @@ def test_a_chat_once_recorded_as_a_group_keeps_its_cron_jobs_to_the_group_profil
     paths = Paths.from_env()
     paths.channels_dir.mkdir(parents=True, exist_ok=True)
     (paths.channels_dir / "telegram.json").write_text(json.dumps({"version": 2, "groups": ["telegram:-100123:7"]}))
-    loop = build_agent(load_config(write_config(isolated_home, {}), env={})[0], paths, provider=ScriptedProvider([]))
+    config = load_config(write_config(isolated_home, {"channels": {"telegram": {"owner": [42]}}}), env={})[0]
+    loop = build_agent(config, paths, provider=ScriptedProvider([]))
     assert set(loop.tools_for("cron:ab12:telegram:-100123").names()) == set(MINIMAL)  # a thread of it was a group
     loop.note_chat("telegram:-100123", group=False)
     assert set(loop.tools_for("cron:ab12:telegram:-100123").names()) == set(MINIMAL)
-    assert "exec" in loop.tools_for("cron:ab12:telegram:42").names()  # never a group: tools.profile
+    assert "exec" in loop.tools_for("cron:ab12:telegram:42").names()  # the owner's chat, never a group: tools.profile
 
 
 # --- a one-shot's bound from what earlier processes learned (spend/bounds.jsonl) ----------------------------------
