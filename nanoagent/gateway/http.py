@@ -27,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import functools
 import hmac
 import ipaddress
 import json
@@ -271,13 +270,22 @@ class Doors:
         self.busy: dict[RequestHandler, int] = {}  # requests being answered on each connection
 
     def arrived(self, connection: RequestHandler) -> None:
-        self._prune()
+        """A connection was accepted (its transport is set): its deadline starts now and it counts at once."""
         loop = asyncio.get_running_loop()
         self.waiting[connection] = loop.call_later(AUTH_DEADLINE, self._expire, connection)
         if len(self.waiting) > MAX_UNAUTHENTICATED:
             oldest = next(iter(self.waiting))
             self.waiting.pop(oldest).cancel()
             _close(oldest)
+
+    def left(self, connection: RequestHandler) -> None:
+        """The connection closed: it holds nothing any more."""
+        timer = self.waiting.pop(connection, None)
+        if timer is not None:
+            timer.cancel()
+        self.clients.discard(connection)
+        self.streams.pop(connection, None)
+        self.busy.pop(connection, None)
 
     def _expire(self, connection: RequestHandler) -> None:
         if self.waiting.pop(connection, None) is None:
@@ -293,7 +301,6 @@ class Doors:
         none is free)."""
         if connection in self.clients or connection in self.streams:
             return
-        self._prune()
         if len(self.clients) >= MAX_CONNECTIONS:
             raise HttpError(503, f"Too many connections ({MAX_CONNECTIONS} signed-in clients); try again shortly.",
                             kind="server_error", close=True, headers={"Retry-After": "1"})
@@ -309,8 +316,6 @@ class Doors:
         self.clients.discard(connection)
         self.streams[connection] = None
         if len(self.streams) > MAX_STREAMS:
-            self._prune()
-        if len(self.streams) > MAX_STREAMS:
             oldest = next(iter(self.streams))
             del self.streams[oldest]
             _close(oldest)
@@ -319,25 +324,26 @@ class Doors:
         if self.streams.pop(connection, 0) is None and connection.transport is not None:
             self.clients.add(connection)
 
-    def _prune(self) -> None:
-        for gone in [c for c in self.waiting if c.transport is None]:
-            self.waiting.pop(gone).cancel()
-        self.clients = {c for c in self.clients if c.transport is not None}
-        self.streams = {c: None for c in self.streams if c.transport is not None}
-        self.busy = {c: n for c, n in self.busy.items() if c.transport is not None}
 
-
-@functools.cache
-def _neutral_handler() -> type[RequestHandler]:
-    """aiohttp's connection handler whose own answer to a request it refuses before any route (a malformed line, a
-    header too long) carries the app's security headers and `Server: nanoagent`, not aiohttp's and Python's
-    versions. aiohttp has no setting for that answer, so `serve` gives each connection this subclass."""
+def _handler_class(doors: Doors) -> type[RequestHandler]:
+    """aiohttp's connection handler, told to `doors` when a connection is accepted and when it closes (so each gets
+    its deadline and slot from its first moment), and whose own answer to a request it refuses before any route (a
+    malformed line, a header too long) carries the app's security headers and `Server: nanoagent`, not aiohttp's and
+    Python's versions. aiohttp has no setting for either, so `serve` gives each connection this subclass."""
     from aiohttp.web_protocol import RequestHandler
 
     from nanoagent.web.auth import secure_headers
 
     class NeutralHandler(RequestHandler):
         __slots__ = ()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            doors.arrived(self)
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            doors.left(self)
+            super().connection_lost(exc)
 
         def handle_error(self, *args: Any, **kwargs: Any) -> web.StreamResponse:
             response = super().handle_error(*args, **kwargs)
@@ -421,10 +427,11 @@ class Endpoint:
         handlers = runner.server
         assert handlers is not None
 
+        handler_class = _handler_class(self.doors)
+
         def connection() -> RequestHandler:
             made = handlers()
-            made.__class__ = _neutral_handler()  # its own refusals say no server software (slots: no attribute)
-            self.doors.arrived(made)
+            made.__class__ = handler_class  # slots: no attribute can say it instead
             return made
 
         try:
@@ -437,7 +444,7 @@ class Endpoint:
         bound = server.sockets[0].getsockname()[1]
         log.info(_record("http_listening", url=url(host, bound), loopback=is_loopback(host),
                          token_file="$NANOAGENT_HOME/run/http-token"))
-        from nanoagent.web.markdown import listen_on
+        from nanoagent.linkhost import listen_on
 
         listen_on(host)  # a reply's link to this host (any port) stays text: the cookie would go along
         try:
@@ -472,7 +479,9 @@ class Endpoint:
                 return _app_error(e)
             return e.response()
         finally:
-            busy[connection] -= 1
+            left = busy.pop(connection, 1) - 1  # none: the connection closed meanwhile (`Doors.left`)
+            if left:
+                busy[connection] = left
             self.doors.streamed(connection)
 
     async def _prepared(self, request: web.Request, response: web.StreamResponse) -> None:
