@@ -7,7 +7,7 @@ link into the network lets a reply make the person's browser call a local servic
 The host is decided as a browser decides it (WHATWG URL parsing): tabs and newlines dropped, any run of slashes or
 backslashes after a special scheme's colon, the host after the authority's last `@`, percent-decoded as UTF-8,
 mapped as IDNA (UTS-46) maps it (NFKC and case folding, the ideographic, fullwidth and halfwidth full stops as dots,
-invisible characters dropped), then read as an address when it ends in a number (`127.1`, `0x7f000001`,
+invisible characters dropped; an `xn--` label decoded and mapped the same way), then read as an address when it ends in a number (`127.1`, `0x7f000001`,
 `１２７．０．０．１`). A host the browser would refuse (bad percent-encoding, a forbidden character, a malformed
 number) counts as reaching here: whatever cannot be decided stays text. No DNS: a public name that resolves to a
 private address is not caught (the browser's own private-network checks are the guard there).
@@ -84,18 +84,31 @@ def browser_host(url: str) -> str | None:
 
 def canonical_host(host: str) -> str:
     """A host name as the browser will use it: percent-decoded, mapped as IDNA maps it, lower case; a label that
-    stays outside ASCII becomes `xn--` (punycode: a name, never a number). ValueError for a host it refuses."""
+    stays outside ASCII becomes `xn--` (punycode: a name, never a number), and an `xn--` label is read as what it
+    encodes. ValueError for a host the browser refuses."""
     from urllib.parse import unquote
 
     if host.startswith("[") and host.endswith("]"):
         return str(ipaddress.IPv6Address(host[1:-1]))
-    decoded = unquote(host, errors="strict")
-    mapped = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", decoded.translate(_DOTS)).casefold())
+    labels = []
+    for label in _mapped(unquote(host, errors="strict")).split("."):
+        if label.startswith("xn--"):
+            try:
+                label = _mapped(label[4:].encode("ascii").decode("punycode"))
+            except UnicodeError:
+                raise ValueError(f"not a host: {host!r}") from None
+        labels += [part if part.isascii() else "xn--" for part in label.split(".")]
+    return ".".join(labels)
+
+
+def _mapped(text: str) -> str:
+    """`text` mapped as UTS-46 maps a host (NFKC and case folding, the full stops as dots, invisible characters
+    dropped); ValueError when it holds a character no host may hold."""
+    mapped = unicodedata.normalize("NFKC", unicodedata.normalize("NFKC", text.translate(_DOTS)).casefold())
     mapped = mapped.translate(_DOTS)
     if _FORBIDDEN.search(mapped) or "\ufffd" in mapped:
-        raise ValueError(f"not a host: {host!r}")
-    mapped = "".join(c for c in mapped if c.isascii() or unicodedata.category(c) not in _INVISIBLE)
-    return ".".join(label if label.isascii() else "xn--" for label in mapped.split("."))
+        raise ValueError(f"not a host: {text!r}")
+    return "".join(c for c in mapped if c.isascii() or unicodedata.category(c) not in _INVISIBLE)
 
 
 def local_host(host: str) -> bool:

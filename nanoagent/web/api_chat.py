@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import re
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import read_beneath
 from nanoagent.web.markdown import render
 
 if TYPE_CHECKING:
@@ -47,25 +47,6 @@ _BAD_NAME = re.compile(r"\.\.|[/\\\x00-\x1f\x7f]")
 class BadRequest(web.HTTPBadRequest):
     def __init__(self, message: str) -> None:
         super().__init__(text=json.dumps({"error": message}), content_type="application/json")
-
-
-def read_inside(root: Path, relpath: str) -> bytes | None:
-    """The bytes of the plain file `root/relpath`, or None when it is missing or might be someone else's: its real
-    path (symbolic links resolved) outside the real `root`, a symbolic link as its last part (O_NOFOLLOW), not a
-    regular file, or a hard link (more than one name)."""
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(os.path.join(real_root, relpath))
-    if os.path.commonpath([real_root, real]) != real_root or real == real_root:
-        return None
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            return None
-        return file.read()
 
 
 def session_key(raw: str) -> str:
@@ -315,8 +296,8 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         name = request.match_info["name"]
         if not re.fullmatch(r"image-[0-9a-f]{16}\.(png|jpg|gif|webp)", name):
             raise web.HTTPNotFound()
-        data = await asyncio.to_thread(read_inside, ctx.paths.workspace / "media", name)
-        if data is None:  # missing, or a link (symbolic or hard) that could lead out of the media folder
+        data = await asyncio.to_thread(read_beneath, ctx.paths.workspace, f"media/{name}")
+        if data is None:  # missing, or a link (symbolic or hard, media/ itself too) that could lead out of it
             raise web.HTTPNotFound()
         kind = {"jpg": "image/jpeg"}.get(name.rsplit(".", 1)[1], f"image/{name.rsplit('.', 1)[1]}")
         return web.Response(body=data, content_type=kind, headers={"Cache-Control": "private, max-age=86400"})
@@ -439,4 +420,4 @@ def too_big(cap: int) -> web.Response:
                                        "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
 
 
-__all__ = ["Rooms", "add_chat", "read_inside", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
+__all__ = ["Rooms", "add_chat", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
