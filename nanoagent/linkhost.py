@@ -31,15 +31,16 @@ _NUMBER = re.compile(r"(0[xX][0-9a-fA-F]*|[0-9]+)")
 
 
 def listen_on(host: str) -> None:
-    """The gateway is reached at `host` (its listening host, an allowed Host, one of this machine's addresses): a
-    link to it on any port stays text, since the cookie would go along."""
+    """The gateway is reached at `host` (a name or address, a port allowed: its listening host, an allowed Host, the
+    host a browser signed in at): a link to it on any port stays text, since the cookie would go along."""
+    host = host.strip()
     try:
-        name = canonical_host(host.strip())
+        name = browser_host(f"http://[{host}]/" if host.count(":") > 1 and "[" not in host else f"http://{host}/")
+        ip = _address(name.rstrip(".")) if name else None
     except ValueError:
         return
-    ip = _address(name)
     if name:
-        OWN_HOSTS.add(str(ip) if ip is not None else name)
+        OWN_HOSTS.add(str(ip) if ip is not None else name.rstrip("."))
 
 
 def reaches_here(url: str) -> bool:

@@ -9,7 +9,6 @@ import re
 import socket
 import threading
 import time
-from typing import Any
 
 import pytest
 
@@ -175,3 +174,103 @@ def test_30_silent_sockets_opened_back_to_back_are_all_closed_at_their_deadline(
             answers.append(b"".join(iter(lambda c=conn: c.recv(65536), b"")))  # until the gateway closes it
     assert all(a.startswith(b"HTTP/1.1 408 Request Timeout") for a in answers), answers
     assert time.monotonic() - started < listener.IDLE_TIMEOUT  # not aiohttp's idle timeout of 60 s
+
+
+def test_a_signed_in_upload_that_stalls_mid_body_is_answered_408_and_closed(web, monkeypatch):
+    from nanoagent.web import api_chat
+
+    monkeypatch.setattr(api_chat, "BODY_IDLE", 0.5)
+    cookie = web.cookie()
+    token = client(web, cookie).get("/api/session").json()["csrf"]
+    with socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE) as conn:
+        conn.sendall((f"POST /api/uploads HTTP/1.1\r\nHost: localhost\r\nCookie: {cookie}\r\nX-CSRF-Token: {token}\r\n"
+                      "Content-Type: image/png\r\nContent-Length: 100000\r\n\r\n").encode() + b"\x89PNG\r\n\x1a\n")
+        answer = b"".join(iter(lambda: conn.recv(65536), b""))  # then nothing more: the gateway closes it
+    assert answer.startswith(b"HTTP/1.1 408") and b"stopped coming" in answer
+
+
+def test_a_v1_request_whose_body_stalls_is_answered_408(web, monkeypatch):
+    from nanoagent.web import api_chat
+
+    monkeypatch.setattr(api_chat, "BODY_IDLE", 0.5)
+    with socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE) as conn:
+        conn.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {web.token}\r\n"
+                      "Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"messages\":").encode())
+        answer = b"".join(iter(lambda: conn.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 408") and b"stopped coming" in answer
+
+
+# --- only known hosts -----------------------------------------------------------------------------------------
+
+
+def _get(port: int, host: str, path: str = "/health", extra: str = "") -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE) as conn:
+        conn.sendall(f"GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{extra}\r\n".encode())
+        return b"".join(iter(lambda: conn.recv(65536), b""))
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:{port}", "127.0.0.1.evil.example", "10.0.0.7",
+                                  "localhost.evil.example:{port}", "[::2]:{port}", ""])
+def test_a_request_naming_a_host_this_gateway_is_not_is_refused_421_before_anything_else(web, host):
+    port = port_of(web)
+    cookie = web.cookie()
+    for path in ("/health", "/api/session", "/v1/models"):
+        answer = _get(port, host.format(port=port), path, f"Cookie: {cookie}\r\nAuthorization: Bearer {web.token}\r\n")
+        assert answer.startswith(b"HTTP/1.1 421"), answer
+        assert b"gateway.http.allowedHosts" in answer and b"csrf" not in answer
+
+
+def test_a_body_sent_to_an_unknown_host_with_expect_100_continue_is_never_read(web):
+    with socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE) as conn:
+        conn.sendall(b"POST /api/uploads HTTP/1.1\r\nHost: evil.example\r\nContent-Length: 50000000\r\n"
+                     b"Expect: 100-continue\r\n\r\n")
+        answer = b"".join(iter(lambda: conn.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 421") and b"100 Continue" not in answer
+
+
+@pytest.mark.parametrize("host", ["localhost", "localhost:{port}", "127.0.0.1:{port}", "LOCALHOST.:{port}",
+                                  "127.0.0.2", "[::1]:{port}"])
+def test_loopback_names_and_addresses_are_served(web, host):
+    assert _get(port_of(web), host.format(port=port_of(web))).startswith(b"HTTP/1.1 200")
+
+
+def test_a_name_in_allowed_hosts_is_served_and_a_link_to_it_stays_text(isolated_home):
+    from nanoagent.config.schema import Config
+
+    config = Config()
+    config.gateway.http.allowed_hosts = ["Agent.Example.org"]
+    with web_gateway(config=config) as web:
+        assert _get(port_of(web), "agent.example.org").startswith(b"HTTP/1.1 200")
+        assert _get(port_of(web), "agent.example.org:443").startswith(b"HTTP/1.1 200")
+        assert _get(port_of(web), "other.example.org").startswith(b"HTTP/1.1 421")
+        assert "href" not in render("[x](https://agent.example.org:8443/)")
+
+
+def _own_address() -> str | None:
+    """An address of this machine that is not loopback (the route's source address; no packet is sent)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("198.51.100.1", 9))
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if address.startswith("127.") or address == "0.0.0.0" else address
+
+
+def test_bound_to_every_address_the_machine_s_own_address_is_served_and_another_name_refused(isolated_home):
+    from nanoagent.config.schema import Config
+
+    address = _own_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    config = Config()
+    config.gateway.http.host = "0.0.0.0"
+    with web_gateway(config=config) as web:
+        port = port_of(web)
+        with socket.create_connection((address, port), timeout=PATIENCE) as conn:
+            conn.sendall(f"GET /health HTTP/1.1\r\nHost: {address}:{port}\r\nConnection: close\r\n\r\n".encode())
+            served = b"".join(iter(lambda: conn.recv(65536), b""))
+        with socket.create_connection((address, port), timeout=PATIENCE) as conn:
+            conn.sendall(f"GET /health HTTP/1.1\r\nHost: rebound.example:{port}\r\nConnection: close\r\n\r\n".encode())
+            refused = b"".join(iter(lambda: conn.recv(65536), b""))
+    assert served.startswith(b"HTTP/1.1 200") and refused.startswith(b"HTTP/1.1 421")

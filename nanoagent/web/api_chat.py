@@ -29,7 +29,6 @@ from nanoagent.fsutil import read_beneath
 from nanoagent.web.markdown import render
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from nanoagent.agent import events as ev
     from nanoagent.messages import ImageBlock, Message
@@ -42,11 +41,39 @@ MAX_QUEUED = 10_000  # events waiting for a tab that stopped reading before its 
 MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
 MAX_LISTED = 200  # sessions the list reads, the most recently active first (each is a file read)
 _BAD_NAME = re.compile(r"\.\.|[/\\\x00-\x1f\x7f]")
+BODY_IDLE = 30.0  # seconds a request body may go without a byte: then 408 and the connection closes
+MAX_JSON = 10 * 1024 * 1024  # bytes of a JSON body (the listener refuses a longer Content-Length before)
 
 
 class BadRequest(web.HTTPBadRequest):
     def __init__(self, message: str) -> None:
         super().__init__(text=json.dumps({"error": message}), content_type="application/json")
+
+
+class BodyStalled(web.HTTPRequestTimeout):
+    """The body stopped coming (BODY_IDLE seconds without a byte): its connection slot is given back."""
+
+    def __init__(self) -> None:
+        super().__init__(text=json.dumps({"error": f"The request's body stopped coming for {BODY_IDLE:g} s; send it "
+                                                   "again."}), content_type="application/json")
+        self.force_close()
+
+
+async def read_body(request: web.Request, cap: int) -> bytes | None:
+    """The request's body as it comes, None once it is over `cap` bytes (the rest unread); BodyStalled when no byte
+    comes for BODY_IDLE seconds. `read(n)` returns what has arrived so far, so it reads on to the end."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= cap:
+        try:
+            chunk = await asyncio.wait_for(request.content.read(cap + 1 - size), BODY_IDLE)
+        except TimeoutError:
+            raise BodyStalled from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return None if size > cap else b"".join(chunks)
 
 
 def session_key(raw: str) -> str:
@@ -274,17 +301,9 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         cap = ctx.config.tools.attachments.max_image_bytes
         if (request.content_length or 0) > cap:
             return too_big(cap)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= cap:  # `read(n)` returns what has arrived so far: read on to the end (or past the cap)
-            chunk = await request.content.read(cap + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > cap:
+        data = await read_body(request, cap)
+        if data is None:
             return too_big(cap)
-        data = b"".join(chunks)
         kind = sniff(data)
         if kind not in IMAGE_TYPES:
             raise BadRequest("Only PNG, JPEG, GIF and WebP images can be attached.")
@@ -406,9 +425,10 @@ async def _write(response: web.StreamResponse, message: dict[str, Any]) -> None:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
+    data = await read_body(request, MAX_JSON)
     try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError):
+        body = json.loads(data) if data is not None else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRequest("The body must be a JSON object.") from None
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
@@ -420,4 +440,4 @@ def too_big(cap: int) -> web.Response:
                                        "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
 
 
-__all__ = ["Rooms", "add_chat", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
+__all__ = ["BodyStalled", "Rooms", "add_chat", "read_body", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
