@@ -282,3 +282,36 @@ def _try_lock(fd: int) -> bool:
         return True
     except BlockingIOError:
         return False
+
+
+def read_beneath(root: Path, relpath: str) -> bytes | None:
+    """The bytes of the plain file `relpath` under the folder `root`, or None when it is missing or might be someone
+    else's. It is opened part by part from `root`'s descriptor with O_NOFOLLOW on every part (openat), so a symbolic
+    link anywhere on the way, even one swapped in while it is opened, reads as missing, as does `..`, a part that is
+    not a folder, a file that is not regular, or a hard link (more than one name). `root` itself may be a link."""
+    parts = relpath.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        return None
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    try:
+        folder = os.open(root, os.O_RDONLY | os.O_DIRECTORY | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        for part in parts[:-1]:
+            inner = os.open(part, nofollow | os.O_DIRECTORY, dir_fd=folder)
+            os.close(folder)
+            folder = inner
+        fd = os.open(parts[-1], nofollow | os.O_NONBLOCK, dir_fd=folder)
+    except OSError:
+        return None
+    finally:
+        os.close(folder)
+    with os.fdopen(fd, "rb") as file:
+        try:
+            info = os.fstat(file.fileno())
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
+                return None
+            return file.read()
+        except OSError:
+            return None

@@ -16,6 +16,7 @@ connections (the network here is closed); no browser is ever downloaded.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import shutil
 import threading
@@ -26,7 +27,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from nanoagent.config.schema import Config, HttpConfig
+from nanoagent.config.schema import Config
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
 from tests.conftest import PATIENCE
@@ -130,7 +131,7 @@ def web_gateway(provider: ScriptedProvider | None = None, config: Config | None 
         listener = Listener(hub, paths, config, server.start_component, server)
         if clock is not None:
             listener.auth = WebAuth(clock)
-        server.components.append(listener.component(HttpConfig(enabled=True, port=0)))
+        server.components.append(listener.component(dataclasses.replace(config.gateway.http, enabled=True, port=0)))
         server.signin = listener.signin
         made.update(server=server, listener=listener)
         serving = asyncio.create_task(server.serve(handle_signals=False))

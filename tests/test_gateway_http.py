@@ -406,15 +406,15 @@ def test_malformed_oversized_slow_and_chunked_requests_get_a_status_and_a_closed
     monkeypatch.setattr(http, "AUTH_DEADLINE", 1.0)  # a slow client, quickly
 
     async def body(live: Live) -> list[bytes]:
-        auth = f"Host: x\r\nAuthorization: Bearer {live.token}\r\n".encode()
+        auth = f"Host: localhost\r\nAuthorization: Bearer {live.token}\r\n".encode()
         close = b"Connection: close\r\n"
         requests = [
             b"GARBAGE\r\n\r\n",
-            b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n",
             b"POST /v1/chat/completions HTTP/1.1\r\n" + auth + b"Content-Length: 20000000\r\n\r\n{",
             b"POST /v1/chat/completions HTTP/1.1\r\n" + auth + b"Transfer-Encoding: chunked\r\n\r\n0\r\n\r\n",
-            b"GET /health HTTP/2.0\r\nHost: x\r\n\r\n",
-            b"GET /health HTTP/1.1\r\nHost: x\r\n",  # and then nothing more
+            b"GET /health HTTP/2.0\r\nHost: localhost\r\n\r\n",
+            b"GET /health HTTP/1.1\r\nHost: localhost\r\n",  # and then nothing more
             b"POST /v1/chat/completions HTTP/1.1\r\n" + auth + close + b"Content-Length: 3\r\n\r\n{x}",
             b"DELETE /v1/models HTTP/1.1\r\n" + auth + close + b"\r\n",
             b"GET /v1/nothing/here HTTP/1.1\r\n" + auth + close + b"\r\n",
@@ -459,7 +459,7 @@ def test_one_connection_carries_one_request_after_another():
         reader, writer = await asyncio.open_connection("127.0.0.1", live.port)
         answers = []
         for _ in range(2):
-            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n")
+            writer.write(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n")
             head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), PATIENCE)
             length = int(head.split(b"Content-Length: ")[1].split(b"\r\n")[0])
             answers.append(head.split(b"\r\n")[0] + b" " + await reader.readexactly(length))
@@ -498,7 +498,7 @@ def test_hundreds_of_silent_connections_do_not_keep_out_a_client_with_the_token(
             reply = await live.sdk().chat.completions.create(model="nanoagent",
                                                              messages=[{"role": "user", "content": "hi"}])
             oldest_dropped = await closed_by_peer(quiet[0][0])
-            quiet[-1][1].write(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")  # the newest silent one is still served
+            quiet[-1][1].write(b"GET /health HTTP/1.1\r\nHost: localhost\r\n\r\n")  # the newest silent one is still served
             newest = await asyncio.wait_for(quiet[-1][0].readuntil(b"\r\n\r\n"), PATIENCE)
             return reply.choices[0].message.content or "", oldest_dropped, newest.startswith(b"HTTP/1.1 200")
         finally:
@@ -515,7 +515,7 @@ def test_a_connection_that_sends_no_authenticated_request_in_time_is_closed(monk
 
     async def body(live: Live) -> tuple[bool, bool, bytes]:
         (quiet_reader, quiet), (tokenless_reader, tokenless) = await silent(live.port, 2)
-        tokenless.write(b"GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n")  # refused, and then it keeps the connection open
+        tokenless.write(b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\n\r\n")  # refused, and then it keeps the connection open
         first = await asyncio.wait_for(tokenless_reader.readuntil(b"\r\n\r\n"), PATIENCE)
         closed = await closed_by_peer(quiet_reader), await closed_by_peer(tokenless_reader)
         quiet.close()
@@ -531,7 +531,7 @@ def test_clients_with_the_token_hold_at_most_64_connections_and_the_next_is_told
 
     async def body(live: Live) -> bytes:
         held = await silent(live.port, http.MAX_CONNECTIONS + 1)
-        request = b"GET /v1/models HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n"
+        request = b"GET /v1/models HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer " + live.token.encode() + b"\r\n\r\n"
         heads = []
         try:
             for reader, writer in held:

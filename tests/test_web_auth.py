@@ -159,7 +159,7 @@ def test_every_response_carries_the_security_headers_and_none_is_kept_by_a_share
 
 def test_a_path_with_dot_dot_never_leaves_the_app(web):
     cookie = web.cookie().encode()
-    answers = [raw(port_of(web), b"GET " + path + b" HTTP/1.1\r\nHost: x\r\nConnection: close\r\nCookie: " + cookie
+    answers = [raw(port_of(web), b"GET " + path + b" HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\nCookie: " + cookie
                    + b"\r\n\r\n")
                for path in (b"/../../../../etc/passwd", b"/static/../../../../etc/passwd",
                             b"/%2e%2e/%2e%2e/%2e%2e/etc/passwd", b"/static/..%2f..%2f..%2fetc/passwd",
@@ -218,7 +218,7 @@ def test_a_50_mb_body_sent_with_expect_100_continue_is_refused_before_a_byte_of_
     port = port_of(web)
     size = 50 * 1024 * 1024
     signed_in = f"Cookie: {cookie}\nX-CSRF-Token: {token}\n"
-    upload = "POST /api/uploads HTTP/1.1\nHost: x\n{who}Content-Type: image/png\nContent-Length: {size}\n" \
+    upload = "POST /api/uploads HTTP/1.1\nHost: localhost\n{who}Content-Type: image/png\nContent-Length: {size}\n" \
              "Expect: 100-continue\n"
     status, data, closed = headers_only(port, upload.format(who=signed_in, size=size))
     assert status == "HTTP/1.1 413 Request Entity Too Large" and closed
@@ -227,7 +227,7 @@ def test_a_50_mb_body_sent_with_expect_100_continue_is_refused_before_a_byte_of_
     assert status.startswith("HTTP/1.1 401") and closed and b"nanoagent web" in data
     status, data, closed = headers_only(port, upload.format(who="Cookie: nanoagent-1=forged\n", size=size))
     assert status.split()[1] in ("401", "413") and closed
-    chat = "POST /v1/chat/completions HTTP/1.1\nHost: x\n{auth}Content-Type: application/json\n" \
+    chat = "POST /v1/chat/completions HTTP/1.1\nHost: localhost\n{auth}Content-Type: application/json\n" \
            "Content-Length: {size}\nExpect: 100-continue\n"
     status, data, closed = headers_only(port, chat.format(auth=f"Authorization: Bearer {web.token}\n", size=size))
     assert status.startswith("HTTP/1.1 413") and closed and b"over the limit of 10 MB" in data
@@ -257,7 +257,7 @@ def test_silent_connections_do_not_keep_a_signed_in_browser_out(web, monkeypatch
 
 def test_200_idle_event_streams_do_not_keep_out_a_signed_in_client(web):
     cookie = web.cookie().encode()
-    request = (b"GET /api/events?session=web:idle HTTP/1.1\r\nHost: x\r\nCookie: " + cookie
+    request = (b"GET /api/events?session=web:idle HTTP/1.1\r\nHost: localhost\r\nCookie: " + cookie
                + b"\r\nAccept: text/event-stream\r\n\r\n")
     streams = []
     try:
@@ -284,7 +284,7 @@ def test_past_the_limit_of_event_streams_the_oldest_is_closed_and_the_newest_ser
 
     monkeypatch.setattr(listener, "MAX_STREAMS", 3)
     cookie = web.cookie().encode()
-    request = b"GET /api/events?session=web:many HTTP/1.1\r\nHost: x\r\nCookie: " + cookie + b"\r\n\r\n"
+    request = b"GET /api/events?session=web:many HTTP/1.1\r\nHost: localhost\r\nCookie: " + cookie + b"\r\n\r\n"
     streams = []
     try:
         for _ in range(4):
@@ -348,7 +348,7 @@ STREAMS = ["/api/sessions/web:victim/events", "/api/events?session=web:victim"]
 def open_stream(port: int, path: str, cookie: str) -> socket.socket:
     """An event stream read from a raw socket, past its first line (the chat's hello, or the events' comment)."""
     conn = socket.create_connection(("127.0.0.1", port), timeout=PATIENCE)
-    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
+    conn.sendall(f"GET {path} HTTP/1.1\r\nHost: localhost\r\nCookie: {cookie}\r\nConnection: close\r\n\r\n".encode())
     data = b""
     while b"hello" not in data and b"nanoagent events" not in data:
         chunk = conn.recv(65536)
@@ -458,7 +458,7 @@ def slow_upload(port: int, cookie: str, token: str, head: str, parts: list[bytes
     """A POST /api/uploads whose body comes in parts: the headers with `Expect: 100-continue`, then, once the
     gateway said 100 (its handler reads now), each part with a short pause between."""
     with socket.create_connection(("127.0.0.1", port), timeout=PATIENCE) as conn:
-        conn.sendall((f"POST /api/uploads HTTP/1.1\r\nHost: x\r\nCookie: {cookie}\r\nX-CSRF-Token: {token}\r\n"
+        conn.sendall((f"POST /api/uploads HTTP/1.1\r\nHost: localhost\r\nCookie: {cookie}\r\nX-CSRF-Token: {token}\r\n"
                       f"Content-Type: image/png\r\nConnection: close\r\nExpect: 100-continue\r\n{head}\r\n").encode())
         assert read_until(conn, b"\r\n\r\n").startswith(b"HTTP/1.1 100")
         for part in parts:

@@ -78,7 +78,7 @@ def test_an_image_from_this_machine_is_neither_loaded_nor_a_link(url):
 
 
 def test_a_link_to_the_gateway_s_own_listening_host_is_text():
-    from nanoagent.web.markdown import OWN_HOSTS, listen_on
+    from nanoagent.linkhost import OWN_HOSTS, listen_on
 
     before = set(OWN_HOSTS)
     try:

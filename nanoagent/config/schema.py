@@ -290,6 +290,8 @@ class HttpConfig:
     enabled: bool = False
     host: str = "127.0.0.1"  # anything but loopback is reachable by others: still only with the token
     port: int = bounded(8765, 1, 65535)
+    # Host names requests may name besides loopback, `host` and this machine's addresses (a reverse proxy's name)
+    allowed_hosts: list[str] = field(default_factory=list)
 
 
 @dataclass

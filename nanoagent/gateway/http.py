@@ -19,7 +19,12 @@ Chat Completions. See README "OpenAI-compatible endpoint" and "The web app".
 - The doors: a connection holds one of MAX_CONNECTIONS slots only once it proved who it is (the token, a session
   cookie, a sign-in code); until then it has AUTH_DEADLINE seconds, and past MAX_UNAUTHENTICATED such connections
   the oldest is dropped, so silent connections never keep out a real client. Event streams of the app are counted
-  apart (MAX_STREAMS, the oldest dropped beyond). Bodies over MAX_BODY are refused (413) before they are read.
+  apart (MAX_STREAMS, the oldest dropped beyond). Bodies over MAX_BODY are refused (413) before they are read, and a
+  body that stalls (no byte for `web.api_chat.BODY_IDLE` seconds) is answered 408.
+- Only known hosts (`Hosts`): a request whose Host is not a loopback name or address, the configured host, the
+  address it reached (one of this machine's), this machine's name when bound to every address, or one of
+  `gateway.http.allowedHosts` is refused (421) before anything else, its body unread: a page on another site whose
+  name was made to resolve here (DNS rebinding) reaches nothing.
 """
 
 from __future__ import annotations
@@ -27,13 +32,15 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import functools
+import contextlib
 import hmac
 import ipaddress
 import json
 import logging
 import os
+import re
 import secrets
+import socket
 import stat
 import tempfile
 import time
@@ -183,7 +190,8 @@ def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
                 "and start again for a strong one, or set gateway.http.host to 127.0.0.1.")
         log.warning(_record("http_token_short", length=len(token),
                             fix="delete run/http-token and restart the gateway for a strong one"))
-    endpoint = Endpoint(hub, token, hub.loop.models.default, max_image_bytes)
+    endpoint = Endpoint(hub, token, hub.loop.models.default, max_image_bytes,
+                        Hosts(settings.host, settings.allowed_hosts))
 
     async def run() -> None:
         from nanoagent.web.auth import WebAuth
@@ -259,6 +267,68 @@ def _no_token(settings: HttpConfig, path: Path, error: Exception) -> str:
             "or its folder, or set gateway.http.enabled to false.")
 
 
+class Hosts:
+    """The names a request's Host may give (see the module's doc): loopback, the configured host, the address the
+    connection reached, this machine's name when bound to every address, and `gateway.http.allowedHosts`."""
+
+    def __init__(self, host: str = "127.0.0.1", allowed: list[str] | None = None):
+        wildcard = host.strip("[]") in ("", "0.0.0.0", "::")
+        self.names: set[str] = set()
+        for name in ["localhost", host, *(allowed or []), *([socket.gethostname()] if wildcard else [])]:
+            with contextlib.suppress(ValueError):
+                self.names.add(_host_name(name))
+        self.names.discard("")
+
+    def allows(self, request: web.Request) -> bool:
+        """No Host at all (HTTP/1.0) names nothing else: a browser always sends one."""
+        if "Host" not in request.headers:
+            return True
+        try:
+            name = _host_name(request.headers["Host"])
+        except ValueError:
+            return False
+        if name in self.names:
+            return True
+        try:
+            ip = ipaddress.ip_address(name)
+        except ValueError:
+            return False
+        sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
+        return ip.is_loopback or (isinstance(sockname, tuple) and ip == _plain(str(sockname[0])))
+
+    def refusal(self, request: web.Request) -> HttpError:
+        shown = request.headers.get("Host", "")[:100]
+        return HttpError(421, f"This gateway does not answer to the host {shown!r}; to reach it by that name, add it "
+                              "to gateway.http.allowedHosts and restart the gateway.", code="unknown_host", close=True)
+
+    def all(self) -> list[str]:
+        return sorted(self.names)
+
+
+def _host_name(host: str) -> str:
+    """A Host header (or a configured name) without its port, as a browser writes it: lower case, no final dot, an
+    IPv6 address without brackets. ValueError for one no browser sends."""
+    from nanoagent.linkhost import canonical_host
+
+    text = host.strip()
+    if text.startswith("["):
+        inside, _, rest = text[1:].partition("]")
+        if rest and not re.fullmatch(r":\d*", rest):
+            raise ValueError(text)
+        return str(_plain(inside))
+    name = canonical_host(text.rsplit(":", 1)[0] if text.count(":") == 1 else text).rstrip(".")
+    try:
+        return str(_plain(name))
+    except ValueError:
+        return name
+
+
+def _plain(address: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address:
+    """An address, an IPv4 one mapped into IPv6 (a dual-stack socket's) read as IPv4."""
+    ip = ipaddress.ip_address(address.split("%", 1)[0])
+    return ip.ipv4_mapped or ip if isinstance(ip, ipaddress.IPv6Address) else ip
+
+
 class Doors:
     """The connections of the listener and their slots (see the module's doc): each is waiting (yet to prove who
     it is, until its deadline), a client (one of MAX_CONNECTIONS) or, while an app's event stream runs on it, a
@@ -271,13 +341,22 @@ class Doors:
         self.busy: dict[RequestHandler, int] = {}  # requests being answered on each connection
 
     def arrived(self, connection: RequestHandler) -> None:
-        self._prune()
+        """A connection was accepted (its transport is set): its deadline starts now and it counts at once."""
         loop = asyncio.get_running_loop()
         self.waiting[connection] = loop.call_later(AUTH_DEADLINE, self._expire, connection)
         if len(self.waiting) > MAX_UNAUTHENTICATED:
             oldest = next(iter(self.waiting))
             self.waiting.pop(oldest).cancel()
             _close(oldest)
+
+    def left(self, connection: RequestHandler) -> None:
+        """The connection closed: it holds nothing any more."""
+        timer = self.waiting.pop(connection, None)
+        if timer is not None:
+            timer.cancel()
+        self.clients.discard(connection)
+        self.streams.pop(connection, None)
+        self.busy.pop(connection, None)
 
     def _expire(self, connection: RequestHandler) -> None:
         if self.waiting.pop(connection, None) is None:
@@ -293,7 +372,6 @@ class Doors:
         none is free)."""
         if connection in self.clients or connection in self.streams:
             return
-        self._prune()
         if len(self.clients) >= MAX_CONNECTIONS:
             raise HttpError(503, f"Too many connections ({MAX_CONNECTIONS} signed-in clients); try again shortly.",
                             kind="server_error", close=True, headers={"Retry-After": "1"})
@@ -309,8 +387,6 @@ class Doors:
         self.clients.discard(connection)
         self.streams[connection] = None
         if len(self.streams) > MAX_STREAMS:
-            self._prune()
-        if len(self.streams) > MAX_STREAMS:
             oldest = next(iter(self.streams))
             del self.streams[oldest]
             _close(oldest)
@@ -319,25 +395,26 @@ class Doors:
         if self.streams.pop(connection, 0) is None and connection.transport is not None:
             self.clients.add(connection)
 
-    def _prune(self) -> None:
-        for gone in [c for c in self.waiting if c.transport is None]:
-            self.waiting.pop(gone).cancel()
-        self.clients = {c for c in self.clients if c.transport is not None}
-        self.streams = {c: None for c in self.streams if c.transport is not None}
-        self.busy = {c: n for c, n in self.busy.items() if c.transport is not None}
 
-
-@functools.cache
-def _neutral_handler() -> type[RequestHandler]:
-    """aiohttp's connection handler whose own answer to a request it refuses before any route (a malformed line, a
-    header too long) carries the app's security headers and `Server: nanoagent`, not aiohttp's and Python's
-    versions. aiohttp has no setting for that answer, so `serve` gives each connection this subclass."""
+def _handler_class(doors: Doors) -> type[RequestHandler]:
+    """aiohttp's connection handler, told to `doors` when a connection is accepted and when it closes (so each gets
+    its deadline and slot from its first moment), and whose own answer to a request it refuses before any route (a
+    malformed line, a header too long) carries the app's security headers and `Server: nanoagent`, not aiohttp's and
+    Python's versions. aiohttp has no setting for either, so `serve` gives each connection this subclass."""
     from aiohttp.web_protocol import RequestHandler
 
     from nanoagent.web.auth import secure_headers
 
     class NeutralHandler(RequestHandler):
         __slots__ = ()
+
+        def connection_made(self, transport: asyncio.BaseTransport) -> None:
+            super().connection_made(transport)
+            doors.arrived(self)
+
+        def connection_lost(self, exc: BaseException | None) -> None:
+            doors.left(self)
+            super().connection_lost(exc)
 
         def handle_error(self, *args: Any, **kwargs: Any) -> web.StreamResponse:
             response = super().handle_error(*args, **kwargs)
@@ -353,8 +430,9 @@ def _close(connection: RequestHandler) -> None:
 
 
 class Endpoint:
-    def __init__(self, hub: Hub, token: str, model: str, max_image_bytes: int = 5_000_000):
+    def __init__(self, hub: Hub, token: str, model: str, max_image_bytes: int = 5_000_000, hosts: Hosts | None = None):
         self.hub = hub
+        self.hosts = hosts or Hosts()
         self.max_image_bytes = max_image_bytes
         self.token = token.encode()
         self.model = model
@@ -394,11 +472,12 @@ class Endpoint:
 
         length = request.content_length or 0
         refused: web.StreamResponse | None = None
-        if request.path == "/api/uploads" and length > self.max_image_bytes:
+        if not self.hosts.allows(request):
+            refused = _answer(request, self.hosts.refusal(request))
+        elif request.path == "/api/uploads" and length > self.max_image_bytes:
             refused = too_big(self.max_image_bytes)  # what the upload route says of an image over the cap
         elif length > MAX_BODY:
-            error = _too_large(length)
-            refused = error.response() if request.path.startswith(("/v1", "/health")) else _app_error(error)
+            refused = _answer(request, _too_large(length))
         elif request.path == "/v1" or request.path.startswith("/v1/"):
             try:
                 self._check_token(request)
@@ -421,10 +500,11 @@ class Endpoint:
         handlers = runner.server
         assert handlers is not None
 
+        handler_class = _handler_class(self.doors)
+
         def connection() -> RequestHandler:
             made = handlers()
-            made.__class__ = _neutral_handler()  # its own refusals say no server software (slots: no attribute)
-            self.doors.arrived(made)
+            made.__class__ = handler_class  # slots: no attribute can say it instead
             return made
 
         try:
@@ -437,9 +517,10 @@ class Endpoint:
         bound = server.sockets[0].getsockname()[1]
         log.info(_record("http_listening", url=url(host, bound), loopback=is_loopback(host),
                          token_file="$NANOAGENT_HOME/run/http-token"))
-        from nanoagent.web.markdown import listen_on
+        from nanoagent.linkhost import listen_on
 
-        listen_on(host)  # a reply's link to this host (any port) stays text: the cookie would go along
+        for name in [host, *self.hosts.all()]:  # a reply's link to these (any port) stays text: the cookie would go
+            listen_on(name)
         try:
             listening(host, bound)
             await asyncio.Event().wait()  # until cancelled
@@ -458,6 +539,8 @@ class Endpoint:
         busy = self.doors.busy
         busy[connection] = busy.get(connection, 0) + 1
         try:
+            if not self.hosts.allows(request):
+                raise self.hosts.refusal(request)
             if request.version < (1, 0) or request.version > (1, 1):
                 raise HttpError(505, f"HTTP/{request.version[0]}.{request.version[1]} is not supported; use "
                                      "HTTP/1.1.", close=True)
@@ -468,11 +551,11 @@ class Endpoint:
                 raise _too_large(request.content_length or 0)
             return await handler(request)
         except HttpError as e:
-            if not request.path.startswith(("/v1", "/health")) and e.status in (413, 503):
-                return _app_error(e)
-            return e.response()
+            return _answer(request, e)
         finally:
-            busy[connection] -= 1
+            left = busy.pop(connection, 1) - 1  # none: the connection closed meanwhile (`Doors.left`)
+            if left:
+                busy[connection] = left
             self.doors.streamed(connection)
 
     async def _prepared(self, request: web.Request, response: web.StreamResponse) -> None:
@@ -525,8 +608,16 @@ class Endpoint:
     # --- chat completions ------------------------------------------------------------------------
 
     async def _chat(self, request: web.Request) -> web.StreamResponse:
+        from nanoagent.web.api_chat import BodyStalled, read_body
+
         try:
-            body = json.loads(await request.read())
+            data = await read_body(request, MAX_BODY)
+        except BodyStalled:
+            raise HttpError(408, "The request's body stopped coming; send the request again.", close=True) from None
+        if data is None:
+            raise _too_large(request.content_length or MAX_BODY + 1)
+        try:
+            body = json.loads(data)
         except (ValueError, UnicodeDecodeError) as e:
             raise HttpError(400, f"The body is not valid JSON ({e}); send a JSON object.") from None
         except RecursionError:
@@ -656,6 +747,13 @@ def _json(data: Any, status: int = 200, headers: dict[str, str] | None = None) -
 def _too_large(length: int) -> HttpError:
     return HttpError(413, f"The body is {length:,} bytes, over the limit of {MAX_BODY // (1024 * 1024)} MB; send a "
                           "smaller one.", code="body_too_large", close=True)
+
+
+def _answer(request: web.Request, error: HttpError) -> web.Response:
+    """A refusal of the limits: OpenAI-shaped under /v1 and /health, as the app's API answers elsewhere."""
+    if not request.path.startswith(("/v1", "/health")) and error.status in (408, 413, 421, 503):
+        return _app_error(error)
+    return error.response()
 
 
 def _app_error(error: HttpError) -> web.Response:

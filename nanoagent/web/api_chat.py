@@ -17,7 +17,6 @@ import json
 import logging
 import os
 import re
-import stat
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -26,10 +25,10 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nanoagent.errors import NanoagentError
+from nanoagent.fsutil import read_beneath
 from nanoagent.web.markdown import render
 
 if TYPE_CHECKING:
-    from pathlib import Path
 
     from nanoagent.agent import events as ev
     from nanoagent.messages import ImageBlock, Message
@@ -42,6 +41,8 @@ MAX_QUEUED = 10_000  # events waiting for a tab that stopped reading before its 
 MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
 MAX_LISTED = 200  # sessions the list reads, the most recently active first (each is a file read)
 _BAD_NAME = re.compile(r"\.\.|[/\\\x00-\x1f\x7f]")
+BODY_IDLE = 30.0  # seconds a request body may go without a byte: then 408 and the connection closes
+MAX_JSON = 10 * 1024 * 1024  # bytes of a JSON body (the listener refuses a longer Content-Length before)
 
 
 class BadRequest(web.HTTPBadRequest):
@@ -49,23 +50,30 @@ class BadRequest(web.HTTPBadRequest):
         super().__init__(text=json.dumps({"error": message}), content_type="application/json")
 
 
-def read_inside(root: Path, relpath: str) -> bytes | None:
-    """The bytes of the plain file `root/relpath`, or None when it is missing or might be someone else's: its real
-    path (symbolic links resolved) outside the real `root`, a symbolic link as its last part (O_NOFOLLOW), not a
-    regular file, or a hard link (more than one name)."""
-    real_root = os.path.realpath(root)
-    real = os.path.realpath(os.path.join(real_root, relpath))
-    if os.path.commonpath([real_root, real]) != real_root or real == real_root:
-        return None
-    try:
-        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError:
-        return None
-    with os.fdopen(fd, "rb") as file:
-        info = os.fstat(file.fileno())
-        if not stat.S_ISREG(info.st_mode) or info.st_nlink != 1:
-            return None
-        return file.read()
+class BodyStalled(web.HTTPRequestTimeout):
+    """The body stopped coming (BODY_IDLE seconds without a byte): its connection slot is given back."""
+
+    def __init__(self) -> None:
+        super().__init__(text=json.dumps({"error": f"The request's body stopped coming for {BODY_IDLE:g} s; send it "
+                                                   "again."}), content_type="application/json")
+        self.force_close()
+
+
+async def read_body(request: web.Request, cap: int) -> bytes | None:
+    """The request's body as it comes, None once it is over `cap` bytes (the rest unread); BodyStalled when no byte
+    comes for BODY_IDLE seconds. `read(n)` returns what has arrived so far, so it reads on to the end."""
+    chunks: list[bytes] = []
+    size = 0
+    while size <= cap:
+        try:
+            chunk = await asyncio.wait_for(request.content.read(cap + 1 - size), BODY_IDLE)
+        except TimeoutError:
+            raise BodyStalled from None
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return None if size > cap else b"".join(chunks)
 
 
 def session_key(raw: str) -> str:
@@ -293,17 +301,9 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         cap = ctx.config.tools.attachments.max_image_bytes
         if (request.content_length or 0) > cap:
             return too_big(cap)
-        chunks: list[bytes] = []
-        size = 0
-        while size <= cap:  # `read(n)` returns what has arrived so far: read on to the end (or past the cap)
-            chunk = await request.content.read(cap + 1 - size)
-            if not chunk:
-                break
-            chunks.append(chunk)
-            size += len(chunk)
-        if size > cap:
+        data = await read_body(request, cap)
+        if data is None:
             return too_big(cap)
-        data = b"".join(chunks)
         kind = sniff(data)
         if kind not in IMAGE_TYPES:
             raise BadRequest("Only PNG, JPEG, GIF and WebP images can be attached.")
@@ -315,8 +315,8 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         name = request.match_info["name"]
         if not re.fullmatch(r"image-[0-9a-f]{16}\.(png|jpg|gif|webp)", name):
             raise web.HTTPNotFound()
-        data = await asyncio.to_thread(read_inside, ctx.paths.workspace / "media", name)
-        if data is None:  # missing, or a link (symbolic or hard) that could lead out of the media folder
+        data = await asyncio.to_thread(read_beneath, ctx.paths.workspace, f"media/{name}")
+        if data is None:  # missing, or a link (symbolic or hard, media/ itself too) that could lead out of it
             raise web.HTTPNotFound()
         kind = {"jpg": "image/jpeg"}.get(name.rsplit(".", 1)[1], f"image/{name.rsplit('.', 1)[1]}")
         return web.Response(body=data, content_type=kind, headers={"Cache-Control": "private, max-age=86400"})
@@ -425,9 +425,10 @@ async def _write(response: web.StreamResponse, message: dict[str, Any]) -> None:
 
 
 async def _json_body(request: web.Request) -> dict[str, Any]:
+    data = await read_body(request, MAX_JSON)
     try:
-        body = await request.json()
-    except (ValueError, UnicodeDecodeError):
+        body = json.loads(data) if data is not None else None
+    except (ValueError, UnicodeDecodeError, RecursionError):
         raise BadRequest("The body must be a JSON object.") from None
     if not isinstance(body, dict):
         raise BadRequest("The body must be a JSON object.")
@@ -439,4 +440,4 @@ def too_big(cap: int) -> web.Response:
                                        "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
 
 
-__all__ = ["Rooms", "add_chat", "read_inside", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
+__all__ = ["BodyStalled", "Rooms", "add_chat", "read_body", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]

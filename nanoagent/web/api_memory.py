@@ -12,7 +12,8 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from nanoagent.errors import NanoagentError
-from nanoagent.web.api_chat import BadRequest, read_inside
+from nanoagent.fsutil import read_beneath
+from nanoagent.web.api_chat import BadRequest
 from nanoagent.web.markdown import render
 
 if TYPE_CHECKING:
@@ -44,9 +45,9 @@ def add_memory(app: web.Application, ctx: WebContext) -> None:
         return MemoryGit(ctx.paths.workspace, ctx.paths.memory_git_dir)
 
     def read(relpath: str) -> dict[str, Any]:
-        # a link anywhere on the way (skills/evil -> elsewhere) that leads out of the workspace, or a hard link,
-        # reads as missing: the page never shows a file from outside it
-        data = read_inside(ctx.paths.workspace, relpath)
+        # a symbolic link anywhere on the way (skills/evil -> elsewhere, even one swapped in meanwhile), or a hard
+        # link, reads as missing: the page never shows a file from outside the workspace
+        data = read_beneath(ctx.paths.workspace, relpath)
         if data is None:
             refused = os.path.lexists(ctx.paths.workspace / relpath)  # there, but not a plain file of the workspace
             return {"path": relpath, "exists": False, "html": "", **({"refused": True} if refused else {})}

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from nanoagent.linkhost import listen_on
+
 CODE_TTL = 60.0  # seconds a sign-in code is good for
 SESSION_TTL = 7 * 24 * 3600.0  # seconds a browser stays signed in without using the app
 MAX_CODES = 64  # codes waiting to be used; the oldest goes first
@@ -189,6 +191,7 @@ class WebAuth:
         if not self.codes.redeem(request.match_info["code"]):
             return refusal(request, 403, "This sign-in link is wrong, used already or older than a minute")
         session = self.sessions.start()
+        listen_on(request.host)  # the cookie's host: a reply's link to it (any port) stays text from now on
         response = web.Response(status=303, headers={"Location": "/"})
         # no Max-Age or Expires: a browser-session cookie, gone when the browser closes (the gateway's session
         # also ends after SESSION_TTL unused)

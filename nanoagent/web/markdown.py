@@ -6,16 +6,18 @@ mailto (any other target, `javascript:` among them, stays as the literal text); 
 gateway: an image whose source is not a path on the gateway itself becomes a link naming it, so reading a reply
 never makes the browser fetch from a server the reply chose.
 
-An http(s) link (or image) to this machine or its network stays text too: a host that is loopback, private,
-link-local, unspecified, `localhost`/`*.localhost` or the gateway's own listening host. Cookies ignore ports, so
+An http(s) link (or image) to this machine or its network stays text too, its host read as the browser will read
+it (`nanoagent.linkhost`: percent-decoding, IDNA mapping, numeric addresses): a loopback, private, link-local or
+unspecified address, `localhost`/`*.localhost` or a host the gateway is reached at. Cookies ignore ports, so
 another service on the gateway's host would receive the sign-in cookie if the person followed such a link."""
 
 from __future__ import annotations
 
 import functools
-import ipaddress
 import re
 from typing import TYPE_CHECKING
+
+from nanoagent.linkhost import reaches_here
 
 if TYPE_CHECKING:
     from markdown_it import MarkdownIt
@@ -24,57 +26,13 @@ if TYPE_CHECKING:
     from markdown_it.utils import EnvType, OptionsDict
 
 LINK_SCHEMES = ("http://", "https://", "mailto:")
-OWN_HOSTS: set[str] = set()  # the hosts the gateway listens on (`listen_on` adds them)
-
-
-def listen_on(host: str) -> None:
-    """The gateway listens on `host`: a link to it stays text (another port of it would get the cookie)."""
-    if host.strip():
-        OWN_HOSTS.add(_bare(host))
-
-
-def _bare(host: str) -> str:
-    return host.strip().strip("[]").rstrip(".").lower()
-
-
-def local_host(host: str) -> bool:
-    """True for a host on this machine or its network, decided from the name alone (no DNS): loopback, private,
-    link-local or unspecified addresses, `localhost` and `*.localhost`, and the gateway's own listening host."""
-    from urllib.parse import unquote
-
-    name = _bare(unquote(host))
-    if not name or name == "localhost" or name.endswith(".localhost") or name in OWN_HOSTS:
-        return True
-    try:
-        ip = ipaddress.ip_address(name.split("%", 1)[0])
-    except ValueError:
-        try:  # forms a browser reads as an IPv4 address: 2130706433, 0x7f.1, 127.1
-            import socket
-
-            ip = ipaddress.ip_address(socket.inet_aton(name))
-        except (OSError, ValueError):
-            return False
-    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
-        ip = ip.ipv4_mapped
-    return ip.is_loopback or ip.is_private or ip.is_link_local or ip.is_unspecified or str(ip) in OWN_HOSTS
 
 
 def allowed_link(url: str) -> bool:
-    """Only http(s) and mailto targets become links, and an http(s) one only to a host off this machine and its
-    network (`local_host`)."""
-    target = url.strip()
-    lowered = target.lower()
-    if not lowered.startswith(LINK_SCHEMES):
-        return False
-    if lowered.startswith("mailto:"):
-        return True
-    from urllib.parse import urlsplit
-
-    try:
-        host = urlsplit(target.replace("\\", "/")).hostname
-    except ValueError:
-        return False
-    return host is not None and not local_host(host)
+    """Only http(s) and mailto targets become links, and an http(s) one only when a browser following it would not
+    reach this machine or its network (`linkhost.reaches_here`, which reads the host as the browser will)."""
+    lowered = url.strip().lower()
+    return lowered.startswith(LINK_SCHEMES) and (lowered.startswith("mailto:") or not reaches_here(url))
 
 
 def own_image(src: str) -> bool:

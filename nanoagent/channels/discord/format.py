@@ -16,11 +16,14 @@ import re
 from dataclasses import dataclass
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import units
+from nanoagent.channels.markdown import CODE_SPAN, Holes, units
+from nanoagent.linkhost import reaches_here
 
 LIMIT = 2000  # characters in one Discord message
 FENCE = re.compile(r"^\s{0,3}(`{3,}|~{3,})\s*([\w+#.-]*)")
 DEEP_HEADING = re.compile(r"^\s{0,3}#{4,6}\s+(.*?)\s*#*\s*$")
+MASKED_LINK = re.compile(r"\[([^\]\n]+)\]\(<?([^\s()<>]+(?:\([^\s()]*\))?[^\s()<>]*)>?\)")
+BARE_URL = re.compile(r"<?([a-zA-Z][\w+.-]*://[^\s<>]+)>?")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-+:?\s*(\|\s*:?-+:?\s*)+\|?\s*$")
 
 
@@ -36,7 +39,22 @@ class Block:
         lines = self.lines if lines is None else lines
         if self.code:
             return "\n".join([f"```{self.lang}", *lines, "```"])
-        return "\n".join(lines)
+        return "\n".join(map(links_here_as_code, lines))
+
+
+def links_here_as_code(line: str) -> str:
+    """A link to this machine or its network (`linkhost.reaches_here`) as text: a masked link as its label and its
+    address in code, a bare address in code (Discord links any URL in text); code spans are left alone."""
+    held = Holes()
+    line = CODE_SPAN.sub(lambda m: held.hold(m.group(0)), line.replace("\x00", ""))
+    line = MASKED_LINK.sub(lambda m: f"{m.group(1)} {held.hold(_code(m.group(2)))}" if reaches_here(m.group(2))
+                           else held.hold(m.group(0)), line)
+    line = BARE_URL.sub(lambda m: held.hold(_code(m.group(1))) if reaches_here(m.group(1)) else m.group(0), line)
+    return held.fill(line)
+
+
+def _code(url: str) -> str:
+    return "`" + url.replace("`", "%60") + "`"
 
 
 def to_discord(markdown: str) -> str:

@@ -14,6 +14,7 @@ from html.parser import HTMLParser
 
 from nanoagent.channels.base import Chunk
 from nanoagent.channels.markdown import BOLD, BULLET, CODE_SPAN, FENCE, HEADING, QUOTE, RULE, STRIKE, Holes
+from nanoagent.linkhost import reaches_here
 
 LIMIT = 100_000  # characters of one mail's text: far past any reply, so a reply is one mail
 NUMBERED = re.compile(r"^(\s*)(\d+[.)])\s+(.*)$")
@@ -154,7 +155,7 @@ def _inline_html(text: str) -> str:
     hold = (kept := Holes()).hold
 
     def link(label: str, url: str) -> str:
-        if not re.match(r"(?:https?|mailto):", url):
+        if not re.match(r"(?:https?|mailto):", url) or reaches_here(url):  # this machine or its network: text
             return hold(html.escape(f"{label} <{url}>"))
         return hold(f'<a href="{html.escape(url, quote=True)}">{html.escape(label)}</a>')
 

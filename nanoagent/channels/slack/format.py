@@ -32,6 +32,7 @@ from nanoagent.channels.markdown import (
     parse_blocks,
 )
 from nanoagent.channels.markdown import Block as MarkdownBlock
+from nanoagent.linkhost import reaches_here
 
 LIMIT = 4000  # characters of mrkdwn in one message (see the module's docstring)
 NUMBERED = re.compile(r"^(\s*)(\d{1,9}[.)])\s+(.*)$")
@@ -122,11 +123,14 @@ def inline_mrkdwn(text: str) -> str:
 
     def link(m: re.Match[str]) -> str:
         label = escape(m.group(1)).replace("|", "¦")
+        if reaches_here(m.group(2)):  # this machine or its network: text, and code so Slack links nothing
+            return label + " " + hole(f"`{escape(m.group(2))}`")
         return hole(f"<{escape(m.group(2))}|") + label + hole(">")
 
     text = CODE_SPAN.sub(lambda m: hole(f"`{escape(m.group(2).strip())}`"), text.replace("\x00", ""))
     text = LINK.sub(link, text)
-    text = BARE_URL.sub(lambda m: hole(escape(m.group(0))), text)
+    text = BARE_URL.sub(lambda m: hole(f"`{escape(m.group(0))}`" if reaches_here(m.group(0)) else escape(m.group(0))),
+                        text)
     text = escape(text)
     text = BOLD.sub(lambda m: hole("*") + m.group(2) + hole("*"), text)
     text = STRIKE.sub(lambda m: f"~{m.group(1)}~", text)

@@ -28,6 +28,7 @@ from nanoagent.channels.markdown import (
     units,
 )
 from nanoagent.channels.markdown import Block as MarkdownBlock
+from nanoagent.linkhost import reaches_here
 
 LIMIT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
 LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|tg|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
@@ -94,13 +95,20 @@ def inline_html(text: str) -> str:
     hole = (holes := Holes()).hold
     text = CODE_SPAN.sub(lambda m: hole(f"<code>{html.escape(m.group(2).strip(), quote=False)}</code>"),
                          text.replace("\x00", ""))
-    text = LINK.sub(lambda m: hole(f'<a href="{html.escape(m.group(2))}">') + m.group(1) + hole("</a>"), text)
-    text = BARE_URL.sub(lambda m: hole(html.escape(m.group(0), quote=False)), text)
+    text = LINK.sub(lambda m: (m.group(1) + " " + hole(_code(m.group(2))) if reaches_here(m.group(2)) else
+                               hole(f'<a href="{html.escape(m.group(2))}">') + m.group(1) + hole("</a>")), text)
+    text = BARE_URL.sub(lambda m: hole(_code(m.group(0)) if reaches_here(m.group(0))
+                                       else html.escape(m.group(0), quote=False)), text)
     text = html.escape(text, quote=False)
     text = BOLD.sub(lambda m: f"<b>{m.group(2)}</b>", text)
     text = STRIKE.sub(lambda m: f"<s>{m.group(1)}</s>", text)
     text = ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
     return holes.fill(text)
+
+
+def _code(url: str) -> str:
+    """A link to this machine or its network (`linkhost.reaches_here`), as code: Telegram links a URL in text itself."""
+    return f"<code>{html.escape(url, quote=False)}</code>"
 
 
 def _shows(body: str, plain: str) -> bool:
