@@ -2,7 +2,7 @@
 
 A home whose spend ledger holds 100,000 records (reservations and their settlements, over 60 days, 300 sessions,
 every kind) and a config with every kind of cap (daily, monthly, five session patterns, heartbeat, Dream). Timed per
-model call, as the retry layer makes them: the prompt's bound (`PromptBounds`: a request with tools and 40 messages, one
+model call, as the metered provider (`providers/metered.py`) makes them: the prompt's bound (`PromptBounds`: a request with tools and 40 messages, one
 more each call, bounded by the tokens reported for the one before plus the appended message; `spend/bounds.jsonl` full
 at 256 sessions, read once, a line appended after each call), the check and
 reservation (`Meter.reserve`: the ledger's lock, its totals caught up, every cap of the scope, one fsynced append)
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 from nanoagent.config.loader import config_from  # noqa: E402
 from nanoagent.paths import Paths  # noqa: E402
 from nanoagent.providers.base import ChatRequest, ToolSpec  # noqa: E402
-from nanoagent.providers.retry import PromptBounds  # noqa: E402
+from nanoagent.providers.metered import PromptBounds  # noqa: E402
 from nanoagent.spend import Meter, Scope, current_scope, report  # noqa: E402
 from nanoagent.spend.bounds import KEPT, _memos, memo_for  # noqa: E402
 from nanoagent.spend.caps import _ledgers  # noqa: E402

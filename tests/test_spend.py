@@ -121,6 +121,35 @@ def test_the_retry_layer_checks_every_attempt_so_a_429_storm_stops_at_the_cap(ll
     assert spent(isolated_home) == pytest.approx(0.3)  # refused attempts cost nothing
 
 
+def test_a_call_that_would_cross_a_cap_ends_there_and_no_fallback_model_is_tried(llm, isolated_home):
+    """The cap is checked around each attempt (`providers/metered.py`), and `Capped` is final for the retry layer:
+    a cheaper fallback does not get the call the cap refused."""
+    import asyncio
+
+    from nanoagent.agent.build import spend_meter
+    from nanoagent.providers.base import ChatRequest, ProviderError, complete_text
+    from nanoagent.providers.registry import make_provider, with_retries
+    from nanoagent.spend import current_scope
+
+    write_config(isolated_home, {"agents": {"defaults": {"maxTokens": OUT}}, "budget": {"daily": 0.05},
+                                 "providers": {"anthropic": {"prices": {MODEL: {"input": 0.0, "output": 100.0},
+                                                                         "claude-cheap": {"input": 0.0,
+                                                                                          "output": 1.0}}}}})
+    config, _ = load_config(isolated_home / "config.json", env=anthropic_env(llm))  # the fallback's call would fit
+    chain = [(f"anthropic/{name}", make_provider(f"anthropic/{name}", config)) for name in (MODEL, "claude-cheap")]
+    provider = with_retries(config, chain, meter=spend_meter(config, Paths.from_env()))
+    token = current_scope.set(Scope("cli:direct"))
+    request = ChatRequest(model=f"anthropic/{MODEL}", system="s", messages=[{"role": "user", "content": "hi"}],
+                          max_tokens=OUT)
+    try:
+        with pytest.raises(ProviderError) as failure:
+            asyncio.run(complete_text(provider, request))
+    finally:
+        current_scope.reset(token)
+    assert llm.requests == [] and "The daily budget ($0.0500) would be crossed" in str(failure.value)
+    assert spent(isolated_home) == 0
+
+
 def test_the_warning_at_warn_at_is_given_once_per_day(llm, isolated_home):
     configure(isolated_home, {"daily": 1.0, "warnAt": 0.5})
     llm.default_reply = costly(text="ok")
@@ -496,8 +525,8 @@ def test_a_pruned_or_changed_prompt_is_bounded_by_its_bytes_again(llm, isolated_
 
     from nanoagent.agent.build import spend_meter
     from nanoagent.providers.base import ChatRequest, complete_text
+    from nanoagent.providers.metered import prompt_bound
     from nanoagent.providers.registry import make_provider, with_retries
-    from nanoagent.providers.retry import prompt_bound
     from nanoagent.tokens import message_bound
 
     write_config(isolated_home, {"providers": {"anthropic": {"prices": {MODEL: {"input": 1.0, "output": 0.0},

@@ -116,7 +116,8 @@ ProviderEvent = (TextDelta | ThinkingDelta | ThinkingBlock | ToolCallReady | Usa
 
 class ProviderError(Exception):
     """A failed model call, already classified for the retry layer. `overflow`: the provider refused the prompt as
-    longer than the model's context window (the loop archives older turns and sends it once more)."""
+    longer than the model's context window (the loop archives older turns and sends it once more). `final`: no retry
+    and no other model can help (a spend cap): the call ends with it."""
 
     def __init__(
         self,
@@ -127,6 +128,7 @@ class ProviderError(Exception):
         retry_after: float | None = None,
         overflow: bool = False,
         reached: bool = True,
+        final: bool = False,
     ):
         super().__init__(message)
         self.message = message
@@ -135,6 +137,7 @@ class ProviderError(Exception):
         self.retry_after = retry_after
         self.overflow = overflow
         self.reached = reached  # False: no server took the request (refused connection, unknown host)
+        self.final = final
 
 
 RETRYABLE_STATUS = frozenset({408, 429, 500, 502, 503, 504, 529})

@@ -160,7 +160,11 @@ def with_retries(config: Config, chain: list[tuple[str, Provider]], deadline: bo
     d = config.defaults
     policy = RetryPolicy(max_retries=d.max_retries, base_delay=d.retry_base_delay, max_retry_wait=d.max_retry_wait,
                          deadline=d.request_deadline if deadline else None)
-    return RetryingProvider(chain, policy, meter=meter)
+    if meter is not None:
+        from nanoagent.providers.metered import Metered
+
+        chain = [(model, Metered(provider, meter)) for model, provider in chain]
+    return RetryingProvider(chain, policy)
 
 
 @lru_cache(maxsize=1)

@@ -1,6 +1,6 @@
 """The prompt bounds a process learned, kept for the next process: `spend/bounds.jsonl` under the home.
 
-The retry layer (`providers/retry.PromptBounds`) bounds a session's next request by the prompt tokens the provider
+The retry layer (`providers/metered.PromptBounds`) bounds a session's next request by the prompt tokens the provider
 reported for the one before plus the appended messages' bytes. A one-shot (`agent -m`) is a new process: without this
 file it would count its whole prompt by bytes, the fixed part (system prompt and tools) about 4x its real tokens.
 
