@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import base64
+import email
+import email.policy
 import json
 import logging
 from collections.abc import AsyncIterator
@@ -21,6 +24,9 @@ from nanoagent.channels.state import state_file
 from nanoagent.config.schema import EmailConfig, MailServerConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.paths import Paths
+from nanoagent.providers.scripted import ScriptedProvider
+from tests import channel_harness as harness
+from tests.conftest import until
 from tests.mail_servers import PASSWORD, PNG, USER, MailStandIn, address_of, letter
 
 CHANNEL = registry.get("email")
@@ -661,3 +667,23 @@ def test_after_a_restart_an_answer_to_our_reply_continues_the_session_and_older_
     assert [r.message["Subject"] for r in replies] == ["Re: Trip"] * 4
     assert all(r.message["References"].split()[0] == first["Message-ID"] for r in replies)
     assert replies[3].message["In-Reply-To"] == replies[2].message["Message-ID"]
+
+
+
+def test_a_subject_with_a_line_break_is_answered_and_the_next_mail_too(mail):
+    hidden = base64.b64encode(b"Hello\r\nBcc: everyone@example.net").decode()
+    raw = (f"From: {mail.owner}\r\nTo: {USER}\r\nSubject: =?utf-8?b?{hidden}?=\r\n"
+           "Message-ID: <poison@example.com>\r\nDate: Sat, 28 Nov 2026 12:00:00 +0000\r\n\r\nfirst question\r\n")
+    provider = ScriptedProvider(["First answer.", "Second answer."])
+
+    async def scenario():
+        async with harness.running(mail, provider) as runner:
+            mail.deliver(email.message_from_bytes(raw.encode(), policy=email.policy.default))
+            await until(lambda: mail.shown(mail.owner) == ["First answer."], "the answer to the CRLF subject")
+            mail.deliver(letter(mail.owner, "second question", subject="Another one"))
+            await until(lambda: mail.shown(mail.owner) == ["First answer.", "Second answer."], "the next answer")
+            await until(lambda: harness.settled(runner), "the inbox to empty")
+
+    asyncio.run(scenario())
+    first = next(r.message for r in mail.smtp.received if mail.owner in r.recipients)
+    assert first["Subject"] == "Re: Hello Bcc: everyone@example.net" and first["Bcc"] is None

@@ -345,7 +345,8 @@ class DiscordLink:
         return self.dms[chat]
 
     async def _call(self, what: str, place: Place, call: Callable[[], Awaitable[T]], persistent: bool) -> T | None:
-        """A REST call; discord.py waits out 429s. A refusal (4xx) is final; a failure of Discord or the network is
+        """A REST call; discord.py waits out 429s, five times; a 429 that outlasts them is waited out here as long as
+        Discord says, while `persistent`. Another refusal (4xx) is final; a failure of Discord or the network is
         retried with the link's backoff while `persistent`, else given up."""
         import aiohttp
         import discord
@@ -359,6 +360,11 @@ class DiscordLink:
             except discord.DiscordServerError as e:
                 error: str = f"HTTP {e.status}"
             except discord.HTTPException as e:
+                if e.status == 429 and persistent and not self.closing:
+                    wait = _retry_after(e.response)
+                    log.warning(record("discord_rate_limited", call=what, retry_after=wait))
+                    await asyncio.sleep(wait)
+                    continue
                 log.warning(record("discord_refused", call=what, status=e.status, code=e.code))
                 return None
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
@@ -488,6 +494,17 @@ def _token(settings: DiscordConfig) -> str:
     if not settings.token:
         raise NanoagentError(NO_TOKEN)
     return settings.token
+
+
+def _retry_after(response: Any) -> float:
+    """Seconds a 429 asks to wait: `X-RateLimit-Reset-After` (fractions), else `Retry-After`, else one."""
+    headers = getattr(response, "headers", None) or {}
+    for name in ("X-RateLimit-Reset-After", "Retry-After"):
+        try:
+            return max(0.0, float(str(headers.get(name))))
+        except ValueError:
+            continue
+    return 1.0
 
 
 def _why(error: BaseException) -> str:

@@ -397,7 +397,7 @@ class EmailLink:
         root = mail.root_of(msg, msgid, self.roots)
         place = mail.place_of(address, root)
         refs = mail.MSGID.findall(str(msg.get("References") or ""))
-        subject = str(msg.get("Subject") or "")
+        subject = mail.header_value(str(msg.get("Subject") or ""))
         text = mail.text_of(msg)
         first_line = text.strip().split("\n", 1)[0].strip()
         if root == msgid and subject.strip() not in ("", first_line) and not first_line.startswith("/"):

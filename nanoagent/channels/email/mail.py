@@ -232,18 +232,27 @@ def compose(own: str, to: str, subject: str, plain: str, html: str, thread: Thre
     """A mail from `own` to `to`: a reply in `thread` (In-Reply-To, References, `Re:` subject) or a new one; plain
     text with an HTML alternative; marked `Auto-Submitted: auto-replied` so other robots do not answer it."""
     msg = EmailMessage()
-    msg["From"] = own
-    msg["To"] = to
-    msg["Subject"] = fmt.reply_subject(thread.subject) if thread else subject
+    msg["From"] = header_value(own)
+    msg["To"] = header_value(to)
+    msg["Subject"] = header_value(fmt.reply_subject(thread.subject) if thread else subject)
     msg["Date"] = formatdate(localtime=False)
     msg["Message-ID"] = make_msgid(domain=own.rsplit("@", 1)[-1] if "@" in own else "nanoagent.invalid")
     if thread is not None:
-        msg["In-Reply-To"] = thread.last
-        msg["References"] = " ".join(_bounded([*thread.references, thread.last]))
+        msg["In-Reply-To"] = header_value(thread.last)
+        msg["References"] = header_value(" ".join(_bounded([*thread.references, thread.last])))
     msg["Auto-Submitted"] = "auto-replied"
     msg.set_content(plain)
     msg.add_alternative(html, subtype="html")
     return msg
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
+
+
+def header_value(text: str) -> str:
+    """A header value built from what a mail or a model wrote: line breaks and other control characters (a bare CR,
+    an encoded word decoding to one) become spaces, so the value stays one header; `EmailMessage` refuses it else."""
+    return " ".join(CONTROL.sub(" ", text).split())
 
 
 def recipients(msg: Message) -> list[str]:
