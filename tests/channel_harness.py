@@ -59,6 +59,14 @@ class StandIn(Protocol):
         """The next `calls` send or edit calls are refused with the app's rate limit (a 429 and its retry-after)."""
         ...
 
+    def refuse(self, calls: int) -> None:
+        """The next `calls` sends of a new message are refused for good (a blocked bot, a 550); 0: none from now on."""
+        ...
+
+    def slow(self, calls: int, seconds: float) -> None:
+        """The next `calls` sends of a new message take the message at once but answer `seconds` later."""
+        ...
+
     def down(self, down: bool) -> None:
         """While down, every API call fails (503, or the connection refused); up again on the same address."""
         ...

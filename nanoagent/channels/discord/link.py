@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -280,8 +281,13 @@ class DiscordLink:
     # --- sending -----------------------------------------------------------------------------------------
 
     async def send(self, place: Place, chunk: Chunk, persistent: bool) -> str | None:
+        """A send that timed out may have arrived: every try carries the same nonce, with `enforce_nonce` (which
+        discord.py sets with a nonce), so Discord answers a resend with the message the first one made."""
+        nonce = secrets.token_hex(12)  # Discord takes up to 25 characters
+
         async def call() -> str:
-            message = await (await self._target(place)).send(chunk.body)
+            async with asyncio.timeout(self.timing.send_timeout):
+                message = await (await self._target(place)).send(chunk.body, nonce=nonce)
             return str(message.id)
 
         return await self._call("send", place, call, persistent)
