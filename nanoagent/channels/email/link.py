@@ -129,6 +129,15 @@ async def smtp_send(settings: EmailConfig, msg: EmailMessage | None, timeout: fl
         raise TimedOut("SMTP timeout") from None
 
 
+def smtp_problem(error: OSError) -> str:
+    """What went wrong with the SMTP server, in words that say whether it answered at all."""
+    if isinstance(error, Answered):
+        return f"the SMTP server answered {error.code}"
+    if isinstance(error, TimedOut):
+        return "the SMTP server did not answer in time"
+    return f"the SMTP server unreachable: {error if isinstance(error, ConnectionError) and str(error) else type(error).__name__}"
+
+
 # --- IMAP ------------------------------------------------------------------------------------------------------------
 
 
@@ -534,11 +543,8 @@ class EmailLink:
                 log.error(record("email_send_refused", error=str(e)))
                 return None
             except OSError as e:
-                log.warning(record("email_smtp_failed", error=str(e) if isinstance(e, Answered) else type(e).__name__,
-                                   persistent=persistent))
-                self._health("smtp", f"the SMTP server answered {e.code}" if isinstance(e, Answered) else
-                             f"the SMTP server did not answer in {self.timing.send_timeout:g} s"
-                             if isinstance(e, TimedOut) else f"the SMTP server unreachable: {type(e).__name__}")
+                log.warning(record("email_smtp_failed", error=smtp_problem(e), persistent=persistent))
+                self._health("smtp", smtp_problem(e))
                 if isinstance(e, TimedOut):  # it may have taken the mail: once more at most, the same Message-ID
                     resends -= 1
                 if not persistent or resends < 0:
@@ -639,7 +645,7 @@ async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: 
         except Refused as e:
             raise DeliveryError(str(e)) from None
         except OSError as e:
-            raise DeliveryError(f"The SMTP server {settings.smtp.host} could not take the mail ({e or type(e).__name__}); "
+            raise DeliveryError(f"The SMTP server {settings.smtp.host} did not take the mail ({smtp_problem(e)}); "
                                 "it is tried again at the next run.") from None
         msgid = str(msg["Message-ID"])
         if thread is not None:
