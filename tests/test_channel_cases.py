@@ -557,3 +557,15 @@ def test_two_bots_answering_each_other_stop_at_the_reply_limit_with_one_log_line
     assert stand_in.shown(stand_in.owner) == ["reply 0", "reply 1", "reply 2"]
     assert len(provider.requests) == 3
     assert caplog.text.count("reply_limited") == 1
+
+
+@pytest.mark.parametrize("name", list(STAND_INS))
+def test_only_http_and_mailto_targets_become_links_in_every_channels_format(name):
+    channel = registry.get(name)
+    reply = ("Ask [Bob](tg://user?id=12345), run [this](javascript:alert(1)), open [the file](file:///etc/passwd); "
+             "see [the docs](https://example.com/docs) or [mail us](mailto:team@example.com).")
+    body = "".join(chunk.body for chunk in channel.split(reply))
+    link = re.search(r'(href="|<|\]\()https://example\.com/docs', body)  # how this format writes a link's target
+    assert link and f"{link.group(1)}mailto:team@example.com" in body, body
+    for target in ("tg://user?id=12345", "javascript:alert(1)", "file:///etc/passwd"):
+        assert f"{link.group(1)}{target}" not in body and target in body, body  # shown as text, not a link

@@ -13,7 +13,18 @@ import re
 from html.parser import HTMLParser
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import BOLD, BULLET, CODE_SPAN, FENCE, HEADING, QUOTE, RULE, STRIKE, Holes
+from nanoagent.channels.markdown import (
+    BOLD,
+    BULLET,
+    CODE_SPAN,
+    FENCE,
+    HEADING,
+    QUOTE,
+    RULE,
+    STRIKE,
+    Holes,
+    linkable,
+)
 
 LIMIT = 100_000  # characters of one mail's text: far past any reply, so a reply is one mail
 NUMBERED = re.compile(r"^(\s*)(\d+[.)])\s+(.*)$")
@@ -154,7 +165,7 @@ def _inline_html(text: str) -> str:
     hold = (kept := Holes()).hold
 
     def link(label: str, url: str) -> str:
-        if not re.match(r"(?:https?|mailto):", url):
+        if not linkable(url):
             return hold(html.escape(f"{label} <{url}>"))
         return hold(f'<a href="{html.escape(url, quote=True)}">{html.escape(label)}</a>')
 
@@ -224,7 +235,7 @@ class _Text(HTMLParser):
             self.out.append("\n")
         elif tag == "a" and self.href:
             href = self.href.pop()
-            if href and href.startswith(("http:", "https:", "mailto:")):
+            if href and linkable(href):
                 self.out.append(f" <{href}>")
 
     def handle_data(self, data: str) -> None:
