@@ -10,14 +10,14 @@ import time
 import pytest
 
 from nanoagent.agent.build import build_agent
-from nanoagent.channels.state import state_file
+from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.config.schema import Config
 from nanoagent.gateway.hub import Hub
 from nanoagent.gateway.server import Component, Gateway
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
 from tests import fifth_channel
-from tests.conftest import PATIENCE, invoke, write_config
+from tests.conftest import PATIENCE, invoke, until, write_config
 
 
 @pytest.fixture(autouse=True)
@@ -75,6 +75,42 @@ def test_channels_list_shows_the_running_gateways_health_of_the_fifth_channel(is
     assert row(healthy, "fifth").split(None, 1)[1] == "enabled, connected as @fifthbot"
     assert row(failing, "fifth").split(None, 1)[1] == "enabled, failing: Fifth refused the token (HTTP 401)"
     assert "channels: fifth (failing: Fifth refused the token (HTTP 401))" in status
+
+
+def test_channels_list_and_gateway_status_show_the_fifth_channels_outbox_and_what_is_parked(isolated_home):
+    write_config(isolated_home, {"channels": {"fifth": {"token": "x", "enabled": True}}})
+    paths = Paths.from_env()
+
+    def backlog(state: ChannelState) -> None:
+        state.queue("reply-1", "fifth:chat-42", "an answer", 0, "refused", time.time())
+        state.inbox.append({"id": "m-7", "text": "a message"})
+        state.park_message("m-7", "fifth:chat-42", "ValueError: bad", 3, time.time())
+
+    state_file(paths, "fifth").update(backlog)
+    component = Component("fifth", asyncio.Event().wait)
+
+    async def scenario() -> tuple[str, str]:
+        server = Gateway(Hub(build_agent(Config(), paths, provider=ScriptedProvider([]))), paths,
+                         components=[component], grace=1)
+        serving = asyncio.create_task(server.serve(handle_signals=False))
+        try:
+            await until(lambda: paths.gateway_socket.exists(), "the gateway's socket")
+            listed = await asyncio.to_thread(invoke, "channels", "list")
+            status = await asyncio.to_thread(invoke, "gateway", "status")
+        finally:
+            server.stop()
+            await asyncio.wait_for(serving, PATIENCE)
+        return listed.stdout, status.stdout
+
+    listed, status = asyncio.run(scenario())
+    waiting = ("1 reply waiting in the outbox for the app to take; 1 item parked after failing (see the gateway's "
+               "log; `nanoagent channels retry fifth` tries again)")
+    assert waiting in listed.splitlines()[listed.splitlines().index(row(listed, "fifth")) + 1]
+    assert f"fifth: {waiting}" in status.splitlines()
+    retried = invoke("channels", "retry", "fifth")
+    assert retried.returncode == 0 and "Put back 1 message(s) and 0 reply(ies) of fifth" in retried.stdout
+    state = state_file(paths, "fifth").read()
+    assert [m["id"] for m in state.inbox] == ["m-7"] and state.parked == [] and len(state.outbox) == 1
 
 
 def test_a_fifth_channel_pairs_through_the_pairing_commands(isolated_home):

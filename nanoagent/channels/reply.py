@@ -224,7 +224,7 @@ class Face:
             self.keeper.park_reply(self.key, reply.text(), e, reply.failures)
             return True
         text = reply.text()
-        if text != reply.shown:
+        if text != reply.shown and not reply.keep_open:  # kept open: the turn is finished after the restart
             chunks = self.channel.split(text)
             skip = next((i for i, (sent, chunk) in enumerate(zip(reply.sent, chunks, strict=False))
                          if sent.body != chunk.body), min(len(reply.sent), len(chunks)))
