@@ -238,7 +238,7 @@ class TelegramLink:
             try:
                 result = await call()
             except TimedOut as e:
-                if resends is None or not _perhaps_sent(e):
+                if resends is None or not perhaps_sent(e):
                     if not await self.failed(method, e, persistent, failures):
                         return None
                     failures += 1
@@ -328,7 +328,7 @@ def retry_after(error: Any) -> float:
     return max(0.0, seconds)
 
 
-def _perhaps_sent(error: Exception) -> bool:
+def perhaps_sent(error: Exception) -> bool:
     """Did the call time out after the request went out (waiting for the answer), not while connecting?"""
     import httpx
 
