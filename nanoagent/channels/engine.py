@@ -58,6 +58,7 @@ RESUME = ("(nanoagent restarted before your answer to my last message was finish
           "where you were and answer it.)")
 FAILED_BEFORE_RESTART = "Your last message failed before nanoagent restarted; /retry sends it once more."
 DEFAULT_TIMING = Timing()
+OUTBOX_WAIT = 600.0  # seconds at most between two tries of a reply the app keeps refusing
 
 
 def channel_component(channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
@@ -208,7 +209,8 @@ class _Run:
             await asyncio.sleep(self.runner.timing.sweep)
             self.replay()
             for entry in self.inbox.state.read().outbox:
-                await self.resend(entry)
+                if entry.get("next", 0) <= self.runner.timing.now():
+                    await self.resend(entry)
 
     async def resend(self, entry: dict[str, Any]) -> None:
         place = keys.parse(entry["key"])
@@ -231,8 +233,10 @@ class _Run:
         if sent == len(chunks):
             self.inbox.state.update(lambda state: state.unqueue(entry["id"]))
             self.log.info(self.runner.record("outbox_sent", key=entry["key"], tries=entry["tries"] + 1))
-        else:
-            self.inbox.state.update(lambda state: _outbox_entry(state, entry["id"], skip=sent, tries=1))
+        else:  # refused again: the next try waits twice as long as the last, up to OUTBOX_WAIT
+            wait = min(self.runner.timing.sweep * 2 ** entry["tries"], OUTBOX_WAIT)
+            later = self.runner.timing.now() + wait
+            self.inbox.state.update(lambda state: _outbox_entry(state, entry["id"], skip=sent, tries=1, next=later))
 
     # --- what did not go through: the outbox, parked items, the owner told ----------------------------
 
@@ -538,13 +542,16 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}".strip().rstrip(":")
 
 
-def _outbox_entry(state: ChannelState, id: str, skip: int = 0, tries: int = 0, failures: int = 0) -> None:
-    """Count a send of an outbox entry: `skip` more of its messages arrived, a try refused, a failure (a raise)."""
+def _outbox_entry(state: ChannelState, id: str, skip: int = 0, tries: int = 0, failures: int = 0,
+                  next: float = 0.0) -> None:
+    """Count a send of an outbox entry: `skip` more of its messages arrived, a try refused (the next not before
+    `next`), a failure (a raise)."""
     for entry in state.outbox:
         if entry["id"] == id:
             entry["skip"] += skip
             entry["tries"] += tries
             entry["failures"] = entry["failures"] + failures if failures else 0
+            entry["next"] = next
 
 
 def _command(text: str) -> str:

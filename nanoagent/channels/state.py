@@ -12,8 +12,10 @@
 - `allowed` (user id -> name) and `pairing` (pending codes): the people `nanoagent pairing approve` let in, besides
   config's `channels.<name>.allowFrom`. An approval holds for this channel only.
 - `outbox`: finished replies the app did not accept (a refusal, a rate limit past the link's patience), each
-  `{"id", "key", "text", "skip", "tries", "failures", "error", "since"}`: `skip` leading messages of the text's split
-  already arrived, `tries` sends the app did not take, `failures` sends that raised in a row. The engine sends them again every `Timing.sweep` seconds until the app takes them; none is dropped.
+  `{"id", "key", "text", "skip", "tries", "failures", "error", "since", "next"}`: `skip` leading messages of the
+  text's split already arrived, `tries` sends the app did not take, `failures` sends that raised in a row, `next`
+  the time before which it is not tried again (each refusal doubles the wait, up to ten minutes). The engine sends
+  them again (`Timing.sweep`) until the app takes them; none is dropped.
 - `parked`: a message or a reply whose handling raised `PARK_AFTER` times in a row, set aside so the channel goes
   on: `{"kind": "message", "id", "key", "error", "failures", "at", "raw"}` (its inbox JSON) or `{"kind": "reply", ...,
   "text"}`. `nanoagent channels retry <name>` puts them back (in the inbox, in the outbox).
@@ -128,13 +130,16 @@ class ChannelState:
                             "at": now, "text": text})
 
     def retry(self) -> tuple[int, int]:
-        """Put every parked item back: messages in the inbox, replies in the outbox. (messages, replies)."""
+        """Put every parked item back: messages in the inbox, replies in the outbox; the outbox is tried at once.
+        (messages, replies)."""
         messages = [p for p in self.parked if p["kind"] == "message"]
         replies = [p for p in self.parked if p["kind"] == "reply"]
         self.inbox.extend(p["raw"] for p in messages if all(m["id"] != p["id"] for m in self.inbox))
         for p in replies:
             self.queue(p["id"], p["key"], p["text"], 0, p["error"], p["at"])
         self.parked = []
+        for entry in self.outbox:
+            entry["next"] = 0.0  # and what waits in the outbox is tried at the next sweep
         return len(messages), len(replies)
 
     def backlog(self, name: str) -> str | None:
