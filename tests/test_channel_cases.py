@@ -526,12 +526,12 @@ def test_a_reply_the_app_refuses_waits_in_the_outbox_and_arrives_once_the_app_ta
 
 
 def test_a_send_the_app_answers_late_arrives_once(stand_in):
-    # calls time out after 0.3 s, sends after 5 s; the app takes the reply at once but answers 1.5 s later
+    # calls time out after 0.3 s, sends after 5 s; the app takes the reply at once but answers 1 s later
     timing = replace(TIMING, timeout=0.3, send_timeout=5.0)
 
     async def scenario():
         async with running(stand_in, ScriptedProvider(["only once"]), timing=timing, **whole(stand_in)) as runner:
-            stand_in.slow(1, 1.5)
+            stand_in.slow(1, 1.0)
             stand_in.write(stand_in.owner, "hi")
             await until(lambda: stand_in.shown(stand_in.owner), "the reply")
             await until(lambda: settled(runner) and not runner.hub.running(), "the send to be answered")
