@@ -148,3 +148,21 @@ def test_doctor_says_an_enabled_fifth_channel_serves_nobody_without_a_gateway(is
     lines = invoke("doctor").stdout.splitlines()
     assert "FIX   fifth: no token: set channels.fifth.token (`nanoagent channels add fifth`)" in lines
     assert any(line.startswith("FIX   gateway: not running, so channels.fifth (enabled in config)") for line in lines)
+
+
+def test_a_state_files_outbox_and_parked_items_of_the_wrong_shape_are_left_out_and_the_rest_kept(isolated_home):
+    import json
+
+    file = state_file(Paths.from_env(), "fifth")
+    file.path.parent.mkdir(parents=True, exist_ok=True)
+    file.path.write_text(json.dumps({"version": 2, "outbox": [
+        {"id": "r-1", "key": "fifth:c", "text": "kept", "skip": 1, "tries": 2, "since": 5, "next": 9.5},
+        {"id": "r-2", "key": "fifth:c"}, "junk"], "parked": [
+        {"kind": "message", "id": "m-1", "key": "fifth:c", "error": "E", "failures": 3, "at": 1, "raw": {"id": "m-1"}},
+        {"kind": "reply", "id": "r-3", "key": "fifth:c", "error": "E", "failures": True, "at": 1, "text": "x"},
+        {"kind": "reply", "id": "r-4", "key": "fifth:c", "error": "E", "failures": 3, "at": 1}]}))
+    state = file.read()
+    assert [(e.id, e.skip, e.tries, e.failures, e.since, e.next) for e in state.outbox] == [("r-1", 1, 2, 0, 5.0, 9.5)]
+    assert [(p.id, p.raw) for p in state.parked] == [("m-1", {"id": "m-1"})]
+    file.update(lambda s: None)  # written back as read
+    assert file.read() == state

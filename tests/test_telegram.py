@@ -822,8 +822,8 @@ def test_a_reply_whose_delivery_keeps_raising_is_parked_and_the_channel_answers_
     finally:
         stand_in.close()
     [parked] = state.parked
-    assert (parked["kind"], parked["key"], parked["text"]) == ("reply", broken, "an answer with nowhere to go")
-    assert parked["failures"] == 3 and parked["error"].startswith("ValueError")
+    assert (parked.kind, parked.key, parked.text) == ("reply", broken, "an answer with nowhere to go")
+    assert parked.failures == 3 and parked.error.startswith("ValueError")
     assert state.open_turns == []
 
 

@@ -41,7 +41,7 @@ from nanoagent.channels.inbox import Inbox, Waiting
 from nanoagent.channels.keys import Place
 from nanoagent.channels.media import media_name, save_media
 from nanoagent.channels.reply import Face, send_text
-from nanoagent.channels.state import PARK_AFTER, ChannelState, show_code, state_file
+from nanoagent.channels.state import PARK_AFTER, ChannelState, Undelivered, show_code, state_file
 from nanoagent.config.schema import ReplyLimitConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.gateway.hub import Hub, HubClosed
@@ -209,15 +209,15 @@ class _Run:
             await asyncio.sleep(self.runner.timing.sweep)
             self.replay()
             for entry in self.inbox.state.read().outbox:
-                if entry.get("next", 0) <= self.runner.timing.now():
+                if entry.next <= self.runner.timing.now():
                     await self.resend(entry)
 
-    async def resend(self, entry: dict[str, Any]) -> None:
-        place = keys.parse(entry["key"])
+    async def resend(self, entry: Undelivered) -> None:
+        place = keys.parse(entry.key)
         if place is None or place.channel != self.channel.name:
-            self.inbox.state.update(lambda state: state.unqueue(entry["id"]))
+            self.inbox.state.update(lambda state: state.unqueue(entry.id))
             return
-        chunks = self.channel.split(entry["text"])[entry["skip"]:]
+        chunks = self.channel.split(entry.text)[entry.skip:]
         sent = 0
         try:
             for chunk in chunks:
@@ -225,18 +225,17 @@ class _Run:
                     break
                 sent += 1
         except Exception as e:  # noqa: BLE001 - one reply must not stop the sweep
-            if entry["failures"] + 1 >= PARK_AFTER:
-                self.park_reply(entry["key"], entry["text"], e, entry["failures"] + 1, entry["id"])
+            if entry.failures + 1 >= PARK_AFTER:
+                self.park_reply(entry.key, entry.text, e, entry.failures + 1, entry.id)
             else:
-                self.inbox.state.update(lambda state: _outbox_entry(state, entry["id"], failures=1))
+                self.inbox.state.update(lambda state: _count_try(state, entry.id, failures=1))
             return
         if sent == len(chunks):
-            self.inbox.state.update(lambda state: state.unqueue(entry["id"]))
-            self.log.info(self.runner.record("outbox_sent", key=entry["key"], tries=entry["tries"] + 1))
+            self.inbox.state.update(lambda state: state.unqueue(entry.id))
+            self.log.info(self.runner.record("outbox_sent", key=entry.key, tries=entry.tries + 1))
         else:  # refused again: the next try waits twice as long as the last, up to OUTBOX_WAIT
-            wait = min(self.runner.timing.sweep * 2 ** entry["tries"], OUTBOX_WAIT)
-            later = self.runner.timing.now() + wait
-            self.inbox.state.update(lambda state: _outbox_entry(state, entry["id"], skip=sent, tries=1, next=later))
+            later = self.runner.timing.now() + min(self.runner.timing.sweep * 2 ** entry.tries, OUTBOX_WAIT)
+            self.inbox.state.update(lambda state: _count_try(state, entry.id, skip=sent, tries=1, next=later))
 
     # --- what did not go through: the outbox, parked items, the owner told ----------------------------
 
@@ -542,16 +541,16 @@ def _why(error: BaseException) -> str:
     return f"{type(error).__name__}: {error}".strip().rstrip(":")
 
 
-def _outbox_entry(state: ChannelState, id: str, skip: int = 0, tries: int = 0, failures: int = 0,
-                  next: float = 0.0) -> None:
+def _count_try(state: ChannelState, id: str, skip: int = 0, tries: int = 0, failures: int = 0,
+               next: float = 0.0) -> None:
     """Count a send of an outbox entry: `skip` more of its messages arrived, a try refused (the next not before
-    `next`), a failure (a raise)."""
-    for entry in state.outbox:
-        if entry["id"] == id:
-            entry["skip"] += skip
-            entry["tries"] += tries
-            entry["failures"] = entry["failures"] + failures if failures else 0
-            entry["next"] = next
+    `next`), a failure (a raise; a refusal ends a run of them)."""
+    entry = state.undelivered(id)
+    if entry is not None:
+        entry.skip += skip
+        entry.tries += tries
+        entry.failures = entry.failures + failures if failures else 0
+        entry.next = next
 
 
 def _command(text: str) -> str:
