@@ -207,10 +207,13 @@ class _Run:
         outbox holds are sent again."""
         while True:
             await asyncio.sleep(self.runner.timing.sweep)
-            self.replay()
-            for entry in self.inbox.state.read().outbox:
-                if entry.next <= self.runner.timing.now():
-                    await self.resend(entry)
+            try:
+                self.replay()
+                for entry in self.inbox.state.read().outbox:
+                    if entry.next <= self.runner.timing.now():
+                        await self.resend(entry)
+            except Exception as e:  # noqa: BLE001 - the next sweep tries again; the chats go on meanwhile
+                self.log.error(self.runner.record("sweep_failed", error=type(e).__name__))
 
     async def resend(self, entry: Undelivered) -> None:
         place = keys.parse(entry.key)
