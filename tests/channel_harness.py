@@ -26,7 +26,7 @@ from nanoagent.transcribe import Transcriber
 from tests.conftest import write_config
 
 # fast clocks: edits a tenth of a second apart, retries after 50 ms, so no case waits a real second (or minute)
-TIMING = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2))
+TIMING = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2), sweep=0.2)
 
 
 class StandIn(Protocol):
@@ -57,6 +57,14 @@ class StandIn(Protocol):
 
     def rate_limit(self, calls: int, retry_after: float) -> None:
         """The next `calls` send or edit calls are refused with the app's rate limit (a 429 and its retry-after)."""
+        ...
+
+    def refuse(self, calls: int) -> None:
+        """The next `calls` sends of a new message are refused for good (a blocked bot, a 550); 0: none from now on."""
+        ...
+
+    def slow(self, calls: int, seconds: float) -> None:
+        """The next `calls` sends of a new message take the message at once but answer `seconds` later."""
         ...
 
     def down(self, down: bool) -> None:
@@ -92,24 +100,28 @@ def settings_of(stand_in: StandIn, **overrides: Any) -> Any:
     return registry.get(stand_in.channel).settings(config_of(stand_in, **overrides))
 
 
-def config_of(stand_in: StandIn, **overrides: Any) -> Config:
-    """The config a gateway would load from a config.json holding the stand-in's settings."""
+def config_of(stand_in: StandIn, channels: dict[str, Any] | None = None, **overrides: Any) -> Config:
+    """The config a gateway would load from a config.json holding the stand-in's settings (and `channels`' other
+    keys, such as replyLimit)."""
     paths = Paths.from_env()
-    path = write_config(paths.home, {"channels": {stand_in.channel: {**stand_in.settings(), **overrides}}})
+    path = write_config(paths.home, {"channels": {**(channels or {}),
+                                                  stand_in.channel: {**stand_in.settings(), **overrides}}})
     config, _ = load_config(path, env={})
     return config
 
 
 @contextlib.asynccontextmanager
 async def running(stand_in: StandIn, provider: ScriptedProvider, timing: Timing = TIMING,
-                  transcriber: Transcriber | None = None, **overrides: Any) -> AsyncIterator[ChannelRunner]:
+                  transcriber: Transcriber | None = None, channels: dict[str, Any] | None = None,
+                  **overrides: Any) -> AsyncIterator[ChannelRunner]:
     """The channel running through the shared engine against the stand-in, the agent on `provider`, voice notes
-    transcribed by `transcriber` (None: off)."""
+    transcribed by `transcriber` (None: off), `channels`' other keys in config.json (replyLimit)."""
     paths = Paths.from_env()
-    config = config_of(stand_in, **overrides)  # the agent's too: its `message` tool delivers with the channel's
+    config = config_of(stand_in, channels, **overrides)  # the agent's too: its `message` tool delivers with the channel's
     settings = registry.get(stand_in.channel).settings(config)
     hub = Hub(build_agent(config, paths, provider=provider))
-    runner = ChannelRunner(registry.get(stand_in.channel), settings, paths, hub, timing, transcriber=transcriber)
+    runner = ChannelRunner(registry.get(stand_in.channel), settings, paths, hub, timing, transcriber=transcriber,
+                           reply_limit=config.channels.reply_limit)
     task = asyncio.create_task(runner.run())
     try:
         yield runner

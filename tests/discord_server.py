@@ -101,6 +101,8 @@ class DiscordAPI:
         self.calls: list[Call] = []
         self.edit_count = 0
         self.limited: list[float] = []  # retry_after of the next send/edit calls to refuse with a 429
+        self.refusing = 0  # message sends still to be refused for good (403: cannot send messages to this user)
+        self.slowed: list[float] = []  # seconds each next message send takes to answer, after taking the message
         self.is_down = False
         self.content_intent = True  # the Message Content intent is turned on in the Developer Portal
         self.sessions: dict[str, _Session] = {}
@@ -161,6 +163,14 @@ class DiscordAPI:
     def rate_limit(self, calls: int, retry_after: float) -> None:
         """The next `calls` message sends or edits get a 429 asking to wait `retry_after` seconds."""
         self._sync(lambda: self.limited.extend([retry_after] * calls))
+
+    def refuse(self, calls: int) -> None:
+        """The next `calls` message sends get a 403 (the person blocks DMs); 0: none from now on."""
+        self._sync(lambda: setattr(self, "refusing", calls))
+
+    def slow(self, calls: int, seconds: float) -> None:
+        """The next `calls` message sends are answered `seconds` late, the message already in the channel."""
+        self._sync(lambda: self.slowed.extend([seconds] * calls))
 
     def down(self, down: bool) -> None:
         """While down every REST call gets a 503 (the gateway's open websockets stay up, as in a REST outage)."""
@@ -257,6 +267,15 @@ class DiscordAPI:
         parts, method = path.strip("/").split("/"), request.method
         if method in ("POST", "PATCH") and parts[0] == "channels" and parts[2:3] == ["messages"] and self.limited:
             return _rate_limited(self.limited.pop(0))
+        if method == "POST" and parts[0] == "channels" and parts[2:] == ["messages"]:
+            if self.refusing:
+                self.refusing -= 1
+                return _error(403, 50007, "Cannot send messages to this user")
+            if self.slowed and parts[1] in self.channels:
+                late = self.slowed.pop(0)
+                response = await self._channel(request, self.channels[parts[1]], parts[2:])
+                await asyncio.sleep(late)
+                return response
         if path == "/gateway/bot" or path == "/gateway":
             return _ok({"url": f"ws://127.0.0.1:{self.port}/gateway", "shards": 1, "session_start_limit": {
                 "total": 1000, "remaining": 999, "reset_after": 0, "max_concurrency": 1}})
@@ -295,11 +314,19 @@ class DiscordAPI:
         if rest == ["messages"] and method == "POST" and request.content_type.startswith("multipart/"):
             return await self._upload(request, cid)
         if rest == ["messages"] and method == "POST":
-            content = str((await _body(request)).get("content") or "")
+            body = await _body(request)
+            content = str(body.get("content") or "")
             problem = _check(content)
             if problem:
                 return problem
+            nonce = str(body.get("nonce") or "")
+            same = next((m for m in self.history.get(cid, []) if nonce and body.get("enforce_nonce")
+                         and m.get("nonce") == nonce and m["author"]["id"] == self.bot["id"]), None)
+            if same is not None:  # enforce_nonce: the message sent before with this nonce, no new one
+                return _ok(same)
             message = self._message(cid, self.bot, content)
+            if nonce:
+                message["nonce"] = nonce
             await self._dispatch("MESSAGE_CREATE", message)
             return _ok(message)
         if len(rest) == 2 and rest[0] == "messages":

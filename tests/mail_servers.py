@@ -13,6 +13,7 @@ until `retry_after` seconds passed).
 
 from __future__ import annotations
 
+import asyncio
 import email
 import email.policy
 import logging
@@ -399,6 +400,8 @@ class SmtpServer:
         self.is_down = False
         self.refuse_next = 0
         self.refuse_until = 0.0
+        self.rejecting = 0  # messages still to be refused for good (550)
+        self.slowed: list[float] = []  # seconds the answer to each next DATA comes late, the mail taken already
         self.cond = threading.Condition()
         self.port = _free_port()
         if tls is None:
@@ -427,6 +430,10 @@ class SmtpServer:
                 self.refuse_next = max(0, self.refuse_next - 1)
                 self.refused += 1
                 return "451 4.7.1 rate limited, try again later"
+            if self.rejecting:
+                self.rejecting -= 1
+                self.refused += 1
+                return "550 5.7.1 relaying denied"
         envelope.mail_from = address
         return "250 OK"
 
@@ -435,6 +442,8 @@ class SmtpServer:
             self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.content),
                                           time.monotonic()))
             self.cond.notify_all()
+            late = self.slowed.pop(0) if self.slowed else 0.0
+        await asyncio.sleep(late)
         return "250 Message accepted"
 
     def wait(self, count: int, timeout: float = 15.0) -> list[Received]:
@@ -540,6 +549,16 @@ class MailStandIn:
 
     def edits(self) -> int:
         return 0
+
+    def refuse(self, calls: int) -> None:
+        """The next `calls` mails are refused for good (550); 0: none from now on."""
+        with self.smtp.cond:
+            self.smtp.rejecting = calls
+
+    def slow(self, calls: int, seconds: float) -> None:
+        """The answer to the next `calls` mails comes `seconds` late, the mail taken already."""
+        with self.smtp.cond:
+            self.smtp.slowed += [seconds] * calls
 
     def rate_limit(self, calls: int, retry_after: float) -> None:
         with self.smtp.cond:

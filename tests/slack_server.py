@@ -112,6 +112,7 @@ class SlackAPI:
         self.statuses: list[tuple[str, str, str]] = []  # assistant.threads.setStatus: channel, thread, status
         self.connections = 0  # websocket connections made so far
         self.is_down = False
+        self.slowed: list[float] = []  # seconds each next chat.postMessage answers late
         self.socket_refused = False  # the websocket alone refuses (the Web API answers)
         self._clock = 0
         self._next_envelope = 0
@@ -231,6 +232,18 @@ class SlackAPI:
     def fail(self, method: str, error: str, status: int = 200, times: int = 1) -> None:
         with self.lock:
             self.failures.append(Failure(method, status, error, None, times))
+
+    def refuse(self, calls: int) -> None:
+        """The next `calls` chat.postMessage calls are refused for good (`not_in_channel`); 0: none from now on."""
+        with self.lock:
+            self.failures = [f for f in self.failures if f.error != "not_in_channel"]
+            if calls:
+                self.failures.append(Failure("chat.postMessage", 200, "not_in_channel", None, calls))
+
+    def slow(self, calls: int, seconds: float) -> None:
+        """The next `calls` chat.postMessage calls are answered `seconds` late, the message already posted."""
+        with self.lock:
+            self.slowed += [seconds] * calls
 
     def down(self, down: bool = True) -> None:
         """While down, every API call is a 503 and the websocket is closed and refused."""
@@ -374,7 +387,9 @@ class SlackAPI:
             body = handler(params)
             if not body.get("ok"):
                 call.error = body.get("error", "?")
-            return web.json_response(body)
+            late = self.slowed.pop(0) if self.slowed and method == "chat.postMessage" else 0.0
+        await asyncio.sleep(late)
+        return web.json_response(body)
 
     def _api_auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "url": "https://test.slack.com/", "team": "Test", "user": BOT_NAME, "team_id": TEAM,

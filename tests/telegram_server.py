@@ -73,6 +73,8 @@ class BotAPI:
         self.shown: dict[tuple[int, int], Shown] = {}
         self.failures: list[Failure] = []
         self.limited: list[float] = []  # retry_after of each send or edit call still to be refused with a 429
+        self.refusing = 0  # sendMessage calls still to be refused for good (403: the bot was blocked)
+        self.slowed: list[float] = []  # seconds each next sendMessage takes to answer, after taking the message
         self.unknown: set[str] = set()
         self.reject_marker = "REJECT-HTML"
         self.files: dict[str, tuple[str, bytes]] = {}
@@ -215,6 +217,11 @@ class BotAPI:
                 call.status = 429
                 return 429, {"ok": False, "error_code": 429, "description": f"Too Many Requests: retry after "
                              f"{retry_after:g}", "parameters": {"retry_after": retry_after}}
+            if self.refusing and method == "sendMessage":
+                self.refusing -= 1
+                call.status = 403
+                return 403, {"ok": False, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}
+            slow = self.slowed.pop(0) if self.slowed and method == "sendMessage" else 0.0
             failure = next((f for f in self.failures if f.method == method), None)
             if failure is not None:
                 failure.times -= 1
@@ -230,6 +237,7 @@ class BotAPI:
                 return 404, {"ok": False, "error_code": 404, "description": "Not Found"}
         answer = getattr(self, f"_api_{method}")(params)
         call.status = answer[0] if answer is not None else 0
+        time.sleep(slow)  # the message is in the chat already; the answer is late
         return answer
 
     def _api_getMe(self, params: dict[str, Any]) -> tuple[int, dict[str, Any]]:
@@ -507,6 +515,14 @@ class StandIn:
     def rate_limit(self, calls: int, retry_after: float) -> None:
         with self.api.cond:
             self.api.limited += [retry_after] * calls
+
+    def refuse(self, calls: int) -> None:
+        with self.api.cond:
+            self.api.refusing = calls
+
+    def slow(self, calls: int, seconds: float) -> None:
+        with self.api.cond:
+            self.api.slowed += [seconds] * calls
 
     def down(self, down: bool) -> None:
         if down:

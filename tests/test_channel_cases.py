@@ -58,6 +58,11 @@ def stand_in(request: pytest.FixtureRequest):
     made.close()
 
 
+def whole(stand_in: StandIn) -> dict[str, bool]:
+    """The settings that send only finished replies (a channel that edits streams them unless told not to)."""
+    return {"streaming": False} if registry.get(stand_in.channel).edits else {}
+
+
 def user_texts(key: str) -> list[str]:
     session = SessionStore(Paths.from_env().sessions_dir).load(key)
     return [strip_runtime_context(text_of(m)) for m in session.messages if is_user(m)]
@@ -465,3 +470,107 @@ def test_budget_answers_in_the_chat_without_a_model_call(stand_in):
     asyncio.run(scenario())
     assert provider.requests == []
     assert any("Spent today (" in text for text in stand_in.shown(stand_in.owner))
+
+
+def test_a_message_whose_handling_keeps_failing_is_parked_the_next_is_answered_and_retry_answers_it(stand_in):
+    media = Paths.from_env().workspace / "media"
+    media.parent.mkdir(parents=True, exist_ok=True)
+    media.write_text("a file where the media folder goes: saving the picture raises")
+    provider = ScriptedProvider(["Answered.", "The picture, at last."])
+
+    async def scenario():
+        async with running(stand_in, provider) as runner:
+            stand_in.write(stand_in.owner, "look at this", image=PNG)
+            await until(lambda: runner.state.read().parked, "the message to be parked")
+            stand_in.write(stand_in.owner, "are you there?")
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Answered."], "the next message's answer")
+            listed = await asyncio.to_thread(invoke, "channels", "list")
+            media.unlink()
+            retried = await asyncio.to_thread(invoke, "channels", "retry", stand_in.channel)
+            await until(lambda: stand_in.shown(stand_in.owner)[-1:] == ["The picture, at last."], "the retried answer")
+            await until(lambda: settled(runner) and not runner.state.read().parked, "the state to empty")
+        return listed, retried
+
+    listed, retried = asyncio.run(scenario())
+    assert "1 item parked after failing" in listed.stdout and f"channels retry {stand_in.channel}" in listed.stdout
+    assert retried.returncode == 0 and "Put back 1 message(s)" in retried.stdout
+    assert stand_in.shown(stand_in.owner) == ["Answered.", "The picture, at last."]
+    assert len(provider.requests) == 2
+
+
+def test_a_rate_limit_longer_than_the_librarys_own_retries_is_waited_out_and_the_reply_arrives_once(stand_in, caplog):
+    async def scenario():
+        async with running(stand_in, ScriptedProvider(["after a long wait"]), **whole(stand_in)) as runner:
+            stand_in.rate_limit(8, 0.05)  # discord.py tries five times; the others try once
+            stand_in.write(stand_in.owner, "hi")
+            await until(lambda: stand_in.shown(stand_in.owner), "the reply")
+            await until(lambda: settled(runner), "the inbox to empty")
+            return runner.state.read().outbox
+
+    assert asyncio.run(scenario()) == []
+    assert stand_in.shown(stand_in.owner) == ["after a long wait"]
+    assert "reply_queued" not in caplog.text  # waited out by the link, not refused and sent again from the outbox
+
+
+def test_a_reply_the_app_refuses_waits_in_the_outbox_and_arrives_once_the_app_takes_it(stand_in):
+    async def scenario():
+        async with running(stand_in, ScriptedProvider(["kept for you"]), **whole(stand_in)) as runner:
+            stand_in.refuse(1000)
+            stand_in.write(stand_in.owner, "hi")
+            await until(lambda: runner.state.read().outbox, "the reply to wait in the outbox")
+            await until(lambda: settled(runner), "the turn to close")
+            listed = await asyncio.to_thread(invoke, "channels", "list")
+            stand_in.refuse(0)
+            await until(lambda: stand_in.shown(stand_in.owner), "the reply")
+            await until(lambda: not runner.state.read().outbox, "the outbox to empty")
+        return listed
+
+    listed = asyncio.run(scenario())
+    assert "1 reply waiting in the outbox" in listed.stdout
+    assert stand_in.shown(stand_in.owner) == ["kept for you"]
+
+
+def test_a_send_the_app_answers_late_arrives_once(stand_in):
+    # calls time out after 0.3 s, sends after 5 s; the app takes the reply at once but answers 1 s later
+    timing = replace(TIMING, timeout=0.3, send_timeout=5.0)
+
+    async def scenario():
+        async with running(stand_in, ScriptedProvider(["only once"]), timing=timing, **whole(stand_in)) as runner:
+            stand_in.slow(1, 1.0)
+            stand_in.write(stand_in.owner, "hi")
+            await until(lambda: stand_in.shown(stand_in.owner), "the reply")
+            await until(lambda: settled(runner) and not runner.hub.running(), "the send to be answered")
+
+    asyncio.run(scenario())
+    assert stand_in.shown(stand_in.owner) == ["only once"]
+
+
+def test_two_bots_answering_each_other_stop_at_the_reply_limit_with_one_log_line(stand_in, caplog):
+    provider = ScriptedProvider([f"reply {i}" for i in range(10)])
+    limit = {"replyLimit": {"perThread": 3, "windowSeconds": 3600}}
+
+    async def scenario():
+        async with running(stand_in, provider, channels=limit) as runner:
+            for turn in range(10):  # the other bot answers each reply it gets, with no header saying it is a bot
+                if len(stand_in.shown(stand_in.owner)) < turn:
+                    break  # ours did not answer its last: it has nothing to answer
+                stand_in.write(stand_in.owner, f"bot message {turn}")
+                await until(lambda turn=turn: len(stand_in.shown(stand_in.owner)) > turn or (
+                    "reply_limited" in caplog.text and settled(runner)), "a reply, or the limit to hold it")
+
+    asyncio.run(scenario())
+    assert stand_in.shown(stand_in.owner) == ["reply 0", "reply 1", "reply 2"]
+    assert len(provider.requests) == 3
+    assert caplog.text.count("reply_limited") == 1
+
+
+@pytest.mark.parametrize("name", list(STAND_INS))
+def test_only_http_and_mailto_targets_become_links_in_every_channels_format(name):
+    channel = registry.get(name)
+    reply = ("Ask [Bob](tg://user?id=12345), run [this](javascript:alert(1)), open [the file](file:///etc/passwd); "
+             "see [the docs](https://example.com/docs) or [mail us](mailto:team@example.com).")
+    body = "".join(chunk.body for chunk in channel.split(reply))
+    link = re.search(r'(href="|<|\]\()https://example\.com/docs', body)  # how this format writes a link's target
+    assert link and f"{link.group(1)}mailto:team@example.com" in body, body
+    for target in ("tg://user?id=12345", "javascript:alert(1)", "file:///etc/passwd"):
+        assert f"{link.group(1)}{target}" not in body and target in body, body  # shown as text, not a link

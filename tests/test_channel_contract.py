@@ -10,14 +10,14 @@ import time
 import pytest
 
 from nanoagent.agent.build import build_agent
-from nanoagent.channels.state import state_file
+from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.config.schema import Config
 from nanoagent.gateway.hub import Hub
 from nanoagent.gateway.server import Component, Gateway
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
 from tests import fifth_channel
-from tests.conftest import PATIENCE, invoke, write_config
+from tests.conftest import PATIENCE, invoke, until, write_config
 
 
 @pytest.fixture(autouse=True)
@@ -77,6 +77,42 @@ def test_channels_list_shows_the_running_gateways_health_of_the_fifth_channel(is
     assert "channels: fifth (failing: Fifth refused the token (HTTP 401))" in status
 
 
+def test_channels_list_and_gateway_status_show_the_fifth_channels_outbox_and_what_is_parked(isolated_home):
+    write_config(isolated_home, {"channels": {"fifth": {"token": "x", "enabled": True}}})
+    paths = Paths.from_env()
+
+    def backlog(state: ChannelState) -> None:
+        state.queue("reply-1", "fifth:chat-42", "an answer", 0, "refused", time.time())
+        state.inbox.append({"id": "m-7", "text": "a message"})
+        state.park_message("m-7", "fifth:chat-42", "ValueError: bad", 3, time.time())
+
+    state_file(paths, "fifth").update(backlog)
+    component = Component("fifth", asyncio.Event().wait)
+
+    async def scenario() -> tuple[str, str]:
+        server = Gateway(Hub(build_agent(Config(), paths, provider=ScriptedProvider([]))), paths,
+                         components=[component], grace=1)
+        serving = asyncio.create_task(server.serve(handle_signals=False))
+        try:
+            await until(lambda: paths.gateway_socket.exists(), "the gateway's socket")
+            listed = await asyncio.to_thread(invoke, "channels", "list")
+            status = await asyncio.to_thread(invoke, "gateway", "status")
+        finally:
+            server.stop()
+            await asyncio.wait_for(serving, PATIENCE)
+        return listed.stdout, status.stdout
+
+    listed, status = asyncio.run(scenario())
+    waiting = ("1 reply waiting in the outbox for the app to take; 1 item parked after failing (see the gateway's "
+               "log; `nanoagent channels retry fifth` tries again)")
+    assert waiting in listed.splitlines()[listed.splitlines().index(row(listed, "fifth")) + 1]
+    assert f"fifth: {waiting}" in status.splitlines()
+    retried = invoke("channels", "retry", "fifth")
+    assert retried.returncode == 0 and "Put back 1 message(s) and 0 reply(ies) of fifth" in retried.stdout
+    state = state_file(paths, "fifth").read()
+    assert [m["id"] for m in state.inbox] == ["m-7"] and state.parked == [] and len(state.outbox) == 1
+
+
 def test_a_fifth_channel_pairs_through_the_pairing_commands(isolated_home):
     paths = Paths.from_env()
     code = state_file(paths, "fifth").update(lambda state: state.pair("u-42", "chat-42", "Ada", time.time()))
@@ -124,3 +160,21 @@ def test_doctor_warns_when_a_channel_that_answers_people_names_no_owner(isolated
                                                             "apiBase": url, "allowFrom": ["u-1"], "owner": ["u-1"]}}})
         lines = invoke("doctor").stdout.splitlines()
     assert "ok    fifth: names its owner" in lines
+
+
+def test_a_state_files_outbox_and_parked_items_of_the_wrong_shape_are_left_out_and_the_rest_kept(isolated_home):
+    import json
+
+    file = state_file(Paths.from_env(), "fifth")
+    file.path.parent.mkdir(parents=True, exist_ok=True)
+    file.path.write_text(json.dumps({"version": 2, "outbox": [
+        {"id": "r-1", "key": "fifth:c", "text": "kept", "skip": 1, "tries": 2, "since": 5, "next": 9.5},
+        {"id": "r-2", "key": "fifth:c"}, "junk"], "parked": [
+        {"kind": "message", "id": "m-1", "key": "fifth:c", "error": "E", "failures": 3, "at": 1, "raw": {"id": "m-1"}},
+        {"kind": "reply", "id": "r-3", "key": "fifth:c", "error": "E", "failures": True, "at": 1, "text": "x"},
+        {"kind": "reply", "id": "r-4", "key": "fifth:c", "error": "E", "failures": 3, "at": 1}]}))
+    state = file.read()
+    assert [(e.id, e.skip, e.tries, e.failures, e.since, e.next) for e in state.outbox] == [("r-1", 1, 2, 0, 5.0, 9.5)]
+    assert [(p.id, p.raw) for p in state.parked] == [("m-1", {"id": "m-1"})]
+    file.update(lambda s: None)  # written back as read
+    assert file.read() == state

@@ -514,3 +514,23 @@ def test_the_channel_and_its_format_load_without_discord_py():
             "print(sorted(m for m in ('discord', 'aiohttp') if m in sys.modules))")
     found = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=PATIENCE, check=True)
     assert found.stdout.strip() == "[]"
+
+
+def test_a_send_that_timed_out_is_sent_again_with_its_nonce_and_discord_keeps_one_message(api):
+    from dataclasses import replace
+
+    from tests.channel_harness import TIMING
+
+    timing = replace(TIMING, send_timeout=0.5)  # the app answers 1.5 s late: the link times out and resends
+
+    async def scenario():
+        async with running(api, ScriptedProvider(["just one"]), timing=timing, streaming=False) as runner:
+            api.slow(1, 1.5)
+            api.write(api.owner, "hi")
+            await until(lambda: api.shown(api.owner), "the reply")
+            await until(lambda: settled(runner) and not runner.hub.running(), "the send to be answered")
+            return [c for c in api.calls if c.method == "POST" and c.path.endswith("/messages")]
+
+    posts = asyncio.run(scenario())
+    assert len(posts) == 2  # the first timed out, the second carried the same nonce
+    assert api.shown(api.owner) == ["just one"]

@@ -795,3 +795,44 @@ def test_verify_names_the_bot_or_says_the_token_was_rejected(api):
     wrong = TelegramConfig(enabled=True, token="9:wrong", api_base=api.url)
     with pytest.raises(NanoagentError, match="Telegram rejected the bot token: copy it again from @BotFather."):
         asyncio.run(CHANNEL.verify(wrong))
+
+
+def test_a_reply_whose_delivery_keeps_raising_is_parked_and_the_channel_answers_the_next_message():
+    from nanoagent.messages import assistant, user
+    from tests import channel_harness as harness
+    from tests.telegram_server import StandIn
+
+    paths = Paths.from_env()
+    stand_in = StandIn()
+    store = SessionStore(paths.sessions_dir)
+    broken = "telegram:not-a-chat"  # a turn left open for a chat Telegram cannot address: sending it raises
+    store.add_messages(store.load(broken), [user("hello"), assistant("an answer with nowhere to go")])
+    state_file(paths, "telegram").update(lambda state: state.open_turns.append(broken))
+    provider = ScriptedProvider(["Still here."])
+
+    async def scenario():
+        async with harness.running(stand_in, provider) as runner:
+            await until(lambda: runner.state.read().parked, "the reply to be parked")
+            stand_in.write(stand_in.owner, "are you there?")
+            await until(lambda: stand_in.shown(stand_in.owner) == ["Still here."], "the next answer")
+            return runner.state.read()
+
+    try:
+        state = asyncio.run(scenario())
+    finally:
+        stand_in.close()
+    [parked] = state.parked
+    assert (parked.kind, parked.key, parked.text) == ("reply", broken, "an answer with nowhere to go")
+    assert parked.failures == 3 and parked.error.startswith("ValueError")
+    assert state.open_turns == []
+
+
+def test_the_owner_hears_of_parked_items_in_their_private_chat_once_channels_name_an_owner():
+    from types import SimpleNamespace
+
+    from nanoagent.channels.engine import owner_places
+
+    settings = TelegramConfig(enabled=True, token="1:x")
+    assert owner_places(CHANNEL, settings) == []  # no `owner` setting yet: the log alone says it
+    owned = SimpleNamespace(**vars(settings), owner=["42"])  # `channels.telegram.owner`, when it lands
+    assert owner_places(CHANNEL, owned) == [Place("telegram", "42")]

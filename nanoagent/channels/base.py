@@ -51,6 +51,11 @@ class Timing:
     typing: float = 4.0  # seconds between typing indicators (Telegram shows one for 5 s)
     poll: int = 30  # long-poll timeout, seconds, for a link that polls
     backoff: tuple[float, ...] = (1.0, 2.0, 5.0, 10.0, 30.0)  # waits after failed calls, the last one repeated
+    timeout: float = 20.0  # seconds a call to the app may take before it counts as failed (a send: below)
+    sweep: float = 30.0  # seconds between two sends of the outbox (and looks for messages `channels retry` put back)
+    # seconds a send may take before it counts as failed: long, since a send that timed out may have arrived
+    # (each link's rule for resending one is in AGENTS.md)
+    send_timeout: float = 120.0
     clock: Callable[[], float] = time.monotonic
     now: Callable[[], float] = time.time  # wall clock: pairing codes' age, media file names
     # the link calls report("<what fails>") when a call to the app fails (unreachable, 5xx: what the person should

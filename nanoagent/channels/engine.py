@@ -13,6 +13,13 @@ No message is lost or answered twice when the gateway is killed: a message is ac
 is in the inbox of the state file, leaves the inbox only once it is in its session file, and a turn whose reply did
 not reach the chat is finished after the restart (`inbox.py`). Each chat's messages are handled in order by a worker
 of its own; chats do not wait for each other.
+
+One message never ends the channel: a message whose handling raises is tried again after a pause, and after
+`PARK_AFTER` failures in a row it is parked in the state file (as is a reply whose delivery raised as often, see
+`reply.py`), reported once in the log and to the owner's private chat where one is known, and the chat goes on. A
+finished reply the app did not take waits in the state's outbox and is sent again every `Timing.sweep` seconds;
+`nanoagent channels retry` puts what is parked back, and the sweep picks it up. `channels.replyLimit` bounds the
+replies per thread and per sender in a window, so two bots answering each other stop.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import logging
+import secrets
 from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
@@ -34,7 +42,8 @@ from nanoagent.channels.keys import Place
 from nanoagent.channels.media import media_name, save_media
 from nanoagent.channels.owners import owner_ids
 from nanoagent.channels.reply import Face, send_text
-from nanoagent.channels.state import show_code, state_file
+from nanoagent.channels.state import PARK_AFTER, ChannelState, Undelivered, show_code, state_file
+from nanoagent.config.schema import ReplyLimitConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
@@ -50,13 +59,16 @@ RESUME = ("(nanoagent restarted before your answer to my last message was finish
           "where you were and answer it.)")
 FAILED_BEFORE_RESTART = "Your last message failed before nanoagent restarted; /retry sends it once more."
 DEFAULT_TIMING = Timing()
+OUTBOX_WAIT = 600.0  # seconds at most between two tries of a reply the app keeps refusing
 
 
 def channel_component(channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
                       max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000,
-                      transcriber: Transcriber | None = None) -> Component:
+                      transcriber: Transcriber | None = None,
+                      reply_limit: ReplyLimitConfig | None = None) -> Component:
     """The channel as a gateway component; its `health` says whether it is connected, and as whom."""
-    runner = ChannelRunner(channel, settings, paths, hub, timing, max_image_bytes, max_text_bytes, transcriber)
+    runner = ChannelRunner(channel, settings, paths, hub, timing, max_image_bytes, max_text_bytes, transcriber,
+                           reply_limit)
     component = Component(channel.name, runner.run)
     runner.component = component
     return component
@@ -68,7 +80,7 @@ class ChannelRunner:
 
     def __init__(self, channel: Channel, settings: Any, paths: Paths, hub: Hub, timing: Timing = DEFAULT_TIMING,
                  max_image_bytes: int = 5_000_000, max_text_bytes: int = 200_000,
-                 transcriber: Transcriber | None = None):
+                 transcriber: Transcriber | None = None, reply_limit: ReplyLimitConfig | None = None):
         self.channel = channel
         self.settings = settings
         self.paths = paths
@@ -77,6 +89,7 @@ class ChannelRunner:
         self.max_image_bytes = max_image_bytes  # an image over this goes by name only
         self.max_text_bytes = max_text_bytes  # a text file over this is saved and named, not put in the message
         self.transcriber = transcriber  # voice notes and audio files transcribed before the turn; None: off
+        self.reply_limit = reply_limit or ReplyLimitConfig()  # `channels.replyLimit`
         self.state = state_file(paths, channel.name)
         self.inbox = Inbox(self.state)
         # the owner's private chats here (`channels/owners.py`): always let in
@@ -140,6 +153,9 @@ class _Run:
         self.queues: dict[Place, asyncio.Queue[Incoming]] = {}
         self.hinted: set[str] = set()  # chats told, this run, how to turn transcription on
         self.groups: set[str] = set()  # the group chats' session keys (`ChannelState.groups`)
+        self.dispatched: set[str] = set()  # ids of the messages given a worker this run
+        self.failures: dict[str, int] = {}  # message id -> times its handling raised in a row
+        self.held: set[str] = set()  # `channels.replyLimit` counters holding replies back (logged once each)
         self.group = asyncio.TaskGroup()
 
     async def run(self) -> None:
@@ -154,6 +170,7 @@ class _Run:
                     self.hub.loop.note_chat(key, True)
                 self.resume()
                 self.replay()
+                self.group.create_task(self.sweep(), name=f"{self.channel.name} sweep")
                 await self.receive()
         finally:
             for face in self.faces.values():
@@ -168,6 +185,7 @@ class _Run:
     async def receive(self) -> None:
         async for batch in self.link.receive():
             fresh = self.inbox.take([item.raw | {"id": item.id} for item in batch])  # on disk before the app is told
+            self.dispatched |= fresh  # dispatched below, not by a sweep meanwhile
             await self.link.acknowledge(batch)
             for item in batch:
                 if item.id in fresh:
@@ -175,15 +193,89 @@ class _Run:
                     self.dispatch(item)
 
     def replay(self) -> None:
-        """Messages taken before a restart and not yet handled, in the order they came."""
+        """Messages in the inbox no worker has (taken before a restart, or put back by `channels retry`), in the
+        order they came."""
         for raw in self.inbox.state.read().inbox:
-            if raw["id"] in self.inbox.given:
+            if raw["id"] in self.inbox.given or raw["id"] in self.dispatched:
                 continue
-            item = self.link.rebuild(raw)
+            try:
+                item = self.link.rebuild(raw)
+            except Exception as e:  # noqa: BLE001 - a message the link cannot read again: parked, the rest go on
+                self.park_message(raw["id"], "", e, 1)
+                continue
             if item is None:
                 self.inbox.handled(raw["id"])
             else:
                 self.dispatch(item)
+
+    async def sweep(self) -> None:
+        """Every `Timing.sweep` seconds: what `channels retry` put back in the inbox is handled, and the replies the
+        outbox holds are sent again."""
+        while True:
+            await asyncio.sleep(self.runner.timing.sweep)
+            try:
+                self.replay()
+                for entry in self.inbox.state.read().outbox:
+                    if entry.next <= self.runner.timing.now():
+                        await self.resend(entry)
+            except Exception as e:  # noqa: BLE001 - the next sweep tries again; the chats go on meanwhile
+                self.log.error(self.runner.record("sweep_failed", error=type(e).__name__))
+
+    async def resend(self, entry: Undelivered) -> None:
+        place = keys.parse(entry.key)
+        if place is None or place.channel != self.channel.name:
+            self.inbox.state.update(lambda state: state.unqueue(entry.id))
+            return
+        chunks = self.channel.split(entry.text)[entry.skip:]
+        sent = 0
+        try:
+            for chunk in chunks:
+                if await self.link.send(place, chunk, True) is None:
+                    break
+                sent += 1
+        except Exception as e:  # noqa: BLE001 - one reply must not stop the sweep
+            if entry.failures + 1 >= PARK_AFTER:
+                self.park_reply(entry.key, entry.text, e, entry.failures + 1, entry.id)
+            else:
+                self.inbox.state.update(lambda state: _count_try(state, entry.id, failures=1))
+            return
+        if sent == len(chunks):
+            self.inbox.state.update(lambda state: state.unqueue(entry.id))
+            self.log.info(self.runner.record("outbox_sent", key=entry.key, tries=entry.tries + 1))
+        else:  # refused again: the next try waits twice as long as the last, up to OUTBOX_WAIT
+            later = self.runner.timing.now() + min(self.runner.timing.sweep * 2 ** entry.tries, OUTBOX_WAIT)
+            self.inbox.state.update(lambda state: _count_try(state, entry.id, skip=sent, tries=1, next=later))
+
+    # --- what did not go through: the outbox, parked items, the owner told ----------------------------
+
+    def queue_reply(self, key: str, text: str, skip: int, why: str) -> None:
+        """A finished reply the app did not take: kept in the outbox, sent again by the sweep (`Keeper`)."""
+        now = self.runner.timing.now()
+        self.inbox.state.update(lambda state: state.queue(f"reply-{secrets.token_hex(6)}", key, text, skip, why, now))
+        self.log.warning(self.runner.record("reply_queued", key=key, why=why))
+
+    def park_reply(self, key: str, text: str, error: BaseException, failures: int, id: str = "") -> None:
+        """A reply whose delivery raised `failures` times in a row: parked, so the chat goes on (`Keeper`)."""
+        now = self.runner.timing.now()
+        self.inbox.state.update(lambda state: state.park_reply(id or f"reply-{secrets.token_hex(6)}", key, text,
+                                                               _why(error), failures, now))
+        self.parked("reply", key, error, failures)
+
+    def park_message(self, id: str, key: str, error: BaseException, failures: int) -> None:
+        now = self.runner.timing.now()
+        if self.inbox.state.update(lambda state: state.park_message(id, key, _why(error), failures, now)):
+            self.parked("message", key, error, failures)
+        self.dispatched.discard(id)
+        self.failures.pop(id, None)
+
+    def parked(self, kind: str, key: str, error: BaseException, failures: int) -> None:
+        """Reported once: in the log, and in the owner's private chat where one is known."""
+        self.log.error(self.runner.record(f"{kind}_parked", key=key, error=type(error).__name__, failures=failures))
+        name = self.channel.name
+        text = (f"A {kind} in {key or name} failed {failures} times ({type(error).__name__}) and is set aside so "
+                f"{self.channel.title} goes on; `nanoagent channels retry {name}` tries it again.")
+        for place in owner_places(self.channel, self.runner.settings):
+            self.spawn(send_text(self.link, self.channel, place, text), f"{name} owner {place.key}")
 
     def note_chat(self, key: str, group: bool) -> None:
         """Tell the loop whether a chat is a group chat (its turns get `tools.groupProfile`), and keep it in the
@@ -196,6 +288,7 @@ class _Run:
     def dispatch(self, item: Incoming) -> None:
         """Each chat's messages are handled in order, by a worker of its own; chats do not wait for each other."""
         chat = Place(item.place.channel, item.place.chat)
+        self.dispatched.add(item.id)
         queue = self.queues.get(chat)
         if queue is None:
             queue = self.queues[chat] = asyncio.Queue()
@@ -205,11 +298,23 @@ class _Run:
     async def worker(self, queue: asyncio.Queue[Incoming]) -> None:
         while True:
             item = await queue.get()
-            try:
-                await self.handle(item)
-            except Exception as e:  # noqa: BLE001 - one bad message must not stop the chat, nor come back forever
-                self.log.error(self.runner.record("message_failed", id=item.id, error=type(e).__name__))
-                self.inbox.handled(item.id)
+            while not await self.attempt(item):
+                await asyncio.sleep(self.runner.timing.pause(self.failures.get(item.id, 1) - 1))
+
+    async def attempt(self, item: Incoming) -> bool:
+        """Handle one message; False when it raised and is to be tried again. After `PARK_AFTER` failures in a row
+        it is parked: one bad message must not stop the chat, nor come back forever."""
+        try:
+            await self.handle(item)
+        except Exception as e:  # noqa: BLE001 - see above
+            failures = self.failures[item.id] = self.failures.get(item.id, 0) + 1
+            self.log.error(self.runner.record("message_failed", id=item.id, error=type(e).__name__,
+                                              failures=failures))
+            if failures < PARK_AFTER:
+                return False
+            self.park_message(item.id, item.place.key, e, failures)
+        self.failures.pop(item.id, None)
+        return True
 
     async def handle(self, item: Incoming) -> None:
         if not item.addressed:
@@ -235,7 +340,7 @@ class _Run:
             await face.say(note)
         own = "\n".join(p for p in [text, *(a.line for a in saved)] if p).strip()
         texts = [a.text for a in saved if a.text is not None]
-        if not own and not texts:
+        if (not own and not texts) or self.limited(face.key, item.user):
             self.inbox.handled(item.id)
             return
         if not item.private:
@@ -249,6 +354,27 @@ class _Run:
             images = []
         waiting = self.inbox.give(face.key, item.id, body, images)
         self.spawn(self.send(face, waiting), f"{self.channel.name} message {face.key}")
+
+    def limited(self, key: str, user: str) -> bool:
+        """`channels.replyLimit`: True when the thread or the sender had as many replies in its window as it allows
+        (one log line when a bound starts to hold); else this reply is counted against both."""
+        limit, now = self.runner.reply_limit, self.runner.timing.now()
+        counters = {f"thread:{key}": limit.per_thread, f"sender:{user}": limit.per_sender}
+
+        def change(state: ChannelState) -> list[str]:
+            full = [c for c, most in counters.items()
+                    if most and len(state.recent(c, now, limit.window_seconds)) >= most]
+            if not full:
+                state.count_reply(list(counters), now, limit.window_seconds)
+            return full
+
+        full = self.inbox.state.update(change)
+        for counter in full:
+            if counter not in self.held:
+                self.log.warning(self.runner.record("reply_limited", counter=counter, limit=counters[counter],
+                                                    window=limit.window_seconds))
+        self.held = (self.held - set(counters)) | set(full)
+        return bool(full)
 
     async def send(self, face: Face, waiting: Waiting) -> None:
         """Give the hub one message. Its turn (or the turn it joins) is shown by the session's face, which watches
@@ -345,7 +471,7 @@ class _Run:
         if face is None:
             streaming = bool(getattr(self.runner.settings, "streaming", True))
             face = self.faces[place.key] = Face(place, self.link, self.channel, self.hub, self.inbox,
-                                                self.runner.timing, streaming)
+                                                self.runner.timing, streaming, self)
             self.group.create_task(face.show(), name=f"{self.channel.name} replies {place.key}")
         return face
 
@@ -361,19 +487,27 @@ class _Run:
             if place is None or place.channel != self.channel.name:
                 self.inbox.answered(key)
                 continue
-            face = self.face(place)
-            if self.hub.busy(key):
-                continue  # still running here: this run only restarted the channel
-            session = self.hub.loop.session(key)
-            last_user = max((i for i, m in enumerate(session.messages) if is_user(m)), default=-1)
-            last = session.messages[-1] if session.messages else None
-            if last_user in session.failed():
-                face.replay(FAILED_BEFORE_RESTART)
-            elif last is not None and is_assistant(last) and not calls_of(last) and last["content"].strip() \
-                    and last["content"] != CANCELLED:
-                face.replay(last["content"])
-            else:
-                self.spawn(self.send_resume(face), f"{self.channel.name} resume {key}")
+            try:
+                self.resume_turn(place)
+            except Exception as e:  # noqa: BLE001 - one session that cannot be read must not stop the channel
+                self.log.error(self.runner.record("resume_failed", key=key, error=type(e).__name__))
+                self.inbox.answered(key)
+
+    def resume_turn(self, place: Place) -> None:
+        key = place.key
+        face = self.face(place)
+        if self.hub.busy(key):
+            return  # still running here: this run only restarted the channel
+        session = self.hub.loop.session(key)
+        last_user = max((i for i, m in enumerate(session.messages) if is_user(m)), default=-1)
+        last = session.messages[-1] if session.messages else None
+        if last_user in session.failed():
+            face.replay(FAILED_BEFORE_RESTART)
+        elif last is not None and is_assistant(last) and not calls_of(last) and last["content"].strip() \
+                and last["content"] != CANCELLED:
+            face.replay(last["content"])
+        else:
+            self.spawn(self.send_resume(face), f"{self.channel.name} resume {key}")
 
     async def send_resume(self, face: Face) -> None:
         try:
@@ -401,6 +535,29 @@ class _Attachment:
     image: ImageBlock | None = None
     text: Attached | None = None
     note: str | None = None  # for the person who sent it: a voice note cut short, or how to have it transcribed
+
+
+def owner_places(channel: Channel, settings: Any) -> list[Place]:
+    """The owner's private chats (`channels/owners.py`), where they hear that something was parked: `Channel.home` of
+    each id in `channels.<name>.owner`; a channel that names no owner tells only the log."""
+    return [place for place in map(channel.home, owner_ids(settings)) if place is not None]
+
+
+def _why(error: BaseException) -> str:
+    """An error as the state file keeps it: its type and its words (the file is private; the log gets the type)."""
+    return f"{type(error).__name__}: {error}".strip().rstrip(":")
+
+
+def _count_try(state: ChannelState, id: str, skip: int = 0, tries: int = 0, failures: int = 0,
+               next: float = 0.0) -> None:
+    """Count a send of an outbox entry: `skip` more of its messages arrived, a try refused (the next not before
+    `next`), a failure (a raise; a refusal ends a run of them)."""
+    entry = state.undelivered(id)
+    if entry is not None:
+        entry.skip += skip
+        entry.tries += tries
+        entry.failures = entry.failures + failures if failures else 0
+        entry.next = next
 
 
 def _command(text: str) -> str:

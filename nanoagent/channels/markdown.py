@@ -27,6 +27,15 @@ CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.S)
 BOLD = re.compile(r"(\*\*|__)(?=\S)(.+?)(?<=\S)\1", re.S)
 STRIKE = re.compile(r"~~(?=\S)(.+?)(?<=\S)~~", re.S)
 HOLE = re.compile(r"\x00(\d+)\x00")
+# the only links a reply may make, in every channel's format (as in the web app): http(s) and mailto. A model's
+# `[x](tg://user?id=N)` (a Telegram text mention), `javascript:` or `file:` stays text.
+LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)", re.I)
+ANY_LINK = re.compile(r"\[([^\]\n]+)\]\(([^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
+
+
+def linkable(url: str) -> bool:
+    """May `url` be a link's target? Only http(s) and mailto."""
+    return re.match(r"(?:https?|mailto):", url, re.I) is not None
 
 
 

@@ -6,6 +6,10 @@ app's limit (`Channel.split`); a channel without edits (email) sends only the fi
 stays on while a turn runs. No empty bubbles (nothing is sent before there is text), no duplicates (a part is sent
 once and edited after), and the final delivery deletes the messages the streaming used that the finished reply no
 longer needs. A final delivery keeps trying through network failures; a streaming one waits for the next.
+
+A reply counts as delivered only when the app took every message of it. What the app did not take goes to the
+channel's outbox (`Keeper.queue_reply`), sent again later; a delivery that raised is tried again after a pause, and
+after `PARK_AFTER` in a row the reply is parked (`Keeper.park_reply`): one reply never stops the session's face.
 """
 
 from __future__ import annotations
@@ -13,20 +17,34 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
+from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Protocol
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import EMPTY_REPLY
 from nanoagent.channels.base import Channel, Chunk, Link, Timing
 from nanoagent.channels.keys import Place
+from nanoagent.channels.state import PARK_AFTER
 from nanoagent.messages import is_assistant, is_user, text_of
 
 if TYPE_CHECKING:
     from nanoagent.channels.inbox import Inbox
     from nanoagent.gateway.hub import Hub
 
-__all__ = ["Face", "Reply", "Timing"]
+__all__ = ["Face", "Keeper", "Reply", "Timing"]
+
+
+class Keeper(Protocol):
+    """Where a finished reply goes when it did not arrive (the engine's: it writes the state and logs it)."""
+
+    def queue_reply(self, key: str, text: str, skip: int, why: str) -> None:
+        """The app did not take the reply (its first `skip` messages arrived): keep it in the outbox."""
+        ...
+
+    def park_reply(self, key: str, text: str, error: BaseException, failures: int) -> None:
+        """Delivering the reply raised `failures` times in a row: set it aside, so the chat goes on."""
+        ...
 
 
 @dataclass
@@ -51,6 +69,7 @@ class Reply:
     sent: list[Sent] = field(default_factory=list)
     shown: str = ""
     flushed_at: float = -math.inf
+    failures: int = 0  # final deliveries that raised, in a row
 
     def text(self) -> str:
         body = "\n\n".join(p.strip() for p in [*self.parts, self.live] if p.strip())
@@ -68,6 +87,15 @@ class Reply:
         self.ended, self.reason, self.error = True, reason, error
 
 
+async def _unless_it_raises(work: Coroutine[Any, Any, None]) -> None:
+    """A call the reply can do without now: the typing indicator, a streaming edit (the final delivery follows, and
+    parks the reply if it raises again)."""
+    try:
+        await work
+    except Exception:  # noqa: BLE001, S110 - see above
+        pass
+
+
 async def send_text(link: Link, channel: Channel, place: Place, text: str) -> None:
     """A whole message outside any turn (a command's answer, a pairing code), in as many messages as it needs."""
     for chunk in channel.split(text):
@@ -79,7 +107,7 @@ class Face:
     indicator stays on while a turn runs. Events arrive synchronously from the loop; `show` does the sending."""
 
     def __init__(self, place: Place, link: Link, channel: Channel, hub: Hub, inbox: Inbox, timing: Timing,
-                 streaming: bool):
+                 streaming: bool, keeper: Keeper):
         self.place = place
         self.key = place.key
         self.link = link
@@ -88,6 +116,7 @@ class Face:
         self.inbox = inbox
         self.timing = timing
         self.streaming = streaming and channel.edits
+        self.keeper = keeper
         self.replies: deque[Reply] = deque([Reply()] if hub.busy(self.key) else [])  # attached mid-turn
         self.opening = False
         self.wake = asyncio.Event()
@@ -160,7 +189,8 @@ class Face:
             if reply.ended:
                 if reply.text() != reply.shown and now < due:
                     await asyncio.sleep(due - now)
-                await self.deliver(reply, final=True)
+                if not await self.finish(reply):
+                    continue
                 self.replies.popleft()
                 if not reply.keep_open and not self.replies:  # a later turn, if any, keeps the session open
                     self.inbox.answered(self.key)
@@ -168,11 +198,11 @@ class Face:
                 continue
             if now >= next_typing:
                 next_typing = now + timing.typing
-                await self.link.typing(self.place)
+                await _unless_it_raises(self.link.typing(self.place))
             wait = next_typing - now
             if self.streaming and reply.text().strip() and reply.text() != reply.shown:
                 if now >= due:
-                    await self.deliver(reply, final=False)
+                    await _unless_it_raises(self.deliver(reply, final=False))
                     continue
                 wait = min(wait, due - now)
             try:  # not wait_for: in 3.11 it can swallow a cancel that comes as the event is set
@@ -180,6 +210,26 @@ class Face:
                     await self.wake.wait()
             except TimeoutError:
                 pass
+
+    async def finish(self, reply: Reply) -> bool:
+        """The final delivery; False when it raised and is to be tried again (after a pause). What the app did not
+        take goes to the outbox; a reply whose delivery raised `PARK_AFTER` times in a row is parked."""
+        try:
+            await self.deliver(reply, final=True)
+        except Exception as e:  # noqa: BLE001 - one reply must not stop the chat's face, nor the channel
+            reply.failures += 1
+            if reply.failures < PARK_AFTER:
+                await asyncio.sleep(self.timing.pause(reply.failures - 1))
+                return False
+            self.keeper.park_reply(self.key, reply.text(), e, reply.failures)
+            return True
+        text = reply.text()
+        if text != reply.shown and not reply.keep_open:  # kept open: the turn is finished after the restart
+            chunks = self.channel.split(text)
+            skip = next((i for i, (sent, chunk) in enumerate(zip(reply.sent, chunks, strict=False))
+                         if sent.body != chunk.body), min(len(reply.sent), len(chunks)))
+            self.keeper.queue_reply(self.key, text, skip, "the app did not take it")
+        return True
 
     async def deliver(self, reply: Reply, final: bool) -> None:
         """Bring the chat up to date with the reply: edit the messages whose part changed, send the parts that

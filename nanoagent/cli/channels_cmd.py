@@ -1,4 +1,4 @@
-"""`nanoagent channels list | add NAME | remove NAME`: the chat apps the gateway answers on, every one through the
+"""`nanoagent channels list | add NAME | remove NAME | retry NAME`: the chat apps the gateway answers on, every one through the
 registry (`channels/registry.py`): nothing here names one."""
 
 from __future__ import annotations
@@ -92,12 +92,38 @@ def list_channels(workspace: WorkspaceOpt = None) -> None:
 
     Example: nanoagent channels list
     """
+    from nanoagent.channels import state
+
     paths, config = setup(workspace)
     gateway = _gateway_status(paths)
     channels = registered()
     width = max((len(c.name) for c in channels), default=0)
     for channel in channels:
         print(f"{channel.name:<{width}}  {_state(channel, config, gateway)}")
+        if waiting := state.backlog(paths, channel.name):
+            print(f"{'':<{width}}  {waiting}")
+
+
+@channels_app.command("retry")
+def retry(name: Annotated[str, typer.Argument(help="The channel, as `nanoagent channels list` names it.")],
+          workspace: WorkspaceOpt = None) -> None:
+    """Try the channel's parked messages and replies again.
+
+    A message whose handling failed three times in a row, or a reply whose sending did, is parked in the channel's
+    state file so the channel goes on (`channels list` counts them; the gateway's log says why). This puts them back:
+    the running gateway handles them within half a minute, or the next one at its start.
+
+    Example: nanoagent channels retry email
+    """
+    from nanoagent.channels.state import state_file
+
+    channel_named(name)
+    paths, _ = setup(workspace)
+    messages, replies = state_file(paths, name).update(lambda state: state.retry())
+    if not messages and not replies:
+        print(f"Nothing of {name} is parked.")
+        return
+    print(f"Put back {messages} message(s) and {replies} reply(ies) of {name}; the gateway tries them again.")
 
 
 def _state(channel: Channel, config: Config, gateway: dict[str, Any] | None) -> str:

@@ -149,7 +149,8 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
         components.append(channel_component(channel, settings, paths, hub,
                                             max_image_bytes=config.tools.attachments.max_image_bytes,
                                             max_text_bytes=config.tools.attachments.max_text_bytes,
-                                            transcriber=transcriber(config, paths)))
+                                            transcriber=transcriber(config, paths),
+                                            reply_limit=config.channels.reply_limit))
     return components
 
 
@@ -200,6 +201,11 @@ def status(workspace: WorkspaceOpt = None) -> None:
     health = info.get("health") or {}
     components = [f"{name} ({health[name]})" if health.get(name) else name for name in info.get("components") or []]
     print(f"turns running: {running}; clients: {info.get('clients')}; channels: {', '.join(components) or 'none'}")
+    from nanoagent.channels.state import backlog
+
+    for name in info.get("components") or []:
+        if waiting := backlog(paths, name):
+            print(f"{name}: {waiting}")
 
 
 async def _ask_status(socket: Path) -> dict:

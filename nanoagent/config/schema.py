@@ -381,11 +381,23 @@ class EmailConfig:
 
 
 @dataclass
+class ReplyLimitConfig:
+    """`channels.replyLimit`, for every channel: at most `perThread` replies in one chat or thread and `perSender`
+    to one sender within `windowSeconds`; past either the message gets no model call and no reply (one log line).
+    It stops two bots answering each other, whatever headers they keep. 0 turns a bound off."""
+
+    per_thread: int = bounded(30, 0, 1_000_000)
+    per_sender: int = bounded(60, 0, 1_000_000)
+    window_seconds: float = bounded(600.0, 1, 7 * 86_400)
+
+
+@dataclass
 class ChannelsConfig:
     telegram: TelegramConfig = field(default_factory=TelegramConfig)
     discord: DiscordConfig = field(default_factory=DiscordConfig)
     slack: SlackConfig = field(default_factory=SlackConfig)
     email: EmailConfig = field(default_factory=EmailConfig)
+    reply_limit: ReplyLimitConfig = field(default_factory=ReplyLimitConfig)
 
 
 MCP_TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http", "sse": "sse"}

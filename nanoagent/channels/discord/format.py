@@ -7,7 +7,8 @@ hashes) becomes a bold line. A reply is split under the limit at paragraph bound
 and only a line longer than a whole message is cut inside it; a code block split across messages is closed at the
 end of one and reopened, with its language, at the start of the next.
 
-Lengths are counted in UTF-16 code units, which is never less than Discord's count, so a piece never goes over.
+A masked link whose target is not http(s) or mailto (`markdown.linkable`) becomes its label and the target in a code
+span, which Discord shows as text. Lengths are counted in UTF-16 code units, which is never less than Discord's count, so a piece never goes over.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ import re
 from dataclasses import dataclass
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import CODE_SPAN, Holes, units
+from nanoagent.channels.markdown import ANY_LINK, CODE_SPAN, Holes, linkable, units
 from nanoagent.linkhost import reaches_here
 
 LIMIT = 2000  # characters in one Discord message
@@ -126,11 +127,26 @@ def _text_blocks(lines: list[str]) -> list[Block]:
             found.append(Block(_table(rows), code=True))
             continue
         heading = DEEP_HEADING.match(lines[i])
-        text.append(f"**{heading.group(1)}**" if heading else lines[i])
+        line = _links_only_to_the_web(lines[i])
+        text.append(f"**{heading.group(1)}**" if heading else line)
         i += 1
     if text:
         found.append(Block(text))
     return found
+
+
+def _links_only_to_the_web(line: str) -> str:
+    """Masked links to anything but http(s) or mailto as text; code spans left as they are."""
+    def unlinked(m: re.Match[str]) -> str:
+        return m.group(0) if linkable(m.group(2)) else f"{m.group(1)} (`{m.group(2).replace('`', '')}`)"
+
+    if "](" not in line:
+        return line
+    out, end = [], 0
+    for span in CODE_SPAN.finditer(line):
+        out += [ANY_LINK.sub(unlinked, line[end:span.start()]), span.group(0)]
+        end = span.end()
+    return "".join([*out, ANY_LINK.sub(unlinked, line[end:])])
 
 
 def _table(rows: list[str]) -> list[str]:

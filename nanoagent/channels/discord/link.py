@@ -29,6 +29,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
+import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -280,8 +281,13 @@ class DiscordLink:
     # --- sending -----------------------------------------------------------------------------------------
 
     async def send(self, place: Place, chunk: Chunk, persistent: bool) -> str | None:
+        """A send that timed out may have arrived: every try carries the same nonce, with `enforce_nonce` (which
+        discord.py sets with a nonce), so Discord answers a resend with the message the first one made."""
+        nonce = secrets.token_hex(12)  # Discord takes up to 25 characters
+
         async def call() -> str:
-            message = await (await self._target(place)).send(chunk.body)
+            async with asyncio.timeout(self.timing.send_timeout):
+                message = await (await self._target(place)).send(chunk.body, nonce=nonce)
             return str(message.id)
 
         return await self._call("send", place, call, persistent)
@@ -345,7 +351,8 @@ class DiscordLink:
         return self.dms[chat]
 
     async def _call(self, what: str, place: Place, call: Callable[[], Awaitable[T]], persistent: bool) -> T | None:
-        """A REST call; discord.py waits out 429s. A refusal (4xx) is final; a failure of Discord or the network is
+        """A REST call; discord.py waits out 429s, five times; a 429 that outlasts them is waited out here as long as
+        Discord says, while `persistent`. Another refusal (4xx) is final; a failure of Discord or the network is
         retried with the link's backoff while `persistent`, else given up."""
         import aiohttp
         import discord
@@ -359,6 +366,11 @@ class DiscordLink:
             except discord.DiscordServerError as e:
                 error: str = f"HTTP {e.status}"
             except discord.HTTPException as e:
+                if e.status == 429 and persistent and not self.closing:
+                    wait = _retry_after(e.response)
+                    log.warning(record("discord_rate_limited", call=what, retry_after=wait))
+                    await asyncio.sleep(wait)
+                    continue
                 log.warning(record("discord_refused", call=what, status=e.status, code=e.code))
                 return None
             except (TimeoutError, aiohttp.ClientError, OSError) as e:
@@ -488,6 +500,17 @@ def _token(settings: DiscordConfig) -> str:
     if not settings.token:
         raise NanoagentError(NO_TOKEN)
     return settings.token
+
+
+def _retry_after(response: Any) -> float:
+    """Seconds a 429 asks to wait: `X-RateLimit-Reset-After` (fractions), else `Retry-After`, else one."""
+    headers = getattr(response, "headers", None) or {}
+    for name in ("X-RateLimit-Reset-After", "Retry-After"):
+        try:
+            return max(0.0, float(str(headers.get(name))))
+        except ValueError:
+            continue
+    return 1.0
 
 
 def _why(error: BaseException) -> str:

@@ -13,7 +13,18 @@ import re
 from html.parser import HTMLParser
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import BOLD, BULLET, CODE_SPAN, FENCE, HEADING, QUOTE, RULE, STRIKE, Holes
+from nanoagent.channels.markdown import (
+    BOLD,
+    BULLET,
+    CODE_SPAN,
+    FENCE,
+    HEADING,
+    QUOTE,
+    RULE,
+    STRIKE,
+    Holes,
+    linkable,
+)
 from nanoagent.linkhost import reaches_here
 
 LIMIT = 100_000  # characters of one mail's text: far past any reply, so a reply is one mail
@@ -155,7 +166,7 @@ def _inline_html(text: str) -> str:
     hold = (kept := Holes()).hold
 
     def link(label: str, url: str) -> str:
-        if not re.match(r"(?:https?|mailto):", url) or reaches_here(url):  # this machine or its network: text
+        if not linkable(url) or reaches_here(url):  # another scheme, or this machine or its network: text
             return hold(html.escape(f"{label} <{url}>"))
         return hold(f'<a href="{html.escape(url, quote=True)}">{html.escape(label)}</a>')
 
@@ -173,18 +184,37 @@ def _inline_html(text: str) -> str:
 # --- mail in ---------------------------------------------------------------------------------------------------------
 
 
+# what a mail reader hides: text so styled never reaches the model as the sender's words
+HIDDEN_STYLE = re.compile(r"(?:^|;)\s*(?:display\s*:\s*none|visibility\s*:\s*(?:hidden|collapse)"
+                          r"|(?:font-size|max-height|max-width|height|width)\s*:\s*0*\.?0*(?:px|em|rem|pt|%)?\s*(?:!important)?\s*(?:;|$)"
+                          r"|opacity\s*:\s*0*\.?0*\s*(?:!important)?\s*(?:;|$))", re.I)
+VOID = frozenset({"area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track", "wbr"})
+
+
+def _hidden(attrs: list[tuple[str, str | None]]) -> bool:
+    found = dict(attrs)
+    return "hidden" in found or (found.get("aria-hidden") or "").lower() == "true" \
+        or bool(HIDDEN_STYLE.search(found.get("style") or ""))
+
+
 class _Text(HTMLParser):
     BLOCKS = frozenset({"p", "div", "br", "li", "tr", "h1", "h2", "h3", "h4", "h5", "h6", "pre", "blockquote",
                         "table", "ul", "ol", "hr"})
-    SKIP = frozenset({"script", "style", "head", "title"})
+    SKIP = frozenset({"script", "style", "head", "title", "template"})
 
     def __init__(self) -> None:
         super().__init__(convert_charrefs=True)
         self.out: list[str] = []
         self.skipping = 0
         self.href: list[str | None] = []
+        self.open: list[str] = []  # the elements open now (void ones never are)
+        self.hidden_from: int | None = None  # the depth of the outermost hidden element open, if any
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag not in VOID:
+            self.open.append(tag)
+            if self.hidden_from is None and _hidden(attrs):
+                self.hidden_from = len(self.open)
         if tag in self.SKIP:
             self.skipping += 1
         elif tag in self.BLOCKS:
@@ -195,22 +225,28 @@ class _Text(HTMLParser):
             self.href.append(dict(attrs).get("href"))
 
     def handle_endtag(self, tag: str) -> None:
+        if tag in self.open:  # closes it and whatever was left open inside it
+            while self.open.pop() != tag:
+                pass
+            if self.hidden_from is not None and len(self.open) < self.hidden_from:
+                self.hidden_from = None
         if tag in self.SKIP:
             self.skipping = max(0, self.skipping - 1)
         elif tag in self.BLOCKS:
             self.out.append("\n")
         elif tag == "a" and self.href:
             href = self.href.pop()
-            if href and href.startswith(("http:", "https:", "mailto:")):
+            if href and linkable(href):
                 self.out.append(f" <{href}>")
 
     def handle_data(self, data: str) -> None:
-        if not self.skipping:
+        if not self.skipping and self.hidden_from is None:
             self.out.append(re.sub(r"\s+", " ", data))
 
 
 def html_text(markup: str) -> str:
-    """An HTML mail's text: blocks on lines of their own, links as `text <url>`, scripts and styles left out."""
+    """An HTML mail's text: blocks on lines of their own, links as `text <url>`; scripts, styles and what a mail
+    reader hides (`display:none`, `visibility:hidden`, a zero size or opacity, `hidden`) left out."""
     parser = _Text()
     parser.feed(markup)
     parser.close()

@@ -9,7 +9,8 @@ below which every mail was passed over or acknowledged, so a restart looks only 
 Writing: a reply goes by SMTP to the thread's correspondent with In-Reply-To and References; what a thread's reply
 needs (correspondent, subject, last Message-ID, references) is kept in the state's cursor under
 `thread:<chat>:<hash>` (`mail.thread_id`; older state's `thread:<hash>` is still read).
-Mail has no edits: the engine sends finished replies only. A place `email:<address>` (a scheduled message to a
+Mail has no edits: the engine sends finished replies only. A reply's SMTP exchange waits `Timing.send_timeout`; one
+that timed out may have been taken, so it is sent once more at most, with the same Message-ID (clients show one). A place `email:<address>` (a scheduled message to a
 person) starts a new thread, whose answers come back in the session of that new thread.
 """
 
@@ -45,6 +46,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("nanoagent.channels.email")
 IDLE_RENEW = 25 * 60.0  # seconds before IDLE is renewed (servers end it after 30 minutes)
 TIMEOUT = 30.0  # seconds for one IMAP command or SMTP exchange
+RESENDS = 1  # a reply whose SMTP exchange timed out (the server may have taken it) is sent once more at most
 MAX_THREADS = 500  # threads remembered for replies, the least recent dropped
 FETCH = re.compile(rb"^\d+ FETCH \(.*\bUID (\d+)\b.*\{(\d+)\}$")
 
@@ -64,6 +66,18 @@ def loopback(host: str) -> bool:
 
 class Refused(NanoagentError):
     """The server refused the credentials or the setup: retrying does not help."""
+
+
+class Answered(ConnectionError):
+    """The SMTP server answered with a temporary refusal (4xx): trying later may help."""
+
+    def __init__(self, code: int):
+        super().__init__(f"SMTP {code}")
+        self.code = code
+
+
+class TimedOut(ConnectionError):
+    """The SMTP server did not answer in time: the mail may have been taken (a timeout after DATA)."""
 
 
 # --- SMTP ------------------------------------------------------------------------------------------------------------
@@ -97,9 +111,13 @@ async def smtp_send(settings: EmailConfig, msg: EmailMessage | None, timeout: fl
         where = "smtp" if server.user else "imap"  # without smtp.user, the mailbox's login is the one refused
         raise Refused(f"The SMTP server {server.host} refused the login for {user!r}; check "
                       f"channels.email.{where}.user and password (or EMAIL_PASSWORD).") from None
+    except aiosmtplib.SMTPConnectTimeoutError:
+        raise ConnectionError("SMTPConnectTimeoutError") from None  # nothing went out
+    except aiosmtplib.SMTPTimeoutError:
+        raise TimedOut("SMTP timeout") from None
     except aiosmtplib.SMTPResponseException as e:
         if 400 <= e.code < 500:
-            raise ConnectionError(f"SMTP {e.code}") from None
+            raise Answered(e.code) from None
         raise Refused(f"The SMTP server {server.host} refused the mail ({e.code}); check channels.email.smtp and "
                       "the recipient's address.") from None
     except aiosmtplib.SMTPException as e:
@@ -108,7 +126,16 @@ async def smtp_send(settings: EmailConfig, msg: EmailMessage | None, timeout: fl
                           "channels.email.smtp.security and port.") from None
         raise ConnectionError(type(e).__name__) from None
     except TimeoutError:
-        raise ConnectionError("SMTP timeout") from None
+        raise TimedOut("SMTP timeout") from None
+
+
+def smtp_problem(error: OSError) -> str:
+    """What went wrong with the SMTP server, in words that say whether it answered at all."""
+    if isinstance(error, Answered):
+        return f"the SMTP server answered {error.code}"
+    if isinstance(error, TimedOut):
+        return "the SMTP server did not answer in time"
+    return f"the SMTP server unreachable: {error if isinstance(error, ConnectionError) and str(error) else type(error).__name__}"
 
 
 # --- IMAP ------------------------------------------------------------------------------------------------------------
@@ -397,7 +424,7 @@ class EmailLink:
         root = mail.root_of(msg, msgid, self.roots)
         place = mail.place_of(address, root)
         refs = mail.MSGID.findall(str(msg.get("References") or ""))
-        subject = str(msg.get("Subject") or "")
+        subject = mail.header_value(str(msg.get("Subject") or ""))
         text = mail.text_of(msg)
         first_line = text.strip().split("\n", 1)[0].strip()
         if root == msgid and subject.strip() not in ("", first_line) and not first_line.startswith("/"):
@@ -506,21 +533,21 @@ class EmailLink:
         to = thread.to if thread is not None else place.chat
         msg = mail.compose(self.own, to, fmt.new_subject(chunk.plain), chunk.plain, chunk.body, thread)
         msgid = str(msg["Message-ID"])
-        failures = 0
+        failures, resends = 0, RESENDS
         while True:
             try:
-                await smtp_send(self.settings, msg, TIMEOUT)
+                await smtp_send(self.settings, msg, self.timing.send_timeout)
                 self._health("smtp", None)
                 break
             except Refused as e:
                 log.error(record("email_send_refused", error=str(e)))
                 return None
             except OSError as e:
-                answered = str(e) if str(e).startswith("SMTP") else ""  # a 4xx answer: "SMTP 421"
-                log.warning(record("email_smtp_failed", error=answered or type(e).__name__, persistent=persistent))
-                self._health("smtp", f"the SMTP server answered {answered}" if answered else
-                             f"the SMTP server unreachable: {type(e).__name__}")
-                if not persistent:
+                log.warning(record("email_smtp_failed", error=smtp_problem(e), persistent=persistent))
+                self._health("smtp", smtp_problem(e))
+                if isinstance(e, TimedOut):  # it may have taken the mail: once more at most, the same Message-ID
+                    resends -= 1
+                if not persistent or resends < 0:
                     return None
                 await asyncio.sleep(self.timing.pause(failures))
                 failures += 1
@@ -618,7 +645,7 @@ async def deliver(settings: EmailConfig, paths: Paths, place: keys.Place, text: 
         except Refused as e:
             raise DeliveryError(str(e)) from None
         except OSError as e:
-            raise DeliveryError(f"The SMTP server {settings.smtp.host} could not take the mail ({e or type(e).__name__}); "
+            raise DeliveryError(f"The SMTP server {settings.smtp.host} did not take the mail ({smtp_problem(e)}); "
                                 "it is tried again at the next run.") from None
         msgid = str(msg["Message-ID"])
         if thread is not None:

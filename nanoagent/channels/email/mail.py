@@ -56,6 +56,8 @@ def ignored(msg: Message, own: str) -> str | None:
         return "mailing_list"
     if str(msg.get("Precedence") or "").strip().lower() in BULK:
         return "bulk"
+    if ambiguous_sender(msg):
+        return "ambiguous_sender"
     address = sender(msg)[0]
     if not address or "@" not in address:
         return "no_sender"
@@ -68,22 +70,63 @@ def ignored(msg: Message, own: str) -> str | None:
     return None
 
 
-RESULT = re.compile(r"\b(dmarc|dkim|spf)\s*=\s*([a-z]+)", re.I)
+RESULT = re.compile(r"^\s*(dmarc|dkim|spf)\s*=\s*([a-z]+)\b(.*)$", re.I | re.S)
+SIGNER = re.compile(r"\bheader\.d\s*=\s*([^\s;]+)|\bheader\.i\s*=\s*[^\s;@]*@([^\s;]+)", re.I)
+ADDRESS_LIKE = re.compile(r"[^@\s<>\",;:()\[\]]+@[^@\s<>\",;:()\[\]]+")
 
 
 def forged(msg: Message) -> bool:
     """Did the receiving server find the sender forged? Its `Authentication-Results` (the topmost one, which it adds)
-    saying DMARC failed, or SPF failed with no DKIM signature passing. Only failures are believed: a sender can write
-    a header saying "pass" where the server adds none, but gains nothing by writing "fail"."""
+    saying DMARC failed, or SPF failed where DMARC did not pass and no passing DKIM signature is aligned with the
+    From domain (signed by it or a domain it is under, or above it): a signature of any other domain says nothing
+    of who wrote From. Only what the server says is believed, and only the topmost header is read: a sender can
+    write more below it, but not above."""
     headers = msg.get_all("Authentication-Results") or []
     if not headers:
         return False
-    results: dict[str, set[str]] = {}
-    for method, result in RESULT.findall(str(headers[0])):
-        results.setdefault(method.lower(), set()).add(result.lower())
-    if "fail" in results.get("dmarc", set()):
+    results: dict[str, list[tuple[str, str]]] = {}
+    for part in str(headers[0]).split(";")[1:]:  # the first part names the server
+        found = RESULT.match(part)
+        if found:
+            results.setdefault(found[1].lower(), []).append((found[2].lower(), found[3]))
+    domain = sender(msg)[0].rpartition("@")[2]
+    dmarc = {result for result, rest in results.get("dmarc", []) if _dmarc_for(rest) in ("", domain)}
+    if "fail" in dmarc:
         return True
-    return bool(results.get("spf", set()) & {"fail"}) and "pass" not in results.get("dkim", set())
+    if "pass" in dmarc or not any(result == "fail" for result, _ in results.get("spf", [])):
+        return False
+    return not any(result == "pass" and _aligned(_signer(rest), domain) for result, rest in results.get("dkim", []))
+
+
+def _dmarc_for(properties: str) -> str:
+    """The domain a DMARC result is for (`header.from`), "" when not said."""
+    found = re.search(r"\bheader\.from\s*=\s*([^\s;]+)", properties, re.I)
+    return found[1].strip(".").lower() if found else ""
+
+
+def _signer(properties: str) -> str:
+    found = SIGNER.search(properties)
+    return (found[1] or found[2] or "").strip().strip(".").lower() if found else ""
+
+
+def _aligned(signer: str, domain: str) -> bool:
+    """DMARC's relaxed alignment, without the public-suffix list: the same domain, or one under the other (a
+    verifier passes a signature only for a domain whose DNS publishes its key, so a bare suffix never signs)."""
+    return bool(signer and domain and "." in signer) and (
+        signer == domain or domain.endswith("." + signer) or signer.endswith("." + domain))
+
+
+def ambiguous_sender(msg: Message) -> bool:
+    """Is From anything but one clear address: several, one the parser had to guess, or one beside another address
+    in its text (`owner@example.com <attacker@evil.net>`, `"owner@example.com" <attacker@evil.net>`), which a
+    reader, a DMARC checker and `parseaddr` may each take for a different sender?"""
+    header = msg.get("From")
+    text = str(header or "")
+    found = getaddresses([text])
+    if len(found) != 1 or any(type(d).__name__ == "InvalidHeaderDefect" for d in getattr(header, "defects", ())):
+        return True
+    address = found[0][1].strip().lower()
+    return {a.lower() for a in ADDRESS_LIKE.findall(text)} - {address} != set()
 
 
 ADDRESS = re.compile(r"[^@\s<>]+@[^@\s<>]+\.[^@\s<>]+")
@@ -232,18 +275,27 @@ def compose(own: str, to: str, subject: str, plain: str, html: str, thread: Thre
     """A mail from `own` to `to`: a reply in `thread` (In-Reply-To, References, `Re:` subject) or a new one; plain
     text with an HTML alternative; marked `Auto-Submitted: auto-replied` so other robots do not answer it."""
     msg = EmailMessage()
-    msg["From"] = own
-    msg["To"] = to
-    msg["Subject"] = fmt.reply_subject(thread.subject) if thread else subject
+    msg["From"] = header_value(own)
+    msg["To"] = header_value(to)
+    msg["Subject"] = header_value(fmt.reply_subject(thread.subject) if thread else subject)
     msg["Date"] = formatdate(localtime=False)
     msg["Message-ID"] = make_msgid(domain=own.rsplit("@", 1)[-1] if "@" in own else "nanoagent.invalid")
     if thread is not None:
-        msg["In-Reply-To"] = thread.last
-        msg["References"] = " ".join(_bounded([*thread.references, thread.last]))
+        msg["In-Reply-To"] = header_value(thread.last)
+        msg["References"] = header_value(" ".join(_bounded([*thread.references, thread.last])))
     msg["Auto-Submitted"] = "auto-replied"
     msg.set_content(plain)
     msg.add_alternative(html, subtype="html")
     return msg
+
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f\u0085\u2028\u2029]+")
+
+
+def header_value(text: str) -> str:
+    """A header value built from what a mail or a model wrote: line breaks and other control characters (a bare CR,
+    an encoded word decoding to one) become spaces, so the value stays one header; `EmailMessage` refuses it else."""
+    return " ".join(CONTROL.sub(" ", text).split())
 
 
 def recipients(msg: Message) -> list[str]:

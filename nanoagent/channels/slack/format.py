@@ -24,6 +24,7 @@ from nanoagent.channels.markdown import (
     BULLET,
     CODE_SPAN,
     HEADING,
+    LINK,
     QUOTE,
     RULE,
     STRIKE,
@@ -37,7 +38,6 @@ from nanoagent.linkhost import reaches_here
 LIMIT = 4000  # characters of mrkdwn in one message (see the module's docstring)
 NUMBERED = re.compile(r"^(\s*)(\d{1,9}[.)])\s+(.*)$")
 TABLE_RULE = re.compile(r"^\s*\|?\s*:?-{2,}:?\s*(\|\s*:?-{2,}:?\s*)*\|?\s*$")
-LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
 BARE_URL = re.compile(r"(?:https?)://[^\s<>\"]+")
 BOLD_MARK = re.compile(r"\*\*|__")
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^_\n]+?)(?<!\s)_(?![\w_])")

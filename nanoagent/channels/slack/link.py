@@ -66,6 +66,7 @@ log = logging.getLogger("nanoagent.channels.slack")
 NAME = "slack"
 CONNECT_TIMEOUT = 30.0  # seconds for the websocket to open
 ACK_DEADLINE = 2.5  # seconds an envelope may wait for the engine before it is acknowledged anyway (Slack waits 3)
+RESENDS = 1  # a post that timed out (it may have arrived: Slack has no idempotency key) is made once more at most
 CATCH_UP = 3600.0  # seconds of history read after a restart or a reconnect
 KEEP_CURSORS = 7 * 86_400.0  # a chat or thread quiet for longer is forgotten (no catch-up there)
 MAX_PLACES = 50  # chats and threads read at most in one catch-up, the most recent first
@@ -375,9 +376,9 @@ class SlackLink:
         """Slack reads any text as mrkdwn (it refuses none), so `chunk.plain` is not needed here."""
         thread: dict[str, Any] = {"thread_ts": place.thread} if place.thread else {}
         channel = await self._conversation(place, persistent)
-        response = channel and await self._api().quietly("chat_postMessage", persistent, channel=channel,
-                                                         text=chunk.body, unfurl_links=False, unfurl_media=False,
-                                                         **thread)
+        response = channel and await self._api().quietly("chat_postMessage", persistent, resends=RESENDS,
+                                                         channel=channel, text=chunk.body, unfurl_links=False,
+                                                         unfurl_media=False, **thread)
         if response is not None:
             self.statused.discard(place)  # Slack clears the thread's status when the app posts
         return str(response["ts"]) if response and response.get("ts") else None
@@ -483,8 +484,10 @@ class WebAPI:
         self.settings = settings
         self.timing = timing
         self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        # each call's own deadline is ours (`call`); the client's only bounds the longest of them
         self.web: AsyncWebClient = AsyncWebClient(token=settings.bot_token, base_url=settings.api_base,
-                                                  session=self.session, logger=_quiet(), retry_handlers=[])
+                                                  session=self.session, logger=_quiet(), retry_handlers=[],
+                                                  timeout=int(max(timing.timeout, timing.send_timeout)) + 1)
 
     async def close(self) -> None:
         await self.session.close()
@@ -517,12 +520,13 @@ class WebAPI:
                                  "network and channels.slack.apiBase.") from None
         return dict(response.data) if isinstance(response.data, dict) else {}
 
-    async def quietly(self, method: str, persistent: bool, **kwargs: Any) -> dict[str, Any] | None:
+    async def quietly(self, method: str, persistent: bool, resends: int | None = None,
+                      **kwargs: Any) -> dict[str, Any] | None:
         """A call whose failure is an answer (None), logged without its text."""
         from slack_sdk.errors import SlackApiError
 
         try:
-            response = await self.call(method, persistent, **kwargs)
+            response = await self.call(method, persistent, resends=resends, **kwargs)
         except SlackApiError as e:
             log.warning(record("slack_call_failed", method=method, error=_error(e)))
             return None
@@ -531,15 +535,20 @@ class WebAPI:
             return None
         return dict(response.data) if isinstance(response.data, dict) else {}
 
-    async def call(self, method: str, persistent: bool, wait: bool = True, **kwargs: Any) -> Any:
-        """One Web API call. A `ratelimited` 429 is waited out (unless `wait` is False) and the call made again;
-        with `persistent`, so is a network failure or a 5xx, with backoff."""
+    async def call(self, method: str, persistent: bool, wait: bool = True, resends: int | None = None,
+                   **kwargs: Any) -> Any:
+        """One Web API call, within `Timing.timeout`. A `ratelimited` 429 is waited out (unless `wait` is False) and
+        the call made again; with `persistent`, so is a network failure or a 5xx, with backoff. With `resends` (a
+        post: Slack has no idempotency key) it waits `Timing.send_timeout`, and a call that timed out (it may
+        have arrived) is made again that many times at most."""
         from slack_sdk.errors import SlackApiError
 
         failures = 0
+        deadline = self.timing.timeout if resends is None else self.timing.send_timeout
         while True:
             try:
-                response = await getattr(self.web, method)(**kwargs)
+                async with asyncio.timeout(deadline):
+                    response = await getattr(self.web, method)(**kwargs)
                 self.timing.report(None)
                 return response
             except SlackApiError as e:
@@ -556,6 +565,10 @@ class WebAPI:
                 error: str = f"http {status}"
             except _network_errors() as e:
                 self.timing.report(f"Slack's Web API unreachable: {type(e).__name__}")
+                if isinstance(e, TimeoutError) and resends is not None:
+                    resends -= 1
+                    if resends < 0:
+                        raise
                 if not persistent:
                     raise
                 error = type(e).__name__

@@ -105,7 +105,7 @@ class Telegram:
             for chunk in self.split(text) if text.strip() or not files else []:
                 for body, mode in ((chunk.body, "HTML"), (chunk.plain, None)):
                     call = functools.partial(bot.send_message, int(place.chat), body, parse_mode=mode,
-                                             message_thread_id=thread)
+                                             message_thread_id=thread, read_timeout=Timing().send_timeout)
                     try:
                         await _persist(call, backoff)
                         break
@@ -133,11 +133,13 @@ class Telegram:
 
 async def _persist(call: Any, backoff: tuple[float, ...]) -> Any:
     """`call()`, through 429s (waiting as Telegram says, up to MAX_RETRY_AFTER) and network failures (waiting
-    `backoff`), ATTEMPTS times at most; the last failure is raised."""
-    from telegram.error import BadRequest, NetworkError, RetryAfter
+    `backoff`), ATTEMPTS times at most; the last failure is raised. A call that timed out once it was sent (it may
+    have arrived) is made once more at most."""
+    from telegram.error import BadRequest, NetworkError, RetryAfter, TimedOut
 
-    from nanoagent.channels.telegram.link import retry_after
+    from nanoagent.channels.telegram.link import perhaps_sent, retry_after
 
+    resent = False
     for attempt in range(ATTEMPTS):
         try:
             return await call()
@@ -147,6 +149,12 @@ async def _persist(call: Any, backoff: tuple[float, ...]) -> Any:
             await asyncio.sleep(retry_after(e))
         except BadRequest:  # the library's BadRequest is a NetworkError: a refusal, not a network failure
             raise
+        except TimedOut as e:
+            if perhaps_sent(e):
+                if resent:
+                    raise
+                resent = True
+            await asyncio.sleep(backoff[min(attempt, len(backoff) - 1)])
         except NetworkError:
             await asyncio.sleep(backoff[min(attempt, len(backoff) - 1)])
     return await call()

@@ -19,6 +19,7 @@ from nanoagent.channels.markdown import (
     BULLET,
     CODE_SPAN,
     HEADING,
+    LINK,
     QUOTE,
     RULE,
     STRIKE,
@@ -31,7 +32,6 @@ from nanoagent.channels.markdown import Block as MarkdownBlock
 from nanoagent.linkhost import reaches_here
 
 LIMIT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
-LINK = re.compile(r"\[([^\]\n]+)\]\(((?:https?|tg|mailto):[^\s()]+(?:\([^\s()]*\))?[^\s()]*)\)")
 BARE_URL = re.compile(r"(?:https?|tg)://[^\s<>\"]+")
 ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^<*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^<_\n]+?)(?<!\s)_(?![\w_])")
 TAG = re.compile(r"<[^>]*>")

@@ -7,7 +7,9 @@ to the inbox, and it is kept in the state file's cursor (`last_update_id`) for t
 
 Every call goes through `api`: a 429 waits as long as Telegram says and tries again; a network failure tries again
 with backoff when the call is persistent, else gives up; a method the server does not know is logged once and not
-called again. The library is imported only when the channel runs.
+called again. A sendMessage may have arrived when its answer did not (Telegram has no idempotency key, and a bot
+cannot read its chat back), so it waits `Timing.send_timeout` for the answer, and one that timed out after it was
+sent is sent once more at most. The library is imported only when the channel runs.
 """
 
 from __future__ import annotations
@@ -65,7 +67,7 @@ class TelegramLink:
         self.settings = settings
         self.state = state_file(paths, "telegram")
         self.timing = timing
-        self.bot = make_bot(settings)
+        self.bot = make_bot(settings, timing.timeout)
         self.username = ""
         self.bot_id = 0
         self.unsupported: set[str] = set()  # methods the server does not know: not called again
@@ -183,9 +185,9 @@ class TelegramLink:
 
         for text, mode in ((chunk.body, "HTML"), (chunk.plain, None)):
             call = functools.partial(self.bot.send_message, int(place.chat), text, parse_mode=mode,
-                                     message_thread_id=_thread(place))
+                                     message_thread_id=_thread(place), read_timeout=self.timing.send_timeout)
             try:
-                message = await self.api("sendMessage", call, persistent)
+                message = await self.api("sendMessage", call, persistent, resends=1)
             except BadRequest as e:
                 if mode and unparsable(e):
                     continue
@@ -221,11 +223,13 @@ class TelegramLink:
         await self.best_effort("sendChatAction", lambda: self.bot.send_chat_action(
             int(place.chat), "typing", message_thread_id=_thread(place)))
 
-    async def api(self, method: str, call: Callable[[], Awaitable[T]], persistent: bool = False) -> T | None:
+    async def api(self, method: str, call: Callable[[], Awaitable[T]], persistent: bool = False,
+                  resends: int | None = None) -> T | None:
         """One Bot API call. A 429 waits as long as Telegram says and tries again; a network failure tries again
-        with backoff when `persistent`, else gives up (None). A 400 is raised to the caller; other refusals (a
-        blocked bot, a method the server does not know) are logged and give None."""
-        from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError
+        with backoff when `persistent`, else gives up (None); with `resends`, a call that timed out once it was
+        sent (it may have arrived) is made again that many times at most. A 400 is raised to the caller; other
+        refusals (a blocked bot, a method the server does not know) are logged and give None."""
+        from telegram.error import BadRequest, InvalidToken, NetworkError, RetryAfter, TelegramError, TimedOut
 
         if method in self.unsupported:
             return None
@@ -233,6 +237,17 @@ class TelegramLink:
         while True:
             try:
                 result = await call()
+            except TimedOut as e:
+                if resends is None or not perhaps_sent(e):
+                    if not await self.failed(method, e, persistent, failures):
+                        return None
+                    failures += 1
+                    continue
+                log.warning(record("telegram_timed_out", method=method, resends_left=resends))
+                if resends <= 0 or not persistent:
+                    return None
+                resends -= 1
+                continue
             except RetryAfter as e:
                 wait = retry_after(e)
                 log.warning(record("telegram_rate_limited", method=method, retry_after=wait))
@@ -241,12 +256,8 @@ class TelegramLink:
             except BadRequest:
                 raise
             except NetworkError as e:
-                if failures == 0:
-                    log.warning(record("telegram_unreachable", method=method, error=type(e).__name__))
-                self.timing.report(f"Telegram's Bot API unreachable: {self.reason(e)}")
-                if not persistent:
+                if not await self.failed(method, e, persistent, failures):
                     return None
-                await asyncio.sleep(self.timing.pause(failures))
                 failures += 1
                 continue
             except InvalidToken:
@@ -265,6 +276,16 @@ class TelegramLink:
                 log.info(record("telegram_reachable", method=method))
             self.timing.report(None)
             return result
+
+    async def failed(self, method: str, error: Exception, persistent: bool, failures: int) -> bool:
+        """A network failure: reported; True after the backoff's pause when the call is to be made again."""
+        if failures == 0:
+            log.warning(record("telegram_unreachable", method=method, error=type(error).__name__))
+        self.timing.report(f"Telegram's Bot API unreachable: {self.reason(error)}")
+        if not persistent:
+            return False
+        await asyncio.sleep(self.timing.pause(failures))
+        return True
 
     def reason(self, error: Exception) -> str:
         """An error's own words for the component's health, one short line without the token."""
@@ -305,6 +326,13 @@ def retry_after(error: Any) -> float:
         value = error.retry_after
     seconds = value.total_seconds() if isinstance(value, timedelta) else float(value)
     return max(0.0, seconds)
+
+
+def perhaps_sent(error: Exception) -> bool:
+    """Did the call time out after the request went out (waiting for the answer), not while connecting?"""
+    import httpx
+
+    return isinstance(error.__cause__, httpx.ReadTimeout | httpx.WriteTimeout)
 
 
 def unparsable(error: Exception) -> bool:
