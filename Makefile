@@ -2,7 +2,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-BENCHES := run memory_search recall auto_recall peer web web_stream tool_policy spend browser
+BENCHES := size run memory_search recall auto_recall peer web web_stream tool_policy spend browser
 
 .PHONY: install test test-fast lint bench size clean
 
@@ -24,9 +24,8 @@ lint:
 bench:  # each script prints its figures against their budgets and exits non-zero past one
 	@status=0; for b in $(BENCHES); do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
 
-size:
-	@echo "core lines (nanoagent/, excluding blank lines and comments):"
-	@find nanoagent -name '*.py' | sort | xargs grep -cvE '^\s*(#|$$)' | sed 's/:/ /' | awk '{printf "  %-40s %5d\n", $$1, $$2; total += $$2} END {printf "  %-40s %5d\n", "total", total}'
+size:  # the core's lines against its budget, then each plug-in folder's (bench/size.py)
+	$(BIN)/python bench/size.py
 
 clean:
 	rm -rf $(VENV) dist build .pytest_cache .ruff_cache
