@@ -478,23 +478,28 @@ def test_a_message_whose_handling_keeps_failing_is_parked_the_next_is_answered_a
     media.write_text("a file where the media folder goes: saving the picture raises")
     provider = ScriptedProvider(["Answered.", "The picture, at last."])
 
+    def answers() -> list[str]:  # the owner's chat, but for the one notice of what was parked
+        return [text for text in stand_in.shown(stand_in.owner) if "failed 3 times" not in text]
+
     async def scenario():
         async with running(stand_in, provider) as runner:
             stand_in.write(stand_in.owner, "look at this", image=PNG)
             await until(lambda: runner.state.read().parked, "the message to be parked")
             stand_in.write(stand_in.owner, "are you there?")
-            await until(lambda: stand_in.shown(stand_in.owner) == ["Answered."], "the next message's answer")
+            await until(lambda: answers() == ["Answered."], "the next message's answer")
             listed = await asyncio.to_thread(invoke, "channels", "list")
             media.unlink()
             retried = await asyncio.to_thread(invoke, "channels", "retry", stand_in.channel)
-            await until(lambda: stand_in.shown(stand_in.owner)[-1:] == ["The picture, at last."], "the retried answer")
+            await until(lambda: answers()[-1:] == ["The picture, at last."], "the retried answer")
             await until(lambda: settled(runner) and not runner.state.read().parked, "the state to empty")
         return listed, retried
 
     listed, retried = asyncio.run(scenario())
     assert "1 item parked after failing" in listed.stdout and f"channels retry {stand_in.channel}" in listed.stdout
     assert retried.returncode == 0 and "Put back 1 message(s)" in retried.stdout
-    assert stand_in.shown(stand_in.owner) == ["Answered.", "The picture, at last."]
+    assert answers() == ["Answered.", "The picture, at last."]
+    told = [text for text in stand_in.shown(stand_in.owner) if "failed 3 times" in text]
+    assert len(told) == 1 and f"nanoagent channels retry {stand_in.channel}" in told[0]  # the owner, told once
     assert len(provider.requests) == 2
 
 
