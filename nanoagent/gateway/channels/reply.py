@@ -29,7 +29,7 @@ from nanoagent.channels.state import PARK_AFTER
 from nanoagent.messages import is_assistant, is_user, text_of
 
 if TYPE_CHECKING:
-    from nanoagent.channels.inbox import Inbox
+    from nanoagent.gateway.channels.inbox import Inbox
     from nanoagent.gateway.hub import Hub
 
 __all__ = ["Face", "Keeper", "Reply", "Timing"]
