@@ -21,7 +21,6 @@ import pytest
 from nanoagent.agent.build import build_agent
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.channels.base import DeliveryError
-from nanoagent.channels.keys import Place
 from nanoagent.channels.state import state_file
 from nanoagent.channels.telegram import CHANNEL
 from nanoagent.channels.telegram.format import markdown_to_html, split_markdown, units
@@ -32,6 +31,7 @@ from nanoagent.errors import NanoagentError
 from nanoagent.gateway.channels.engine import ChannelRunner, Timing, channel_component
 from nanoagent.gateway.channels.media import media_name
 from nanoagent.gateway.hub import Hub
+from nanoagent.keys import Place
 from nanoagent.messages import is_user, strip_runtime_context
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
