@@ -15,9 +15,9 @@ from typing import Any, Protocol
 
 from nanoagent.agent.build import build_agent
 from nanoagent.channels import registry
-from nanoagent.channels.engine import ChannelRunner, Timing
 from nanoagent.config.loader import load_config
 from nanoagent.config.schema import Config
+from nanoagent.gateway.channels.engine import ChannelRunner, Timing
 from nanoagent.gateway.hub import Hub
 from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta

@@ -15,7 +15,7 @@ import pytest
 
 import nanoagent.channels.registry as registry
 from nanoagent.channels.base import Chunk, DeliveryError, Question
-from nanoagent.channels.keys import Place
+from nanoagent.keys import Place
 
 
 @dataclass

@@ -7,15 +7,14 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 
-# Lower layers never import higher ones. Modules at the top of the package are the foundation. The most specific
-# entry wins: cron's store, schedules, scheduler, delivery and tools sit with the tools (build_agent registers the
-# tools); a job as an agent turn is agent/cron_runs.py; the gateway's cron component is gateway/cron.py. Channels are
-# gateway components, but their contract, registry, key grammar and state files are foundation: cron, the agent and
-# the CLI reach a channel through the registry, which imports it by name. A channel's own folder (its CHANNEL, format
-# and link) is foundation too; the engine that runs it as a component (channels.engine, reply, inbox) is gateway.
-LAYERS = {"providers": 1, "session": 2, "tools": 2, "cron": 2, "mcp": 3, "memory": 3, "agent": 4,
-          "gateway": 5, "web": 5, "channels": 5, "channels.base": 0, "channels.keys": 0, "channels.registry": 0,
-          "channels.state": 0, "channels.owners": 0, "channels.markdown": 0, "channels.telegram": 0, "spend": 0, "cli": 6, "__main__": 6}
+# Lower layers never import higher ones, stated by folder: modules at the top of the package are the foundation, and
+# so is `channels/` (each channel is a plug-in: its contract, registry, key grammar, state file and its own folder,
+# which cron, the agent and the CLI reach by name through the registry); the gateway runs channels
+# (`gateway/channels/`: the engine, replies, the inbox). cron's store, schedules, scheduler, delivery and tools sit
+# with the tools (build_agent registers them); a job as an agent turn is agent/cron_runs.py, the component
+# gateway/cron.py. `__main__` is the program's entry (`python -m nanoagent`), which nothing imports: the cli's layer.
+LAYERS = {"channels": 0, "spend": 0, "providers": 1, "session": 2, "tools": 2, "cron": 2, "mcp": 3, "memory": 3,
+          "agent": 4, "gateway": 5, "web": 5, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from nanoagent.channels import keys
+from nanoagent import keys
 from nanoagent.channels.state import StateFile
 from nanoagent.paths import safe_key
 
@@ -67,3 +67,19 @@ def test_a_denied_code_is_gone_and_its_holder_not_let_in(tmp_path):
     assert state_file.update(lambda s: s.deny(code, now=1.0)).user == "555"
     state = state_file.read()
     assert state.pairing == [] and state.allowed == {}
+
+
+def test_every_key_form_in_use_is_read_by_the_one_grammar():
+    from nanoagent import keys
+
+    nested = keys.subagent_key(keys.subagent_key("telegram:42:7", "a1"), "b2")
+    assert nested == "subagent:subagent:telegram:42:7:a1:b2"
+    assert keys.root_of(nested) == "telegram:42:7" and keys.root_of("cli:direct") == "cli:direct"
+    assert keys.cron_key("ab12") == "cron:ab12" and keys.cron_key("ab12", "slack:U1") == "cron:ab12:slack:U1"
+    assert keys.cron_job("cron:ab12:slack:U1") == "ab12" and keys.cron_job("cli:direct") is None
+    assert keys.underlying(keys.subagent_key("cron:ab12:slack:U1", "r1")) == "slack:U1"
+    assert keys.underlying("cron:ab12") == "" and keys.underlying("telegram:42:7") == "telegram:42:7"
+    assert keys.chat_of("telegram:42:7") == ("telegram", "42") and keys.chat_of("heartbeat") == ("heartbeat", "")
+    assert [keys.is_machine(k) for k in ("cron:ab12", nested, "heartbeat", "dream:ws-1", "cli:direct", "web:x")] \
+        == [True, True, True, True, False, False]
+    assert keys.kind("heartbeat") == "heartbeat" and keys.kind("email:a@b.c:1f") == "email"

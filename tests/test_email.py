@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from nanoagent.channels import keys, registry
+from nanoagent import keys, registry
 from nanoagent.channels.base import Incoming, Timing
 from nanoagent.channels.email import format as fmt
 from nanoagent.channels.email.link import EmailLink
@@ -358,7 +358,7 @@ def test_deliver_to_an_address_starts_a_thread_whose_answer_comes_back_into_its_
 
 def test_deliver_to_an_unknown_thread_says_so(mail):
     from nanoagent.channels.base import DeliveryError
-    from nanoagent.channels.keys import Place
+    from nanoagent.keys import Place
 
     with pytest.raises(DeliveryError, match="No mail thread"):
         asyncio.run(CHANNEL.deliver(config(mail), Place("email", "0123456789ab"), "hi"))

@@ -14,7 +14,6 @@ import pytest
 
 from nanoagent.agent.build import build_agent, build_outbox
 from nanoagent.channels.base import DeliveryError
-from nanoagent.channels.keys import Place
 from nanoagent.config.schema import (
     Config,
     DiscordConfig,
@@ -23,6 +22,7 @@ from nanoagent.config.schema import (
     SlackConfig,
     TelegramConfig,
 )
+from nanoagent.keys import Place
 from nanoagent.messages import is_tool
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply

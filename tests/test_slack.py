@@ -18,12 +18,12 @@ import pytest
 
 from nanoagent.channels import registry
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing
-from nanoagent.channels.keys import Place
 from nanoagent.channels.slack.format import LIMIT, from_slack, markdown_to_mrkdwn, split_markdown
 from nanoagent.channels.slack.link import SlackLink
 from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.config.schema import SlackConfig
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import Place
 from nanoagent.paths import Paths
 from tests.conftest import PATIENCE, invoke, until, write_config
 from tests.slack_server import APP_TOKEN, BOT_TOKEN, BOT_USER, GENERAL, OWNER, STRANGER, SlackAPI

@@ -317,7 +317,7 @@ def test_the_warning_and_the_cap_reach_the_chat_the_turn_came_from(llm, isolated
 
     from nanoagent.agent.build import build_agent
     from nanoagent.channels import registry
-    from nanoagent.channels.engine import ChannelRunner
+    from nanoagent.gateway.channels.engine import ChannelRunner
     from nanoagent.gateway.hub import Hub
     from tests.channel_harness import TIMING
     from tests.conftest import until

@@ -12,9 +12,9 @@ import re
 import pytest
 
 from nanoagent.agent.build import build_agent
-from nanoagent.channels.engine import ChannelRunner
 from nanoagent.channels.telegram import CHANNEL
 from nanoagent.config.schema import Config, TelegramConfig, ToolsConfig, TranscribeConfig
+from nanoagent.gateway.channels.engine import ChannelRunner
 from nanoagent.gateway.hub import Hub
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from nanoagent.channels.keys import parse
 from nanoagent.cli.workdir import folder_key
 from nanoagent.cron.store import JobStore
 from nanoagent.gateway.oneshot import send_one
+from nanoagent.keys import parse
 from nanoagent.paths import Paths, check_session_key
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore

@@ -15,8 +15,9 @@ from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import nanoagent.channels.registry as registry
+from nanoagent import keys
 from nanoagent import messages as msg
-from nanoagent.channels.owners import CRON, NOBODY, OWNER, Owners, chat_person
+from nanoagent.channels.owners import NOBODY, OWNER, Owners, chat_person
 from nanoagent.memory.history import HistoryEntry, HistoryLog
 from nanoagent.memory.people import file_of
 from nanoagent.messages import RUNTIME_CLOSE, RUNTIME_OPEN, Message
@@ -84,7 +85,7 @@ class ContextBuilder:
             return self.tools
         group = self.is_group(key)
         person = self.owners.person_of(key)
-        if key.startswith(CRON) and person != OWNER:
+        if keys.cron_job(key) is not None and person != OWNER:
             key = person  # a chat ever recorded as a group keeps its cron jobs to the group's tools
             group = self.is_group(key) or key in self._ever_groups
         allowed = self.policy.for_session(key, group, guest=person != OWNER)

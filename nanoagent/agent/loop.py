@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from nanoagent import keys
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.budget import PromptBudget, TurnBudget
@@ -60,10 +61,9 @@ def _last_activity(session: Session) -> float:
         return session.path.stat().st_mtime
     except FileNotFoundError:
         return datetime.fromisoformat(session.meta.created).timestamp() if session.meta.created else time.time()
-# Sessions whose turns have no person in them: a heartbeat's or a cron job's standing prompt repeats each run, so
-# recall would add the same hits every time; the model can still call memory_search. Sub-agents' turns are not
-# the loop's and get none either.
-UNATTENDED = ("heartbeat", "cron")
+# Sessions whose turns have no person in them (`keys.UNATTENDED`): a heartbeat's or a cron job's standing prompt
+# repeats each run, so recall would add the same hits every time; the model can still call memory_search. Sub-agents'
+# turns are not the loop's and get none either.
 RECALL_DEADLINE = 2.0  # seconds a turn waits for automatic recall (the first search may build the index)
 log = logging.getLogger("nanoagent.recall")
 
@@ -218,7 +218,7 @@ class AgentLoop:
                     injections: Callable[[], list[str]] | None, ask: Ask | None,
                     images: list[msg.ImageBlock], model: str, workdir: str = "") -> TurnResult:
         self.repair(session, sink)
-        channel, _, chat_id = session.key.partition(":")
+        channel, chat_id = keys.chat_of(session.key)
         notices = session.pending_notices()  # background results that arrived since the last turn
         recalled = await self._recall(session, text)
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
@@ -258,7 +258,7 @@ class AgentLoop:
         """Memory for this message that the prompt does not carry yet ("" for none). The search runs in a thread;
         past RECALL_DEADLINE, or on any error, the turn goes on without (one debug line): recall never fails it."""
         if (self.recall is None or not self.recall.settings.enabled or not text.strip()
-                or session.key.split(":")[0] in UNATTENDED):
+                or keys.kind(session.key) in keys.UNATTENDED):
             return ""
         start = session.last_consolidated
         try:

@@ -25,6 +25,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Literal
 
+from nanoagent import keys
 from nanoagent import messages as msg
 from nanoagent.agent import events as ev
 from nanoagent.agent.context import ContextBuilder
@@ -38,7 +39,7 @@ from nanoagent.templates import render
 from nanoagent.tools import Ask, Tool, ToolContext, ToolError, ToolRegistry, TurnScope, current_turn, tool
 from nanoagent.usage import UsageRecord
 
-PREFIX = "subagent"
+PREFIX = keys.SUBAGENT
 SPAWN = "spawn"
 FULL_CONTEXT_CHARS = 400_000  # `context: full` keeps the newest whole messages within this
 FORWARDED = (ev.ToolStarted, ev.ToolFinished, ev.Retrying, ev.Notice)  # a run's events its watchers see
@@ -93,16 +94,8 @@ class RunScope:
 current_run: ContextVar[RunScope | None] = ContextVar("current_run", default=None)
 
 
-def child_key(parent: str, run_id: str) -> str:
-    return f"{PREFIX}:{parent}:{run_id}"
-
-
-def root_key(key: str) -> str:
-    """The user's session a sub-agent session belongs to: `subagent:subagent:cli:direct:a1:b2` -> `cli:direct`."""
-    depth = 0
-    while key.startswith(f"{PREFIX}:"):
-        key, depth = key[len(PREFIX) + 1:], depth + 1
-    return key.rsplit(":", depth)[0] if depth else key
+child_key = keys.subagent_key
+root_key = keys.root_of
 
 
 def subagent_usage(store: SessionStore, key: str) -> list[UsageRecord]:

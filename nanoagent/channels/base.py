@@ -19,8 +19,8 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from nanoagent.channels.keys import Place
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import Place
 
 if TYPE_CHECKING:
     from pathlib import Path

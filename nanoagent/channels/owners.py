@@ -19,24 +19,19 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import nanoagent.channels.registry as registry
+from nanoagent import keys
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
 
 OWNER = ""
-SUBAGENT = "subagent:"  # a sub-agent's session `subagent:<parent key>:<run id>` belongs to its parent's person
-CRON = "cron:"  # a job's run: `cron:<job id>` the owner's, `cron:<job id>:<session it was made in>` a chat's
 
 
 def chat_person(key: str) -> str:
     """The party session `key` talks with, before asking who the owner is: `<channel>:<chat>` in a chat channel,
     else OWNER. A sub-agent's session is its parent's; a cron job's run the chat's that made it."""
-    while key.startswith((SUBAGENT, CRON)):
-        key = key[len(SUBAGENT):] if key.startswith(SUBAGENT) else key[len(CRON):].partition(":")[2]
-    channel, _, rest = key.partition(":")
-    if channel not in registry.names():
-        return OWNER
-    return f"{channel}:{rest.split(':', 1)[0]}"
+    channel, chat = keys.chat_of(keys.underlying(key))
+    return f"{channel}:{chat}" if channel in registry.names() else OWNER
 
 
 def owner_ids(settings: object) -> list[str]:
@@ -65,7 +60,7 @@ class Owners:
         """The person session `key` talks with: OWNER for the owner's sessions (the terminal, HTTP, the heartbeat,
         the owner's private chats and what runs on their behalf), else `<channel>:<chat>`, a guest or a group."""
         person = chat_person(key)
-        channel, _, chat = person.partition(":")
+        channel, chat = keys.chat_of(person)
         return OWNER if person == OWNER or chat.casefold() in self.chats.get(channel, ()) else person
 
     def is_owner(self, key: str) -> bool:

@@ -129,7 +129,7 @@ def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
     """A component for every enabled channel of the registry; a channel that cannot start (no token, its extra not
     installed) stops the gateway before it starts, with the one line that says how to fix it."""
     from nanoagent.channels import registry
-    from nanoagent.channels.engine import channel_component
+    from nanoagent.gateway.channels.engine import channel_component
     from nanoagent.transcribe import transcriber
 
     components = []

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from nanoagent import keys
 from nanoagent.cli.common import WorkspaceOpt, setup, warn
 from nanoagent.errors import NanoagentError
 
@@ -37,7 +38,7 @@ def heartbeat(
     terminal = session_delivery(SessionStore(paths.sessions_dir, warn=warn))
 
     async def deliver(target: str, text: str) -> None:
-        if target.startswith("cli:"):  # chat apps are the gateway's to reach; the reply is printed below either way
+        if keys.kind(target) == "cli":  # chat apps are the gateway's to reach; the reply is printed below either way
             await terminal(target, text)
 
     result = run_main(run_heartbeat(config, paths, deliver, ignore_hours=force, warn=warn))
@@ -61,6 +62,6 @@ def _where(target: str | None, configured: str | None) -> str:
     if target is None:
         return "heartbeat.target is none: not sent" if configured == "none" else \
             "not sent: no chat has been active yet; set heartbeat.target"
-    if target.startswith("cli:"):
+    if keys.kind(target) == "cli":
         return f"added to session {target}"
     return f"for {target}: from the command line it reaches terminal sessions only; the gateway sends the rest"

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
+from nanoagent import keys
 from nanoagent.cli.common import App, setup, warn
 from nanoagent.errors import NanoagentError
 
@@ -83,15 +84,11 @@ def summarize(store: SessionStore, keys: list[str] | None = None, limit: int | N
     return rows
 
 
-# Sessions a program runs on its own, not conversations a person would continue.
-MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
-
-
 def conversations(store: SessionStore, limit: int, within: Callable[[str], bool] | None = None) -> list[Summary]:
     """Up to `limit` sessions with messages a person had, the most recently active first (for -c and --resume);
     only the keys `within` takes, when given (a working folder's)."""
-    keys = [key for key in store.keys() if not key.startswith(MACHINE_PREFIXES)]
-    return summarize(store, [key for key in keys if within is None or within(key)], limit)
+    found = [key for key in store.keys() if not keys.is_machine(key)]  # a person's conversations, not the agent's runs
+    return summarize(store, [key for key in found if within is None or within(key)], limit)
 
 
 def _preview(session: Session) -> str:

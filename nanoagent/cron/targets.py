@@ -1,6 +1,6 @@
 """Where a scheduled reply or a message goes, and which places count as the user's own.
 
-A target is a place in the one key grammar (`channels/keys.py`): `<channel>:<chat>[:<thread>]` in any registered
+A target is a place in the one key grammar (`keys.py`): `<channel>:<chat>[:<thread>]` in any registered
 channel, `cli:<session>` (a terminal session's log, e.g. `cli:direct`), or `none` (None here). A channel's name
 alone means the owner's private chat there when there is exactly one. The user's own places: in each channel, the
 owner's private chats (`channels.<name>.owner`, `channels/owners.py`), terminal sessions, and the chat the current
@@ -14,11 +14,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-import nanoagent.channels.keys as keys
 import nanoagent.channels.registry as registry
-from nanoagent.channels.keys import Place
+import nanoagent.keys as keys
 from nanoagent.channels.owners import OWNER, Owners, chat_person, owner_ids
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import Place
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config

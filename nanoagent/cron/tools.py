@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import nanoagent.channels.registry as registry
+from nanoagent import keys
 from nanoagent.cron.deliver import MAX_FILE_BYTES, DeliveryError, Outbox
 from nanoagent.cron.schedule import ScheduleError, format_time, make_schedule, relative, zone
 from nanoagent.cron.scheduler import scheduler_seen, utc_now
@@ -44,8 +45,8 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
     def own_target(jobs: JobsFile) -> Target:
         """Where this conversation's replies go: its own chat; a scheduled run's own job's target."""
         key = current_turn.get().session_key
-        if key.startswith("cron:"):
-            job = jobs.get(key.removeprefix("cron:").split(":", 1)[0])  # `cron:<job id>[:<person>]`
+        if (job_id := keys.cron_job(key)) is not None:
+            job = jobs.get(job_id)
             return outbox_target(job) if job else None
         return target_of_session(key)
 
@@ -175,7 +176,7 @@ def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | 
         try:
             paths = [outgoing_file(ctx, path) for path in files or []]
             if to is None:
-                target = (own_target(store.read()) if key.startswith("cron:") else
+                target = (own_target(store.read()) if keys.cron_job(key) is not None else
                           target_of_session(key) if paths else None)
             else:
                 target = access.resolve(to)

@@ -21,13 +21,14 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING
 
-from nanoagent.channels.owners import CRON, OWNER, SUBAGENT, chat_person
+from nanoagent import keys
+from nanoagent.channels.owners import OWNER, chat_person
 from nanoagent.paths import PEOPLE_DIR, safe_key
 
 if TYPE_CHECKING:
     from nanoagent.memory.search import SearchHit
 
-__all__ = ["CRON", "OWNER", "SUBAGENT", "SHARED_FILES", "GUEST_HIDDEN", "aliases", "can_see", "cron_key", "file_of",
+__all__ = ["OWNER", "SHARED_FILES", "GUEST_HIDDEN", "aliases", "can_see", "cron_key", "file_of",
            "hidden", "may_write", "search_filter", "user_file"]
 
 SHARED_FILES = ("SOUL.md", "memory/MEMORY.md")  # memory about no one person: every session may be shown it
@@ -41,13 +42,13 @@ def cron_key(job_id: str, created_by: str) -> str:
     owner's chat or a guest's; `channels/owners.py` decides which at each run). Job ids hold no `:`, so the id is
     what lies between the first two; `cli`, `agent`, "" (older jobs) are the owner."""
     person = chat_person(created_by)
-    return f"{CRON}{job_id}" + (f":{person}" if person != OWNER else "")
+    return keys.cron_key(job_id, person)
 
 
 def file_of(person: str) -> str:
     """The workspace-relative file of a guest (`telegram:42` -> memory/people/telegram-42.md).
     Channel names hold no `-`, and `safe_key` maps any id one-to-one onto letters, digits, `-`, `.` and `_xx`."""
-    channel, _, chat = person.partition(":")
+    channel, chat = keys.chat_of(person)
     return f"{PEOPLE_DIR}/{channel}-{safe_key(chat)}.md"
 
 

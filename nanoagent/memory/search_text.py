@@ -109,7 +109,7 @@ def message_time(message: Message) -> str:
 
 
 # A transcript line's head: an optional date in brackets, then the speaker ("[8 May 2023] **Caroline**: ...",
-# "Caroline (8 May 2023): ..."); a group chat's message is "Name: text" (channels/engine.py), any case.
+# "Caroline (8 May 2023): ..."); a group chat's message is "Name: text" (gateway/channels/engine.py), any case.
 _HEAD = re.compile(r"\s*(?:[\[(]([^\])\n]{1,60})[\])]\s*)?(?:\*\*)?"
                    r"(?:([^\W\d][\w'.-]{0,30}(?: (?!said:)[^\W\d][\w'.-]{0,30}){0,2})(?:\*\*)?"
                    r"(?: ?[\[(]([^\])\n]{1,60})[\])])?(?: said)?:\s)?")

@@ -9,9 +9,9 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from nanoagent.channels.keys import matches
 from nanoagent.config.schema import Config
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import matches
 from nanoagent.paths import Paths
 from nanoagent.pricing import format_cost
 from nanoagent.spend.ledger import Calendar, Ledger, Pair, Totals

@@ -6,7 +6,7 @@ A session's tools are decided in steps, each later one overriding what an earlie
    that names one; else `tools.groupProfile` in a group chat (as its channel says: `Incoming.private`), else
    `tools.guestProfile` in a guest's direct chat, else `tools.profile`;
 2. `tools.allow` adds tools, then `tools.deny` takes them away (so a name in both is denied);
-3. each `tools.policies` rule whose session-key pattern matches, least specific first (`channels.keys.matching`):
+3. each `tools.policies` rule whose session-key pattern matches, least specific first (`keys.matching`):
    its `allow`, then its `deny`.
 Names and patterns are tool names where `*` stands for any run of characters (`mcp__*`, `mcp__github__*`), or a
 capability's name (`GROUPS`: `write`, `shell`, `memory`, `web`), which stands for each of its tools.
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from nanoagent.channels.keys import matches, matching
 from nanoagent.config.schema import ToolsConfig
+from nanoagent.keys import matches, matching
 from nanoagent.providers.base import ToolSpec
 from nanoagent.tools.base import Tool
 from nanoagent.tools.registry import ToolRegistry

@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from nanoagent import keys
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import read_beneath
 from nanoagent.web.markdown import render
@@ -38,7 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("nanoagent.web")
 KEEPALIVE = 15.0  # seconds of silence before a comment line keeps the stream open through proxies
 MAX_QUEUED = 10_000  # events waiting for a tab that stopped reading before its stream is dropped
-MACHINE_PREFIXES = ("cron:", "subagent:", "heartbeat", "dream")
 MAX_LISTED = 200  # sessions the list reads, the most recently active first (each is a file read)
 _BAD_NAME = re.compile(r"\.\.|[/\\\x00-\x1f\x7f]")
 BODY_IDLE = 30.0  # seconds a request body may go without a byte: then 408 and the connection closes
@@ -180,9 +180,9 @@ def session_rows(ctx: WebContext) -> list[dict[str, Any]]:
     for key in sorted(stamps, key=stamps.__getitem__, reverse=True)[:MAX_LISTED]:
         session = _session(ctx, key)
         total = session_total(session.usage)
-        rows.append({"key": key, "channel": key.split(":", 1)[0], "messages": len(session.messages),
+        rows.append({"key": key, "channel": keys.kind(key), "messages": len(session.messages),
                      "last_active": stamps[key], "preview": _preview(session), "cost": total.cost,
-                     "machine": key.startswith(MACHINE_PREFIXES), "busy": ctx.hub.busy(key),
+                     "machine": keys.is_machine(key), "busy": ctx.hub.busy(key),
                      "incognito": session.meta.incognito})
     return rows
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from nanoagent import keys
 from nanoagent.web.api_chat import BadRequest
 
 if TYPE_CHECKING:
@@ -25,7 +26,7 @@ def report(ctx: WebContext, days: int | None) -> dict[str, Any]:
     rows = summarize(usage_records(ctx.loop.store), days=days)
     groups: dict[str, dict[str, Total]] = {"day": {}, "session": {}, "model": {}, "channel": {}}
     for day, key, model, total in rows:
-        channel = key.split(":", 1)[0] if ":" in key else key
+        channel = keys.kind(key)
         for group, name in (("day", day), ("session", key), ("model", model), ("channel", channel)):
             groups[group].setdefault(name, Total()).merge(total)
     by = {group: [{"name": name, **total_json(total)} for name, total in sums.items()]
@@ -41,9 +42,9 @@ def context_use(ctx: WebContext) -> list[dict[str, Any]]:
 
     loop = ctx.loop
     store = loop.store
-    keys = sorted(store.keys(), key=lambda k: os.stat(store.path_for(k)).st_mtime, reverse=True)
+    recent = sorted(store.keys(), key=lambda k: os.stat(store.path_for(k)).st_mtime, reverse=True)
     out = []
-    for key in [k for k in keys if not k.startswith("subagent:")][:CONTEXT_SESSIONS]:
+    for key in [k for k in recent if keys.kind(k) != keys.SUBAGENT][:CONTEXT_SESSIONS]:
         session = store.temporary.get(key) or store.load(key)
         if not session.messages:
             continue

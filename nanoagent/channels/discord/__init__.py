@@ -11,7 +11,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 from nanoagent.channels.base import Chunk, Link, Question, Timing
-from nanoagent.channels.keys import Place, make
+from nanoagent.keys import Place, make
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

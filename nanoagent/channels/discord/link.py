@@ -34,9 +34,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
-from nanoagent.channels.keys import Place, make, parse
 from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import Place, make, parse
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

@@ -14,7 +14,7 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING, Any
 
-from nanoagent.channels import keys
+from nanoagent import keys
 from nanoagent.channels.base import Chunk, Question, Timing
 
 if TYPE_CHECKING:

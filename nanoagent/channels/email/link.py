@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Any
 
 import nanoagent.channels.email.format as fmt
 import nanoagent.channels.email.mail as mail
-from nanoagent.channels import keys
+from nanoagent import keys
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
 from nanoagent.channels.state import ChannelState, state_file
 from nanoagent.errors import NanoagentError

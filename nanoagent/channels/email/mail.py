@@ -20,7 +20,7 @@ from email.utils import formatdate, getaddresses, make_msgid, parseaddr
 from typing import Any, TypeVar
 
 import nanoagent.channels.email.format as fmt
-from nanoagent.channels import keys
+from nanoagent import keys
 from nanoagent.channels.base import FileIn
 
 NAME = "email"

@@ -14,9 +14,9 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from nanoagent.channels.keys import Place
     from nanoagent.channels.slack.link import SlackLink
     from nanoagent.config.schema import Config, SlackConfig
+    from nanoagent.keys import Place
     from nanoagent.paths import Paths
 
 LIMIT = 4000  # characters of mrkdwn a message holds (format.LIMIT, kept here so the format module loads lazily)
@@ -49,7 +49,7 @@ class SlackChannel:
 
     def home(self, user: str) -> Place | None:
         """A person's DM is their id's place (`slack:U123`): the link finds the DM channel from it."""
-        from nanoagent.channels.keys import make
+        from nanoagent.keys import make
 
         try:
             return make(self.name, user.strip().upper())

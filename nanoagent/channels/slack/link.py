@@ -45,12 +45,12 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
-from nanoagent.channels import keys
+from nanoagent import keys
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
-from nanoagent.channels.keys import Place
 from nanoagent.channels.slack.format import from_slack
 from nanoagent.channels.state import state_file
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import Place
 
 if TYPE_CHECKING:
     from collections.abc import Sequence

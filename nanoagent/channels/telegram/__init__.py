@@ -15,8 +15,8 @@ from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.channels.base import Chunk, DeliveryError, Question, Timing
-from nanoagent.channels.keys import Place
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import Place
 
 if TYPE_CHECKING:
     from pathlib import Path

@@ -25,10 +25,10 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from nanoagent.channels.base import Chunk, FileIn, Incoming, Timing, record
-from nanoagent.channels.keys import Place, make
 from nanoagent.channels.state import state_file
 from nanoagent.config.schema import TelegramConfig
 from nanoagent.errors import NanoagentError
+from nanoagent.keys import Place, make
 
 if TYPE_CHECKING:
     from telegram import Bot, Message, Update

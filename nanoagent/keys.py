@@ -74,3 +74,60 @@ def matching(key: str, rules: Iterable[tuple[str, T]]) -> list[T]:
     specific rule overrides what a broader one set."""
     found = [(specificity(p), i, value) for i, (p, value) in enumerate(rules) if matches(p, key)]
     return [value for _, _, value in sorted(found, key=lambda item: (item[0], item[1]))]
+
+
+# --- the keys of sessions that are no chat -----------------------------------------------------------------------
+# `subagent:<parent key>:<run id>` a sub-agent's run (nested: its parent may be a sub-agent's), `cron:<job id>` the
+# owner's job's run and `cron:<job id>:<key of the chat that made it>` a chat's, `heartbeat`, `dream:<workspace>`.
+# Every key form is read here, never split by hand.
+SUBAGENT = "subagent"
+CRON = "cron"
+UNATTENDED = (CRON, "heartbeat")  # runs nobody is waiting at: no automatic recall, no questions
+MACHINE = (CRON, SUBAGENT, "heartbeat", "dream")  # sessions the agent ran on its own, not a person's conversation
+
+
+def kind(key: str) -> str:
+    """A key's first part: the channel for a chat, `cli`, `http`, `web`, or a machine form (`cron`, `subagent`...)."""
+    return key.split(":", 1)[0]
+
+
+def is_machine(key: str) -> bool:
+    return kind(key) in MACHINE
+
+
+def subagent_key(parent: str, run_id: str) -> str:
+    return f"{SUBAGENT}:{parent}:{run_id}"
+
+
+def root_of(key: str) -> str:
+    """The person's session a sub-agent's session belongs to: `subagent:subagent:cli:direct:a1:b2` -> `cli:direct`."""
+    depth = 0
+    while key.startswith(f"{SUBAGENT}:"):
+        key, depth = key[len(SUBAGENT) + 1:], depth + 1
+    return key.rsplit(":", depth)[0] if depth else key
+
+
+def cron_key(job_id: str, made_in: str = "") -> str:
+    """The session of a run of job `job_id`: `cron:<id>`, or `cron:<id>:<made_in>` for a job a chat made."""
+    return f"{CRON}:{job_id}" + (f":{made_in}" if made_in else "")
+
+
+def cron_job(key: str) -> str | None:
+    """The job a cron run's session is for (`cron:<job id>[:<chat>]`); None for any other key. Job ids hold no `:`."""
+    return key[len(CRON) + 1:].split(":", 1)[0] if key.startswith(f"{CRON}:") else None
+
+
+def underlying(key: str) -> str:
+    """The conversation a session stands for: a sub-agent's its parent's, a cron run's the chat that made the job
+    ("" for the owner's job); any other key itself."""
+    while True:
+        key = root_of(key)
+        if not key.startswith(f"{CRON}:"):
+            return key
+        key = key[len(CRON) + 1:].partition(":")[2]
+
+
+def chat_of(key: str) -> tuple[str, str]:
+    """(first part, second part) of a key: a chat key's channel and chat; ("", "") for an empty key."""
+    first, _, rest = key.partition(":")
+    return first, rest.split(":", 1)[0]

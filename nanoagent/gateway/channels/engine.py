@@ -32,21 +32,21 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, replace
 from typing import Any
 
+from nanoagent import keys
 from nanoagent.agent.commands import STOP_COMMANDS
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.attachments import Attached, as_text, compose, sniff
-from nanoagent.channels import keys
 from nanoagent.channels.base import Channel, FileIn, Incoming, Link, Timing, record
-from nanoagent.channels.inbox import Inbox, Waiting
-from nanoagent.channels.keys import Place
-from nanoagent.channels.media import media_name, save_media
 from nanoagent.channels.owners import owner_ids
-from nanoagent.channels.reply import Face, send_text
 from nanoagent.channels.state import PARK_AFTER, ChannelState, Undelivered, show_code, state_file
 from nanoagent.config.schema import ReplyLimitConfig
 from nanoagent.errors import NanoagentError
+from nanoagent.gateway.channels.inbox import Inbox, Waiting
+from nanoagent.gateway.channels.media import media_name, save_media
+from nanoagent.gateway.channels.reply import Face, send_text
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
+from nanoagent.keys import Place
 from nanoagent.messages import ImageBlock, calls_of, image_block, is_assistant, is_user
 from nanoagent.paths import Paths
 from nanoagent.transcribe import Transcriber, hear, sniff_audio

@@ -24,12 +24,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import EMPTY_REPLY
 from nanoagent.channels.base import Channel, Chunk, Link, Timing
-from nanoagent.channels.keys import Place
 from nanoagent.channels.state import PARK_AFTER
+from nanoagent.keys import Place
 from nanoagent.messages import is_assistant, is_user, text_of
 
 if TYPE_CHECKING:
-    from nanoagent.channels.inbox import Inbox
+    from nanoagent.gateway.channels.inbox import Inbox
     from nanoagent.gateway.hub import Hub
 
 __all__ = ["Face", "Keeper", "Reply", "Timing"]
