@@ -88,28 +88,26 @@ def ledger_line(sessions: Total, ledger: Spent) -> str:
     held = f" (+ {format_cost(ledger.held)} held by calls not settled)" if ledger.held >= _SAME else ""
     spent = f"{format_cost(ledger.usd)}{held} in {ledger.calls:,} call{'' if ledger.calls == 1 else 's'}"
     if abs(ledger.usd - sessions.cost) < _SAME and not sessions.unpriced:
-        return f"Spend ledger: {spent}, the same as the sessions above (`nanoagent usage --by source` splits it)."
-    return (f"Spend ledger: {spent} (`nanoagent usage --by source` splits it). It counts every call the caps count: "
-            "besides the sessions above, deleted sessions, transcriptions, embeddings and failed attempts, each at "
-            "the price the caps use (providers.<name>.prices first).")
+        return f"Spend ledger: {spent}, the same as the session files (`nanoagent usage --by source` splits it)."
+    return (f"Spend ledger: {spent} (`nanoagent usage --by source` splits it). It counts every call the caps count, "
+            "deleted sessions, transcriptions, embeddings and failed attempts included, each at the price the caps "
+            "use (providers.<name>.prices first); the table above holds only what the session files record.")
 
 
 def show_by(calls: list[Call], by: str, view: SpendView, json_output: bool) -> None:
     """The ledger's calls summed by `by`: a table, or JSON `{"by", "rows": [{<group>, calls, tokens, cost,
     unpriced, reserved}], "total"}`."""
     from nanoagent.cli.render import table_console
-    from nanoagent.spend.sources import grouped, total
+    from nanoagent.spend.sources import by_json, grouped, total
 
-    groups = grouped(calls, by)
+    if json_output:
+        print(json.dumps({**by_json(calls, by), "budget": view.to_json()}, ensure_ascii=False, indent=1))
+        return
+    groups = [(key, spent) for key, spent in grouped(calls, by) if spent.calls]  # what is only held: the note
     names = ["source", "model"] if by == "source" else [by]
     grand = total(calls)
-    if json_output:
-        rows = [{**dict(zip(names, key, strict=True)), **spent.to_json()} for key, spent in groups]
-        print(json.dumps({"by": by, "rows": rows, "total": grand.to_json(), "budget": view.to_json()},
-                         ensure_ascii=False, indent=1))
-        return
     if not groups:
-        print("No spend recorded in the ledger" + (" for these days or this session." if calls else "."))
+        print("No call settled in the spend ledger" + (" for these days or this session." if calls else "."))
         return
     console = table_console()
     columns = console.width

@@ -97,6 +97,14 @@ def grouped(calls: list[Call], by: str) -> list[tuple[tuple[str, ...], Spent]]:
     return sorted(sums.items(), key=lambda item: (-item[1].usd, item[0]))
 
 
+def by_json(calls: list[Call], by: str) -> dict[str, Any]:
+    """`nanoagent usage --by BY --json` and the web app's by-source view: `{"by", "rows": [{<the group's names>,
+    calls, tokens by kind, cost, unpriced, reserved}], "total"}`."""
+    names = ("source", "model") if by == "source" else (by,)
+    rows = [{**dict(zip(names, key, strict=True)), **spent.to_json()} for key, spent in grouped(calls, by)]
+    return {"by": by, "rows": rows, "total": total(calls).to_json()}
+
+
 def group_of(call: Call, by: str) -> tuple[str, ...]:
     if by == "source":
         return call.kind, call.model
