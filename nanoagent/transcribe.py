@@ -125,9 +125,9 @@ def transcribe(settings: Transcriber, data: bytes, name: str, session: str | Non
     counts against the current spend scope, else `session`'s: not made at a reached cap, its cost recorded after."""
     import httpx
 
-    scope = current_scope.get()
-    if scope is None or (session is not None and scope.session != session):  # the message's session, not another's
-        scope = Scope(session, kind="transcription")
+    outer = current_scope.get()  # the message's session's work, not another's; its own kind either way
+    scope = outer.doing("transcription") if outer is not None and (session is None or outer.session == session) \
+        else Scope(session, kind="transcription")
     if settings.config is not None and settings.paths is not None:
         reached = blocked(settings.config, settings.paths, scope)
         if reached is not None:

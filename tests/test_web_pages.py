@@ -224,6 +224,31 @@ def test_the_usage_charts_totals_equal_usage_json(browser, isolated_home):
         page_.context.close()
 
 
+def test_the_usage_page_shows_spend_by_source_as_usage_by_source_json_gives_it(browser, isolated_home, llm, monkeypatch):
+    write_config(isolated_home, {"providers": {"anthropic": {"prices": {"claude-test": {"input": 0.0,
+                                                                                         "output": 100.0}}}},
+                                 "agents": {"defaults": {"maxTokens": 100}}})
+    llm.script(Reply(text="one", output_tokens=100), Reply(text="DONE", output_tokens=20),  # the turn; the flush
+               Reply(text="- the user said hello", output_tokens=50))  # and the summary of /new
+    with llm_gateway(llm, monkeypatch) as gateway:
+        turn = gateway.call(lambda: gateway.gateway.hub.send("web:spend", "hello"))
+        assert turn is not None and turn.result is not None and turn.result.error is None
+        gateway.call(lambda: gateway.gateway.hub.send("web:spend", "/new"))
+        cli = json.loads(invoke("usage", "--by", "source", "--json").stdout)
+        page_ = browser.new_context().new_page()
+        sign_in(page_, gateway)
+        page_.goto(f"{gateway.url}/#/usage")
+        page_.locator("#usage-sources tr.source").first.wait_for(timeout=WAIT)
+        shown = {(row.get_attribute("data-source"), row.get_attribute("data-model")): row.locator("td").all_inner_texts()
+                 for row in page_.locator("#usage-sources tr.source").all()}
+        expected = {(row["source"], row["model"]): row for row in cli["rows"]}
+        assert set(shown) == set(expected) == {(kind, "anthropic/claude-test") for kind in ("turn", "flush", "summary")}
+        for key, cells in shown.items():
+            assert cells[5] == f"${expected[key]['cost']:.4f}"
+        section = page_.locator("#usage-sources")
+        assert float(section.get_attribute("data-cost") or "nan") == cli["total"]["cost"] == 0.017
+
+
 def test_the_usage_pages_budget_panel_shows_each_cap_with_the_figures_of_budget_json(browser, isolated_home, llm,
                                                                                      monkeypatch):
     # priced so every figure is known: output $100 per million tokens, so a 100-token reply costs $0.01

@@ -123,7 +123,8 @@ def build_agent(
     models = ModelChoice(default_model, pinned=model is not None)
     flush = MemoryFlush(config.memory.flush, providers, store, paths.workspace, edits, config.memory.dream_model,
                         min(config.defaults.max_tokens, FLUSH_MAX_TOKENS),
-                        now=functools.partial(local_now, config.defaults.timezone), warn=warn, owners=owners)
+                        now=functools.partial(local_now, config.defaults.timezone), warn=warn, owners=owners,
+                        background_model=config.defaults.background_model)
     budget = PromptBudget(context, config.defaults,
                           Consolidator(history, store, config.defaults, providers.complete, before_archive=flush))
     commands = Commands(
@@ -189,7 +190,7 @@ def build_dream(
     """Wire Dream for the workspace. `batch` sends its calls through Anthropic's Message Batches API
     when the model is an Anthropic one, and falls back to direct calls otherwise."""
     memory = config.memory
-    dream_model = model or memory.dream_model or config.defaults.model
+    dream_model = model or memory.dream_model or config.defaults.background_model or config.defaults.model
     deferred = None
     if provider is None:  # built at the first call: a run with nothing new needs no key
         provider = deferred = DeferredProvider(lambda: _dream_provider(config, paths, dream_model, batch, warn))

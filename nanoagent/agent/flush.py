@@ -38,6 +38,7 @@ from nanoagent.memory.consolidator import format_transcript
 from nanoagent.messages import Message, is_user, user
 from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
+from nanoagent.spend import working_as
 from nanoagent.templates import render
 from nanoagent.tools import (
     SchemaTool,
@@ -69,14 +70,15 @@ class MemoryFlush:
     store: SessionStore
     workspace: Path
     on_write: WriteHook  # the file tools' hook: memory edits become commits by "agent"
-    dream_model: str | None = None  # memory.dreamModel: the flush's model when memory.flush.model is unset
+    dream_model: str | None = None  # memory.dreamModel: the flush's model when no other is set
     max_tokens: int = FLUSH_MAX_TOKENS
     now: Callable[[], datetime] = lambda: datetime.now().astimezone()  # the dated note's day and heading
     warn: Callable[[str], None] = lambda message: None
     owners: Owners = NOBODY  # the flush runs only in the owner's sessions
+    background_model: str | None = None  # agents.defaults.backgroundModel: before memory.dreamModel
 
     def model_for(self, session_model: str) -> str:
-        return self.settings.model or self.dream_model or session_model
+        return self.settings.model or self.background_model or self.dream_model or session_model
 
     async def __call__(self, session: Session, end: int, model: str) -> None:
         """Before messages[:end] of `session` may be archived (the caller holds its lock): flush what is new there.
@@ -123,7 +125,8 @@ class MemoryFlush:
 
         scope = current_turn.set(TurnScope(session.key))  # the commits name the session
         try:
-            result = await AgentRunner(self.providers.get(model), record).run(spec)
+            with working_as("flush", session.key):  # the ledger's kind; the caps still count the turn's
+                result = await AgentRunner(self.providers.get(model), record).run(spec)
         finally:
             current_turn.reset(scope)
         return result.error

@@ -103,7 +103,7 @@ async def _turn(config: Config, paths: Paths, tasks: str, turn: TurnCall | None,
     Its status is FAILED, OVER_BUDGET (a spend cap ended it), NOTHING_TO_REPORT or DELIVERED (worth delivering; the caller
     finds the target)."""
     text = render("prompts/heartbeat.md", tasks=tasks, token=NOTHING_TO_REPORT)
-    model = config.heartbeat.model
+    model = config.heartbeat.model or config.defaults.background_model  # None: the loop's
     scope = current_scope.set(Scope(SESSION, "heartbeat"))  # budget.heartbeat counts its calls
     try:
         return await _heartbeat_turn(config, paths, text, model, turn, provider, warn)

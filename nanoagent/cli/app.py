@@ -38,7 +38,6 @@ from nanoagent.cli.oneshot import (
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
-    from rich.table import Table
     from typer._click import Context, HelpFormatter  # typer 0.28 carries its own click
 
     from nanoagent.agent.events import EventSink, TurnResult
@@ -49,7 +48,6 @@ if TYPE_CHECKING:
     from nanoagent.paths import Paths
     from nanoagent.session.store import Session
     from nanoagent.tools import Ask
-    from nanoagent.usage import Total
 
 # `nanoagent --help` lists commands in these groups, in this order; a command in none of them goes last.
 SECTIONS = (
@@ -424,115 +422,28 @@ _register_subcommands()
 def usage(
     session: Annotated[str | None, typer.Option("--session", "-s", help="Only this session key.")] = None,
     days: Annotated[int | None, typer.Option("--days", "-d", help="Only the last N days.")] = None,
+    by: Annotated[str | None, typer.Option("--by", metavar="source|channel|session",
+                                           help="Sum the spend ledger's calls by source (the kind of work and its "
+                                                "model), channel or session.")] = None,
     json_output: Annotated[bool, typer.Option("--json", help="Print the rows, the total and the spend caps as JSON "
                                                              "(costs in USD).")] = False,
 ) -> None:
     """Tokens and cost per day, session and model.
 
-    Under the table, when caps are set (`nanoagent budget`), what each has spent of its limit.
+    The table reads the session files; the line under it, the spend ledger, which also counts deleted sessions,
+    transcriptions, embeddings and failed attempts. `--by source` splits the ledger by the kind of work (turn,
+    flush, summary, heartbeat, Dream...) and its model. When caps are set (`nanoagent budget`), what each has spent
+    of its limit.
 
-    Example: nanoagent usage --days 7
+    Example: nanoagent usage --by source --days 7
     """
-    import json
+    from nanoagent.cli.usage_cmd import show_usage
+    from nanoagent.spend.sources import GROUPS
 
-    from nanoagent.agent.subagents import usage_records
-    from nanoagent.cli.render import table_console
-    from nanoagent.session.store import SessionStore
-    from nanoagent.spend.view import spend_view
-    from nanoagent.usage import rows_json, summarize
-
+    if by is not None and by not in GROUPS:
+        raise typer.BadParameter(f"{by!r} is not one of source, channel, session.", param_hint="'--by'")
     paths, config = setup(None)
-    store = SessionStore(paths.sessions_dir, warn=warn)
-    records = usage_records(store, session)
-    rows = summarize(records, days=days)
-    view = spend_view(config, paths)
-    if json_output:
-        print(json.dumps({**rows_json(rows), "budget": view.to_json()}, ensure_ascii=False, indent=1))
-        return
-    if not rows:
-        print("No usage recorded" + (f" for session {session if ':' in session else 'cli:' + session}" if session else "") + ".")
-        if view.caps:
-            print(view.short())
-        return
-    console = table_console()
-    columns = console.width
-    table, dropped, table_width = usage_table(rows, columns)
-    console.width = max(columns, table_width)  # the figures alone are wider: the terminal wraps, never a number
-    console.print(table)
-    unpriced: dict[str, int] = {}
-    for _, _, model, total in rows:
-        if total.unpriced:
-            unpriced[model] = unpriced.get(model, 0) + total.calls
-    if unpriced:
-        named = ", ".join(f"{model} ({calls:,} call{'' if calls == 1 else 's'})" for model, calls in unpriced.items())
-        print(f"{UNKNOWN_COST} no known price for {named}: the cost of these calls is unknown and not in the total.")
-    if dropped:
-        print(f"Not shown at {columns} columns: {', '.join(dropped)} (a wider terminal, or piped, shows every column).")
-    if view.caps:
-        print(view.short())
-
-
-UNKNOWN_COST = "—"
-# the columns a narrow terminal drops first, in order; numbers are never cut, session and model names shrink instead
-_DROP_ORDER = ("cache write", "cache read", "calls", "day")
-_NAMES_MIN = 8  # the least width session and model names shrink to before another column goes
-
-
-def _cost_cell(total: Total) -> str:
-    from nanoagent.pricing import format_cost
-
-    if not total.unpriced:
-        return format_cost(total.cost)
-    return UNKNOWN_COST if total.cost == 0 else f"{format_cost(total.cost)} + {UNKNOWN_COST}"
-
-
-def usage_table(rows: list[tuple[str, str, str, Total]], width: int) -> tuple[Table, list[str], int]:
-    """The `usage` table fitted to `width` columns, the columns left out to fit, and its own width (wider than
-    `width` only when the figures alone do not fit: the terminal then wraps the lines, never a number). Every figure is shown whole:
-    each number column (and the day) is as wide as its widest value; session and model names are cut with an
-    ellipsis; when even that does not fit, whole columns go (`_DROP_ORDER`)."""
-    from rich.table import Table
-
-    from nanoagent.usage import Total
-
-    grand = Total()
-    lines = []
-    for day, key, model, total in rows:
-        u = total.usage
-        lines.append([day, key, model, f"{total.calls:,}", f"{u.input_tokens:,}", f"{u.output_tokens:,}",
-                      f"{u.cache_read_tokens:,}", f"{u.cache_write_tokens:,}", _cost_cell(total)])
-        grand.merge(total)
-    g = grand.usage
-    lines.append(["total", "", "", f"{grand.calls:,}", f"{g.input_tokens:,}", f"{g.output_tokens:,}",
-                  f"{g.cache_read_tokens:,}", f"{g.cache_write_tokens:,}", _cost_cell(grand)])
-    headers = ["day", "session", "model", "calls", "input", "output", "cache read", "cache write", "cost"]
-    widths = [max(len(h), *(len(line[i]) for line in lines)) for i, h in enumerate(headers)]
-    names = (1, 2)
-    shown = list(range(len(headers)))
-
-    def needed() -> int:  # a box line each side and between columns, one space of padding each side of a cell
-        fixed = sum(widths[i] for i in shown if i not in names)
-        return fixed + sum(min(widths[i], _NAMES_MIN) for i in names) + 3 * len(shown) + 1
-
-    dropped = []
-    for name in _DROP_ORDER:
-        if needed() <= width:
-            break
-        shown.remove(headers.index(name))
-        dropped.append(name)
-    room = width - needed() + sum(min(widths[i], _NAMES_MIN) for i in names)  # what session and model share
-    model_w = min(widths[2], max(room // 2, room - widths[1]))
-    widths[1], widths[2] = (max(min(widths[1], room - model_w), min(widths[1], _NAMES_MIN)),
-                            max(model_w, min(widths[2], _NAMES_MIN)))
-    table = Table()
-    for i in shown:
-        table.add_column(headers[i], width=widths[i], no_wrap=True,
-                         overflow="ellipsis" if i in names else "fold", justify="left" if i < 3 else "right")
-    if "day" in dropped:  # the total's label moves to the first column left
-        lines[-1][1] = "total"
-    for n, line in enumerate(lines):
-        table.add_row(*(line[i] for i in shown), style="bold" if n == len(lines) - 1 else None)
-    return table, dropped, sum(widths[i] for i in shown) + 3 * len(shown) + 1
+    show_usage(paths, config, session, days, by, json_output)
 
 
 @app.command()

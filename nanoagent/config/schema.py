@@ -41,7 +41,8 @@ class SubagentsConfig:
     max_concurrent: int = bounded(4, 1, 64)  # runs working at once in this process; more wait their turn
     max_iterations: int = bounded(40, 1, 10_000)  # model calls in one sub-agent run
     timeout: float = bounded(600.0, 1, 86_400)  # seconds a foreground spawn waits before the run goes to the background
-    summary_model: str | None = None  # makes `context: summary`; defaults to the spawning run's model
+    summary_model: str | None = None  # makes `context: summary`; default: agents.defaults.backgroundModel, else the
+    # spawning run's model
 
 
 @dataclass
@@ -59,6 +60,9 @@ class AgentDefaults:
     retry_base_delay: float = bounded(1.0, 0, 60)  # seconds; doubles with each retry
     max_retry_wait: float = bounded(60.0, 0, 3600)  # seconds; the most one wait may last
     request_deadline: float = bounded(180.0, 1, 86_400)  # seconds until a call's reply begins, over all its retries
+    # a cheaper model for housekeeping: the heartbeat, the memory flush, Dream, archive summaries and a sub-agent's
+    # context summary use it where their own setting is unset (`background`); None: the model each would use anyway
+    background_model: str | None = None
     subagents: SubagentsConfig = field(default_factory=SubagentsConfig)
 
 
@@ -219,7 +223,7 @@ class FlushConfig:
     outlast the cut (a dated note memory/YYYY-MM-DD.md, or MEMORY.md)."""
 
     enabled: bool = True
-    model: str | None = None  # default: memory.dreamModel, else the session's model
+    model: str | None = None  # default: agents.defaults.backgroundModel, else memory.dreamModel, else the session's
     timeout: float = bounded(60.0, 0.01, 3600)  # seconds; past it the archive goes on without the flush
 
 
@@ -237,7 +241,7 @@ class MemoryConfig:
     recent_history_tokens: int = bounded(4000, 0, 1_000_000)  # history entries Dream has not processed, shown to the model
     dream_batch_size: int = bounded(20, 1, 1000)  # history entries one Dream run takes
     dream_max_iterations: int = bounded(30, 1, 1000)  # tool steps Dream's editing phase may take
-    dream_model: str | None = None  # defaults to agents.defaults.model
+    dream_model: str | None = None  # default: agents.defaults.backgroundModel, else agents.defaults.model
     embedding_model: str | None = None  # hybrid memory search; off (None) by default
     dream_schedule: str = "0 */2 * * *"  # cron expression for Dream in the gateway and `cron tick`; "" turns it off
     flush: FlushConfig = field(default_factory=FlushConfig)
@@ -250,7 +254,7 @@ class HeartbeatConfig:
 
     interval_minutes: int = bounded(30, 1, 10_080)
     active_hours: str = ""  # "08:00-22:00" in agents.defaults.timezone (else local time); "" means always
-    model: str | None = None  # a cheaper model for heartbeats; default: the agent's model
+    model: str | None = None  # a cheaper model for heartbeats; default: agents.defaults.backgroundModel, else the agent's
     target: str | None = None  # "telegram:<chat>", "cli:<session>" or "none"; default: the most recently active chat
 
     def __post_init__(self) -> None:

@@ -48,6 +48,7 @@ from nanoagent.messages import (
 from nanoagent.pricing import Window, effective_window
 from nanoagent.providers.base import ProviderError
 from nanoagent.session.store import Session, SessionStore
+from nanoagent.spend import working_as
 from nanoagent.templates import render
 from nanoagent.tokens import count_message_tokens, count_tokens, estimate_tokens, token_bound
 from nanoagent.usage import Usage, UsageRecord
@@ -262,7 +263,9 @@ class Consolidator:
             return
         transcript = format_transcript(chunk)
         try:
-            summary, usage, used = await self.complete(model, render("prompts/consolidate.md"), transcript)
+            with working_as("summary", session.key):  # there is no summary setting of its own
+                summary, usage, used = await self.complete(self.settings.background_model or model,
+                                                           render("prompts/consolidate.md"), transcript)
             summary = summary.strip()
             failure = "" if summary else "the model returned an empty summary"
             self.store.add_usage(session, UsageRecord.now(used, usage, "consolidate"))

@@ -94,12 +94,13 @@ def _metered(settings: EmbeddingSettings, texts: list[str]) -> Iterator[list[int
     if settings.meter is None:
         yield []
         return
-    from nanoagent.spend import CapReached
+    from nanoagent.spend import CapReached, working_as
     from nanoagent.tokens import token_bound
     from nanoagent.usage import Usage
 
     try:
-        hold = settings.meter.reserve(settings.model, sum(token_bound(text) for text in texts), 0)
+        with working_as("embedding"):  # recall's and memory_search's against the turn that searched
+            hold = settings.meter.reserve(settings.model, sum(token_bound(text) for text in texts), 0)
     except CapReached as e:
         raise EmbeddingError(e.line) from None
     counted: list[int] = []

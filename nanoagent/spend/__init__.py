@@ -13,9 +13,10 @@ from nanoagent.spend.caps import (
     ledger_for,
     reached_line,
     report,
+    working_as,
 )
 from nanoagent.spend.ledger import Ledger
 from nanoagent.spend.meter import Hold, Meter
 
 __all__ = ["CapReached", "CapStatus", "Hold", "Ledger", "Meter", "Scope", "blocked", "current_scope", "ledger_for",
-           "reached_line", "report"]
+           "reached_line", "report", "working_as"]

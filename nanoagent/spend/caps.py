@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from contextvars import ContextVar
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
@@ -16,12 +18,23 @@ from nanoagent.paths import Paths
 from nanoagent.pricing import format_cost
 from nanoagent.spend.ledger import Calendar, Ledger, Pair, Totals
 
+# The kinds of work a ledger line names (`nanoagent usage --by source`): what a person or a schedule started, and the
+# housekeeping those cause. "title" is kept for conversation titles; "other" is a call made outside any scope.
+KINDS = {
+    "turn": "a person's turn", "cron": "a cron job's run", "heartbeat": "the heartbeat", "dream": "Dream",
+    "subagent": "a sub-agent's run", "transcription": "a voice note or audio file transcribed",
+    "flush": "the memory flush before an archive", "summary": "summaries: archiving (/new, a full context) and a "
+    "sub-agent's context", "embedding": "memory search's embeddings", "title": "a conversation's title",
+    "other": "a call outside any of these",
+}
+
 
 @dataclass(frozen=True)
 class Scope:
     """What a model call's spend counts against: a session (every `budget.sessions` pattern matching its key), a
-    kind of work ("turn", "cron", "heartbeat", "dream", "subagent"), a cron job and its per-run cap. `run` names one
-    run, so a per-run cap counts that run's calls alone."""
+    kind of work (`KINDS`), a cron job and its per-run cap. `run` names one run, so a per-run cap counts that run's
+    calls alone. Housekeeping a piece of work causes (`doing`) has a kind of its own and keeps `cause`, the kind of the
+    work that caused it: the caps that count a kind (budget.heartbeat, budget.dream) count it under its cause."""
 
     session: str | None = None
     kind: str = "turn"
@@ -29,10 +42,22 @@ class Scope:
     run_cap: float | None = None  # USD for one run of the job (`cron add --budget`)
     run: str = field(default_factory=lambda: uuid.uuid4().hex[:16])
     private: bool = False  # an incognito chat: no hash of what was said is kept (`spend/bounds.jsonl`)
+    cause: str | None = None  # the kind of the work that caused this housekeeping (None: it is that work)
+
+    @property
+    def capped_as(self) -> str:
+        """The kind the caps count this scope's calls under: its cause's, else its own."""
+        return self.cause or self.kind
+
+    def doing(self, kind: str) -> Scope:
+        """This scope's work causing housekeeping of `kind`: the same session, cron run and caps, its own kind."""
+        return self if kind == self.kind else replace(self, kind=kind, cause=self.capped_as)
 
     def fields(self) -> dict[str, Any]:
         """The scope as a ledger line carries it."""
         found: dict[str, Any] = {"session": self.session, "kind": self.kind}
+        if self.cause is not None:
+            found["cause"] = self.cause
         if self.job is not None:
             found["job"] = self.job
         if self.run_cap is not None:
@@ -43,6 +68,19 @@ class Scope:
 # Set by whoever starts the work (a turn, a cron run, the heartbeat, Dream); tasks started inside it (sub-agents,
 # the memory flush, consolidation) inherit it, so their calls count against the session that caused them.
 current_scope: ContextVar[Scope | None] = ContextVar("current_scope", default=None)
+
+
+@contextmanager
+def working_as(kind: str, session: str | None = None) -> Iterator[Scope]:
+    """The calls made inside count as `kind` (a flush, a summary, an embedding) against the work that caused them
+    (`Scope.doing`), or, outside any work, against `session`."""
+    outer = current_scope.get()
+    scope = outer.doing(kind) if outer is not None else Scope(session, kind)
+    token = current_scope.set(scope)
+    try:
+        yield scope
+    finally:
+        current_scope.reset(token)
 
 
 @dataclass
@@ -154,7 +192,7 @@ def caps(config: Config, scope: Scope | None = None, every: bool = False) -> lis
         if every or (session is not None and matches(pattern, session)):
             found.append(Cap(f"sessions {pattern}", "day", limit, f'budget.sessions."{pattern}"', "session", pattern))
     for kind, per_day in (("heartbeat", b.heartbeat), ("dream", b.dream)):
-        if per_day is not None and (every or (scope is not None and scope.kind == kind)):
+        if per_day is not None and (every or (scope is not None and scope.capped_as == kind)):
             found.append(Cap(kind, "day", per_day, f"budget.{kind}", "kind", kind))
     if not every and scope is not None and scope.run_cap is not None:
         job = scope.job or "?"

@@ -4,10 +4,14 @@ Every model call is reserved before it is made (its worst case) and settled afte
 
     {"op": "reserve", "id": "...", "t": 1764120000.5, "usd": 0.131, "session": "telegram:42", "kind": "turn",
      "job": null, "run": "...", "model": "anthropic/claude-sonnet-4-5"}
-    {"op": "settle", "id": "...", "t": <the reservation's t>, "usd": 0.0123, "held": 0.131, ...the same scope...}
+    {"op": "settle", "id": "...", "t": <the reservation's t>, "usd": 0.0123, "held": 0.131, ...the same scope...,
+     "tokens": {"input_tokens": 1200, "output_tokens": 80, "cache_read_tokens": 0, "cache_write_tokens": 0}}
 
 A settle line repeats its reservation's time and scope, so each line applies alone: the reservation's day and
-buckets lose `held` and gain `usd`. A reservation never settled (the process died between the two) stays held.
+buckets lose `held` and gain `usd`. Housekeeping (a flush, a summary, an embedding) has a `kind` of its own and names
+the work that caused it in `cause`; the per-kind totals, which only the caps read, count it under `cause`. `tokens`
+(what the provider reported, when it did) is for `nanoagent usage`, which reads the lines themselves
+(`spend/sources.py`). A reservation never settled (the process died between the two) stays held.
 Deleting sessions does not touch the ledger, so what was spent never goes down.
 
 Running totals (per day and month in the user's time zone, per session, per kind, per cron run) are kept in memory
@@ -110,7 +114,7 @@ class Totals:
             day = self.days[name] = {"all": [0.0, 0.0], "sessions": {}, "kinds": {}}
         _add(day["all"], spent, held)
         _add(self.months.setdefault(name[:7], [0.0, 0.0]), spent, held)
-        session, kind, run = line.get("session"), line.get("kind"), line.get("run")
+        session, kind, run = line.get("session"), line.get("cause") or line.get("kind"), line.get("run")
         if isinstance(session, str):
             _add(day["sessions"].setdefault(session, [0.0, 0.0]), spent, held)
         if isinstance(kind, str):
@@ -199,8 +203,11 @@ class Ledger:
                 **scope, "model": model}
 
     @staticmethod
-    def settlement(reservation: dict[str, Any], usd: float) -> dict[str, Any]:
-        return {**reservation, "op": "settle", "usd": usd, "held": reservation["usd"], "at": time.time()}
+    def settlement(reservation: dict[str, Any], usd: float, tokens: dict[str, int] | None = None) -> dict[str, Any]:
+        line = {**reservation, "op": "settle", "usd": usd, "held": reservation["usd"], "at": time.time()}
+        if tokens and any(tokens.values()):
+            line["tokens"] = tokens
+        return line
 
     def _catch_up(self) -> Totals:
         totals = self.totals

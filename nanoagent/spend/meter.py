@@ -141,7 +141,7 @@ class Meter:
         share = self.config.budget.warn_at
         warnings = []
         with ledger.locked() as totals:
-            ledger.append([ledger.settlement(hold.line, real)], sync=False)  # lost in a crash: the worst case stays
+            ledger.append([ledger.settlement(hold.line, real, usage.to_dict())], sync=False)  # lost in a crash: the worst case stays
             now = self.clock()
             for cap in self.caps(hold.scope):
                 spent, held = cap.use(totals, ledger.calendar, now)

@@ -1,6 +1,6 @@
 """The usage page's `/api/usage`: the rows of `nanoagent usage --json` (the same records, the same `summarize`, the
-same `rows_json`), their sums per day, session, model and channel, each session's context use, and the budget
-panel's figures from `budget_figures`."""
+same `rows_json`), their sums per day, session, model and channel, the spend ledger by source (`usage --by source`'s
+`by_json`), each session's context use, and the budget panel's figures from `budget_figures`."""
 
 from __future__ import annotations
 
@@ -33,7 +33,18 @@ def report(ctx: WebContext, days: int | None) -> dict[str, Any]:
           for group, sums in groups.items()}
     for group in ("session", "model", "channel"):
         by[group].sort(key=lambda row: -(row["cost"] or 0))
-    return {**rows_json(rows), "by": by, "context": context_use(ctx), "budget": budget_figures(ctx)}
+    return {**rows_json(rows), "by": by, "ledger": ledger_sources(ctx, days), "context": context_use(ctx),
+            "budget": budget_figures(ctx)}
+
+
+def ledger_sources(ctx: WebContext, days: int | None) -> dict[str, Any]:
+    """The spend ledger's calls by source (kind of work and model), as `nanoagent usage --by source --json` gives
+    them: deleted sessions, transcriptions and embeddings included."""
+    from nanoagent.spend.caps import ledger_for
+    from nanoagent.spend.sources import by_json, read_calls
+
+    ledger = ledger_for(ctx.paths, ctx.config.defaults.timezone)
+    return by_json(read_calls(ledger.file, ledger.calendar, days), "source")
 
 
 def context_use(ctx: WebContext) -> list[dict[str, Any]]:
@@ -77,4 +88,4 @@ def add_usage(app: web.Application, ctx: WebContext) -> None:
     app.router.add_get("/api/usage", usage)
 
 
-__all__ = ["add_usage", "budget_figures", "report"]
+__all__ = ["add_usage", "budget_figures", "ledger_sources", "report"]

@@ -534,6 +534,24 @@ function totalsTable(title, rows) {
       el("td", { class: "num", text: money(r.cost) + (r.unpriced ? " + —" : "") }))))));
 }
 
+function sourcesTable(ledger) {  // the spend ledger by kind of work and model: `nanoagent usage --by source`
+  const rows = ledger.rows.filter((r) => r.calls > 0);
+  const t = ledger.total;
+  return el("section", { id: "usage-sources", "data-cost": String(t.cost || 0), "data-calls": String(t.calls) },
+    el("h2", { text: "Per source (spend ledger)" }),
+    el("p", { class: "small muted", text: `${money(t.cost)} over ${num(t.calls)} calls: every call the spend caps count, ` +
+      "deleted sessions, transcriptions and embeddings included" + (t.reserved ? `; ${money(t.reserved)} held by calls not settled` : "") }),
+    rows.length ? el("div", { class: "scroll" }, el("table", { class: "data" },
+      el("thead", {}, el("tr", {}, el("th", { text: "source" }), el("th", { text: "model" }),
+        el("th", { class: "num", text: "calls" }), el("th", { class: "num", text: "in" }),
+        el("th", { class: "num", text: "out" }), el("th", { class: "num", text: "cost" }))),
+      el("tbody", {}, ...rows.map((r) => el("tr", { class: "source", "data-source": r.source, "data-model": r.model },
+        el("td", { text: r.source }), el("td", { text: r.model }), el("td", { class: "num", text: num(r.calls) }),
+        el("td", { class: "num", text: num(r.input_tokens) }), el("td", { class: "num", text: num(r.output_tokens) }),
+        el("td", { class: "num", text: money(r.cost) + (r.unpriced ? " + —" : "") }))))))
+      : el("p", { class: "muted", text: "No call in the spend ledger." }));
+}
+
 function budgetPanel(budget) {  // the budgets as `nanoagent budget` shows them: spent, cap, reset, forecast
   const rows = Array.isArray(budget.caps) ? budget.caps : [];
   const zone = budget.timezone || "";
@@ -577,7 +595,7 @@ async function usagePage(root) {
     body.replaceChildren(totals, el("h2", { text: "Cost per day" }),
       data.by.day.length ? chart(data.by.day) : el("p", { class: "muted", text: "No usage recorded." }),
       totalsTable("Per session", data.by.session), totalsTable("Per model", data.by.model),
-      totalsTable("Per channel", data.by.channel), context, budget);
+      totalsTable("Per channel", data.by.channel), data.ledger ? sourcesTable(data.ledger) : null, context, budget);
   }
   days.addEventListener("change", load);
   await load();
