@@ -91,7 +91,7 @@ def test_onboard_takes_any_key_for_a_server_of_ones_own(isolated_home):
     assert (anthropic["apiKey"], anthropic["apiBase"]) == ("local-proxy-key", "http://127.0.0.1:4000")
 
 
-def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home):
+def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home, llm):
     config = write_config(isolated_home, {"agents": {"defaults": {"maxToolIteration": 9}}})
     os.chmod(config, 0o644)
     proc = invoke("doctor")
@@ -105,7 +105,7 @@ def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home):
     assert (isolated_home / "config.json.bak").exists()
     assert "migrated" in fixed.stdout
     assert invoke("onboard").returncode == 0
-    assert invoke("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY}).returncode == 0
+    assert invoke("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY, "ANTHROPIC_BASE_URL": llm.url}).returncode == 0
 
 
 def add_usage(home, key, model, day, tokens):
@@ -313,9 +313,9 @@ def test_onboard_refuses_a_model_of_another_provider_and_a_provider_without_a_de
     assert json.loads((isolated_home / "config.json").read_text())["providers"]["openai"]["apiKey"] == OPENAI_KEY
 
 
-def test_doctor_and_the_missing_key_error_name_the_model_setting_when_another_key_is_set(isolated_home):
+def test_doctor_and_the_missing_key_error_name_the_model_setting_when_another_key_is_set(isolated_home, llm):
     write_config(isolated_home, {"agents": {"defaults": {"model": "anthropic/claude-sonnet-4-5"}},
-                                 "providers": {"openai": {"apiKey": OPENAI_KEY}}})
+                                 "providers": {"openai": {"apiKey": OPENAI_KEY, "apiBase": llm.url + "/v1"}}})
     doctor = invoke("doctor")
     assert "FIX   agents.defaults.model is anthropic/claude-sonnet-4-5: API key for anthropic missing" in doctor.stdout
     assert "set agents.defaults.model to openai/gpt-4.1" in doctor.stdout

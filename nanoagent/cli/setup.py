@@ -266,13 +266,12 @@ def _check_home(home: Path, report: Any) -> None:
         report(True, f"home {home} is private")
 
 
-def run_doctor(workspace: Path | None, fix: bool) -> bool:
+def run_doctor(workspace: Path | None, fix: bool, offline: bool = False) -> bool:
     import os
     import shutil
     import subprocess
 
     from nanoagent.config.loader import RenamedKey
-    from nanoagent.providers.registry import key_fix, model_setting, provider_name
     from nanoagent.templates import workspace_templates
     from nanoagent.tokens import tokenizer_available
 
@@ -319,14 +318,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
             else:
                 report(False, f"config mode is {mode:o}; other users can read your keys", "chmod 600 it, or --fix")
     if config is not None:
-        model = config.defaults.model
-        try:
-            provider = provider_name(model)
-            has_key = bool(config.provider(provider).api_key) or provider == "ollama"
-            report(has_key, f"{model_setting(model)} is {model}: API key for {provider} "
-                   + ("present" if has_key else "missing"), key_fix(provider, config))
-        except ConfigError as e:
-            report(False, str(e))
+        _report_models(report, config, offline)
     missing = [str(rel) for _, rel in workspace_templates() if not (paths.workspace / rel).exists()]
     report(not missing, f"workspace {paths.workspace}" + (f" lacks {', '.join(missing)}" if missing else " is complete"),
            "run `nanoagent onboard` (it never overwrites your files)")
@@ -346,6 +338,32 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     _report_scheduler(report, config, paths)
     print("All good." if not problems else f"{problems} thing(s) to fix.")
     return problems == 0
+
+
+def _report_models(report: Callable[[bool, str, str], None], config: Config, offline: bool) -> None:
+    """The default model and each fallback: its key, then (unless offline) one small live request to its provider,
+    so "All good." means the agent can answer."""
+    from nanoagent.providers.probe import needs_key, probe
+    from nanoagent.providers.registry import key_fix, model_setting, provider_name
+
+    models = list(dict.fromkeys([config.defaults.model, *config.defaults.fallback_models]))
+    for model in models:
+        label = f"{model_setting(model)} is {model}" if model == config.defaults.model else f"fallback {model}"
+        try:
+            provider = provider_name(model)
+        except ConfigError as e:
+            report(False, f"{label}: {e}", "")
+            continue
+        has_key = bool(config.provider(provider).api_key)
+        if not has_key and needs_key(provider, config):
+            report(False, f"{label}: API key for {provider} missing", key_fix(provider, config))
+            continue
+        report(True, f"{label}: " + (f"API key for {provider} present" if has_key else f"{provider} needs no key"), "")
+        if not offline:
+            result = probe(model, config)
+            report(result.ok, result.text, result.fix)
+    if offline:
+        report(True, "providers not contacted (--offline); without it doctor makes one small request to each", "")
 
 
 def _report_channels(report: Callable[[bool, str, str], None], config: Config) -> None:
