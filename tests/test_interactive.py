@@ -532,6 +532,23 @@ def test_ctrl_c_cancels_new_while_it_archives_and_the_conversation_goes_on(term,
         "hello" not in (isolated_home / "workspace" / "memory" / "history.jsonl").read_text()
 
 
+@pytest.mark.process
+def test_new_says_it_is_archiving_while_it_runs_and_what_it_cost_after(term, llm):
+    release = threading.Event()
+    llm.script(Reply(text="First answer."), Reply(text="ok", release=release))
+    child = term()
+    child.send("remember this" + "\r")
+    child.expect_exact("First answer.")
+    child.expect_exact(PROMPT)
+    try:
+        child.send("/new" + "\r")
+        child.expect_exact("archiving 2 messages to memory (notes first, then a summary)…")
+        wait_for_requests(llm, 2)  # shown while the archive's first call is still unanswered
+    finally:
+        release.set()
+    child.expect(r"Archiving took 2 model\s+calls \(no listed price for\s+anthropic/claude-test\)\.")
+
+
 def _one_shots(llm, *exchanges: tuple[str, str], session: str = "cli:direct") -> None:
     for said, reply in exchanges:
         llm.script(Reply(text=reply))

@@ -109,6 +109,8 @@ class TerminalUI:
             case ev.Notice(text=text):
                 self.line(f"[yellow]{escape(text)}[/yellow]")
             case ev.Progress(text=text) if self.activity is not None:
+                if self.activity.startswith("/"):  # what a command first says it does stays on screen, as a line
+                    self.line(f"[dim]  {escape(text)}…[/dim]")
                 self._busy(text)
             case ev.TurnStarted():
                 if self.activity is None:  # a turn this terminal did not start (the gateway's follow-up)
