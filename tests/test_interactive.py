@@ -561,7 +561,7 @@ def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_
     _one_shots(llm, ("what is 2+2?", "4"), ("and 3+3?", "6"))
     child = term()
     shown = visible(child.before)
-    assert re.search(r"continuing cli:direct · 4 messages · last \d\d:\d\d · /new starts fresh", shown), shown
+    assert re.search(r"continuing cli:direct · 2 turns answered · last \d\d:\d\d · /new starts fresh", shown), shown
     assert "what is 2+2?" not in shown  # no replay unless a conversation was picked (-c, --resume)
     child.send("/new\r")
     child.expect_exact("Started a fresh conversation")
@@ -569,6 +569,17 @@ def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_
     assert "continuing" not in visible(fresh.before)
     again = term()  # after /new nothing is carried over
     assert "continuing" not in visible(again.before)
+
+
+def test_the_banner_counts_the_turns_answered_and_a_failed_turn_apart(llm, isolated_home):
+    from nanoagent.cli.interactive import continuing
+
+    _one_shots(llm, ("what is 2+2?", "4"))
+    llm.script(Reply(status=400, error_message="the request was refused"))
+    assert invoke("agent", "-m", "and 3+3?", env=anthropic_env(llm)).returncode == 1
+    _one_shots(llm, ("and 4+4?", "8"))
+    line = continuing(SessionStore(isolated_home / "sessions").load("cli:direct"))
+    assert line is not None and line.startswith("continuing cli:direct · 2 turns answered, 1 failed · last ")
 
 
 @pytest.mark.process
@@ -590,7 +601,7 @@ def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isola
         assert lines[:6] == ["you:   second question", "agent: second answer", "you:   third question",
                              "agent: third answer", "you:   fourth question", lines[5]]
         assert lines[5].startswith("agent: fourth answer long") and lines[5].endswith("…") and len(lines[5]) < 80
-        assert re.match(r"continuing cli:project · 8 messages · last \d\d:\d\d · /new starts fresh", lines[6])
+        assert re.match(r"continuing cli:project · 4 turns answered · last \d\d:\d\d · /new starts fresh", lines[6])
     finally:
         child.terminate(force=True)
 
