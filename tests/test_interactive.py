@@ -492,6 +492,25 @@ def visible(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", text)
 
 
+@pytest.mark.process
+def test_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolated_home):
+    child = spawn_agent(llm, width=60)
+    try:
+        child.expect_exact(PROMPT)
+        shown = ""
+        for command, last in (("/status", "policy:"), ("/budget", "budget")):
+            child.send(command + "\r")
+            child.expect_exact(last)
+            shown += visible(child.before)
+            child.expect_exact(PROMPT)
+            shown += visible(child.before)
+        lines = [line for line in shown.splitlines() if "›" not in line]
+        assert max(len(line) for line in lines) <= 60, lines
+        assert "read_file" in shown and "list_dir" in shown  # words whole, not cut at the edge
+    finally:
+        child.terminate(force=True)
+
+
 def test_replies_wrap_at_the_width_the_terminal_has_after_a_resize(term, llm):
     words = [f"word{i:02d}" for i in range(40)]
     llm.script(Reply(text="First reply."), Reply(text=" ".join(words) + " end."))

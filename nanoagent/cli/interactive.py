@@ -78,9 +78,11 @@ class TerminalUI:
     def width(self) -> int:
         return self._width() if callable(self._width) else self._width
 
-    def line(self, markup: str) -> None:
+    def line(self, markup: str, wrap: bool = False) -> None:
+        """Print `markup`; `wrap`: text of any length (a command's answer) wraps at words to the terminal's width,
+        rather than letting the terminal cut it mid-word. Lines made to fit (tool lines) need not."""
         self.console.width = self.width
-        self.console.print(terminal_safe(markup))
+        self.console.print(terminal_safe(markup), soft_wrap=not wrap)
 
     def __call__(self, event: ev.Event) -> None:
         if event.agent:
@@ -314,7 +316,7 @@ class Session:
         finally:
             if not beside:
                 self.ui.activity = None
-        self.ui.line(escape(reply.reply + (TERMINAL_HELP if name == "/help" else "")))
+        self.ui.line(escape(reply.reply + (TERMINAL_HELP if name == "/help" else "")), wrap=True)
         if name in ("/incognito", "/new") and not reply.refused:
             self.incognito = name == "/incognito"
         self.refresh_status()
