@@ -1,6 +1,8 @@
 """Crash-safe file writes: temp file + fsync + rename, appends that cut a torn tail first, and fsync of the directory.
 
-Everything nanoagent creates is private whatever the umask: folders 0700, files 0600.
+Everything nanoagent creates for itself is private whatever the umask: folders 0700, files 0600. The person's own
+files (what the file tools write in an `agent -C DIR` project) are `atomic_write(..., own=True)`: the umask decides a
+new file's and folder's mode, and a file written over keeps its mode, as an editor would leave them.
 """
 
 from __future__ import annotations
@@ -84,14 +86,19 @@ def _naming(path: Path) -> Iterator[None]:
         raise OSError(e.errno, e.strerror, str(path)) from e
 
 
-def atomic_write(path: Path, data: str | bytes, mode: int | None = None) -> None:
+def atomic_write(path: Path, data: str | bytes, mode: int | None = None, own: bool = False) -> None:
     """Replace `path` with `data` via a temp file, fsync and rename. The file is 0600 unless `mode` says otherwise;
-    missing folders are created 0700."""
+    missing folders are created 0700. `own`: a file of the person's (see the module's note): its mode and its new
+    folders' follow the umask, or the mode of the file it replaces."""
     path = Path(path)
-    private_dir(path.parent)
+    if own:
+        os.makedirs(path.parent, exist_ok=True)  # 0777 less the umask
+        mode = _mode_of(path) if mode is None else mode
+    else:
+        private_dir(path.parent)
     raw = data.encode("utf-8") if isinstance(data, str) else data
     try:
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        fd, tmp = _temp_beside(path, own)
     except OSError as e:  # name the file being written, not the temp file that could not be made
         raise OSError(e.errno, e.strerror, str(path)) from e
     try:
@@ -109,6 +116,30 @@ def atomic_write(path: Path, data: str | bytes, mode: int | None = None) -> None
             pass
         raise
     fsync_dir(path.parent)
+
+
+def _mode_of(path: Path) -> int | None:
+    """The permission bits of the regular file at `path`, or None when there is none."""
+    try:
+        info = os.stat(path)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    return stat.S_IMODE(info.st_mode) if stat.S_ISREG(info.st_mode) else None
+
+
+def _temp_beside(path: Path, own: bool) -> tuple[int, str]:
+    """A new temp file in `path`'s folder: 0600, or for the person's own file 0666 less the umask (the kernel applies
+    it at creation; reading the umask would mean setting it, a race with every other thread)."""
+    if not own:
+        return tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    import secrets
+
+    while True:
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(4)}.tmp")
+        try:
+            return os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), tmp
+        except FileExistsError:
+            continue
 
 
 def append_lines(path: Path, data: bytes, sync: bool = False) -> int:

@@ -79,6 +79,7 @@ class LLMServer:
         self.first_text: list[float] = []  # when each streamed reply's first text was sent, time.monotonic
         self.batches: dict[str, _Batch] = {}
         self.default_reply = Reply(text="ok")
+        self.models = ["gpt-test"]  # what GET .../models lists (Ollama's OpenAI-compatible model list has this shape)
         self.transcriptions = Transcriptions()  # the /audio/transcriptions route (appended below)
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
         self._httpd.daemon_threads = True
@@ -99,6 +100,7 @@ class LLMServer:
             self._cache.clear()
             self.batches.clear()
             self.default_reply = Reply(text="ok")  # a test that changed it must not leak it to the next one
+            self.models = ["gpt-test"]
             self.transcriptions = Transcriptions()
 
     def close(self) -> None:
@@ -179,7 +181,11 @@ def _make_handler(server: LLMServer):
 
         def do_GET(self) -> None:
             if self.path.rstrip("/").endswith("/models"):
-                self._json(200, {"object": "list", "data": [{"id": "gpt-test", "object": "model"}]})
+                with server._lock:
+                    server.requests.append(Recorded(self.path, {k.lower(): v for k, v in self.headers.items()}, None,
+                                                    "models"))
+                    models = list(server.models)
+                self._json(200, {"object": "list", "data": [{"id": name, "object": "model"} for name in models]})
             elif "/messages/batches/" in self.path:
                 self._batch_get(self.path.split("?")[0])
             else:

@@ -310,7 +310,12 @@ def test_slash_new_starts_fresh_but_keeps_the_old_conversation(llm, isolated_hom
     slash(llm, "remember: the code word is heron")
     said = slash(llm, "/new").stdout.strip()
     assert said.startswith("Started a fresh conversation. The previous 2 messages stay in ")
-    assert said.endswith(" and were archived to memory.")
+    assert said.endswith(" and were archived to memory. Archiving took 2 model calls (no listed price for "
+                         "anthropic/claude-test).")  # the flush and the summary
+    priced = {**anthropic_env(llm), "NANOAGENT_MODEL": "anthropic/claude-sonnet-4-5"}
+    assert invoke("agent", "-m", "and the colour is teal", env=priced).returncode == 0
+    said = invoke("agent", "-m", "/new", env=priced).stdout.strip()
+    assert re.search(r" Archiving took 2 model calls \(\$0\.\d+\)\.$", said), said
     slash(llm, "what is the code word?")
     [sent] = llm.requests[-1].body["messages"]  # the old conversation is not sent...
     text = json.dumps(sent).partition("</runtime_context>")

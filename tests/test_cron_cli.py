@@ -168,7 +168,27 @@ def test_a_skipped_run_shows_in_list_with_its_reason_and_is_not_a_failure(isolat
     job_id = invoke("cron", "add", "--every", "1h", "-m", "x", "--budget", "0.5").stdout.strip()
     store().update(lambda jobs: jobs.get(job_id).record(RunRecord(
         started=datetime.now(UTC), status="skipped", note="budget: daily cap $1.00 reached, resets 00:00")))
-    listing = invoke("cron", "list", env={"COLUMNS": "250"}).stdout
+    listing = invoke("cron", "list", "--wide").stdout
     assert "skipped" in listing and "daily cap $1.00 reached, resets 00:00" in listing
     runs = json.loads(invoke("cron", "list", "--json").stdout)["jobs"][0]["runs"]
     assert [(r["status"], r["error"]) for r in runs] == [("skipped", None)]
+
+
+def test_list_fits_100_columns_and_wide_shows_the_last_runs_error_whole(isolated_home):
+    from datetime import UTC, datetime
+
+    from nanoagent.cron.store import RunRecord
+
+    write_config(isolated_home, {"agents": {"defaults": {"timezone": "Europe/Berlin"}},
+                                 "channels": {"telegram": {"allowFrom": [42]}}})
+    job_id = invoke("cron", "add", "--cron", "0 9 * * 1-5", "-m", "Plan the day.", "--name",
+                    "the morning plan for the whole team", "--to", "telegram:42", "--budget", "0.5").stdout.strip()
+    error = "cannot connect to https://api.example.com/v1 (connection refused)"
+    store().update(lambda jobs: jobs.get(job_id).record(RunRecord(started=datetime.now(UTC), status="error",
+                                                                  error=error)))
+    assert invoke("cron", "tick").returncode == 0  # the heartbeat's and Dream's rows too
+    listing = invoke("cron", "list", env={"COLUMNS": "250"}).stdout
+    assert max(len(line) for line in listing.splitlines()) <= 100, listing
+    assert job_id in listing and "error" in listing and "cannot connect" not in listing
+    wide = invoke("cron", "list", "--wide").stdout
+    assert error in wide and max(len(line) for line in wide.splitlines()) > 100

@@ -61,3 +61,19 @@ def test_atomic_write_into_a_file_that_is_no_folder_names_the_target(tmp_path):
     with pytest.raises(OSError) as info:
         atomic_write(blocker / "config.json", "{}")
     assert info.value.filename == str(blocker / "config.json")
+
+
+def test_a_persons_own_file_follows_the_umask_and_a_replaced_one_keeps_its_mode(tmp_path):
+    old = os.umask(0o027)
+    try:
+        atomic_write(tmp_path / "project" / "src" / "new.py", "x = 1\n", own=True)
+        atomic_write(tmp_path / "private.json", "{}")
+        (tmp_path / "project" / "tool.sh").write_text("old\n")
+        os.chmod(tmp_path / "project" / "tool.sh", 0o755)
+        atomic_write(tmp_path / "project" / "tool.sh", "new\n", own=True)
+    finally:
+        os.umask(old)
+    modes = {p: (tmp_path / p).stat().st_mode & 0o777 for p in ("project/src", "project/src/new.py",
+                                                                 "project/tool.sh", "private.json")}
+    assert modes == {"project/src": 0o750, "project/src/new.py": 0o640, "project/tool.sh": 0o755,
+                     "private.json": 0o600}

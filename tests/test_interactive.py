@@ -492,6 +492,25 @@ def visible(text: str) -> str:
     return re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07|\r", "", text)
 
 
+@pytest.mark.process
+def test_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolated_home):
+    child = spawn_agent(llm, width=60)
+    try:
+        child.expect_exact(PROMPT)
+        shown = ""
+        for command, last in (("/status", "policy:"), ("/budget", "budget")):
+            child.send(command + "\r")
+            child.expect_exact(last)
+            shown += visible(child.before)
+            child.expect_exact(PROMPT)
+            shown += visible(child.before)
+        lines = [line for line in shown.splitlines() if "›" not in line]
+        assert max(len(line) for line in lines) <= 60, lines
+        assert "read_file" in shown and "list_dir" in shown  # words whole, not cut at the edge
+    finally:
+        child.terminate(force=True)
+
+
 def test_replies_wrap_at_the_width_the_terminal_has_after_a_resize(term, llm):
     words = [f"word{i:02d}" for i in range(40)]
     llm.script(Reply(text="First reply."), Reply(text=" ".join(words) + " end."))
@@ -532,6 +551,23 @@ def test_ctrl_c_cancels_new_while_it_archives_and_the_conversation_goes_on(term,
         "hello" not in (isolated_home / "workspace" / "memory" / "history.jsonl").read_text()
 
 
+@pytest.mark.process
+def test_new_says_it_is_archiving_while_it_runs_and_what_it_cost_after(term, llm):
+    release = threading.Event()
+    llm.script(Reply(text="First answer."), Reply(text="ok", release=release))
+    child = term()
+    child.send("remember this" + "\r")
+    child.expect_exact("First answer.")
+    child.expect_exact(PROMPT)
+    try:
+        child.send("/new" + "\r")
+        child.expect_exact("archiving 2 messages to memory (notes first, then a summary)…")
+        wait_for_requests(llm, 2)  # shown while the archive's first call is still unanswered
+    finally:
+        release.set()
+    child.expect(r"Archiving took 2 model\s+calls \(no listed price for\s+anthropic/claude-test\)\.")
+
+
 def _one_shots(llm, *exchanges: tuple[str, str], session: str = "cli:direct") -> None:
     for said, reply in exchanges:
         llm.script(Reply(text=reply))
@@ -544,7 +580,7 @@ def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_
     _one_shots(llm, ("what is 2+2?", "4"), ("and 3+3?", "6"))
     child = term()
     shown = visible(child.before)
-    assert re.search(r"continuing cli:direct · 4 messages · last \d\d:\d\d · /new starts fresh", shown), shown
+    assert re.search(r"continuing cli:direct · 2 turns answered · last \d\d:\d\d · /new starts fresh", shown), shown
     assert "what is 2+2?" not in shown  # no replay unless a conversation was picked (-c, --resume)
     child.send("/new\r")
     child.expect_exact("Started a fresh conversation")
@@ -552,6 +588,17 @@ def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_
     assert "continuing" not in visible(fresh.before)
     again = term()  # after /new nothing is carried over
     assert "continuing" not in visible(again.before)
+
+
+def test_the_banner_counts_the_turns_answered_and_a_failed_turn_apart(llm, isolated_home):
+    from nanoagent.cli.interactive import continuing
+
+    _one_shots(llm, ("what is 2+2?", "4"))
+    llm.script(Reply(status=400, error_message="the request was refused"))
+    assert invoke("agent", "-m", "and 3+3?", env=anthropic_env(llm)).returncode == 1
+    _one_shots(llm, ("and 4+4?", "8"))
+    line = continuing(SessionStore(isolated_home / "sessions").load("cli:direct"))
+    assert line is not None and line.startswith("continuing cli:direct · 2 turns answered, 1 failed · last ")
 
 
 @pytest.mark.process
@@ -573,7 +620,7 @@ def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isola
         assert lines[:6] == ["you:   second question", "agent: second answer", "you:   third question",
                              "agent: third answer", "you:   fourth question", lines[5]]
         assert lines[5].startswith("agent: fourth answer long") and lines[5].endswith("…") and len(lines[5]) < 80
-        assert re.match(r"continuing cli:project · 8 messages · last \d\d:\d\d · /new starts fresh", lines[6])
+        assert re.match(r"continuing cli:project · 4 turns answered · last \d\d:\d\d · /new starts fresh", lines[6])
     finally:
         child.terminate(force=True)
 

@@ -24,7 +24,7 @@ def test_onboard_asks_at_the_terminal_and_rejects_a_malformed_key(isolated_home)
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
                           encoding="utf-8", timeout=PATIENCE, dimensions=(30, 80))
-    child.expect_exact("Provider")
+    child.expect_exact("Provider [")
     child.send("anthropic\r")
     child.expect_exact("Model")
     child.send("\r")
@@ -43,18 +43,56 @@ def test_onboard_asks_at_the_terminal_and_rejects_a_malformed_key(isolated_home)
     assert (isolated_home / "workspace" / "memory" / "MEMORY.md").exists()
 
 
-def _onboard_at_terminal(env_extra: dict, answers: list[tuple[str, str]]) -> str:
-    """Answer onboard's questions on a terminal: the provider and model with the defaults, then `answers`."""
+def _onboard_at_terminal(env_extra: dict, answers: list[tuple[str, str]], defaults: bool = True) -> str:
+    """Answer onboard's questions on a terminal: the provider and model with the defaults (unless not `defaults`),
+    then `answers`; everything it printed."""
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm", **env_extra}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
                           encoding="utf-8", timeout=PATIENCE, dimensions=(30, 120))
-    for question, answer in [("Provider", ""), ("Model", ""), *answers]:
+    shown = ""
+    for question, answer in [*([("Provider [", ""), ("Model", "")] if defaults else []), *answers]:
         child.expect_exact(question)
+        shown += (child.before or "") + question
         child.send(answer + "\r")
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 0
-    return child.before or ""
+    return shown + (child.before or "")
+
+
+@pytest.mark.process
+def test_onboard_offers_an_openai_compatible_server_by_that_name_and_asks_its_url_and_whether_it_needs_a_key(
+        isolated_home, llm):
+    shown = _onboard_at_terminal({}, [("Provider [", "server"), ("A name for the server", ""),
+                                      ("Its base URL", llm.url + "/v1"), ("Model, as the server names it", "gpt-test"),
+                                      ("Does it need an API key? [y/N]", "")], defaults=False)
+    assert "server   an OpenAI-compatible server (URL)" in shown
+    assert "litellm  a provider as litellm names it" in shown
+    data = json.loads((isolated_home / "config.json").read_text())
+    assert data["agents"]["defaults"]["model"] == "local/gpt-test"
+    assert data["providers"] == {"local": {"apiBase": llm.url + "/v1"}}
+    reply = invoke("agent", "-m", "hi")
+    assert reply.returncode == 0, reply.stderr
+    assert llm.requests[-1].body["model"] == "gpt-test" and "authorization" not in llm.requests[-1].headers
+    doctor = invoke("doctor").stdout.splitlines()
+    assert "ok    agents.defaults.model is local/gpt-test: local needs no key" in doctor
+    assert "ok    local/gpt-test: local answered a one-token request" in doctor
+
+
+@pytest.mark.process
+def test_onboard_asks_the_base_url_for_openai_and_an_empty_answer_keeps_the_default(isolated_home, llm):
+    _onboard_at_terminal({}, [("Provider [", "openai"), ("Model [openai/gpt-4.1]", ""),
+                              ("API base URL [https://api.openai.com/v1] (empty keeps it)", ""),
+                              ("API key for openai", OPENAI_KEY)], defaults=False)
+    assert json.loads((isolated_home / "config.json").read_text())["providers"] == {"openai": {"apiKey": OPENAI_KEY}}
+    _onboard_at_terminal({}, [("Provider [", "openai"), ("Model [openai/gpt-4.1]", ""),
+                              ("API base URL [https://api.openai.com/v1] (empty keeps it)", llm.url + "/v1"),
+                              ("API key for openai", "lm-studio")], defaults=False)  # its own server: any key
+    openai = json.loads((isolated_home / "config.json").read_text())["providers"]["openai"]
+    assert openai == {"apiKey": "lm-studio", "apiBase": llm.url + "/v1"}
+    reply = invoke("agent", "-m", "hi")
+    assert reply.returncode == 0, reply.stderr
+    assert llm.requests[-1].headers["authorization"] == "Bearer lm-studio"
 
 
 @pytest.mark.process
@@ -91,7 +129,7 @@ def test_onboard_takes_any_key_for_a_server_of_ones_own(isolated_home):
     assert (anthropic["apiKey"], anthropic["apiBase"]) == ("local-proxy-key", "http://127.0.0.1:4000")
 
 
-def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home):
+def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home, llm):
     config = write_config(isolated_home, {"agents": {"defaults": {"maxToolIteration": 9}}})
     os.chmod(config, 0o644)
     proc = invoke("doctor")
@@ -105,7 +143,7 @@ def test_doctor_reports_what_to_fix_and_migrates_renamed_keys(isolated_home):
     assert (isolated_home / "config.json.bak").exists()
     assert "migrated" in fixed.stdout
     assert invoke("onboard").returncode == 0
-    assert invoke("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY}).returncode == 0
+    assert invoke("doctor", env={"ANTHROPIC_API_KEY": GOOD_KEY, "ANTHROPIC_BASE_URL": llm.url}).returncode == 0
 
 
 def add_usage(home, key, model, day, tokens):
@@ -313,9 +351,9 @@ def test_onboard_refuses_a_model_of_another_provider_and_a_provider_without_a_de
     assert json.loads((isolated_home / "config.json").read_text())["providers"]["openai"]["apiKey"] == OPENAI_KEY
 
 
-def test_doctor_and_the_missing_key_error_name_the_model_setting_when_another_key_is_set(isolated_home):
+def test_doctor_and_the_missing_key_error_name_the_model_setting_when_another_key_is_set(isolated_home, llm):
     write_config(isolated_home, {"agents": {"defaults": {"model": "anthropic/claude-sonnet-4-5"}},
-                                 "providers": {"openai": {"apiKey": OPENAI_KEY}}})
+                                 "providers": {"openai": {"apiKey": OPENAI_KEY, "apiBase": llm.url + "/v1"}}})
     doctor = invoke("doctor")
     assert "FIX   agents.defaults.model is anthropic/claude-sonnet-4-5: API key for anthropic missing" in doctor.stdout
     assert "set agents.defaults.model to openai/gpt-4.1" in doctor.stdout
@@ -332,7 +370,7 @@ def test_onboard_at_the_terminal_with_another_provider_asks_for_its_model_until_
     env = {**os.environ, "PROMPT_TOOLKIT_NO_CPR": "1", "TERM": "xterm"}
     child = pexpect.spawn(sys.executable, ["-m", "nanoagent", "onboard"], cwd=str(ROOT), env=env,
                           encoding="utf-8", timeout=PATIENCE, dimensions=(30, 160))
-    for question, answer in [("Provider (", "other"), ("Provider name as litellm knows it", "mistral"),
+    for question, answer in [("Provider [", "litellm"), ("Provider name as litellm knows it", "mistral"),
                              ("Model, as mistral/<model name>", ""), ("has no default model", None),
                              ("Model, as mistral/<model name>", "openai/gpt-4.1"), ("belongs to openai", None),
                              ("Model, as mistral/<model name>", "mistral/mistral-small-latest"),

@@ -243,3 +243,35 @@ def test_the_help_names_the_folder_dir_and_each_option_fits_at_80_columns(isolat
     shown = invoke("agent", "--help", env={"COLUMNS": "80"}).stdout
     assert "  -C, --dir DIR " in shown and "  --here " in shown and "{" not in shown
     assert all(len(line) <= 80 for line in shown.splitlines())
+
+
+@pytest.fixture
+def umask_022():
+    """The common umask, whatever the test runner's: restored after."""
+    old = os.umask(0o022)
+    yield
+    os.umask(old)
+
+
+def mode(path: Path) -> int:
+    return path.stat().st_mode & 0o777
+
+
+def test_files_written_in_the_folder_follow_the_umask_and_keep_their_mode_while_the_workspace_stays_private(
+        llm, isolated_home, project, umask_022):
+    os.chmod(project / "main.py", 0o644)
+    (project / "run.sh").write_text("echo old\n")
+    os.chmod(project / "run.sh", 0o750)
+    scratch = Path(os.path.realpath(isolated_home / "workspace")) / "scratch.md"
+    llm.script(Reply(tool_calls=[("write_file", {"path": "notes.txt", "content": "beside main.py\n"}),
+                                 ("write_file", {"path": "docs/plan.md", "content": "the plan\n"}),
+                                 ("edit_file", {"path": "run.sh", "old_text": "old", "new_text": "new"}),
+                                 ("write_file", {"path": str(scratch), "content": "mine\n"})]),
+               Reply(text="done"))
+    ran = invoke("agent", "-C", str(project), "-m", "write the notes", env=anthropic_env(llm))
+    assert ran.returncode == 0, ran.stderr
+    assert (project / "run.sh").read_text() == "echo new\n"
+    assert {name: mode(project / name) for name in ("main.py", "notes.txt", "docs", "docs/plan.md", "run.sh")} == {
+        "main.py": 0o644, "notes.txt": 0o644, "docs": 0o755, "docs/plan.md": 0o644, "run.sh": 0o750}
+    assert mode(scratch) == 0o600
+    assert not [p for p in project.rglob("*.tmp")]

@@ -184,14 +184,19 @@ class Commands:
             pending = len(session.messages) - session.last_consolidated
             if pending <= 0:
                 return "Already a fresh conversation." + unusable
+            calls_before = len(session.usage)
             if self.consolidator is not None:  # history is written before anything is hidden from the model
-                call.sink(ev.Progress(f"archiving {pending} messages to memory", session=session.key))
+                call.sink(ev.Progress(f"archiving {pending} messages to memory (notes first, then a summary)",
+                                      session=session.key))
                 await self.consolidator.archive_all(session, model)
             if session.last_consolidated < len(session.messages):
                 self.store.set_consolidated(session, len(session.messages))
+            spent = session_total(session.usage[calls_before:])
         kept = " and were archived to memory" if self.consolidator else ""
+        price = f"no listed price for {model}" if spent.unpriced and not spent.cost else spent.cost_text()
+        cost = f" Archiving took {spent.calls} model call{'' if spent.calls == 1 else 's'} ({price})." if spent.calls else ""
         return (f"Started a fresh conversation. The previous {pending} messages stay in {session.path.name}{kept}."
-                + unusable)
+                + cost + unusable)
 
     @command("/status", "model, session, context used, tokens and cost so far", read_only=True)
     async def status(self, call: Call) -> str:

@@ -485,16 +485,18 @@ def dream(
 def doctor(
     workspace: WorkspaceOpt = None,
     fix: Annotated[bool, typer.Option("--fix", help="Migrate renamed config keys (a backup is kept).")] = False,
+    offline: Annotated[bool, typer.Option("--offline", help="Make no request to the model providers.")] = False,
 ) -> None:
     """Check config, keys, workspace and git, and say what to fix.
 
-    The offline tokenizer is checked too.
+    Makes one small request to the provider of the default model and of each fallback (a one-token reply, or
+    Ollama's model list), unless --offline. The offline tokenizer is checked too.
 
     Example: nanoagent doctor --fix
     """
     from nanoagent.cli.setup import run_doctor
 
-    if not run_doctor(workspace, fix):
+    if not run_doctor(workspace, fix, offline):
         raise typer.Exit(1)
 
 

@@ -51,10 +51,12 @@ def _tz(config: Config):  # noqa: ANN202 - a tzinfo
 
 
 @cron_app.command("list")
-def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print the jobs as JSON.")] = False) -> None:
-    """Every job with its schedule, target, next run and last result.
+def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print the jobs as JSON.")] = False,
+              wide: Annotated[bool, typer.Option("--wide", help="Whole rows: the last run's error and delivery "
+                                                 "too, as wide as they are.")] = False) -> None:
+    """Every job with its schedule, target, next run and last result, in 100 columns (details with --wide).
 
-    Example: nanoagent cron list --json
+    Example: nanoagent cron list --wide
     """
     from rich.table import Table
 
@@ -81,11 +83,26 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     for ident, title, schedule, target, next_run, enabled, last in rows:
         when = f"{format_time(next_run, tz)} ({relative(next_run, now)})" if next_run else (
             "paused" if not enabled else "-")
-        table.add_row(ident, title, schedule, target, when, _last(last, now))
-    table_console().print(table)
+        table.add_row(ident, title, schedule, target, when, _last(last, now) if wide else _last_status(last, now))
+    console = table_console()
+    if not wide:
+        console.width = min(console.width, LIST_WIDTH)  # cells wrap at words inside it
+    console.print(table)
     if not scheduler_seen(store):
         warn("no scheduler has run lately: start `nanoagent gateway`, or run `nanoagent cron tick` from crontab "
              "(README, Schedules).")
+
+
+LIST_WIDTH = 100  # `cron list` without --wide: what fits beside another window
+
+
+def _last_status(run: RunRecord | None, now: datetime) -> str:
+    """The last run's status and when, and whether its reply went undelivered; the reasons are for --wide."""
+    from nanoagent.cron.schedule import relative
+
+    if run is None:
+        return "-"
+    return f"{run.status} {relative(run.started, now)}" + (" (not delivered)" if run.delivery else "")
 
 
 def _last(run: RunRecord | None, now: datetime) -> str:

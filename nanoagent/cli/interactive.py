@@ -78,9 +78,11 @@ class TerminalUI:
     def width(self) -> int:
         return self._width() if callable(self._width) else self._width
 
-    def line(self, markup: str) -> None:
+    def line(self, markup: str, wrap: bool = False) -> None:
+        """Print `markup`; `wrap`: text of any length (a command's answer) wraps at words to the terminal's width,
+        rather than letting the terminal cut it mid-word. Lines made to fit (tool lines) need not."""
         self.console.width = self.width
-        self.console.print(terminal_safe(markup))
+        self.console.print(terminal_safe(markup), soft_wrap=not wrap)
 
     def __call__(self, event: ev.Event) -> None:
         if event.agent:
@@ -109,6 +111,8 @@ class TerminalUI:
             case ev.Notice(text=text):
                 self.line(f"[yellow]{escape(text)}[/yellow]")
             case ev.Progress(text=text) if self.activity is not None:
+                if self.activity.startswith("/"):  # what a command first says it does stays on screen, as a line
+                    self.line(f"[dim]  {escape(text)}…[/dim]")
                 self._busy(text)
             case ev.TurnStarted():
                 if self.activity is None:  # a turn this terminal did not start (the gateway's follow-up)
@@ -312,7 +316,7 @@ class Session:
         finally:
             if not beside:
                 self.ui.activity = None
-        self.ui.line(escape(reply.reply + (TERMINAL_HELP if name == "/help" else "")))
+        self.ui.line(escape(reply.reply + (TERMINAL_HELP if name == "/help" else "")), wrap=True)
         if name in ("/incognito", "/new") and not reply.refused:
             self.incognito = name == "/incognito"
         self.refresh_status()
@@ -374,12 +378,12 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
 
 def continuing(saved: SavedSession, now: datetime | None = None) -> str | None:
     """What a session opened at the terminal carries into its next turn, in one line, or None when it starts fresh:
-    `continuing cli:direct · 14 messages · last 18:40 · /new starts fresh`."""
+    `continuing cli:direct · 7 turns answered · last 18:40 · /new starts fresh`. A failed turn is not answered: it is
+    counted apart (its messages are never sent again)."""
     import os
     from datetime import datetime
 
-    count = len(saved.messages) - saved.last_consolidated
-    if count <= 0:
+    if len(saved.messages) - saved.last_consolidated <= 0:
         return None
     try:
         stamp = datetime.fromtimestamp(os.stat(saved.path).st_mtime)
@@ -388,31 +392,39 @@ def continuing(saved: SavedSession, now: datetime | None = None) -> str | None:
     now = now or datetime.now()
     when = (stamp.strftime("%H:%M") if stamp.date() == now.date() else
             stamp.strftime("%b %d %H:%M") if stamp.year == now.year else stamp.strftime("%Y-%m-%d"))
-    plural = "" if count == 1 else "s"
-    return f"continuing {saved.key} · {count} message{plural} · last {when} · /new starts fresh"
+    answered = sum(1 for _, reply in _exchanges(saved) if reply)
+    failed = sum(1 for start, _ in saved.failed_turns if start >= saved.last_consolidated)
+    counts = f"{answered} turn{'' if answered == 1 else 's'} answered" + (f", {failed} failed" if failed else "")
+    return f"continuing {saved.key} · {counts} · last {when} · /new starts fresh"
 
 
-def last_exchanges(saved: SavedSession, width: int, count: int = 3) -> list[str]:
-    """The last `count` exchanges still in the conversation's context, a line for each side, cut to `width`."""
+def _exchanges(saved: SavedSession) -> list[tuple[str, str]]:
+    """(what the person said, the reply's last text or "") for each message of theirs still in the conversation's
+    context, failed turns left out."""
     from nanoagent.messages import is_assistant, is_user, shown_text, strip_runtime_context
 
     failed = saved.failed()
-    exchanges: list[list[str]] = []
+    exchanges: list[tuple[str, str]] = []
     for index in range(saved.last_consolidated, len(saved.messages)):
         message = saved.messages[index]
         if index in failed:
             continue
         if is_user(message):
-            exchanges.append(["you", strip_runtime_context(shown_text(message)), ""])
+            exchanges.append((strip_runtime_context(shown_text(message)), ""))
         elif is_assistant(message) and exchanges and (text := shown_text(message).strip()):
-            exchanges[-1][2] = text  # the reply: the last text before the next message of the user
+            exchanges[-1] = (exchanges[-1][0], text)  # the reply: the last text before the next message of the user
+    return exchanges
+
+
+def last_exchanges(saved: SavedSession, width: int, count: int = 3) -> list[str]:
+    """The last `count` exchanges still in the conversation's context, a line for each side, cut to `width`."""
 
     def cut(text: str, room: int) -> str:
         text = " ".join(text.split())
         return text if len(text) <= room else text[:max(0, room - 1)] + "…"
 
     lines = []
-    for _, said, reply in exchanges[-count:]:
+    for said, reply in _exchanges(saved)[-count:]:
         lines.append(f"[dim]  you:   {escape(cut(said, width - 9))}[/dim]")
         if reply:
             lines.append(f"[dim]  agent: {escape(cut(reply, width - 9))}[/dim]")

@@ -12,6 +12,8 @@ from nanoagent.config import Config, load_config, save_config
 from nanoagent.errors import ConfigError
 from nanoagent.fsutil import atomic_write, private_dir
 from nanoagent.paths import Paths
+from nanoagent.providers.base import OPENAI_COMPATIBLE
+from nanoagent.providers.probe import needs_key
 from nanoagent.providers.registry import DEFAULT_MODELS
 from nanoagent.templates import seed_workspace
 
@@ -33,24 +35,60 @@ def key_problem(provider: str, key: str, own_server: bool = False) -> str | None
     return None
 
 
+SERVER, LITELLM = "server", "litellm"  # onboard's two open choices besides the providers DEFAULT_MODELS names
+CHOICES = (f"  {', '.join(DEFAULT_MODELS)}\n"
+           f"  {SERVER:<9}an OpenAI-compatible server (URL): LM Studio, vLLM, llama.cpp, a company proxy\n"
+           f"  {LITELLM:<9}a provider as litellm names it (gemini, mistral, bedrock, ...)")
+
+
 def ask_onboarding() -> dict[str, str | None]:
-    """Ask for provider, model and key at the terminal (prompt-toolkit)."""
+    """Ask for provider, model, base URL and key at the terminal (prompt-toolkit)."""
     from prompt_toolkit import prompt
     from prompt_toolkit.completion import WordCompleter
 
-    names = [*DEFAULT_MODELS, "other"]
+    names = [*DEFAULT_MODELS, SERVER, LITELLM]
+    print("Providers:\n" + CHOICES)
     provider = ""
     while provider not in names:
-        provider = prompt(f"Provider ({', '.join(names)}) [anthropic]: ",
-                          completer=WordCompleter(names)).strip() or "anthropic"
-    while provider == "other" or not provider:
+        provider = prompt("Provider [anthropic]: ", completer=WordCompleter(names)).strip() or "anthropic"
+        provider = LITELLM if provider == "other" else provider  # the name this choice had before
+    if provider == SERVER:
+        return _ask_server(prompt)
+    while provider == LITELLM or not provider:
         provider = prompt("Provider name as litellm knows it (e.g. gemini, mistral): ").strip()
     model = _ask_model(provider, prompt)
     api_base = None
-    if provider in ("ollama", "other") or provider not in DEFAULT_MODELS:
-        api_base = prompt("API base URL (empty for the default): ").strip() or None
-    api_key = _ask_key(provider, prompt) if provider != "ollama" else None
+    if provider in OPENAI_COMPATIBLE or provider not in DEFAULT_MODELS:
+        default = OPENAI_COMPATIBLE.get(provider, (None, None))[0]
+        api_base = prompt(f"API base URL [{default}] (empty keeps it): " if default else
+                          "API base URL (empty for the default): ").strip() or None
+    api_key = _ask_key(provider, prompt, own_server=bool(api_base)) if needs_key(provider, Config()) else None
     return {"provider": provider, "model": model, "api_key": api_key, "api_base": api_base}
+
+
+def _ask_server(prompt: Callable[..., str]) -> dict[str, str | None]:
+    """An OpenAI-compatible server of the person's own: a name for it (the models' prefix and its entry under
+    `providers`), its base URL, its model and whether it needs a key."""
+    import re
+
+    from nanoagent.providers.registry import litellm_providers
+
+    name = ""
+    while not name:
+        name = prompt("A name for the server (models are named <name>/<model>) [local]: ").strip().lower() or "local"
+        if not re.fullmatch(r"[a-z0-9][a-z0-9_-]*", name) or name in litellm_providers() or name in DEFAULT_MODELS:
+            print(f"{name} cannot be this server's name: use letters, digits, - or _, not a provider's name "
+                  "(such as openai). Try again (Ctrl-C to stop).")
+            name = ""
+    api_base = ""
+    while not api_base.startswith(("http://", "https://")):
+        api_base = prompt("Its base URL (e.g. http://localhost:1234/v1): ").strip()
+    model = ""
+    while not model:
+        model = prompt("Model, as the server names it: ").strip().removeprefix(f"{name}/")
+    wants_key = prompt("Does it need an API key? [y/N]: ").strip().lower() in ("y", "yes")
+    api_key = _ask_key(name, prompt, own_server=True) if wants_key else None
+    return {"provider": name, "model": f"{name}/{model}", "api_key": api_key, "api_base": api_base}
 
 
 def _ask_model(provider: str, prompt: Callable[..., str]) -> str:
@@ -80,7 +118,7 @@ def model_problem(provider: str, model: str) -> str | None:
     return None
 
 
-def _ask_key(provider: str, prompt: Callable[..., str]) -> str | None:
+def _ask_key(provider: str, prompt: Callable[..., str], own_server: bool = False) -> str | None:
     """The key to store in config.json, or None to keep it in the environment only. A key found in the environment
     is offered first: cron and services do not see the shell's variables, so storing it is what lets them run."""
     import os
@@ -89,7 +127,7 @@ def _ask_key(provider: str, prompt: Callable[..., str]) -> str | None:
 
     variable = key_variable(provider)
     found = os.environ.get(variable, "").strip()
-    if found and key_problem(provider, found) is None:
+    if found and key_problem(provider, found, own_server) is None:
         answer = prompt(f"Store the key from ${variable} in config.json (mode 0600), so cron jobs and the gateway "
                         "find it too? [Y/n]: ").strip().lower()
         if answer in ("", "y", "yes"):
@@ -101,7 +139,7 @@ def _ask_key(provider: str, prompt: Callable[..., str]) -> str | None:
         if not key:
             print(f"No key stored. Set ${variable} where nanoagent runs; for cron, in the crontab too.")
             return None
-        problem = key_problem(provider, key)
+        problem = key_problem(provider, key, own_server)
         if problem is None:
             return key
         print(f"That key does not look right: {problem}. Try again (Ctrl-C to stop).")
@@ -199,7 +237,7 @@ def status_lines(paths: Paths, config: Config) -> list[str]:
         provider = provider_name(model)
         settings = config.provider(provider)
         key = "set" if settings.api_key else f"missing ({key_fix(provider, config)})"
-        if provider == "ollama":
+        if not settings.api_key and not needs_key(provider, config):
             key = "not needed"
     except ConfigError as e:
         provider, key = "unknown", str(e)
@@ -266,13 +304,12 @@ def _check_home(home: Path, report: Any) -> None:
         report(True, f"home {home} is private")
 
 
-def run_doctor(workspace: Path | None, fix: bool) -> bool:
+def run_doctor(workspace: Path | None, fix: bool, offline: bool = False) -> bool:
     import os
     import shutil
     import subprocess
 
     from nanoagent.config.loader import RenamedKey
-    from nanoagent.providers.registry import key_fix, model_setting, provider_name
     from nanoagent.templates import workspace_templates
     from nanoagent.tokens import tokenizer_available
 
@@ -319,14 +356,7 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
             else:
                 report(False, f"config mode is {mode:o}; other users can read your keys", "chmod 600 it, or --fix")
     if config is not None:
-        model = config.defaults.model
-        try:
-            provider = provider_name(model)
-            has_key = bool(config.provider(provider).api_key) or provider == "ollama"
-            report(has_key, f"{model_setting(model)} is {model}: API key for {provider} "
-                   + ("present" if has_key else "missing"), key_fix(provider, config))
-        except ConfigError as e:
-            report(False, str(e))
+        _report_models(report, config, offline)
     missing = [str(rel) for _, rel in workspace_templates() if not (paths.workspace / rel).exists()]
     report(not missing, f"workspace {paths.workspace}" + (f" lacks {', '.join(missing)}" if missing else " is complete"),
            "run `nanoagent onboard` (it never overwrites your files)")
@@ -346,6 +376,32 @@ def run_doctor(workspace: Path | None, fix: bool) -> bool:
     _report_scheduler(report, config, paths)
     print("All good." if not problems else f"{problems} thing(s) to fix.")
     return problems == 0
+
+
+def _report_models(report: Callable[[bool, str, str], None], config: Config, offline: bool) -> None:
+    """The default model and each fallback: its key, then (unless offline) one small live request to its provider,
+    so "All good." means the agent can answer."""
+    from nanoagent.providers.probe import needs_key, probe
+    from nanoagent.providers.registry import key_fix, model_setting, provider_name
+
+    models = list(dict.fromkeys([config.defaults.model, *config.defaults.fallback_models]))
+    for model in models:
+        label = f"{model_setting(model)} is {model}" if model == config.defaults.model else f"fallback {model}"
+        try:
+            provider = provider_name(model)
+        except ConfigError as e:
+            report(False, f"{label}: {e}", "")
+            continue
+        has_key = bool(config.provider(provider).api_key)
+        if not has_key and needs_key(provider, config):
+            report(False, f"{label}: API key for {provider} missing", key_fix(provider, config))
+            continue
+        report(True, f"{label}: " + (f"API key for {provider} present" if has_key else f"{provider} needs no key"), "")
+        if not offline:
+            result = probe(model, config)
+            report(result.ok, result.text, result.fix)
+    if offline:
+        report(True, "providers not contacted (--offline); without it doctor makes one small request to each", "")
 
 
 def _report_channels(report: Callable[[bool, str, str], None], config: Config) -> None:

@@ -76,6 +76,14 @@ def working_folder(path: str | Path, home: Path, workspace: Path) -> Path:
     return real
 
 
+def _in_working_folder(real: Path) -> bool:
+    """Whether `real` is in the turn's working folder (`agent -C DIR`): the person's own project, whose files follow
+    their umask. Files in the workspace stay private (the caller checks that first); the folder never holds the
+    home (`working_folder`)."""
+    workdir = current_turn.get().workdir
+    return bool(workdir) and _inside(real, (Path(os.path.realpath(workdir)),))
+
+
 def _hidden(ctx: ToolContext, path: Path) -> bool:
     """Whether `path` is one of the turn's hidden files or inside a hidden folder (and not an alias's target)."""
     turn = current_turn.get()
@@ -215,7 +223,9 @@ def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
     def put(ctx: ToolContext, target: Path, data: bytes, tool_name: str) -> None:
         root = Path(os.path.realpath(ctx.workspace))
         real = Path(os.path.realpath(target))
-        if on_write is None or not _inside(real, (root,)):
+        if not _inside(real, (root,)):
+            atomic_write(target, data, own=_in_working_folder(real))
+        elif on_write is None:
             atomic_write(target, data)
         else:
             on_write(real.relative_to(root).as_posix(), tool_name, lambda: atomic_write(target, data))
