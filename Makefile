@@ -1,27 +1,39 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+# `make agent`'s extras: add a channel's or the browser's, e.g. `make agent EXTRAS=web,telegram`
+EXTRAS ?= web
+# made once the test extra (every channel's library, Playwright, pytest, ruff, mypy) is installed
+DEV := $(VENV)/.dev-installed
 
 BENCHES := size run memory_search recall auto_recall peer web web_stream tool_policy spend browser
 
-.PHONY: install test test-fast lint bench size clean
+.PHONY: agent install test test-fast lint bench size clean
 
-install:
+agent:  # nanoagent for a person who wants the agent: the core and web_fetch's extra (about 430 MB, under a minute)
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[$(EXTRAS)]"
+
+install: $(DEV)  # everything the tests use (CI runs it; `make lint` and `make test` do too when it is missing)
+
+$(DEV): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet -e ".[test]"
+	touch $(DEV)
 
-test:
+test: $(DEV)
 	$(BIN)/python -m pytest -n auto --dist worksteal
 
-test-fast:  # the edit loop: in this process only (no tests marked `process`)
+test-fast: $(DEV)  # the edit loop: in this process only (no tests marked `process`)
 	$(BIN)/python -m pytest -n auto --dist worksteal -m "not process"
 
-lint:
+lint: $(DEV)
 	$(BIN)/ruff check nanoagent tests bench
 	$(BIN)/mypy
 
-bench:  # each script prints its figures against their budgets and exits non-zero past one
+bench: $(DEV)  # each script prints its figures against their budgets and exits non-zero past one
 	@status=0; for b in $(BENCHES); do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
 
 size:  # the core's lines against its budget, then each plug-in folder's (bench/size.py)
