@@ -1,5 +1,8 @@
 """`--help` that reads in order, with an example for every command."""
 
+import re
+from pathlib import Path
+
 import pytest
 
 from tests.conftest import invoke
@@ -133,4 +136,14 @@ def test_the_readme_opens_with_contents_listing_every_section_and_next_steps_aft
     for section in ("models-and-providers", "the-gateway", "telegram", "schedules", "memory",
                     "commands-and-the-sandbox"):
         assert f"(#{section})" in steps
-    assert '```sh\nmake install && ANTHROPIC_API_KEY=sk-ant-... .venv/bin/nanoagent agent -m "hello"\nmake test\n```' in text
+    assert '```sh\nmake agent && ANTHROPIC_API_KEY=sk-ant-... .venv/bin/nanoagent agent -m "hello"\nmake test\n```' in text
+
+
+def test_the_quick_starts_commands_are_make_targets_and_the_agent_one_installs_no_test_tools():
+    makefile = (Path(__file__).resolve().parent.parent / "Makefile").read_text()
+    targets = set(re.findall(r"^([a-z-]+):", makefile, re.MULTILINE))
+    assert {"agent", "install", "test", "lint"} <= targets
+    agent = makefile.split("\nagent:", 1)[1].split("\n\n", 1)[0]
+    assert '-e ".[$(EXTRAS)]"' in agent and "EXTRAS ?= web" in makefile and "[test]" not in agent
+    for needs_the_test_tools in ("test", "test-fast", "lint"):
+        assert re.search(rf"^{needs_the_test_tools}: \$\(DEV\)", makefile, re.MULTILINE)

@@ -54,7 +54,9 @@ def _tz(config: Config):  # noqa: ANN202 - a tzinfo
 def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print the jobs as JSON.")] = False,
               wide: Annotated[bool, typer.Option("--wide", help="Whole rows: the last run's error and delivery "
                                                  "too, as wide as they are.")] = False) -> None:
-    """Every job with its schedule, target, next run and last result, in 100 columns (details with --wide).
+    """Every job: its schedule, target, next run and last result.
+
+    `--wide` adds the last run's error and delivery.
 
     Example: nanoagent cron list --wide
     """
