@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 
-from nanoagent import keys, registry
+from nanoagent import keys
+from nanoagent.channels import registry
 from nanoagent.channels.base import Incoming, Timing
 from nanoagent.channels.email import format as fmt
 from nanoagent.channels.email.link import EmailLink
