@@ -98,3 +98,15 @@ def test_the_checks_see_a_circle_and_an_upward_edge_when_there_is_one(tmp_path):
     assert ("nanoagent.agent.runner", False) in found["nanoagent.memory.dream"]
     assert any(t == "nanoagent.memory.consolidator" for t, _ in found["nanoagent.agent.loop"])
     assert ("nanoagent.agent.events", False) in found["nanoagent.agent.runner"]
+
+
+def test_the_hub_is_the_one_door_to_the_loop_for_channels_the_web_app_and_the_gateways_servers():
+    import re
+
+    sides = [*(PACKAGE / "gateway" / "channels").glob("*.py"), *(PACKAGE / "web").glob("*.py"),
+             PACKAGE / "gateway" / "http.py", PACKAGE / "gateway" / "server.py"]
+    reaching = re.compile(r"\b(?:hub|ctx)\.loop\b|\.hub\.loop\b")
+    offenders = [f"{path.relative_to(PACKAGE)}:{number}" for path in sides
+                 for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1)
+                 if reaching.search(line)]
+    assert len(sides) > 10 and offenders == []

@@ -190,7 +190,7 @@ def http_component(hub: Hub, paths: Paths, settings: HttpConfig,
                 "and start again for a strong one, or set gateway.http.host to 127.0.0.1.")
         log.warning(_record("http_token_short", length=len(token),
                             fix="delete run/http-token and restart the gateway for a strong one"))
-    endpoint = Endpoint(hub, token, hub.loop.models.default, max_image_bytes,
+    endpoint = Endpoint(hub, token, hub.default_model, max_image_bytes,
                         Hosts(settings.host, settings.allowed_hosts))
 
     async def run() -> None:
@@ -633,22 +633,22 @@ class Endpoint:
         if not isinstance(stream, bool):
             raise HttpError(400, "`stream` must be true or false.", code="invalid_stream")
         incognito = _incognito(body.get("incognito"), request.headers.get("X-Nanoagent-Incognito"))
-        loop = self.hub.loop
+        hub = self.hub
         if incognito:  # its own session beside the name's saved one, temporary: see README
             try:
                 key = check_session_key(f"{key}:incognito")
             except NanoagentError:
                 raise HttpError(400, "The session name is too long for a temporary chat; use a shorter one.",
                                 code="invalid_session") from None
-            loop.start_incognito(key)
+            hub.start_incognito(key)
         images: list[ImageBlock] = []
         if said.images:
             try:
-                loop.check_images(key, [])  # a model that takes none: refused before anything is stored
+                hub.check_images(key, [])  # a model that takes none: refused before anything is stored
             except AttachmentError as e:
                 raise HttpError(400, str(e), code="invalid_image") from None
-            images = await asyncio.to_thread(said.store, loop.tool_context.workspace, self.max_image_bytes)
-        reply = Reply(f"chatcmpl-{secrets.token_hex(12)}", loop.model_for(loop.session(key)), int(time.time()))
+            images = await asyncio.to_thread(said.store, hub.workspace, self.max_image_bytes)
+        reply = Reply(f"chatcmpl-{secrets.token_hex(12)}", hub.model_for(hub.session(key)), int(time.time()))
         headers = {"X-Nanoagent-Ignored": "system"} if said.system else {}
         if incognito:
             headers["X-Nanoagent-Incognito"] = "temporary chat: not archived, Dreamed or searchable; deleted when it ends"

@@ -12,13 +12,19 @@ import asyncio
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from nanoagent.agent import events as ev
 from nanoagent.agent.commands import STOP_COMMANDS
 from nanoagent.agent.events import TurnResult
 from nanoagent.agent.loop import AgentLoop
 from nanoagent.messages import ImageBlock
+from nanoagent.session.store import Session, SessionStore
 from nanoagent.tools import Ask
+
+if TYPE_CHECKING:
+    from nanoagent.mcp.servers import McpServers
 
 
 class HubClosed(Exception):
@@ -59,6 +65,58 @@ class Hub:
     def publish(self, key: str, event: ev.Event) -> None:
         """Show an event to the session's watchers outside any turn (a scheduled message delivered to it)."""
         self._fanout(self._state(key), None)(event)
+
+    # --- what the gateway's sides (channels, the web app, the HTTP endpoint, attached terminals) read of the loop:
+    # the hub is their one door to it, so none of them reaches into the loop -------------------------------------
+
+    @property
+    def sessions(self) -> SessionStore:
+        """The saved sessions, and the temporary ones (/incognito) while they last."""
+        return self.loop.store
+
+    def session(self, key: str) -> Session:
+        """Session `key` as its next turn sees it (a temporary one while /incognito lasts); NanoagentError for a key
+        no session file can carry."""
+        return self.loop.session(key)
+
+    def start_incognito(self, key: str) -> Session:
+        return self.loop.start_incognito(key)
+
+    @property
+    def default_model(self) -> str:
+        return self.loop.models.default
+
+    def model_for(self, session: Session) -> str:
+        """The model the session's next turn uses (its /model choice, else the default)."""
+        return self.loop.model_for(session)
+
+    def context_use(self, session: Session) -> tuple[str, int, int]:
+        """(model, tokens the next turn would send, the model's window as the budget counts it), as /status says."""
+        model = self.loop.model_for(session)
+        return model, self.loop.budget.used(session, model), self.loop.budget.window(model).tokens
+
+    def note_chat(self, key: str, group: bool) -> None:
+        """What a channel says of a chat: a group chat or not (its turns get `tools.groupProfile`)."""
+        self.loop.note_chat(key, group)
+
+    def takes_images(self, key: str) -> bool:
+        return self.loop.takes_images(key)
+
+    def check_images(self, key: str, images: list[ImageBlock]) -> None:
+        """AttachmentError now when the session's model takes no images (a message is refused before its wait)."""
+        self.loop.check_images(key, images)
+
+    @property
+    def workspace(self) -> Path:
+        return self.loop.tool_context.workspace
+
+    @property
+    def mcp(self) -> McpServers | None:
+        """The MCP servers' live state (None: none configured)."""
+        return self.loop.mcp
+
+    def command_names(self) -> list[str]:
+        return self.loop.commands.names()
 
     def busy(self, key: str) -> bool:
         turn = self._state(key).turn

@@ -226,9 +226,8 @@ class Connection:
             self.write({"type": "error", "message": f"unknown type {kind!r}"})
 
     def attach(self, key: str) -> None:
-        loop = self.hub.loop
         try:
-            model = loop.model_for(loop.session(key))
+            model = self.hub.model_for(self.hub.session(key))
         except NanoagentError as e:  # a name no session file can carry: the client is told, the connection stays
             self.write({"type": "error", "message": str(e)})
             return
@@ -237,7 +236,7 @@ class Connection:
         self.session = key
         self.unwatch = self.hub.watch(key, self.event)
         self.write({"type": "welcome", "v": protocol.VERSION, "session": key, "model": model,
-                    "busy": self.hub.busy(key), "commands": loop.commands.names(),
+                    "busy": self.hub.busy(key), "commands": self.hub.command_names(),
                     "features": list(protocol.FEATURES)})
 
     async def send(self, message: dict[str, Any]) -> None:

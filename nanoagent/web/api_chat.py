@@ -153,8 +153,8 @@ class Rooms:
 
 def _session(ctx: WebContext, key: str) -> Session:
     """The session as the gateway's loop sees it: the temporary one while /incognito lasts."""
-    temporary = ctx.loop.store.temporary.get(key)
-    return temporary if temporary is not None else ctx.loop.store.load(key)
+    temporary = ctx.hub.sessions.temporary.get(key)
+    return temporary if temporary is not None else ctx.hub.sessions.load(key)
 
 
 def _preview(session: Session) -> str:
@@ -169,7 +169,7 @@ def session_rows(ctx: WebContext) -> list[dict[str, Any]]:
     """Every saved session of every channel, the most recently active first."""
     from nanoagent.usage import session_total
 
-    store = ctx.loop.store
+    store = ctx.hub.sessions
     stamps: dict[str, float] = {}
     for key in store.keys():
         with contextlib.suppress(OSError):
@@ -254,7 +254,7 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         key = session_key(request.match_info["key"])
         session = await asyncio.to_thread(_session, ctx, key)
         return web.json_response({"key": key, "incognito": session.meta.incognito, "busy": ctx.hub.busy(key),
-                                  "model": ctx.loop.model_for(session), "messages": message_views(session.messages),
+                                  "model": ctx.hub.model_for(session), "messages": message_views(session.messages),
                                   "questions": rooms.pending(key)})
 
     async def send(request: web.Request) -> web.Response:
@@ -272,7 +272,7 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         try:
             verify(ctx.paths.workspace, images)
             if images:
-                ctx.loop.check_images(key, images)
+                ctx.hub.check_images(key, images)
         except (AttachmentError, NanoagentError) as e:
             raise BadRequest(str(e)) from None
         task = asyncio.create_task(_send(ctx, rooms, key, text, images), name=f"web send {key}")
@@ -382,7 +382,7 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
     from nanoagent.gateway.hub import HubClosed
 
     started = time.monotonic()
-    store = ctx.loop.store
+    store = ctx.hub.sessions
     new = key not in store.temporary and not store.path_for(key).exists()
 
     def announce(event: ev.Event) -> None:  # a new chat joins every tab's sessions list once its message is stored

@@ -38,7 +38,7 @@ def channels(ctx: WebContext) -> list[dict[str, Any]]:
 
 
 def mcp_servers(ctx: WebContext) -> list[dict[str, Any]]:
-    mcp = ctx.loop.mcp
+    mcp = ctx.hub.mcp
     if mcp is None:
         return [{"name": name, "state": "not loaded", "tools": []} for name in ctx.config.mcp_servers]
     return [{"name": s.name, "state": s.state, "tools": [{"name": t.name, "description": t.description[:300]}
@@ -56,7 +56,7 @@ def skills(ctx: WebContext) -> list[dict[str, Any]]:
 
 def settings(ctx: WebContext) -> dict[str, Any]:
     http = ctx.config.gateway.http
-    return {"model": ctx.loop.models.default, "workspace": str(ctx.paths.workspace),
+    return {"model": ctx.hub.default_model, "workspace": str(ctx.paths.workspace),
             "http": {"host": http.host, "port": http.port}, "channels": channels(ctx),
             "mcp": mcp_servers(ctx), "skills": skills(ctx)}
 

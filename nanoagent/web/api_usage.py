@@ -23,7 +23,7 @@ def report(ctx: WebContext, days: int | None) -> dict[str, Any]:
     from nanoagent.agent.subagents import usage_records
     from nanoagent.usage import Total, rows_json, summarize, total_json
 
-    rows = summarize(usage_records(ctx.loop.store), days=days)
+    rows = summarize(usage_records(ctx.hub.sessions), days=days)
     groups: dict[str, dict[str, Total]] = {"day": {}, "session": {}, "model": {}, "channel": {}}
     for day, key, model, total in rows:
         channel = keys.kind(key)
@@ -51,17 +51,14 @@ def context_use(ctx: WebContext) -> list[dict[str, Any]]:
     """The prompt the next turn of each recent session would send, against its model's window (as /status says)."""
     import os
 
-    loop = ctx.loop
-    store = loop.store
+    store = ctx.hub.sessions
     recent = sorted(store.keys(), key=lambda k: os.stat(store.path_for(k)).st_mtime, reverse=True)
     out = []
     for key in [k for k in recent if keys.kind(k) != keys.SUBAGENT][:CONTEXT_SESSIONS]:
         session = store.temporary.get(key) or store.load(key)
         if not session.messages:
             continue
-        model = loop.model_for(session)
-        window = loop.budget.window(model).tokens
-        used = loop.budget.used(session, model)
+        model, used, window = ctx.hub.context_use(session)
         out.append({"session": key, "model": model, "used": used, "window": window})
     return out
 

@@ -1,4 +1,4 @@
-"""What the web app's handlers reach: the gateway's hub (and through it the AgentLoop), the home's paths, the
+"""What the web app's handlers reach: the gateway's hub (their one door to the AgentLoop), the home's paths, the
 config, the sign-in state and the gateway itself (its components' health). The HTTP side fills it when it builds
 the application; the app's modules may add fields."""
 
@@ -8,7 +8,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from nanoagent.agent.loop import AgentLoop
     from nanoagent.config.schema import Config
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Gateway
@@ -23,10 +22,6 @@ class WebContext:
     config: Config
     auth: WebAuth
     gateway: Gateway | None = None  # None in tests that run the HTTP side without a Gateway
-
-    @property
-    def loop(self) -> AgentLoop:
-        return self.hub.loop
 
 
 __all__ = ["WebContext"]

@@ -167,7 +167,7 @@ class _Run:
             async with self.group:
                 self.groups = set(self.inbox.state.read().groups)
                 for key in self.groups:
-                    self.hub.loop.note_chat(key, True)
+                    self.hub.note_chat(key, True)
                 self.resume()
                 self.replay()
                 self.group.create_task(self.sweep(), name=f"{self.channel.name} sweep")
@@ -280,7 +280,7 @@ class _Run:
     def note_chat(self, key: str, group: bool) -> None:
         """Tell the loop whether a chat is a group chat (its turns get `tools.groupProfile`), and keep it in the
         state, so a turn resumed after a restart, or a cron job the chat made, is held to it before its next message."""
-        self.hub.loop.note_chat(key, group)
+        self.hub.note_chat(key, group)
         if group != (key in self.groups):
             self.groups ^= {key}
             self.inbox.state.update(lambda state: state.set_group(key, group))
@@ -347,8 +347,8 @@ class _Run:
             own = f"{item.name}: {own}".rstrip()
         body, _ = compose(own, texts)  # each text file before the message, marked as the user's file (as `-a`)
         images = [a.image for a in saved if a.image is not None]
-        if images and not self.hub.loop.takes_images(face.key):  # the message goes on, naming the saved files
-            model = self.hub.loop.model_for(self.hub.loop.session(face.key))
+        if images and not self.hub.takes_images(face.key):  # the message goes on, naming the saved files
+            model = self.hub.model_for(self.hub.session(face.key))
             await face.say(f"{model} does not take images, so it gets your message with the file's name, not the "
                            "picture. /model switches to one that does.")
             images = []
@@ -498,7 +498,7 @@ class _Run:
         face = self.face(place)
         if self.hub.busy(key):
             return  # still running here: this run only restarted the channel
-        session = self.hub.loop.session(key)
+        session = self.hub.session(key)
         last_user = max((i for i, m in enumerate(session.messages) if is_user(m)), default=-1)
         last = session.messages[-1] if session.messages else None
         if last_user in session.failed():
