@@ -353,10 +353,14 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
     def _newline(event) -> None:
         event.current_buffer.insert_text("\n")
 
+    # Ctrl-C cancels what runs from inside the prompt, as Esc does: leaving the prompt to cancel would end its line
+    # on screen, and a reply streaming above would go on under that stray `›` line.
     @bindings.add("c-c")
     def _interrupt(event) -> None:
         if event.current_buffer.text:
             event.current_buffer.reset()
+        elif busy():
+            cancel()
         else:
             event.app.exit(exception=KeyboardInterrupt)
 
