@@ -54,13 +54,15 @@ def _tz(config: Config):  # noqa: ANN202 - a tzinfo
 def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print the jobs as JSON.")] = False,
               wide: Annotated[bool, typer.Option("--wide", help="Whole rows: the last run's error and delivery "
                                                  "too, as wide as they are.")] = False) -> None:
-    """Every job with its schedule, target, next run and last result, in 100 columns (details with --wide).
+    """Every job: schedule, target, next and last run; 100 columns wide.
+
+    --wide shows whole rows, with the last run's error and delivery.
 
     Example: nanoagent cron list --wide
     """
     from rich.table import Table
 
-    from nanoagent.cli.render import table_console
+    from nanoagent.cli.render import print_table, table_console
     from nanoagent.cron.schedule import format_time, relative
     from nanoagent.cron.scheduler import described, scheduler_seen, utc_now
     from nanoagent.pricing import format_limit
@@ -87,7 +89,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     console = table_console()
     if not wide:
         console.width = min(console.width, LIST_WIDTH)  # cells wrap at words inside it
-    console.print(table)
+    print_table(table, console)
     if not scheduler_seen(store):
         warn("no scheduler has run lately: start `nanoagent gateway`, or run `nanoagent cron tick` from crontab "
              "(README, Schedules).")
