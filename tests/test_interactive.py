@@ -516,11 +516,11 @@ def visible(text: str) -> str:
 
 
 @pytest.mark.process
-def test_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolated_home):
+def test_the_banner_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolated_home):
     child = spawn_agent(llm, width=60)
     try:
         child.expect_exact(PROMPT)
-        shown = ""
+        shown = visible(child.before)  # the banner
         for command, last in (("/status", "policy:"), ("/budget", "budget")):
             child.send(command + "\r")
             child.expect_exact(last)
@@ -530,6 +530,7 @@ def test_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolate
         lines = [line for line in shown.splitlines() if "›" not in line]
         assert max(len(line) for line in lines) <= 60, lines
         assert "read_file" in shown and "list_dir" in shown  # words whole, not cut at the edge
+        assert "Ctrl-D to quit." in " ".join(shown.split())
     finally:
         child.terminate(force=True)
 

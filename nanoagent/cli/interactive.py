@@ -468,10 +468,10 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     agent.warm_up(key)
     folder = f" · in {escape(terminal_safe(agent.workdir))}" if agent.workdir else ""
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{folder}{through}. "
-            "Type /help for commands, Ctrl-D to quit.")
+            "Type /help for commands, Ctrl-D to quit.", wrap=True)
     if incognito:
         session.incognito = True
-        ui.line(f"[magenta]{escape(INCOGNITO_NOTICE)}[/magenta]")
+        ui.line(f"[magenta]{escape(INCOGNITO_NOTICE)}[/magenta]", wrap=True)
     for line in opening(saved, replay, ui.width) if not incognito else []:
         ui.line(line)
     with patch_stdout(raw=True):
