@@ -437,6 +437,29 @@ def test_esc_cancels_a_dream_that_shows_its_progress_and_memory_stays_as_it_was(
 
 
 @pytest.mark.process
+def test_ctrl_c_while_a_reply_streams_ends_it_with_no_prompt_line_inside(tmux, llm):
+    # The stream stops halfway through its second paragraph and waits: the first is on screen, the second in hand.
+    first = "The first paragraph of a reply that streams in slowly."
+    llm.script(Reply(text=f"{first}\n\nThe second paragraph was cut off here and the rest never came.",
+                     stall_after=4),
+               Reply(text="Back after Ctrl-C."))
+    tmux.wait_for(PROMPT)
+    tmux.keys("write at length", "Enter")
+    tmux.wait_for(re.escape(first))
+    tmux.keys("C-c")
+    tmux.wait_for("Cancelled.")
+    tmux.keys("are you there?", "Enter")
+    tmux.wait_for("Back after Ctrl-C.")
+    lines = [line.rstrip() for line in tmux.screen().splitlines() if line.strip()]
+    start = next(i for i, line in enumerate(lines) if "write at length" in line)
+    end = next(i for i, line in enumerate(lines) if "Cancelled." in line)
+    assert not [line for line in lines[start + 1:end] if line.lstrip().startswith(PROMPT)], lines
+    assert any(first in line for line in lines[start + 1:end]) and any(
+        "The second paragraph" in line for line in lines[start + 1:end]), lines  # the partial reply shown whole
+    assert lines[end + 1].startswith(PROMPT) and "are you there?" in lines[end + 1], lines  # the next prompt after
+
+
+@pytest.mark.process
 def test_a_one_shot_reply_is_rendered_as_markdown_on_a_terminal(llm, isolated_home):
     llm.script(Reply(text="Some **bold** words.\n\n- first point\n- second point"))
     child = spawn_agent(llm, "-m", "hi")
@@ -493,11 +516,11 @@ def visible(text: str) -> str:
 
 
 @pytest.mark.process
-def test_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolated_home):
+def test_the_banner_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolated_home):
     child = spawn_agent(llm, width=60)
     try:
         child.expect_exact(PROMPT)
-        shown = ""
+        shown = visible(child.before)  # the banner
         for command, last in (("/status", "policy:"), ("/budget", "budget")):
             child.send(command + "\r")
             child.expect_exact(last)
@@ -507,6 +530,7 @@ def test_status_and_budget_wrap_at_words_within_the_terminals_width(llm, isolate
         lines = [line for line in shown.splitlines() if "›" not in line]
         assert max(len(line) for line in lines) <= 60, lines
         assert "read_file" in shown and "list_dir" in shown  # words whole, not cut at the edge
+        assert "Ctrl-D to quit." in " ".join(shown.split())
     finally:
         child.terminate(force=True)
 

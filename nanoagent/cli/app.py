@@ -242,10 +242,11 @@ def _pick_session(paths: Paths, choose: bool, workdir: str = "") -> str:
     if not (stdin_is_terminal() and sys.stdout.isatty()):
         raise NanoagentError("--resume asks which conversation on a terminal; here use -c (the most recent) "
                              "or -s KEY (see `nanoagent sessions list`).")
-    from nanoagent.cli.render import terminal_safe
+    from nanoagent.cli.render import say, terminal_safe
 
     for number, row in enumerate(rows, 1):
-        print(f"{number:>3}  {terminal_safe(row.key):<32} {row.messages:>6,} messages  {terminal_safe(row.preview)}")
+        say(f"{number:>3}  {terminal_safe(row.key):<32} {row.messages:>6,} messages  {terminal_safe(row.preview)}",
+            hang=5)
     answer = input(f"Continue which (1-{len(rows)}, Enter for 1)? ").strip() or "1"
     if not answer.isdigit() or not 1 <= int(answer) <= len(rows):
         raise NanoagentError(f"{answer!r} is not one of 1-{len(rows)}; run it again and type a number.")
@@ -408,11 +409,11 @@ def status(workspace: WorkspaceOpt = None) -> None:
 
     Example: nanoagent status
     """
+    from nanoagent.cli.render import say
     from nanoagent.cli.setup import status_lines
 
     paths, config = setup(workspace)
-    for line in status_lines(paths, config):
-        print(line)
+    say(*status_lines(paths, config), hang=11)  # under the values, past the labels
 
 
 _register_subcommands()

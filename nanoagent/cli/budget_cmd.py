@@ -39,7 +39,7 @@ def budget(json_output: Annotated[bool, typer.Option("--json", help="Print the f
         print(json.dumps({**view.to_json(), "jobs": [{"id": j.id, "name": j.title, "budget": j.budget}
                                                      for j in jobs]}, ensure_ascii=False, indent=1))
         return
-    for line in view.lines():
-        print(line)
-    for job in jobs:
-        print(f"cron {job.id} ({job.title}): at most {format_limit(job.budget or 0)} a run (its --budget).")
+    from nanoagent.cli.render import say
+
+    say(*view.lines(), *(f"cron {job.id} ({job.title}): at most {format_limit(job.budget or 0)} a run (its --budget)."
+                         for job in jobs))

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from nanoagent.cli.common import App, WorkspaceOpt, setup
+from nanoagent.cli.render import say
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
@@ -99,9 +100,9 @@ def list_channels(workspace: WorkspaceOpt = None) -> None:
     channels = registered()
     width = max((len(c.name) for c in channels), default=0)
     for channel in channels:
-        print(f"{channel.name:<{width}}  {_state(channel, config, gateway)}")
+        say(f"{channel.name:<{width}}  {_state(channel, config, gateway)}", hang=width + 2)
         if waiting := state.backlog(paths, channel.name):
-            print(f"{'':<{width}}  {waiting}")
+            say(f"{'':<{width}}  {waiting}", hang=width + 2)
 
 
 @channels_app.command("retry")

@@ -62,7 +62,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     """
     from rich.table import Table
 
-    from nanoagent.cli.render import table_console
+    from nanoagent.cli.render import print_table, table_console
     from nanoagent.cron.schedule import format_time, relative
     from nanoagent.cron.scheduler import described, scheduler_seen, utc_now
     from nanoagent.pricing import format_limit
@@ -89,7 +89,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     console = table_console()
     if not wide:
         console.width = min(console.width, LIST_WIDTH)  # cells wrap at words inside it
-    console.print(table)
+    print_table(table, console)
     if not scheduler_seen(store):
         warn("no scheduler has run lately: start `nanoagent gateway`, or run `nanoagent cron tick` from crontab "
              "(README, Schedules).")

@@ -33,7 +33,7 @@ def dream_log(
 
     Example: nanoagent dream-log -n 5
     """
-    from nanoagent.cli.render import table_console
+    from nanoagent.cli.render import print_table, table_console
 
     console = table_console()
     memory = _memory_git(workspace)
@@ -59,7 +59,7 @@ def dream_log(
     table.add_column("summary")
     for c in commits:
         table.add_row(c.short, c.time.strftime("%Y-%m-%d %H:%M"), ", ".join(c.files) or "-", c.summary)
-    console.print(table)
+    print_table(table, console)
     console.print("`nanoagent dream-log SHA` shows one; `nanoagent dream-restore SHA` undoes it.",
                   style="dim", highlight=False)
 

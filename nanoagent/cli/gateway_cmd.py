@@ -197,15 +197,14 @@ def status(workspace: WorkspaceOpt = None) -> None:
     info = asyncio.run(_ask_status(paths.gateway_socket))
     uptime = time.time() - float(info.get("started") or time.time())
     running = ", ".join(info.get("running") or []) or "none"
-    print(f"gateway running: pid {info.get('pid')}, up {uptime:.0f} s, socket {paths.gateway_socket}")
     health = info.get("health") or {}
     components = [f"{name} ({health[name]})" if health.get(name) else name for name in info.get("components") or []]
-    print(f"turns running: {running}; clients: {info.get('clients')}; channels: {', '.join(components) or 'none'}")
     from nanoagent.channels.state import backlog
+    from nanoagent.cli.render import say
 
-    for name in info.get("components") or []:
-        if waiting := backlog(paths, name):
-            print(f"{name}: {waiting}")
+    say(f"gateway running: pid {info.get('pid')}, up {uptime:.0f} s, socket {paths.gateway_socket}",
+        f"turns running: {running}; clients: {info.get('clients')}; channels: {', '.join(components) or 'none'}",
+        *(f"{name}: {waiting}" for name in info.get("components") or [] if (waiting := backlog(paths, name))))
 
 
 async def _ask_status(socket: Path) -> dict:

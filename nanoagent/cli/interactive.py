@@ -353,10 +353,14 @@ def build_prompt(commands: list[str], toolbar: Callable[[], str], history_file: 
     def _newline(event) -> None:
         event.current_buffer.insert_text("\n")
 
+    # Ctrl-C cancels what runs from inside the prompt, as Esc does: leaving the prompt to cancel would end its line
+    # on screen, and a reply streaming above would go on under that stray `›` line.
     @bindings.add("c-c")
     def _interrupt(event) -> None:
         if event.current_buffer.text:
             event.current_buffer.reset()
+        elif busy():
+            cancel()
         else:
             event.app.exit(exception=KeyboardInterrupt)
 
@@ -464,10 +468,10 @@ async def run_interactive(agent: Agent, key: str, history_file: Path, ui: Termin
     agent.warm_up(key)
     folder = f" · in {escape(terminal_safe(agent.workdir))}" if agent.workdir else ""
     ui.line(f"[bold]nanoagent[/bold] · {escape(agent.model(key))} · session {escape(key)}{folder}{through}. "
-            "Type /help for commands, Ctrl-D to quit.")
+            "Type /help for commands, Ctrl-D to quit.", wrap=True)
     if incognito:
         session.incognito = True
-        ui.line(f"[magenta]{escape(INCOGNITO_NOTICE)}[/magenta]")
+        ui.line(f"[magenta]{escape(INCOGNITO_NOTICE)}[/magenta]", wrap=True)
     for line in opening(saved, replay, ui.width) if not incognito else []:
         ui.line(line)
     with patch_stdout(raw=True):

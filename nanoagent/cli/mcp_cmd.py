@@ -9,7 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from nanoagent.cli.common import App, WorkspaceOpt, setup, warn
-from nanoagent.cli.render import terminal_safe
+from nanoagent.cli.render import say, terminal_safe
 from nanoagent.errors import NanoagentError
 
 mcp_app = App(help="Add, list and remove MCP servers: their tools become the agent's.\n\nExample: nanoagent mcp list",
@@ -36,12 +36,12 @@ def list_servers(
     enabled = {name: c for name, c in config.mcp_servers.items() if c.enabled}
     results = check_servers(paths, enabled, timeout)
     for name, server in config.mcp_servers.items():
-        print(_line(f"{name} ({_describe(server)})"))
+        say(_line(f"{name} ({_describe(server)})"))
         result = results.get(name, "disabled (enabled: false)" if not server.enabled else "left out")
         if isinstance(result, list):
-            print(f"  connected, {len(result)} tool(s): {_names(result)}")
+            say(f"  connected, {len(result)} tool(s): {_names(result)}", hang=4)
         else:
-            print(f"  {_line(result)}")
+            say(f"  {_line(result)}", hang=4)
 
 
 @mcp_app.command("add", context_settings={"allow_extra_args": True, "ignore_unknown_options": True})

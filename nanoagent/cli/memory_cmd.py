@@ -42,7 +42,8 @@ def search(
     if not hits:
         print(f"No memory matches {query!r} in {paths.workspace}.")
         return
+    from nanoagent.cli.render import say
+
     for hit in hits:
         role = f"  {hit.role}" if hit.role else ""
-        print(f"{hit.source}{role}  score {hit.score:.3g}")
-        print(f"    {hit.snippet}")
+        say(f"{hit.source}{role}  score {hit.score:.3g}", f"    {hit.snippet}")

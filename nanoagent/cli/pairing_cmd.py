@@ -14,6 +14,7 @@ import typer
 
 from nanoagent.cli.channels_cmd import channel_named, registered
 from nanoagent.cli.common import App, setup
+from nanoagent.cli.render import say
 from nanoagent.errors import NanoagentError
 
 if TYPE_CHECKING:
@@ -122,10 +123,10 @@ def list_codes() -> None:
                 pending.append(f"  {show_code(p.code)}  {channel.name}  {p.name or '-'} (user id {p.user}), "
                                f"{int((now - p.created) // 60)} min ago")
         approved.extend(f"  {channel.name}  {user}  {name or '-'}" for user, name in sorted(state.allowed.items()))
-    print("pending codes:" if pending else "No pending pairing codes.", *pending, sep="\n")
-    print("approved:" if approved else "Nobody approved by pairing yet.", *approved, sep="\n")
+    say("pending codes:" if pending else "No pending pairing codes.", *pending)
+    say("approved:" if approved else "Nobody approved by pairing yet.", *approved)
     for channel in _unpaired(config):
-        print(_no_pairing(channel))
+        say(_no_pairing(channel))
 
 
 def _unpaired(config: Config) -> list[Channel]:

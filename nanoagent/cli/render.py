@@ -90,6 +90,56 @@ def table_console() -> Console:
     return console if console.is_terminal else Console(width=1000)
 
 
+def wrapped(line: str, width: int, hang: int | None = None) -> list[str]:
+    """`line` as rows of at most `width` columns, broken at spaces, each following row indented `hang` columns (two
+    past the line's own indent by default). A word longer than a row keeps a row of its own, whole: nothing is cut."""
+    if len(line) <= width:
+        return [line]
+    import textwrap
+
+    indent = len(line) - len(line.lstrip(" ")) + 2 if hang is None else hang
+    return textwrap.wrap(line, width, subsequent_indent=" " * min(indent, width // 2), break_long_words=False,
+                         break_on_hyphens=False) or [line]
+
+
+def say(*texts: str, hang: int | None = None, err: bool = False) -> None:
+    """Print plain text (never markup), a line at a time. On a terminal each line wraps at words to the terminal's
+    width (`wrapped`), so the terminal never breaks a word at its edge; piped or to a file, lines stay whole, one
+    record a line for grep and scripts. A terminal is whatever rich takes for one (`TTY_COMPATIBLE`, `COLUMNS`)."""
+    from rich.console import Console
+
+    console = Console(stderr=err)
+    width = console.width if console.is_terminal else None
+    for text in texts:
+        for line in text.split("\n"):
+            print(*(wrapped(line, width, hang) if width else [line]), sep="\n", file=console.file)
+    console.file.flush()
+
+
+def print_table(table: Any, console: Console | None = None) -> None:
+    """A rich table as `table_console` shows it, its cells wrapped at words. When the terminal is narrower than the
+    table's longest words need (rich would cut them with an ellipsis), each row becomes lines instead: its first
+    cell, then `header: value` for the rest, wrapped at words under it."""
+    from rich.measure import Measurement
+    from rich.text import Text
+
+    console = console or table_console()
+    needs = Measurement.get(console, console.options.update_width(10_000), table).minimum
+    if not console.is_terminal or needs <= console.width:
+        console.print(table)
+        return
+
+    def plain(cell: Any) -> str:
+        return (Text.from_markup(cell) if isinstance(cell, str) else cell).plain.replace("\n", " ")
+
+    headers = [plain(column.header) for column in table.columns]
+    cells = [[plain(cell) for cell in column.cells] for column in table.columns]
+    for head, *rest in zip(*cells, strict=True):
+        fields = " · ".join(f"{name}: {value}" for name, value in zip(headers[1:], rest, strict=True) if value.strip())
+        console.print("\n".join([*wrapped(head, console.width), *wrapped("  " + fields, console.width)]),
+                      markup=False, highlight=False, soft_wrap=True)
+
+
 def short_args(arguments: dict[str, Any], width: int = 60) -> str:
     parts = []
     for key, value in arguments.items():

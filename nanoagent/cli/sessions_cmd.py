@@ -118,13 +118,13 @@ def list_sessions(
         return
     from rich.table import Table
 
-    from nanoagent.cli.render import table_console, terminal_safe
+    from nanoagent.cli.render import print_table, terminal_safe
 
     table = Table("session", "messages", "last active", "tokens", "cost")
     for row in rows:
         table.add_row(terminal_safe(row.key), f"{row.messages:,}", _local_time(row.last_active), f"{row.tokens:,}",
                       row.spend.cost_text())
-    table_console().print(table)
+    print_table(table)
 
 
 @sessions_app.command("show")

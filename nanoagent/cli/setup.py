@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from nanoagent.cli.common import open_home
+from nanoagent.cli.render import say
 from nanoagent.config import Config, load_config, save_config
 from nanoagent.errors import ConfigError
 from nanoagent.fsutil import atomic_write, private_dir
@@ -319,7 +320,9 @@ def run_doctor(workspace: Path | None, fix: bool, offline: bool = False) -> bool
     def report(ok: bool, text: str, fix_hint: str = "") -> None:
         nonlocal problems
         problems += not ok
-        print(("ok    " if ok else "FIX   ") + text + (f"\n      -> {fix_hint}" if fix_hint and not ok else ""))
+        say(("ok    " if ok else "FIX   ") + text, hang=6)
+        if fix_hint and not ok:
+            say(f"      -> {fix_hint}", hang=9)
 
     _check_home(paths.home, report)
     config = None

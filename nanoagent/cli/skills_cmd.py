@@ -43,7 +43,7 @@ def list_skills(workspace: WorkspaceOpt = None) -> None:
     from rich.markup import escape
     from rich.table import Table
 
-    from nanoagent.cli.render import table_console, terminal_safe
+    from nanoagent.cli.render import print_table, table_console, terminal_safe
 
     warnings: list[str] = []
     loader, _ = _loader(workspace, warnings.append)
@@ -55,7 +55,7 @@ def list_skills(workspace: WorkspaceOpt = None) -> None:
         table.add_row(escape(terminal_safe(s.name)), s.source, str(loader.trust_state(s)), escape(state),
                       escape(terminal_safe(s.description)))
     console = table_console()
-    console.print(table)
+    print_table(table, console)
     for s in scan.replacing:
         warnings.append(f"workspace skill {s.name} {loader.replacement_note(s)}.")
     for s in scan.left_out:
