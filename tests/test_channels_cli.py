@@ -60,8 +60,8 @@ def test_channels_add_without_a_terminal_says_to_run_it_on_one_or_edit_config_js
     ran = invoke("channels", "add", "fifth", input="whatever\n")
     assert ran.returncode == 1
     assert ran.error_lines == [f"Error: `nanoagent channels add fifth` asks for its settings on a terminal: run it on "
-                               f"one, or write them under channels.fifth in {isolated_home / 'config.json'} (README, "
-                               "Fifth)."]
+                               f"one, or write them under channels.fifth in {isolated_home / 'config.json'} (its guide: "
+                               "docs/channels/fifth.md)."]
     assert not (isolated_home / "config.json").exists()
 
 

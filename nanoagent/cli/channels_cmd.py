@@ -164,11 +164,11 @@ def add(name: Annotated[str, typer.Argument(help="The channel, as `nanoagent cha
     paths, _ = setup(workspace)
     if not stdin_is_terminal():
         raise NanoagentError(f"`nanoagent channels add {name}` asks for its settings on a terminal: run it on one, "
-                             f"or write them under channels.{name} in {paths.config_file} (README, {channel.title}).")
+                             f"or write them under channels.{name} in {paths.config_file} (its guide: docs/channels/{name}.md).")
     data = _raw(paths.config_file)
     block = _block(data, name, paths.config_file)
     current = channel.settings(config_from(data, paths.config_file, env={}))
-    print(f"Setting up {channel.title} (README, {channel.title}, says where each value comes from; Ctrl-C stops, "
+    print(f"Setting up {channel.title} (docs/channels/{name}.md says where each value comes from; Ctrl-C stops, "
           "nothing is written before the end).")
     for question in channel.questions():
         if (value := _ask(question, _value(current, question.path), read_answer)) is not None:
