@@ -148,14 +148,20 @@ WATCHED = ("import atexit, runpy, sys\n"
 
 
 @pytest.mark.process
-def test_help_and_a_one_shot_read_no_entry_points_and_channels_list_does(site, llm, isolated_home):
+def test_help_and_a_one_shot_read_no_entry_points_nor_channel_folders_and_channels_list_does(site, llm,
+                                                                                             isolated_home):
     from tests.llm_server import Reply
 
     env = {**os.environ, **anthropic_env(llm), "PYTHONPATH": os.pathsep.join([str(site), str(ROOT)])}
 
     def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-c", WATCHED, *args], cwd=ROOT, env=env, capture_output=True,
-                              text=True, timeout=PATIENCE, stdin=subprocess.DEVNULL)
+        return subprocess.run([sys.executable, "-X", "importtime", "-c", WATCHED, *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=PATIENCE, stdin=subprocess.DEVNULL)
+
+    def folders_imported(ran: subprocess.CompletedProcess[str]) -> list[str]:
+        imported = {line.split("|")[-1].strip() for line in ran.stderr.splitlines() if "import time:" in line}
+        return sorted(name for name in imported if name.split(".")[:2] == ["nanoagent", "channels"]
+                      and len(name.split(".")) > 2 and name.split(".")[2] in registry.names())
 
     helped = run("--help")
     assert helped.returncode == 0 and "entry points read: False" in helped.stderr, helped.stderr[-2000:]
@@ -163,6 +169,7 @@ def test_help_and_a_one_shot_read_no_entry_points_and_channels_list_does(site, l
     answered = run("agent", "-m", "hi")
     assert (answered.returncode, answered.stdout) == (0, "hello\n"), answered.stderr[-2000:]
     assert "entry points read: False" in answered.stderr
+    assert folders_imported(helped) == folders_imported(answered) == []  # no channel's folder either
     listed = run("channels", "list")
     assert listed.returncode == 0 and "entry points read: True" in listed.stderr, listed.stderr[-2000:]
     assert row(listed.stdout, "carrier")
