@@ -1,6 +1,6 @@
 """What the shared channel cases (test_channel_cases.py) need from a channel's stand-in, and how they run a channel.
 
-Each channel's stand-in module (`tests/<name>_server.py`; email: `tests/mail_servers.py`) defines a class `StandIn`
+Each channel's stand-in module (`tests/<name>_server.py`, found by the channel's name) defines a class `StandIn`
 following the Protocol below: a local server speaking the app's API over real sockets, with a person on the other
 side who writes to the bot and reads what it shows. `running` runs the channel against it through the shared engine,
 with the settings the stand-in gives, read by the config loader as config.json would be.

@@ -2,13 +2,15 @@
 the channel's real library against a local stand-in of its API over real sockets, the agent on the ScriptedProvider
 (the kill -9 case: `nanoagent gateway` itself against the local LLM server).
 
-A new channel adds its stand-in module to STAND_INS (its `StandIn` class follows channel_harness.StandIn)."""
+A new channel brings its stand-in as `tests/<name>_server.py` (its `StandIn` class follows channel_harness.StandIn):
+STAND_INS finds it by the channel's name."""
 
 from __future__ import annotations
 
 import asyncio
 import base64
 import importlib
+import importlib.util
 import json
 import os
 import re
@@ -40,13 +42,8 @@ from tests.conftest import (
 )
 from tests.llm_server import Reply
 
-# channel name -> the module whose StandIn plays its app
-STAND_INS = {
-    "telegram": "tests.telegram_server",
-    "discord": "tests.discord_server",
-    "slack": "tests.slack_server",
-    "email": "tests.mail_servers",
-}
+# channel name -> the module whose StandIn plays its app, found by name: `tests/<name>_server.py` for every channel
+STAND_INS = {name: f"tests.{name}_server" for name in registry.names()}
 
 PNG = base64.b64decode("iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==")
 
@@ -56,6 +53,12 @@ def stand_in(request: pytest.FixtureRequest):
     made: StandIn = importlib.import_module(STAND_INS[request.param]).StandIn()
     yield made
     made.close()
+
+
+def test_every_channel_brings_a_stand_in_of_its_app_named_after_it():
+    missing = [name for name, module in STAND_INS.items()
+               if importlib.util.find_spec(module) is None or not hasattr(importlib.import_module(module), "StandIn")]
+    assert missing == [], "add tests/<name>_server.py with a StandIn (tests/channel_harness.py) for each"
 
 
 def whole(stand_in: StandIn) -> dict[str, bool]:

@@ -1,5 +1,5 @@
-"""Adding a channel needs only its module and a registry line: a fifth channel registered by the test
-(`tests/fifth_channel.py`) shows up in `channels list` (with the running gateway's view of it), in `pairing`, in
+"""Adding a channel needs only its folder: a fifth channel added by the test
+(`tests/channels/fifth/`) shows up in `channels list` (with the running gateway's view of it), in `pairing`, in
 `channels add` and in `doctor`, with nothing in the command line naming it."""
 
 from __future__ import annotations
@@ -16,13 +16,13 @@ from nanoagent.gateway.hub import Hub
 from nanoagent.gateway.server import Component, Gateway
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
-from tests import fifth_channel
+from tests import channel_folders, fifth_server
 from tests.conftest import PATIENCE, invoke, until, write_config
 
 
 @pytest.fixture(autouse=True)
 def fifth(monkeypatch: pytest.MonkeyPatch) -> None:
-    fifth_channel.register(monkeypatch)
+    channel_folders.add(monkeypatch, "fifth")
 
 
 def row(listing: str, name: str) -> str:
@@ -130,17 +130,17 @@ def test_a_fifth_channel_pairs_through_the_pairing_commands(isolated_home):
 
 
 def test_doctor_checks_an_enabled_fifth_channels_credentials_with_its_api(isolated_home):
-    with fifth_channel.stand_in() as url:
+    with fifth_server.stand_in() as url:
         write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": "wrong", "apiBase": url}}})
         ran = invoke("doctor")
         assert ran.returncode == 1
         line = next(line for line in ran.stdout.splitlines() if "fifth:" in line)
         assert line == "FIX   fifth: Fifth refused the token (HTTP 401); copy it again from Fifth's settings"
-        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_channel.TOKEN,
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_server.TOKEN,
                                                             "apiBase": url}}})
         ran = invoke("doctor")
     assert "ok    fifth: the credentials work (@fifthbot)" in ran.stdout.splitlines()
-    assert fifth_channel.TOKEN not in ran.stdout + ran.stderr
+    assert fifth_server.TOKEN not in ran.stdout + ran.stderr
 
 
 def test_doctor_says_an_enabled_fifth_channel_serves_nobody_without_a_gateway(isolated_home):
@@ -151,12 +151,12 @@ def test_doctor_says_an_enabled_fifth_channel_serves_nobody_without_a_gateway(is
 
 
 def test_doctor_warns_when_a_channel_that_answers_people_names_no_owner(isolated_home):
-    with fifth_channel.stand_in() as url:
-        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_channel.TOKEN,
+    with fifth_server.stand_in() as url:
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_server.TOKEN,
                                                             "apiBase": url, "allowFrom": ["u-1"]}}})
         lines = invoke("doctor").stdout.splitlines()
         assert any(line.startswith("FIX   fifth: names no owner, so everyone it answers is a guest") for line in lines)
-        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_channel.TOKEN,
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": True, "token": fifth_server.TOKEN,
                                                             "apiBase": url, "allowFrom": ["u-1"], "owner": ["u-1"]}}})
         lines = invoke("doctor").stdout.splitlines()
     assert "ok    fifth: names its owner" in lines
@@ -178,3 +178,26 @@ def test_a_state_files_outbox_and_parked_items_of_the_wrong_shape_are_left_out_a
     assert [(p.id, p.raw) for p in state.parked] == [("m-1", {"id": "m-1"})]
     file.update(lambda s: None)  # written back as read
     assert file.read() == state
+
+
+def test_config_json_reads_the_fifth_channels_block_with_the_class_and_the_variable_its_folder_declares(isolated_home):
+    from nanoagent.channels import registry
+    from nanoagent.config.loader import load_config
+    from nanoagent.errors import ConfigError
+
+    fifth = registry.get("fifth")
+    path = write_config(isolated_home, {"channels": {"fifth": {"token": "from-file", "allowFrom": ["u-1"], "colour": 1},
+                                                     "replyLimit": {"perThread": 3}, "tenth": {"enabled": True}}})
+    config, warnings = load_config(path, env={})
+    settings = fifth.settings(config)
+    assert (type(settings), settings.token, settings.allow_from) == (fifth.settings_class, "from-file", ["u-1"])
+    assert config.channels.reply_limit.per_thread == 3  # shared by every channel
+    assert warnings == [f"{path}: unknown key `channels.fifth.colour` ignored.",
+                        f"{path}: unknown key `channels.tenth` ignored (no channel is called 'tenth': "
+                        "`nanoagent channels list` shows them)."]
+    assert fifth.settings(load_config(path, env={"FIFTH_TOKEN": "from-env"})[0]).token == "from-env"
+    write_config(isolated_home, {})
+    assert fifth.settings(load_config(path, env={"FIFTH_TOKEN": "from-env"})[0]).token == "from-env"  # no block
+    write_config(isolated_home, {"channels": {"fifth": {"allowFrom": "u-1"}}})
+    with pytest.raises(ConfigError, match="`channels.fifth.allowFrom` must be a list"):
+        load_config(path, env={})

@@ -1,5 +1,5 @@
 """`nanoagent channels list|add|remove` and `nanoagent pairing` across channels, run in-process through the CLI's
-entry point, with the test's fifth channel (`tests/fifth_channel.py`) and its API stand-in. `channels add` asks on a
+entry point, with the test's fifth channel (`tests/channels/fifth/`) and its API stand-in. `channels add` asks on a
 terminal: here its terminal check answers yes and its reader takes the answers from the test's input, one a line."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ from nanoagent.channels.base import Question
 from nanoagent.channels.state import state_file
 from nanoagent.cli import channels_cmd
 from nanoagent.paths import Paths
-from tests import fifth_channel
+from tests import channel_folders, fifth_server
 from tests.conftest import PATIENCE, invoke, write_config
 
 
 @pytest.fixture(autouse=True)
 def fifth(monkeypatch: pytest.MonkeyPatch) -> None:
-    fifth_channel.register(monkeypatch)
+    channel_folders.add(monkeypatch, "fifth")
 
 
 @pytest.fixture
@@ -51,7 +51,7 @@ def test_an_unknown_channel_is_one_line_naming_the_registered_ones():
         ran = invoke("channels", *command)
         assert ran.returncode == 1
         assert len(ran.error_lines) == 1 and "There is no channel named 'nope'; the channels are " in ran.stderr
-        assert "fifth." in ran.stderr
+        assert "fifth" in ran.stderr.split("the channels are ")[1]  # in alphabetical order
     ran = invoke("pairing", "approve", "ABCD-EFGH", "--channel", "nope")
     assert ran.returncode == 1 and "There is no channel named 'nope'" in ran.stderr
 
@@ -60,31 +60,31 @@ def test_channels_add_without_a_terminal_says_to_run_it_on_one_or_edit_config_js
     ran = invoke("channels", "add", "fifth", input="whatever\n")
     assert ran.returncode == 1
     assert ran.error_lines == [f"Error: `nanoagent channels add fifth` asks for its settings on a terminal: run it on "
-                               f"one, or write them under channels.fifth in {isolated_home / 'config.json'} (README, "
-                               "Fifth)."]
+                               f"one, or write them under channels.fifth in {isolated_home / 'config.json'} (its guide: "
+                               "docs/channels/fifth.md)."]
     assert not (isolated_home / "config.json").exists()
 
 
 def test_channels_add_asks_checks_the_token_and_writes_config_json_private_keeping_other_keys(isolated_home, terminal):
     write_config(isolated_home, {"agents": {"defaults": {"model": "openai/gpt-4o"}},
                                  "channels": {"fifth": {"streaming": "kept as written"}}})
-    with fifth_channel.stand_in() as url:
-        ran = invoke("channels", "add", "fifth", input=f"{url}\n{fifth_channel.TOKEN}\nu-1, u-2\n")
+    with fifth_server.stand_in() as url:
+        ran = invoke("channels", "add", "fifth", input=f"{url}\n{fifth_server.TOKEN}\nu-1, u-2\n")
     assert ran.returncode == 0, ran.stderr
     assert [secret for _, secret in terminal] == [False, True, False]
     assert terminal[0][0] == "API base URL [https://fifth.invalid]: "
     written = config(isolated_home)
     assert written["agents"] == {"defaults": {"model": "openai/gpt-4o"}}
     assert written["channels"]["fifth"] == {"streaming": "kept as written", "apiBase": url,
-                                            "token": fifth_channel.TOKEN, "allowFrom": ["u-1", "u-2"],
+                                            "token": fifth_server.TOKEN, "allowFrom": ["u-1", "u-2"],
                                             "enabled": True}
     assert stat.S_IMODE(os.stat(isolated_home / "config.json").st_mode) == 0o600
     assert "Checked: Fifth knows these credentials (@fifthbot)." in ran.stdout
     assert "Next: start the gateway: `nanoagent gateway`." in ran.stdout
     assert "`nanoagent pairing approve CODE` lets you in" in ran.stdout
-    assert fifth_channel.TOKEN not in ran.stdout + ran.stderr
+    assert fifth_server.TOKEN not in ran.stdout + ran.stderr
     assert [log for log in (isolated_home / "logs").rglob("*") if log.is_file()
-            and fifth_channel.TOKEN in log.read_text(errors="replace")] == []
+            and fifth_server.TOKEN in log.read_text(errors="replace")] == []
 
 
 @pytest.mark.process
@@ -115,20 +115,20 @@ def test_channels_add_on_a_real_terminal_hides_the_token_checks_it_and_writes_co
 
 
 def test_channels_add_again_keeps_a_secret_on_enter_and_shows_it_nowhere(isolated_home, terminal):
-    with fifth_channel.stand_in() as url:
-        write_config(isolated_home, {"channels": {"fifth": {"apiBase": url, "token": fifth_channel.TOKEN}}})
+    with fifth_server.stand_in() as url:
+        write_config(isolated_home, {"channels": {"fifth": {"apiBase": url, "token": fifth_server.TOKEN}}})
         ran = invoke("channels", "add", "fifth", input="\n\n\n")
     assert ran.returncode == 0, ran.stderr
     assert [prompt for prompt, _ in terminal][:2] == [f"API base URL [{url}]: ",
                                                       "Bot token [Enter keeps the current one]: "]
-    assert config(isolated_home)["channels"]["fifth"] == {"apiBase": url, "token": fifth_channel.TOKEN,
+    assert config(isolated_home)["channels"]["fifth"] == {"apiBase": url, "token": fifth_server.TOKEN,
                                                           "enabled": True}
 
 
 def test_channels_add_writes_a_nested_setting_where_the_file_spells_it_in_snake_case_too(isolated_home, terminal,
                                                                                         monkeypatch):
     questions = [Question("imap.host", "IMAP server"), Question("imap.loginName", "Login")]
-    fifth_channel.register_also(monkeypatch, "mailish", pairing=False, questions=lambda self: questions)
+    channel_folders.add_like(monkeypatch, "mailish", pairing=False, questions=questions)
     write_config(isolated_home, {"channels": {"mailish": {"imap": {"login_name": "old", "port": 993}}}})
     ran = invoke("channels", "add", "mailish", input="imap.example.com\nada\nn\n")
     assert ran.returncode == 1  # the check (the fifth's: no token) failed, and nothing was saved without a yes
@@ -141,7 +141,7 @@ def test_channels_add_writes_a_nested_setting_where_the_file_spells_it_in_snake_
 
 
 def test_channels_add_with_a_refused_token_writes_nothing_unless_told_to(isolated_home, terminal):
-    with fifth_channel.stand_in() as url:
+    with fifth_server.stand_in() as url:
         ran = invoke("channels", "add", "fifth", input=f"{url}\nwrong-token\nu-1\nn\n")
         assert ran.returncode == 1
         assert "The check failed: Fifth refused the token (HTTP 401)" in ran.stdout
@@ -175,7 +175,7 @@ def pair(name: str, user: str, who: str) -> str:
 
 
 def test_a_code_pending_on_two_channels_needs_channel_and_approves_on_that_one_only(monkeypatch, isolated_home):
-    fifth_channel.register_also(monkeypatch, "sixth")
+    channel_folders.add_like(monkeypatch, "sixth")
     code = pair("fifth", "u-1", "Ada")
     state_file(Paths.from_env(), "sixth").update(lambda state: state.pairing.append(
         state_file(Paths.from_env(), "fifth").read().pairing[0]))  # the same code on both (astronomically rare)
@@ -200,7 +200,7 @@ def test_a_code_pending_on_two_channels_needs_channel_and_approves_on_that_one_o
 
 
 def test_pairing_deny_drops_a_pending_code_on_whichever_channel_holds_it(monkeypatch, isolated_home):
-    fifth_channel.register_also(monkeypatch, "sixth")
+    channel_folders.add_like(monkeypatch, "sixth")
     code = pair("sixth", "u-9", "Mallory")
     ran = invoke("pairing", "deny", code.lower())
     assert ran.returncode == 0, ran.stderr
@@ -212,7 +212,7 @@ def test_pairing_deny_drops_a_pending_code_on_whichever_channel_holds_it(monkeyp
 
 
 def test_pairing_list_shows_every_channels_codes_and_approvals(monkeypatch, isolated_home):
-    fifth_channel.register_also(monkeypatch, "sixth")
+    channel_folders.add_like(monkeypatch, "sixth")
     assert invoke("pairing", "list").stdout == "No pending pairing codes.\nNobody approved by pairing yet.\n"
     first, second = pair("fifth", "u-1", "Ada"), pair("sixth", "u-2", "Bob")
     assert invoke("pairing", "approve", first).returncode == 0
@@ -222,7 +222,7 @@ def test_pairing_list_shows_every_channels_codes_and_approvals(monkeypatch, isol
 
 
 def test_a_channel_without_pairing_says_so_when_asked(monkeypatch, isolated_home):
-    fifth_channel.register_also(monkeypatch, "letters", pairing=False)
+    channel_folders.add_like(monkeypatch, "letters", pairing=False)
     ran = invoke("pairing", "approve", "ABCD-EFGH", "--channel", "letters")
     assert ran.returncode == 1
     assert ran.error_lines == ["Error: Letters has no pairing: only senders in channels.letters.allowFrom get an "

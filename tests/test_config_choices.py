@@ -10,8 +10,10 @@ import time
 
 import pytest
 
+from nanoagent.channels import registry
+from nanoagent.channels.telegram.settings import TelegramConfig
 from nanoagent.config.loader import load_config
-from nanoagent.config.schema import ExecConfig, TelegramConfig, WebSearchConfig
+from nanoagent.config.schema import ExecConfig, WebSearchConfig
 from nanoagent.errors import ConfigError
 from tests.conftest import PATIENCE, ROOT, invoke, openai_env, write_config
 from tests.llm_server import Reply
@@ -46,8 +48,8 @@ def test_allow_from_is_a_list_of_strings_for_every_channel_and_numbers_are_read_
     path = write_config(tmp_path, {"channels": {"telegram": {"allowFrom": ["1001", 1002, " 1003 "]},
                                                 "discord": {"allowFrom": [123456789012345678]}}})
     config = load_config(path, env={})[0]
-    assert config.channels.telegram.allow_from == ["1001", "1002", " 1003 "]  # the channel normalises them
-    assert config.channels.discord.allow_from == ["123456789012345678"]
+    assert registry.get("telegram").settings(config).allow_from == ["1001", "1002", " 1003 "]  # the channel normalises them
+    assert registry.get("discord").settings(config).allow_from == ["123456789012345678"]
     write_config(tmp_path, {"channels": {"slack": {"allowFrom": [True]}}})
     with pytest.raises(ConfigError, match=r"`channels\.slack\.allowFrom\[0\]` must be a string"):
         load_config(path, env={})

@@ -50,6 +50,7 @@ def test_runtime_context_goes_at_the_start_of_the_user_message(tmp_path):
 
 
 def test_in_a_channels_session_the_runtime_block_says_how_replies_render_there(tmp_path, monkeypatch):
+    from nanoagent.channels import registry
     from tests import pigeon_channel
 
     pigeon_channel.register(monkeypatch)
@@ -58,13 +59,14 @@ def test_in_a_channels_session_the_runtime_block_says_how_replies_render_there(t
     message = builder.user_message("hello", "pigeon", "42", now=now, notices=["job done"])
     assert message["content"].startswith(
         "<runtime_context>\ntime: 2026-11-22 14:05 Sunday (UTC)\nchannel: pigeon\n"
-        f"format: {pigeon_channel.CHANNEL.hint}\nchat_id: 42\n"
+        f"format: {registry.get('pigeon').hint}\nchat_id: 42\n"
         "notice (since the last turn; not from the user): job done\n</runtime_context>")
     assert strip_runtime_context(message["content"]) == "hello"
 
 
 def test_a_turn_in_a_channels_session_shows_the_model_the_channels_format_hint(tmp_path, monkeypatch):
     from nanoagent.agent.build import build_agent
+    from nanoagent.channels import registry
     from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
     from nanoagent.providers.scripted import ScriptedProvider
@@ -76,7 +78,7 @@ def test_a_turn_in_a_channels_session_shows_the_model_the_channels_format_hint(t
     asyncio.run(loop.handle("hello", "pigeon:42"))
     asyncio.run(loop.handle("hello", "cli:direct"))
     in_channel, in_terminal = (str(request.messages[-1]["content"]) for request in provider.requests)
-    assert f"channel: pigeon\nformat: {pigeon_channel.CHANNEL.hint}\nchat_id: 42\n" in in_channel
+    assert f"channel: pigeon\nformat: {registry.get('pigeon').hint}\nchat_id: 42\n" in in_channel
     assert "format:" not in in_terminal
 
 

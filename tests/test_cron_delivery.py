@@ -16,7 +16,8 @@ import pytest
 from nanoagent.agent import events as ev
 from nanoagent.agent.build import build_agent, build_outbox
 from nanoagent.agent.cron_runs import TurnRunner
-from nanoagent.config.schema import Config, TelegramConfig
+from nanoagent.channels.telegram.settings import TelegramConfig
+from nanoagent.config.schema import Config
 from nanoagent.cron.deliver import NOTE_MARK, recent_notes
 from nanoagent.cron.schedule import Schedule
 from nanoagent.cron.scheduler import Scheduler, Settings
@@ -122,7 +123,7 @@ def test_a_failed_one_off_still_brings_its_message_to_the_chat(loft):
 
 def telegram_config(api: BotAPI) -> Config:
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    config.channels.blocks["telegram"] = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
     return config
 
 

@@ -105,10 +105,10 @@ def test_the_message_tool_reaches_the_users_own_chat_by_the_channels_name_and_re
 
 
 def test_the_message_tool_reaches_the_users_own_telegram_chat_through_the_bot_api(api):
-    from nanoagent.config.schema import TelegramConfig
+    from nanoagent.channels.telegram.settings import TelegramConfig
 
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
+    config.channels.blocks["telegram"] = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
                                               api_base=api.url)
     results = turn("cli:direct", ("message", {"text": "The download is **done**.", "to": "telegram"}),
                    ("message", {"text": "hi", "to": "telegram:999"}), config=config)

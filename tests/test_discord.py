@@ -22,8 +22,8 @@ from nanoagent.channels.base import Chunk, DeliveryError, Incoming, Timing
 from nanoagent.channels.discord import CHANNEL
 from nanoagent.channels.discord.format import split, to_discord, units
 from nanoagent.channels.discord.link import DiscordLink
+from nanoagent.channels.discord.settings import DiscordConfig
 from nanoagent.channels.state import state_file
-from nanoagent.config.schema import DiscordConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.keys import make
 from nanoagent.messages import is_user, strip_runtime_context, text_of

@@ -21,14 +21,14 @@ from nanoagent.channels import registry
 from nanoagent.channels.base import Incoming, Timing
 from nanoagent.channels.email import format as fmt
 from nanoagent.channels.email.link import EmailLink
+from nanoagent.channels.email.settings import EmailConfig, MailServerConfig
 from nanoagent.channels.state import state_file
-from nanoagent.config.schema import EmailConfig, MailServerConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
 from tests import channel_harness as harness
 from tests.conftest import until
-from tests.mail_servers import PASSWORD, PNG, USER, MailStandIn, address_of, letter
+from tests.email_server import PASSWORD, PNG, USER, MailStandIn, address_of, letter
 
 CHANNEL = registry.get("email")
 FAST = Timing(backoff=(0.05, 0.1, 0.2))
@@ -489,7 +489,7 @@ def test_the_stand_in_settings_load_through_config(tmp_path: Path, mail):
 @pytest.mark.parametrize(("imap", "smtp"), [("tls", "starttls"), ("starttls", "tls")])
 def test_tls_and_starttls_carry_the_login_and_the_mail(tmp_path: Path, monkeypatch, imap: str, smtp: str):
     pytest.importorskip("cryptography")
-    from tests.mail_servers import ImapServer, SmtpServer, certificate
+    from tests.email_server import ImapServer, SmtpServer, certificate
 
     context = certificate(tmp_path)
     monkeypatch.setenv("SSL_CERT_FILE", str(tmp_path / "cert.pem"))  # the client trusts the test's certificate

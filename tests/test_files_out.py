@@ -14,21 +14,18 @@ import pytest
 
 from nanoagent.agent.build import build_agent, build_outbox
 from nanoagent.channels.base import DeliveryError
-from nanoagent.config.schema import (
-    Config,
-    DiscordConfig,
-    EmailConfig,
-    MailServerConfig,
-    SlackConfig,
-    TelegramConfig,
-)
+from nanoagent.channels.discord.settings import DiscordConfig
+from nanoagent.channels.email.settings import EmailConfig, MailServerConfig
+from nanoagent.channels.slack.settings import SlackConfig
+from nanoagent.channels.telegram.settings import TelegramConfig
+from nanoagent.config.schema import Config
 from nanoagent.keys import Place
 from nanoagent.messages import is_tool
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from tests import pigeon_channel
 from tests.discord_server import DiscordAPI
-from tests.mail_servers import PASSWORD, USER, MailStandIn
+from tests.email_server import PASSWORD, USER, MailStandIn
 from tests.slack_server import APP_TOKEN, BOT_TOKEN, GENERAL, OWNER, SlackAPI
 
 PNG = b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR\x00\x00\x00\x01\x00\x00\x00\x01\x08\x06\x00\x00\x00" + bytes(range(200))
@@ -63,7 +60,7 @@ def deliver(config: Config, place: Place, text: str, paths: list[str]) -> None:
 
 def test_the_message_tool_sends_a_png_as_a_telegram_photo_and_a_text_file_as_a_document(api, files):
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
+    config.channels.blocks["telegram"] = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
                                               api_base=api.url)
     [result] = turn("cli:direct", ("message", {"text": "Here is the **chart**.", "to": "telegram", "files": files}),
                     config=config)
@@ -75,7 +72,7 @@ def test_the_message_tool_sends_a_png_as_a_telegram_photo_and_a_text_file_as_a_d
 
 def test_in_a_chats_own_turn_the_message_tool_sends_a_file_into_that_chat(api, files):
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
+    config.channels.blocks["telegram"] = TelegramConfig(token=api.token, allow_from=[str(ANN)], owner=[str(ANN)],
                                               api_base=api.url)
     results = turn("telegram:42", ("message", {"text": "", "files": files[:1]}),
                    ("message", {"text": "just words", "to": "telegram:42"}), config=config)
@@ -87,7 +84,7 @@ def test_in_a_chats_own_turn_the_message_tool_sends_a_file_into_that_chat(api, f
 
 def test_an_image_without_an_images_name_is_still_sent_as_one_named_for_its_kind(api, files):
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    config.channels.blocks["telegram"] = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
     (Paths.from_env().workspace / "out" / "chart.png").rename(Paths.from_env().workspace / "out" / "chart")
     deliver(config, Place("telegram", str(ANN)), "", ["out/chart"])
     assert [(u.kind, u.name, u.data) for u in api.received(ANN)] == [("photo", "chart.png", PNG)]
@@ -95,7 +92,7 @@ def test_an_image_without_an_images_name_is_still_sent_as_one_named_for_its_kind
 
 def test_an_image_telegram_refuses_as_a_photo_still_arrives_as_a_document(api, files):
     config = Config()
-    config.channels.telegram = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
+    config.channels.blocks["telegram"] = TelegramConfig(token=api.token, allow_from=[str(ANN)], api_base=api.url)
     api.fail("sendPhoto", 400, "Bad Request: PHOTO_INVALID_DIMENSIONS")
     deliver(config, Place("telegram", str(ANN)), "", files[:1])
     assert [(u.kind, u.name, u.data) for u in api.received(ANN)] == [("document", "chart.png", PNG)]
@@ -105,7 +102,7 @@ def test_discord_gets_the_files_as_attachments_in_a_dm_and_in_a_thread(files):
     api = DiscordAPI()
     try:
         config = Config()
-        config.channels.discord = DiscordConfig(enabled=True, token=api.token, allow_from=[api.owner],
+        config.channels.blocks["discord"] = DiscordConfig(enabled=True, token=api.token, allow_from=[api.owner],
                                                 api_base=api.api_base)
         deliver(config, Place("discord", api.owner), "Here is the chart.", files)
         thread = api.thread("reports")
@@ -125,7 +122,7 @@ def test_slack_gets_the_files_uploaded_into_the_thread_by_files_upload_v2(files)
     slack = SlackAPI()
     try:
         config = Config()
-        config.channels.slack = SlackConfig(enabled=True, bot_token=BOT_TOKEN, app_token=APP_TOKEN,
+        config.channels.blocks["slack"] = SlackConfig(enabled=True, bot_token=BOT_TOKEN, app_token=APP_TOKEN,
                                             allow_from=[OWNER], api_base=slack.api_base)
         deliver(config, Place("slack", GENERAL, "1.000001"), "Here is the chart.", files)
         assert slack.thread(GENERAL, "1.000001") == ["Here is the chart.", "", ""]  # then the two file shares
@@ -144,7 +141,7 @@ def test_a_mail_carries_the_files_as_attachments(files):
     try:
         config = Config()
         server = {"host": "127.0.0.1", "user": USER, "password": PASSWORD, "security": "none"}
-        config.channels.email = EmailConfig(enabled=True, imap=MailServerConfig(**server, port=mail.imap.port),
+        config.channels.blocks["email"] = EmailConfig(enabled=True, imap=MailServerConfig(**server, port=mail.imap.port),
                                             smtp=MailServerConfig(**server, port=mail.smtp.port),
                                             allow_from=[mail.owner])
         deliver(config, Place("email", mail.owner), "Here is the chart.", files)

@@ -11,7 +11,8 @@ import asyncio
 
 import pytest
 
-from nanoagent.config.schema import Config, SubagentsConfig, TelegramConfig
+from nanoagent.channels.telegram.settings import TelegramConfig
+from nanoagent.config.schema import Config, SubagentsConfig
 from nanoagent.memory.gitlog import MemoryGit
 from nanoagent.memory.history import HistoryLog
 from nanoagent.paths import Paths
@@ -28,7 +29,7 @@ SANDBOX = pytest.mark.skipif(not check_bwrap().ok, reason=f"no sandbox here: {ch
 def owned(guest_profile: str = "full", **exec_settings: object) -> Config:
     """Telegram names 1000 as the owner and lets in 1 and 2; guests get `guest_profile`."""
     config = Config()
-    config.channels.telegram = TelegramConfig(allow_from=["1", "2"], owner=["1000"])
+    config.channels.blocks["telegram"] = TelegramConfig(allow_from=["1", "2"], owner=["1000"])
     config.tools.guest_profile = guest_profile
     config.memory.flush.enabled = False  # /new makes one call: the summary
     for name, value in exec_settings.items():

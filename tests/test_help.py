@@ -133,9 +133,9 @@ def test_the_readme_opens_with_contents_listing_every_section_and_next_steps_aft
     assert text.index("## Contents") < text.index("## Quick start") < text.index("### Next steps") < text.index(
         "## Configuration")
     steps = text.split("### Next steps\n", 1)[1].split("\n## ", 1)[0]
-    for section in ("models-and-providers", "the-gateway", "telegram", "schedules", "memory",
-                    "commands-and-the-sandbox"):
+    for section in ("models-and-providers", "the-gateway", "schedules", "memory", "commands-and-the-sandbox"):
         assert f"(#{section})" in steps
+    assert "(docs/channels/telegram.md)" in steps  # each channel's guide is beside the README
     assert '```sh\nmake agent && ANTHROPIC_API_KEY=sk-ant-... .venv/bin/nanoagent agent -m "hello"\nmake test\n```' in text
 
 

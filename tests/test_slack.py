@@ -20,8 +20,8 @@ from nanoagent.channels import registry
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing
 from nanoagent.channels.slack.format import LIMIT, from_slack, markdown_to_mrkdwn, split_markdown
 from nanoagent.channels.slack.link import SlackLink
+from nanoagent.channels.slack.settings import SlackConfig
 from nanoagent.channels.state import ChannelState, state_file
-from nanoagent.config.schema import SlackConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.keys import Place
 from nanoagent.paths import Paths

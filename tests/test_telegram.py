@@ -25,8 +25,9 @@ from nanoagent.channels.state import state_file
 from nanoagent.channels.telegram import CHANNEL
 from nanoagent.channels.telegram.format import markdown_to_html, split_markdown, units
 from nanoagent.channels.telegram.link import TelegramUnauthorized
+from nanoagent.channels.telegram.settings import TelegramConfig
 from nanoagent.config.loader import load_config
-from nanoagent.config.schema import Config, TelegramConfig
+from nanoagent.config.schema import Config
 from nanoagent.errors import NanoagentError
 from nanoagent.gateway.channels.engine import ChannelRunner, Timing, channel_component
 from nanoagent.gateway.channels.media import media_name
@@ -655,12 +656,12 @@ def test_telegram_settings_come_from_config_and_the_token_from_the_environment_f
         "enabled": True, "token": "from-file", "allowFrom": [1, 2], "groupPolicy": "all", "streaming": False,
         "apiBase": "http://127.0.0.1:9"}}})
     config, warnings = load_config(path, env={})
-    telegram = config.channels.telegram
+    telegram = CHANNEL.settings(config)
     assert warnings == []
     assert (telegram.token, telegram.allow_from, telegram.group_policy, telegram.streaming, telegram.api_base) == \
         ("from-file", ["1", "2"], "all", False, "http://127.0.0.1:9")
-    assert load_config(path, env={"TELEGRAM_BOT_TOKEN": "from-env"})[0].channels.telegram.token == "from-env"
-    assert Config().channels.telegram.api_base == "https://api.telegram.org"
+    assert CHANNEL.settings(load_config(path, env={"TELEGRAM_BOT_TOKEN": "from-env"})[0]).token == "from-env"
+    assert CHANNEL.settings(Config()).api_base == "https://api.telegram.org"
 
 
 @pytest.mark.process

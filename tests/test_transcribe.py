@@ -13,7 +13,8 @@ import pytest
 
 from nanoagent.agent.build import build_agent
 from nanoagent.channels.telegram import CHANNEL
-from nanoagent.config.schema import Config, TelegramConfig, ToolsConfig, TranscribeConfig
+from nanoagent.channels.telegram.settings import TelegramConfig
+from nanoagent.config.schema import Config, ToolsConfig, TranscribeConfig
 from nanoagent.gateway.channels.engine import ChannelRunner
 from nanoagent.gateway.hub import Hub
 from nanoagent.paths import Paths

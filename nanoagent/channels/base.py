@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -112,6 +112,17 @@ class Question:
     default: str = ""
 
 
+@dataclass(frozen=True)
+class Route:
+    """An HTTP route a channel serves on the gateway's listener (`nanoagent web` turns it on), for an app that posts
+    to a webhook: served at `/channels/<name>/<path>` while the channel is enabled. `handler` takes aiohttp's
+    request and returns its response; it checks the app's signature itself (the listener's token is not asked)."""
+
+    method: str  # "POST", "GET"
+    path: str  # under the channel's prefix, without a leading slash: "events"
+    handler: Callable[[Any], Awaitable[Any]]
+
+
 class Link(Protocol):
     """One connection to the app, driven by the shared engine for one run of the channel's gateway component.
 
@@ -173,9 +184,18 @@ class Channel(Protocol):
     limit: int  # characters one message holds
     edits: bool  # sent messages can be edited, so replies stream (email: no)
     pairing: bool  # unknown senders in a private chat get a pairing code (email: no, they get nothing)
+    # the dataclass of `channels.<name>` in config.json, beside the channel (`channels/<name>/settings.py`): the
+    # loader reads the block with it; at least `enabled`, and `allow_from`, `owner` for access
+    settings_class: type
+    env: Mapping[str, str]  # a setting (dotted snake_case: "imap.password") -> the environment variable overriding it
 
     def settings(self, config: Config) -> Any:
-        """`config.channels.<name>`: settings with at least `enabled`."""
+        """This channel's block of `config.channels` (`ChannelsConfig.of`): its settings, with its variables."""
+        ...
+
+    def routes(self, settings: Any) -> list[Route]:
+        """The HTTP routes the channel serves on the gateway's listener while enabled (none for a channel that
+        connects out, as the four built in do)."""
         ...
 
     def problem(self, settings: Any) -> str | None:

@@ -47,10 +47,10 @@ class Owners:
 
     @classmethod
     def of(cls, config: Config) -> Owners:
-        """Read from `channels.<name>.owner` of every registered channel (a channel whose settings carry none has
-        no owner)."""
+        """Read from `channels.<name>.owner` of every channel config.json has a block for (a channel without one, or
+        whose settings carry no `owner`, has no owner); a channel without a block is not imported."""
         chats: dict[str, frozenset[str]] = {}
-        for name in registry.names():
+        for name in list(config.channels.blocks):
             channel = registry.get(name)
             places = [channel.home(user) for user in owner_ids(channel.settings(config))]
             chats[name] = frozenset(p.chat.casefold() for p in places if p is not None and not p.thread)

@@ -1,5 +1,5 @@
 """`nanoagent channels list | add NAME | remove NAME | retry NAME`: the chat apps the gateway answers on, every one through the
-registry (`channels/registry.py`): nothing here names one."""
+registry (`channels/registry.py`), installed packages' channels included: nothing here names one."""
 
 from __future__ import annotations
 
@@ -27,32 +27,21 @@ channels_app = App(help="Set up the chat apps the agent answers on through the g
 
 
 def channel_named(name: str) -> Channel:
-    """The registered channel `name`, or one line listing the registered ones."""
-    from nanoagent.channels import registry
-
-    if name not in registry.REGISTRY or (channel := _installed(name)) is None:
-        known = ", ".join(c.name for c in registered()) or "none (reinstall nanoagent)"
-        raise NanoagentError(f"There is no channel named {name!r}; the channels are {known}.")
-    return channel
-
-
-def registered() -> list[Channel]:
-    """Every registered channel this install has, in the registry's order."""
-    from nanoagent.channels import registry
-
-    return [channel for name in registry.names() if (channel := _installed(name)) is not None]
-
-
-def _installed(name: str) -> Channel | None:
-    """The channel, or None when its folder is not part of this install (as the gateway command skips it)."""
+    """The channel `name` (of a folder or an installed package), or one line listing them."""
     from nanoagent.channels import registry
 
     try:
         return registry.get(name)
-    except ModuleNotFoundError as e:
-        if e.name != registry.REGISTRY[name]:
-            raise
-        return None
+    except registry.UnknownChannel:
+        known = ", ".join(c.name for c in registered()) or "none (reinstall nanoagent)"
+        raise NanoagentError(f"There is no channel named {name!r}; the channels are {known}.") from None
+
+
+def registered() -> list[Channel]:
+    """Every channel: each folder's, then each installed package's (their entry points read now)."""
+    from nanoagent.channels import registry
+
+    return [registry.get(name) for name in registry.include_installed()]
 
 
 def check_channel(channel: Channel, settings: Any) -> tuple[bool, str]:
@@ -176,11 +165,11 @@ def add(name: Annotated[str, typer.Argument(help="The channel, as `nanoagent cha
     paths, _ = setup(workspace)
     if not stdin_is_terminal():
         raise NanoagentError(f"`nanoagent channels add {name}` asks for its settings on a terminal: run it on one, "
-                             f"or write them under channels.{name} in {paths.config_file} (README, {channel.title}).")
+                             f"or write them under channels.{name} in {paths.config_file} (its guide: docs/channels/{name}.md).")
     data = _raw(paths.config_file)
     block = _block(data, name, paths.config_file)
     current = channel.settings(config_from(data, paths.config_file, env={}))
-    print(f"Setting up {channel.title} (README, {channel.title}, says where each value comes from; Ctrl-C stops, "
+    print(f"Setting up {channel.title} (docs/channels/{name}.md says where each value comes from; Ctrl-C stops, "
           "nothing is written before the end).")
     for question in channel.questions():
         if (value := _ask(question, _value(current, question.path), read_answer)) is not None:

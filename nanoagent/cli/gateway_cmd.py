@@ -126,20 +126,15 @@ async def _close_when_stopped(closers: tuple[Callable[[], Awaitable[None]], ...]
 
 
 def _channels(config: Config, paths: Paths, hub: Hub) -> list[Component]:
-    """A component for every enabled channel of the registry; a channel that cannot start (no token, its extra not
+    """A component for every enabled channel of the registry, installed packages' included; a channel that cannot start (no token, its extra not
     installed) stops the gateway before it starts, with the one line that says how to fix it."""
     from nanoagent.channels import registry
     from nanoagent.gateway.channels.engine import channel_component
     from nanoagent.transcribe import transcriber
 
     components = []
-    for name in registry.names():
-        try:
-            channel = registry.get(name)
-        except ModuleNotFoundError as e:
-            if e.name != registry.REGISTRY[name]:
-                raise
-            continue  # registered, but its folder is not part of this install
+    for name in registry.include_installed():
+        channel = registry.get(name)
         settings = channel.settings(config)
         if not settings.enabled:
             continue

@@ -419,7 +419,7 @@ def _report_channels(report: Callable[[bool, str, str], None], config: Config) -
             ok, text = check_channel(channel, settings)
             report(ok, f"{channel.name}: " + (f"the credentials work ({text})" if ok else text),
                    f"fix channels.{channel.name} in config.json, or `nanoagent channels add {channel.name}` "
-                   f"(README, {channel.title})")
+                   f"(docs/channels/{channel.name}.md)")
             report(bool(owner_ids(settings)), f"{channel.name}: "
                    + ("names its owner" if owner_ids(settings) else "names no owner, so everyone it answers is a guest, "
                       "you too: no memory of yours and tools.guestProfile in your own chat"),

@@ -16,7 +16,7 @@ import typing
 from pathlib import Path
 from typing import Any
 
-from nanoagent.config.schema import Config, ProviderConfig
+from nanoagent.config.schema import ChannelsConfig, Config, ProviderConfig, ReplyLimitConfig, apply_env
 from nanoagent.errors import ConfigError
 from nanoagent.fsutil import atomic_write
 from nanoagent.paths import check_owned
@@ -127,6 +127,28 @@ def _build(cls: type, data: Any, prefix: str, path: Path, warnings: list[str]) -
         raise ConfigError(f"{path}: {e}") from None
 
 
+def _channels(data: Any, path: Path, warnings: list[str]) -> ChannelsConfig:
+    """`channels`: the shared `replyLimit`, and each channel's block read with the settings class its folder (or
+    installed package) declares; a block naming no channel warns, as an unknown key does."""
+    from nanoagent.channels import registry
+
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: `channels` must be an object; fix or delete it.")
+    channels = ChannelsConfig()
+    for key, value in data.items():
+        if to_snake(key) == "reply_limit":
+            channels.reply_limit = _build(ReplyLimitConfig, value, "channels.reply_limit.", path, warnings)
+            continue
+        try:
+            channel = registry.get(key)
+        except registry.UnknownChannel:
+            warnings.append(f"{path}: unknown key `channels.{key}` ignored (no channel is called {key!r}: "
+                            "`nanoagent channels list` shows them).")
+            continue
+        channels.blocks[key] = _build(channel.settings_class, value, f"channels.{key}.", path, warnings)
+    return channels
+
+
 def _check_range(value: float, bounds: tuple[float, float], dotted: str, path: Path) -> None:
     low, high = bounds
     if not low <= value <= high:  # NaN too
@@ -143,6 +165,8 @@ def _convert(tp: Any, value: Any, dotted: str, path: Path, warnings: list[str], 
         if value is None:
             return None
         return _convert(args[0], value, dotted, path, warnings, digits)
+    if tp is ChannelsConfig:
+        return _channels(value, path, warnings)
     if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return _build(tp, value, dotted + ".", path, warnings)
     if origin is list:
@@ -212,15 +236,12 @@ def _apply_env(config: Config, env: typing.Mapping[str, str]) -> None:
                 pc.api_key = key
             if base:
                 pc.api_base = base
-    channels = config.channels
-    for variable, settings, name in (("TELEGRAM_BOT_TOKEN", channels.telegram, "token"),
-                                     ("DISCORD_BOT_TOKEN", channels.discord, "token"),
-                                     ("SLACK_BOT_TOKEN", channels.slack, "bot_token"),
-                                     ("SLACK_APP_TOKEN", channels.slack, "app_token"),
-                                     ("EMAIL_PASSWORD", channels.email.imap, "password"),
-                                     ("EMAIL_PASSWORD", channels.email.smtp, "password")):
-        if env.get(variable):
-            setattr(settings, name, env[variable])
+    if config.channels.blocks:
+        from nanoagent.channels import registry
+
+        for name, settings in config.channels.blocks.items():
+            apply_env(settings, registry.get(name).env, env)
+    config.channels.environment = env  # for the blocks made later of a channel's defaults
 
 
 def save_config(path: Path, data: dict[str, Any]) -> None:

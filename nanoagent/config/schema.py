@@ -6,10 +6,14 @@ Every number has the range config.json may set it in (`bounded`); the loader ref
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from types import MappingProxyType
+from typing import Any, TypeVar
 
 from nanoagent.errors import ConfigError
+
+T = TypeVar("T")
 
 
 def bounded(default: Any, low: float, high: float) -> Any:
@@ -305,6 +309,7 @@ class GatewayConfig:
     http: HttpConfig = field(default_factory=HttpConfig)
 
 
+# for the channels' settings classes (each in its folder, `channels/<name>/settings.py`): what they share
 GROUP_POLICIES = ("mention", "all", "off")
 
 
@@ -312,76 +317,6 @@ def ids() -> Any:
     """`allowFrom`: who may talk to a channel, as strings (the channel normalises them); a number is taken as its
     digits, so Telegram's numeric ids may be written either way."""
     return field(default_factory=list, metadata={"digits": True})
-
-
-@dataclass
-class TelegramConfig:
-    enabled: bool = False
-    token: str | None = None  # from @BotFather; the TELEGRAM_BOT_TOKEN variable overrides it
-    allow_from: list[str] = ids()  # numeric user ids ("1001" or 1001); empty: nobody until paired
-    owner: list[str] = ids()  # your own user id(s): your private chat is yours (channels/owners.py); others are guests
-    group_policy: str = choice("mention", GROUP_POLICIES)  # in groups: mention (mentioned or replied to) | all | off
-    streaming: bool = True  # edit the reply as it grows (at most about once a second); false: send it at the end
-    api_base: str = "https://api.telegram.org"  # requests go to {apiBase}/bot{token}/{method}
-
-    def __post_init__(self) -> None:
-        check_choices(self, "channels.telegram")
-
-
-@dataclass
-class DiscordConfig:
-    enabled: bool = False
-    token: str | None = None  # the bot's token (Developer Portal > Bot); the DISCORD_BOT_TOKEN variable overrides it
-    allow_from: list[str] = ids()  # user ids (snowflakes); empty: nobody until paired
-    owner: list[str] = ids()  # your own user id(s): your DMs are yours (channels/owners.py); others are guests
-    group_policy: str = choice("mention", GROUP_POLICIES)  # in guild channels: mention (or reply) | all | off
-    streaming: bool = True
-    api_base: str = "https://discord.com/api/v10"  # REST base; the gateway's URL comes from GET {apiBase}/gateway/bot
-
-    def __post_init__(self) -> None:
-        check_choices(self, "channels.discord")
-
-
-@dataclass
-class SlackConfig:
-    enabled: bool = False
-    bot_token: str | None = None  # xoxb-...; the SLACK_BOT_TOKEN variable overrides it
-    app_token: str | None = None  # xapp-... with connections:write, for Socket Mode; SLACK_APP_TOKEN overrides it
-    allow_from: list[str] = ids()  # member ids (U...); empty: nobody until paired
-    owner: list[str] = ids()  # your own member id(s): your DMs are yours (channels/owners.py); others are guests
-    group_policy: str = choice("mention", GROUP_POLICIES)  # in channels: mention | all (every message) | off
-    streaming: bool = True
-    api_base: str = "https://slack.com/api/"  # the Web API's base URL
-
-    def __post_init__(self) -> None:
-        check_choices(self, "channels.slack")
-
-
-MAIL_SECURITY = ("tls", "starttls", "none")
-
-
-@dataclass
-class MailServerConfig:
-    host: str = ""
-    port: int = bounded(0, 0, 65535)  # 0: the usual port (IMAP 993 with tls, 143 otherwise; SMTP 465 with tls, 587)
-    user: str = ""
-    password: str | None = None  # the EMAIL_PASSWORD variable overrides it (both servers) when set
-    security: str = choice("tls", MAIL_SECURITY)  # tls | starttls | none (refused unless the host is loopback)
-
-    def __post_init__(self) -> None:
-        check_choices(self, "channels.email.imap/smtp")
-
-
-@dataclass
-class EmailConfig:
-    enabled: bool = False
-    imap: MailServerConfig = field(default_factory=MailServerConfig)
-    smtp: MailServerConfig = field(default_factory=lambda: MailServerConfig(security="starttls"))
-    address: str = ""  # the From address of replies; default: imap.user
-    allow_from: list[str] = ids()  # addresses, or "@example.com" for a whole domain; nobody else gets an answer
-    owner: list[str] = ids()  # your own address(es): mail from them is yours (channels/owners.py); others are guests
-    poll_seconds: int = bounded(60, 5, 86_400)  # how often to look for mail when the server has no IDLE
-    folder: str = "INBOX"
 
 
 @dataclass
@@ -397,11 +332,39 @@ class ReplyLimitConfig:
 
 @dataclass
 class ChannelsConfig:
-    telegram: TelegramConfig = field(default_factory=TelegramConfig)
-    discord: DiscordConfig = field(default_factory=DiscordConfig)
-    slack: SlackConfig = field(default_factory=SlackConfig)
-    email: EmailConfig = field(default_factory=EmailConfig)
+    """`channels` in config.json: `replyLimit`, shared by every channel, and one block per channel, read by the
+    loader with the settings class the channel's folder declares (`Channel.settings_class`). A channel's settings
+    are read through the channel (`registry.get(name).settings(config)`), which gives its defaults when config.json
+    has no block for it, with its environment variables (`Channel.env`) applied."""
+
     reply_limit: ReplyLimitConfig = field(default_factory=ReplyLimitConfig)
+    blocks: dict[str, Any] = field(default_factory=dict)  # channel name -> its settings, an instance of its class
+    # where `of` reads a channel's variables when it makes a block's defaults: the loader's environment (a config
+    # built in code reads none, as it applies no variable anywhere)
+    environment: Mapping[str, str] = field(default_factory=dict, repr=False)
+
+    def of(self, name: str, cls: type[T], env: Mapping[str, str] = MappingProxyType({})) -> T:
+        """Channel `name`'s settings: its block, else (kept from now on) `cls()` with the variables of `env` (setting
+        path -> variable) that the environment sets."""
+        if name not in self.blocks:
+            self.blocks[name] = apply_env(cls(), env, self.environment)
+        found = self.blocks[name]
+        if not isinstance(found, cls):
+            raise TypeError(f"channels.{name} holds a {type(found).__name__}, not its settings class {cls.__name__}")
+        return found
+
+
+def apply_env(settings: T, env: Mapping[str, str], environment: Mapping[str, str]) -> T:
+    """`settings` with each setting named in `env` (a dotted snake_case path -> the variable that overrides it) set
+    from `environment` where that variable is set and not empty."""
+    for path, variable in env.items():
+        if value := environment.get(variable):
+            *parents, leaf = path.split(".")
+            target: Any = settings
+            for part in parents:
+                target = getattr(target, part)
+            setattr(target, leaf, value)
+    return settings
 
 
 MCP_TRANSPORTS = {"stdio": "stdio", "http": "http", "streamable-http": "http", "streamable_http": "http", "sse": "sse"}

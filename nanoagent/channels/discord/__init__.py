@@ -10,14 +10,15 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from nanoagent.channels.base import Chunk, Link, Question, Timing
+from nanoagent.channels.base import Chunk, Link, Question, Route, Timing
+from nanoagent.channels.discord.settings import ENV, DiscordConfig
 from nanoagent.keys import Place, make
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from nanoagent.config.schema import Config, DiscordConfig
+    from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
 
 NO_EXTRA = "the Discord channel needs discord.py: pip install 'nanoagent[discord]'"
@@ -30,9 +31,14 @@ class DiscordChannel:
     limit = 2000
     edits = True
     pairing = True
+    settings_class = DiscordConfig
+    env = ENV
 
     def settings(self, config: Config) -> DiscordConfig:
-        return config.channels.discord
+        return config.channels.of(self.name, DiscordConfig, self.env)
+
+    def routes(self, settings: DiscordConfig) -> list[Route]:
+        return []  # it connects out: no webhook
 
     def problem(self, settings: DiscordConfig) -> str | None:
         if not settings.token:

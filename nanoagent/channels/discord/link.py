@@ -44,7 +44,7 @@ if TYPE_CHECKING:
 
     import discord
 
-    from nanoagent.config.schema import DiscordConfig
+    from nanoagent.channels.discord.settings import DiscordConfig
     from nanoagent.paths import Paths
 
 log = logging.getLogger("nanoagent.channels.discord")

@@ -15,14 +15,15 @@ import importlib.util
 from typing import TYPE_CHECKING, Any
 
 from nanoagent import keys
-from nanoagent.channels.base import Chunk, Question, Timing
+from nanoagent.channels.base import Chunk, Question, Route, Timing
+from nanoagent.channels.email.settings import ENV, EmailConfig
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
     from nanoagent.channels.base import Link
-    from nanoagent.config.schema import Config, EmailConfig
+    from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
 
 
@@ -33,9 +34,14 @@ class EmailChannel:
     limit = 100_000
     edits = False
     pairing = False
+    settings_class = EmailConfig
+    env = ENV
 
     def settings(self, config: Config) -> EmailConfig:
-        return config.channels.email
+        return config.channels.of(self.name, EmailConfig, self.env)
+
+    def routes(self, settings: EmailConfig) -> list[Route]:
+        return []  # it connects out: no webhook
 
     def problem(self, settings: EmailConfig) -> str | None:
         from nanoagent.channels.email.link import loopback

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
-    from nanoagent.config.schema import EmailConfig, MailServerConfig
+    from nanoagent.channels.email.settings import EmailConfig, MailServerConfig
     from nanoagent.paths import Paths
 
 log = logging.getLogger("nanoagent.channels.email")

@@ -8,14 +8,15 @@ from __future__ import annotations
 import importlib.util
 from typing import TYPE_CHECKING
 
-from nanoagent.channels.base import Chunk, Question, Timing
+from nanoagent.channels.base import Chunk, Question, Route, Timing
+from nanoagent.channels.slack.settings import ENV, SlackConfig
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
     from pathlib import Path
 
     from nanoagent.channels.slack.link import SlackLink
-    from nanoagent.config.schema import Config, SlackConfig
+    from nanoagent.config.schema import Config
     from nanoagent.keys import Place
     from nanoagent.paths import Paths
 
@@ -29,9 +30,14 @@ class SlackChannel:
     limit = LIMIT
     edits = True
     pairing = True
+    settings_class = SlackConfig
+    env = ENV
 
     def settings(self, config: Config) -> SlackConfig:
-        return config.channels.slack
+        return config.channels.of(self.name, SlackConfig, self.env)
+
+    def routes(self, settings: SlackConfig) -> list[Route]:
+        return []  # it connects out: no webhook
 
     def problem(self, settings: SlackConfig) -> str | None:
         if not settings.bot_token:

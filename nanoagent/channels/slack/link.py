@@ -58,7 +58,7 @@ if TYPE_CHECKING:
 
     from slack_sdk.socket_mode.aiohttp import SocketModeClient
 
-    from nanoagent.config.schema import SlackConfig
+    from nanoagent.channels.slack.settings import SlackConfig
     from nanoagent.paths import Paths
 
 log = logging.getLogger("nanoagent.channels.slack")

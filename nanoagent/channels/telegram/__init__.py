@@ -14,7 +14,8 @@ import importlib.util
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from nanoagent.channels.base import Chunk, DeliveryError, Question, Timing
+from nanoagent.channels.base import Chunk, DeliveryError, Question, Route, Timing
+from nanoagent.channels.telegram.settings import ENV, TelegramConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.keys import Place
 
@@ -22,7 +23,7 @@ if TYPE_CHECKING:
     from pathlib import Path
 
     from nanoagent.channels.telegram.link import TelegramLink
-    from nanoagent.config.schema import Config, TelegramConfig
+    from nanoagent.config.schema import Config
     from nanoagent.paths import Paths
 
 MAX_RETRY_AFTER = 30.0  # a delivery waits out a 429 up to this long
@@ -37,9 +38,14 @@ class Telegram:
     limit = 4096
     edits = True
     pairing = True
+    settings_class = TelegramConfig
+    env = ENV
 
     def settings(self, config: Config) -> TelegramConfig:
-        return config.channels.telegram
+        return config.channels.of(self.name, TelegramConfig, self.env)
+
+    def routes(self, settings: TelegramConfig) -> list[Route]:
+        return []  # it connects out: no webhook
 
     def problem(self, settings: TelegramConfig) -> str | None:
         if not settings.token:

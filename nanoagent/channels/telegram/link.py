@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from nanoagent.channels.base import Chunk, FileIn, Incoming, Timing, record
 from nanoagent.channels.state import state_file
-from nanoagent.config.schema import TelegramConfig
+from nanoagent.channels.telegram.settings import TelegramConfig
 from nanoagent.errors import NanoagentError
 from nanoagent.keys import Place, make
 
