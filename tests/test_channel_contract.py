@@ -201,3 +201,42 @@ def test_config_json_reads_the_fifth_channels_block_with_the_class_and_the_varia
     write_config(isolated_home, {"channels": {"fifth": {"allowFrom": "u-1"}}})
     with pytest.raises(ConfigError, match="`channels.fifth.allowFrom` must be a list"):
         load_config(path, env={})
+
+
+def test_a_channels_own_webhook_route_is_served_under_its_name_with_no_sign_in_and_checks_its_signature(
+        isolated_home):
+    """A channel folder declares the routes an app posts to (`Channel.routes`); the gateway's listener serves them at
+    `/channels/<name>/<path>` while the channel is enabled, without the token or a web sign-in, and the route's own
+    signature check decides; a disabled channel's routes and other paths are 404, a wrong Host still 421."""
+    import hashlib
+    import hmac
+    import json
+
+    import httpx
+    from nanoagent.channels.fifth import RECEIVED
+
+    from tests.test_gateway_http import gateway
+
+    secret = "s3cret"
+    body = json.dumps({"event": "message", "text": "hi"}).encode()
+    signed = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+
+    async def post(enabled: bool) -> list[int]:
+        write_config(isolated_home, {"channels": {"fifth": {"enabled": enabled, "token": "x",
+                                                            "webhookSecret": secret}}})
+        from nanoagent.config.loader import load_config
+
+        config, _ = load_config(isolated_home / "config.json", env={})
+        async with gateway(ScriptedProvider([]), config) as live, httpx.AsyncClient() as client:
+            base = f"http://127.0.0.1:{live.port}/channels/fifth"
+            answers = [await client.post(f"{base}/events", content=body, headers={"X-Fifth-Signature": signed}),
+                       await client.post(f"{base}/events", content=body, headers={"X-Fifth-Signature": "0" * 64}),
+                       await client.post(f"{base}/other", content=body),
+                       await client.post(f"{base}/events", content=body, headers={"Host": "evil.example"})]
+            return [answer.status_code for answer in answers]
+
+    RECEIVED.clear()
+    assert asyncio.run(post(enabled=True)) == [202, 401, 404, 421]
+    assert RECEIVED == [{"event": "message", "text": "hi"}]  # only the signed one reached the channel
+    assert asyncio.run(post(enabled=False))[:3] == [404, 404, 404]
+    assert len(RECEIVED) == 1

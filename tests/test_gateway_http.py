@@ -29,6 +29,8 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import ProviderError
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
+from nanoagent.web.auth import WebAuth
+from nanoagent.web.context import WebContext
 from tests.conftest import PATIENCE, anthropic_env, invoke, run_cli, start_gateway_process, write_config
 
 
@@ -69,7 +71,11 @@ async def gateway(provider: ScriptedProvider, config: Config | None = None) -> A
         if not bound.done():
             bound.set_result(port)
 
-    component = http_component(hub, paths, HttpConfig(enabled=True, port=0), listening=listening)
+    def web_context() -> WebContext:  # the app and the channels' routes read this config, as in `nanoagent gateway`
+        return WebContext(hub, paths, config or Config(), WebAuth())
+
+    component = http_component(hub, paths, HttpConfig(enabled=True, port=0), listening=listening,
+                               web_context=web_context)
     server = Gateway(hub, paths, components=[component], grace=5)
     serving = asyncio.create_task(server.serve())
     await asyncio.wait({bound, serving}, timeout=PATIENCE, return_when=asyncio.FIRST_COMPLETED)

@@ -451,6 +451,7 @@ class Endpoint:
         app.router.add_route("*", "/health", self._health)
         app.router.add_route("*", "/v1{tail:.*}", self._v1)
         add_app(app, ctx)
+        add_channel_routes(app, ctx.config)
         if not any(r.resource is not None and r.resource.canonical == "/api/events" for r in app.router.routes()):
             add_events(app, ctx)  # the app's live updates, unless the app serves its own
         auth = ctx.auth
@@ -978,3 +979,22 @@ def url(host: str, port: int) -> str:
 
 
 __all__ = ["Endpoint", "HttpError", "Listener", "http_component", "is_loopback", "load_token", "url"]
+
+
+CHANNEL_PREFIX = "/channels/"  # a channel's own routes (`Channel.routes`): `/channels/<name>/<path>`
+
+
+def add_channel_routes(app: web.Application, config: Config) -> None:
+    """The routes each enabled channel declares (an app that posts to a webhook), under `/channels/<name>/`. They need
+    no token and no sign-in (the app cannot have either): each handler checks the app's signature before anything
+    else. The Host allow-list and the connection limits hold for them as for every route."""
+    import nanoagent.channels.registry as registry
+
+    for name in registry.names():
+        channel = registry.get(name)
+        settings = channel.settings(config)
+        if not settings.enabled:
+            continue
+        for route in getattr(channel, "routes", lambda settings: [])(settings):
+            app.router.add_route(route.method, f"{CHANNEL_PREFIX}{name}/{route.path.lstrip('/')}", route.handler)
+

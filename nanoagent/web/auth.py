@@ -166,9 +166,10 @@ class WebAuth:
 
     @staticmethod
     def guarded(request: web.Request) -> bool:
-        """Whether the route needs a signed-in session (all but `/health`, `/v1/...` and the sign-in link)."""
+        """Whether the route needs a signed-in session (all but `/health`, `/v1/...`, the sign-in link and a channel's
+        own routes under `/channels/`, which check the app's signature themselves)."""
         path = request.path
-        return not (path == "/health" or path == "/v1" or path.startswith(("/v1/", "/signin/")))
+        return not (path == "/health" or path == "/v1" or path.startswith(("/v1/", "/signin/", "/channels/")))
 
     def refused(self, request: web.Request) -> web.Response | None:
         """The 401 (no session) or 403 (a failed CSRF check) a guarded request gets, or None. The middleware asks,

@@ -13,6 +13,8 @@ from nanoagent.channels.fifth.settings import ENV, FifthConfig
 from nanoagent.channels.base import Chunk, DeliveryError, Question, Route
 from nanoagent.errors import NanoagentError
 
+RECEIVED: list[Any] = []  # the events Fifth's webhook took, in this process
+
 
 class Fifth:
     name = "fifth"
@@ -28,7 +30,26 @@ class Fifth:
         return config.channels.of("fifth", FifthConfig, ENV)  # "fifth": the channels a test makes like it share it
 
     def routes(self, settings: FifthConfig) -> list[Route]:
-        return []
+        """With a webhook secret, Fifth posts its events to `/channels/fifth/events`, signed: the body's HMAC-SHA256
+        under the secret in `X-Fifth-Signature`, checked before anything else (401 when wrong)."""
+        secret = settings.webhook_secret
+        if not secret:
+            return []
+
+        async def events(request: Any) -> Any:
+            import hashlib
+            import hmac
+
+            from aiohttp import web
+
+            body = await request.read()
+            signed = hmac.new(secret.encode(), body, hashlib.sha256).hexdigest()
+            if not hmac.compare_digest(request.headers.get("X-Fifth-Signature", ""), signed):
+                return web.json_response({"error": "bad signature"}, status=401)
+            RECEIVED.append(json.loads(body))
+            return web.json_response({"ok": True}, status=202)
+
+        return [Route("POST", "events", events)]
 
     def problem(self, settings: FifthConfig) -> str | None:
         return None if settings.token else "no token: set channels.fifth.token (`nanoagent channels add fifth`)"

@@ -12,6 +12,7 @@ class FifthConfig:
     allow_from: list[str] = field(default_factory=list)
     owner: list[str] = field(default_factory=list)
     api_base: str = "https://fifth.invalid"
+    webhook_secret: str | None = None  # set: Fifth posts its events to /channels/fifth/events, signed with it
 
 
 ENV = {"token": "FIFTH_TOKEN"}
