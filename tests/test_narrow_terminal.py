@@ -12,7 +12,7 @@ import pytest
 from nanoagent.channels.state import state_file
 from nanoagent.paths import Paths
 from nanoagent.session.store import SessionStore
-from tests import fifth_channel
+from tests import channel_folders
 from tests.conftest import invoke, write_config
 
 WIDTH = 60
@@ -49,7 +49,8 @@ def whole(shown: str, *texts: str) -> None:
 @pytest.fixture
 def seeded(monkeypatch, isolated_home):
     """A home with something long to show in every list."""
-    fifth_channel.register_also(monkeypatch, "sixth")
+    channel_folders.add(monkeypatch, "fifth")
+    channel_folders.add_like(monkeypatch, "sixth")
     write_config(isolated_home, {
         "budget": {"daily": 1.0, "monthly": 20.0, "sessions": {"telegram:*": 0.5}},
         "mcpServers": {"notes": {"command": "/usr/local/bin/a-notes-server", "enabled": False,
