@@ -117,25 +117,26 @@ def _anchor(heading: str) -> str:
     return re.sub(r"[^\w\- ]", "", heading.lower().replace("`", "")).replace(" ", "-")
 
 
-def test_the_readme_opens_with_contents_listing_every_section_and_next_steps_after_the_quick_start():
+def test_the_readme_opens_with_contents_then_the_quick_start_next_steps_and_a_map_of_the_docs():
     import re
 
     from tests.conftest import ROOT
 
     text = (ROOT / "README.md").read_text()
     headings = _readme_headings(text)
-    anchors = {_anchor(title) for _, title in headings}
-    links = re.findall(r"\]\(#([^)]+)\)", text)
-    assert [link for link in links if link not in anchors] == []  # every link in the README lands on a heading
     contents = text.split("## Contents\n", 1)[1].split("\n## ", 1)[0]
     listed = set(re.findall(r"\]\(#([^)]+)\)", contents))
     assert [title for level, title in headings if level == 2 and title != "Contents" and _anchor(title) not in listed] == []
     assert text.index("## Contents") < text.index("## Quick start") < text.index("### Next steps") < text.index(
-        "## Configuration")
+        "## The docs") < text.index("## Development")
     steps = text.split("### Next steps\n", 1)[1].split("\n## ", 1)[0]
-    for section in ("models-and-providers", "the-gateway", "schedules", "memory", "commands-and-the-sandbox"):
-        assert f"(#{section})" in steps
-    assert "(docs/channels/telegram.md)" in steps  # each channel's guide is beside the README
+    for page in ("providers.md#models-and-providers", "gateway.md#the-gateway", "schedules.md#schedules",
+                 "memory.md#memory", "tools.md#commands-and-the-sandbox"):
+        assert f"(docs/{page})" in steps
+    assert "(docs/channels/telegram.md)" in steps  # each channel's guide is in docs/channels/
+    the_docs = text.split("## The docs\n", 1)[1].split("\n## ", 1)[0]
+    mapped = set(re.findall(r"\]\((docs/[\w/-]+\.md)", the_docs))
+    assert mapped == {f"docs/{page.name}" for page in (ROOT / "docs").glob("*.md")}  # every page of docs/ is on the map
     assert '```sh\nmake agent && ANTHROPIC_API_KEY=sk-ant-... .venv/bin/nanoagent agent -m "hello"\nmake test\n```' in text
 
 

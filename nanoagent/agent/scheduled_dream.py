@@ -71,7 +71,7 @@ def _log_path(paths: Paths) -> Path:
 
 
 def _append_log(paths: Paths, lines: list[str]) -> None:
-    """Add a run's lines to logs/dream.log, where the README's cron line writes too; a log that cannot be written is
+    """Add a run's lines to logs/dream.log, where the cron line of docs/memory.md writes too; a log that cannot be written is
     skipped (the notice, if any, still reaches the user)."""
     path = _log_path(paths)
     try:

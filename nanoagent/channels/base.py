@@ -54,7 +54,7 @@ class Timing:
     timeout: float = 20.0  # seconds a call to the app may take before it counts as failed (a send: below)
     sweep: float = 30.0  # seconds between two sends of the outbox (and looks for messages `channels retry` put back)
     # seconds a send may take before it counts as failed: long, since a send that timed out may have arrived
-    # (each link's rule for resending one is in AGENTS.md)
+    # (each link's rule for resending one is in docs/decisions/channels.md)
     send_timeout: float = 120.0
     clock: Callable[[], float] = time.monotonic
     now: Callable[[], float] = time.time  # wall clock: pairing codes' age, media file names

@@ -92,7 +92,7 @@ def list_jobs(json_output: Annotated[bool, typer.Option("--json", help="Print th
     print_table(table, console)
     if not scheduler_seen(store):
         warn("no scheduler has run lately: start `nanoagent gateway`, or run `nanoagent cron tick` from crontab "
-             "(README, Schedules).")
+             "(docs/schedules.md).")
 
 
 LIST_WIDTH = 100  # `cron list` without --wide: what fits beside another window
@@ -165,7 +165,7 @@ def add(
         print(f"note: {note}", file=sys.stderr)
     if not scheduler_seen(store):
         warn("no scheduler has run lately: the job runs while `nanoagent gateway` runs, or add the crontab line "
-             "from the README (Schedules) that runs `nanoagent cron tick`.")
+             "from docs/schedules.md that runs `nanoagent cron tick`.")
 
 
 def schedule_zone(schedule):  # noqa: ANN001, ANN201

@@ -438,7 +438,7 @@ def _report_gateway(report: Callable[[bool, str, str], None], config: Config, pa
 
     if not gateway_answers(paths.gateway_socket):
         report(False, f"gateway: not running, so {' and '.join(wanted)} (enabled in config) serve nobody",
-               "start `nanoagent gateway` (README, The gateway)")
+               "start `nanoagent gateway` (docs/gateway.md)")
         return
     report(True, "gateway: running", "")
     if config.gateway.http.enabled:
@@ -495,7 +495,7 @@ def _report_scheduler(report: Callable[[bool, str, str], None], config: Config |
     gateway_off = config is not None and not config.cron.enabled
     report(False, f"scheduler: {len(jobs)} job(s) scheduled, but no scheduler has run lately, so they do not run",
            "set cron.enabled to true and restart the gateway" if gateway_off else
-           "start `nanoagent gateway`, or run `nanoagent cron tick` from crontab (README, Schedules)")
+           "start `nanoagent gateway`, or run `nanoagent cron tick` from crontab (docs/schedules.md)")
 
 
 def _report_skills(report: Callable[[bool, str, str], None], paths: Paths) -> None:

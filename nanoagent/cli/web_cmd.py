@@ -26,7 +26,7 @@ def web(
     The link signs the browser in once: it is good for one minute and one use, and the browser keeps a
     session cookie. When the gateway's HTTP listener is off, it offers to turn it on (this machine only)
     until the gateway stops; set gateway.http.enabled to keep it on. To reach the app from a phone, set
-    gateway.http.host (plain HTTP: see the README for a reverse proxy with TLS).
+    gateway.http.host (plain HTTP: see docs/gateway.md for a reverse proxy with TLS).
 
     Example: nanoagent web
     """

@@ -35,7 +35,7 @@ from nanoagent.tools.base import Tool, ToolContext, ToolError, current_turn, too
 from nanoagent.tools.fs import _check_file, resolve_path
 
 NOT_RUNNING = ("No scheduler has run lately: jobs run only while `nanoagent gateway` runs, or when a crontab line "
-               "runs `nanoagent cron tick` every minute (README, Schedules). Tell the user.")
+               "runs `nanoagent cron tick` every minute (docs/schedules.md). Tell the user.")
 
 
 def cron_tools(store: JobStore, outbox: Outbox, access: Access, timezone: str | None,

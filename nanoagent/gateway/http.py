@@ -1,7 +1,7 @@
 """The gateway's HTTP listener (`gateway.http`, off by default; `nanoagent web` turns it on on loopback), on
 aiohttp.web: the web app under `/` (`nanoagent.web`: sign-in, cookie sessions, the app's pages) and the
 OpenAI-compatible endpoint under `/v1/`: a channel for Open WebUI, the openai SDK and anything else that speaks
-Chat Completions. See README "OpenAI-compatible endpoint" and "The web app".
+Chat Completions. See docs/gateway.md, "OpenAI-compatible endpoint" and "The web app".
 
 - `POST /v1/chat/completions` (streamed as server-sent events or one JSON reply), `GET /v1/models`, and
   `GET /health` (no token; says only that it is up).
@@ -635,7 +635,7 @@ class Endpoint:
             raise HttpError(400, "`stream` must be true or false.", code="invalid_stream")
         incognito = _incognito(body.get("incognito"), request.headers.get("X-Nanoagent-Incognito"))
         hub = self.hub
-        if incognito:  # its own session beside the name's saved one, temporary: see README
+        if incognito:  # its own session beside the name's saved one, temporary: see docs/gateway.md
             try:
                 key = check_session_key(f"{key}:incognito")
             except NanoagentError:

@@ -1,4 +1,4 @@
-"""The gateway's socket protocol: newline-delimited JSON objects, version 1. See README "The gateway protocol".
+"""The gateway's socket protocol: newline-delimited JSON objects, version 1. See docs/gateway.md, "The gateway protocol".
 
 Client to gateway:
     {"type": "hello", "v": 1, "session": "cli:direct"}       -> {"type": "welcome", "v": 1, "session", "model", "busy",

@@ -5,7 +5,7 @@ the system folders read-only; from /etc only what programs need; the workspace r
 nanoagent keeps in memory/ read-only, made before the first command, and memory/ itself a mount point
 that cannot be renamed aside); nanoagent's own Python read-only; a private /tmp with a size
 cap and a throwaway home; nothing else of $HOME or of $NANOAGENT_HOME. The environment is rebuilt,
-never inherited, with or without the sandbox. See README "Commands and the sandbox" and, for
+never inherited, with or without the sandbox. See docs/tools.md, "Commands and the sandbox" and, for
 macOS, `SEATBELT_PROFILE` below (designed, not yet used: `auto` reports no sandbox there).
 """
 
