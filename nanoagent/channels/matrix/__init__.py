@@ -99,6 +99,7 @@ class MatrixChannel:
         return [Question("homeserver", "Homeserver URL", default="https://matrix.org"),
                 Question("userId", "The bot account's Matrix id (@nano:example.org)"),
                 Question("accessToken", "Its access token (Enter to give a password instead)", secret=True),
+                Question("password", "Its password (Enter if you gave an access token)", secret=True),
                 Question("allowFrom", "Your own Matrix id (@you:example.org)")]
 
 
