@@ -23,6 +23,9 @@ OWNERS = ("channels",)  # the subpackage where channels are named: each in its f
 # (module under nanoagent/, identifier) -> why that word is not a channel there
 ALLOWED = {
     ("mcp/servers.py", "CHECK_SLACK"): "slack as in spare time: the seconds a start check gets past its deadline",
+    ("cli/running.py", "add_signal_handler"): "signal as in SIGTERM: asyncio's loop method",
+    ("gateway/server.py", "add_signal_handler"): "signal as in SIGTERM: asyncio's loop method",
+    ("gateway/server.py", "remove_signal_handler"): "signal as in SIGTERM: asyncio's loop method",
 }
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 
