@@ -8,8 +8,9 @@ One aiohttp server, run on an event loop of its own in a thread, serves:
 - the Socket Mode websocket that apps.connections.open hands out: `hello` on connecting, then `events_api` envelopes
   for what people write. An envelope the app does not acknowledge within `redeliver_after` seconds is sent again
   (`retry_attempt` counting up) at most `retries` times, and dropped after that, as Slack does; an envelope that
-  finds no connection counts as a failed attempt, so what is written while the app is down is never delivered and
-  only the history has it.
+  finds no connection counts as a failed attempt and is retried as soon as a websocket connects (not at the next
+  tick of the redelivery timer), so what is written before the app connects arrives when it does; once its
+  attempts are spent only the history has it.
 
 Tests script people (`write`), read what the bot did (`shown`, `thread`, `calls_to`, `acks`), and inject trouble:
 `rate_limit` (the next calls get `ratelimited` 429s with Retry-After), `fail`, and `down` (every call a 503, the
@@ -83,6 +84,7 @@ class Envelope:
     sent_at: float = 0.0  # time.monotonic() of the last attempt
     acked_at: float | None = None
     first_sent: float | None = None
+    missed: bool = False  # its last attempt found no websocket: the next connection gets it at once
 
 
 @dataclass
@@ -304,10 +306,14 @@ class SlackAPI:
         await ws.prepare(request)
         with self.lock:
             self.connections += 1
-        self._sockets.append(ws)
         await ws.send_str(json.dumps({"type": "hello", "num_connections": 1,
                                       "connection_info": {"app_id": "A0APP"},
                                       "debug_info": {"host": "stand-in", "approximate_connection_time": 3600}}))
+        self._sockets.append(ws)  # after `hello`: nothing reaches the app before it
+        with self.lock:
+            missed = [e for e in self.envelopes if e.missed and e.acked_at is None]
+        for envelope in missed:
+            await self._deliver(envelope)
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
@@ -330,7 +336,8 @@ class SlackAPI:
             envelope.sent_at = time.monotonic()
             envelope.first_sent = envelope.first_sent or envelope.sent_at
         sockets = [ws for ws in self._sockets if not ws.closed]
-        if not sockets or self.is_down:
+        envelope.missed = not sockets or self.is_down
+        if envelope.missed:
             return  # a failed attempt: nobody listening
         message = {"envelope_id": envelope.id, "type": envelope.kind, "accepts_response_payload": False,
                    "retry_attempt": envelope.attempts - 1,
