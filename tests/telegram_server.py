@@ -479,8 +479,8 @@ class StandIn:
     stranger = "99"
     group = -1009
 
-    def __init__(self) -> None:
-        self.api = BotAPI()
+    def __init__(self, api: BotAPI | None = None) -> None:
+        self.api = api or BotAPI()
 
     def settings(self) -> dict[str, Any]:
         return {"enabled": True, "token": self.api.token, "allowFrom": [self.owner], "owner": [self.owner], "apiBase": self.api.url}
