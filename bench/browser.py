@@ -23,7 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tests.browser_tool_helpers import Site, page  # noqa: E402
+from tests.browser_tool_helpers import page  # noqa: E402
+from tests.web_server import WebServer  # noqa: E402
 
 RESULTS: list[tuple[str, str, str, bool]] = []
 COLD_RUNS = 3
@@ -94,7 +95,7 @@ def run_child(home: Path, url: str, warm: int) -> dict:
 
 
 def bench_pages(home: Path) -> None:
-    site = Site({"/": page("<h1>A local page</h1><p>Some text.</p><a href=/next>Next</a><form><input name=q>"
+    site = WebServer({"/": page("<h1>A local page</h1><p>Some text.</p><a href=/next>Next</a><form><input name=q>"
                            "<button>Search</button></form><script>document.body.append('built by script')</script>")})
     try:
         first = run_child(home, site.url + "/", 0)["cold"]

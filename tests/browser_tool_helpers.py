@@ -1,5 +1,6 @@
 """What the browser tool's tests share: Chromium or a clear skip (a failure under CI), a browser on an event loop of
-its own that lasts for a test module (a launch costs ~1.5 s of CPU), and local pages to serve it.
+its own that lasts for a test module (a launch costs ~1.5 s of CPU), and the pages it opens (served by the local test
+HTTP server, tests/web_server.py).
 
 The pages are served on 127.0.0.1, which the tests allow on purpose (`tools.web.allowPrivate`); 127.0.0.2 stays
 refused, and a server there records whether anything reached it.
@@ -11,7 +12,7 @@ import asyncio
 import os
 import threading
 from collections.abc import Coroutine
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -76,49 +77,6 @@ class BrowserUnderTest:
 
     def close(self) -> None:
         self.loop.run(self.browser.aclose())
-
-
-class Site:
-    """Local pages: `routes` maps a path to a function of the handler; every request's path is recorded."""
-
-    def __init__(self, routes: dict[str, Any], host: str = "127.0.0.1"):
-        self.requests: list[tuple[str, dict[str, str], bytes]] = []
-        self.closing = threading.Event()
-        site = self
-
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-            def handle_one(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else b""
-                site.requests.append((self.path, dict(self.headers.items()), body))
-                route = routes.get(self.path.split("?")[0])
-                try:
-                    if route is None:
-                        send(self, "not found", status=404)
-                    else:
-                        route(self)
-                except (BrokenPipeError, ConnectionResetError):
-                    pass
-
-            do_GET = do_POST = handle_one
-
-        self.httpd = ThreadingHTTPServer((host, 0), Handler)
-        self.httpd.daemon_threads = True
-        self.url = f"http://{host}:{self.httpd.server_address[1]}"
-        threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True).start()
-
-    def paths(self) -> list[str]:
-        return [path for path, _, _ in self.requests]
-
-    def close(self) -> None:
-        self.closing.set()
-        self.httpd.shutdown()
-        self.httpd.server_close()
 
 
 def send(handler: BaseHTTPRequestHandler, body: str, status: int = 200, headers: dict[str, str] | None = None,

@@ -18,7 +18,8 @@ without the message-content intent unless it mentions the bot; a gateway session
 happened while no one was connected (so a restarted gateway catches up from the history, as it must on Discord).
 
 Tests script people (`api.write(...)`, `api.thread(...)`), read what the bot did (`api.shown(user)`,
-`api.messages(channel)`, `api.calls`), and inject trouble (`api.rate_limit(...)`, `api.down(True)`).
+`api.messages(channel)`, `api.calls`), and inject the shared kinds of trouble of tests/stand_in_base.py
+(`api.rate_limit(...)`: 429s, `refuse`: a 403, `slow`, `api.down(True)`: every REST call a 503).
 """
 
 from __future__ import annotations
@@ -36,6 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from aiohttp import WSMsgType, web
+
+from tests.stand_in_base import Call, Scripted
 
 TOKEN = "MTAxMDAw.discord-test-token.do-not-log"  # noqa: S105 - a test token, searched for in logs
 EPOCH_MS = 1420070400000  # Discord's epoch, 2015-01-01
@@ -62,14 +65,6 @@ def _user(user_id: str, name: str, bot: bool = False) -> dict[str, Any]:
 
 
 @dataclass
-class Call:
-    method: str
-    path: str
-    at: float  # time.monotonic() when it arrived
-    status: int = 200
-
-
-@dataclass
 class _Session:
     id: str
     intents: int
@@ -78,12 +73,13 @@ class _Session:
     sent: list[dict[str, Any]] = field(default_factory=list)  # dispatches, kept for a RESUME
 
 
-class DiscordAPI:
+class DiscordAPI(Scripted):
     """The stand-in. Also the `StandIn` of tests/channel_harness.py."""
 
     channel = "discord"
 
     def __init__(self, token: str = TOKEN) -> None:
+        super().__init__()
         self.token = token
         self.bot = _user(snowflake(), "Nano", bot=True)
         self.owner, self.stranger, self.other_bot = snowflake(), snowflake(), snowflake()
@@ -98,12 +94,7 @@ class DiscordAPI:
         self.dms: dict[str, str] = {}  # user id -> DM channel id
         self.history: dict[str, list[dict[str, Any]]] = {}  # channel id -> messages, oldest first
         self.files: dict[str, bytes] = {}  # attachment path -> bytes
-        self.calls: list[Call] = []
         self.edit_count = 0
-        self.limited: list[float] = []  # retry_after of the next send/edit calls to refuse with a 429
-        self.refusing = 0  # message sends still to be refused for good (403: cannot send messages to this user)
-        self.slowed: list[float] = []  # seconds each next message send takes to answer, after taking the message
-        self.is_down = False
         self.content_intent = True  # the Message Content intent is turned on in the Developer Portal
         self.sessions: dict[str, _Session] = {}
         self.held: list[Callable[[], Any]] = []  # writes made before the bot was ever online, made at its first READY
@@ -160,22 +151,6 @@ class DiscordAPI:
     def edits(self) -> int:
         return self._sync(lambda: self.edit_count)
 
-    def rate_limit(self, calls: int, retry_after: float) -> None:
-        """The next `calls` message sends or edits get a 429 asking to wait `retry_after` seconds."""
-        self._sync(lambda: self.limited.extend([retry_after] * calls))
-
-    def refuse(self, calls: int) -> None:
-        """The next `calls` message sends get a 403 (the person blocks DMs); 0: none from now on."""
-        self._sync(lambda: setattr(self, "refusing", calls))
-
-    def slow(self, calls: int, seconds: float) -> None:
-        """The next `calls` message sends are answered `seconds` late, the message already in the channel."""
-        self._sync(lambda: self.slowed.extend([seconds] * calls))
-
-    def down(self, down: bool) -> None:
-        """While down every REST call gets a 503 (the gateway's open websockets stay up, as in a REST outage)."""
-        self._sync(lambda: setattr(self, "is_down", down))
-
     def close(self) -> None:
         if self._runner is not None:
             self._run(self._stop())
@@ -211,7 +186,8 @@ class DiscordAPI:
         return self._sync(lambda: self.resumed)
 
     def calls_to(self, method: str, path_part: str) -> list[Call]:
-        return self._sync(lambda: [c for c in self.calls if c.method == method and path_part in c.path])
+        with self.cond:
+            return [c for c in self.calls if c.method == method and path_part in c.path]
 
     def connected(self) -> int:
         """Gateway sessions with a websocket open and identified."""
@@ -253,8 +229,7 @@ class DiscordAPI:
 
     async def _rest(self, request: web.Request) -> web.StreamResponse:
         path = "/" + request.match_info["path"]
-        call = Call(request.method, path, time.monotonic())
-        self.calls.append(call)
+        call = self.record(Call(request.method, path=path))
         response = await self._answer(request, path)
         call.status = response.status
         return response
@@ -265,14 +240,15 @@ class DiscordAPI:
         if request.headers.get("Authorization") != f"Bot {self.token}":
             return _error(401, 0, "401: Unauthorized")
         parts, method = path.strip("/").split("/"), request.method
-        if method in ("POST", "PATCH") and parts[0] == "channels" and parts[2:3] == ["messages"] and self.limited:
-            return _rate_limited(self.limited.pop(0))
+        retry_after = self.take_limit() if method in ("POST", "PATCH") and parts[0] == "channels" and \
+            parts[2:3] == ["messages"] else None
+        if retry_after is not None:
+            return _rate_limited(retry_after)
         if method == "POST" and parts[0] == "channels" and parts[2:] == ["messages"]:
-            if self.refusing:
-                self.refusing -= 1
+            if self.take_refusal():  # the person blocks DMs
                 return _error(403, 50007, "Cannot send messages to this user")
-            if self.slowed and parts[1] in self.channels:
-                late = self.slowed.pop(0)
+            late = self.take_delay() if parts[1] in self.channels else 0.0
+            if late:
                 response = await self._channel(request, self.channels[parts[1]], parts[2:])
                 await asyncio.sleep(late)
                 return response

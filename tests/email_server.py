@@ -34,6 +34,7 @@ from aiosmtpd.controller import Controller
 from aiosmtpd.smtp import AuthResult, LoginPassword
 
 from nanoagent.channels.email.mail import place_of
+from tests.stand_in_base import Scripted
 
 logging.getLogger("mail.log").setLevel(logging.ERROR)  # aiosmtpd's own chatter (a deprecation note per login)
 USER, PASSWORD = "bot@example.org", "mail-secret-do-not-log"
@@ -387,22 +388,20 @@ class Received:
                 for part in self.message.iter_attachments()]
 
 
-class SmtpServer:
-    """aiosmtpd on 127.0.0.1 in its own thread, recording every message; AUTH LOGIN/PLAIN without TLS (loopback)."""
+class SmtpServer(Scripted):
+    """aiosmtpd on 127.0.0.1 in its own thread, recording every message; AUTH LOGIN/PLAIN without TLS (loopback).
+    The shared trouble (tests/stand_in_base.py) as SMTP has it: down, a 421; a rate limit, 451s for `retry_after`
+    seconds from the first; a refusal, a 550; slow, the answer to DATA late."""
 
     def __init__(self, *, user: str = USER, password: str = PASSWORD, tls: ssl.SSLContext | None = None,
                  starttls: bool = False):
+        super().__init__()
         self.user, self.password = user, password
         self.received: list[Received] = []
         self.attempts = 0  # MAIL FROM commands seen, refused ones included
         self.logins = 0
         self.refused = 0
-        self.is_down = False
-        self.refuse_next = 0
-        self.refuse_until = 0.0
-        self.rejecting = 0  # messages still to be refused for good (550)
-        self.slowed: list[float] = []  # seconds the answer to each next DATA comes late, the mail taken already
-        self.cond = threading.Condition()
+        self.refuse_until = 0.0  # a rate limit refuses every mail until then
         self.port = _free_port()
         if tls is None:
             kwargs: dict[str, Any] = {"auth_require_tls": False}
@@ -426,12 +425,13 @@ class SmtpServer:
             if self.is_down:
                 self.refused += 1
                 return "421 4.3.0 service not available"
-            if self.refuse_next > 0 or time.monotonic() < self.refuse_until:
-                self.refuse_next = max(0, self.refuse_next - 1)
+            retry_after = self.take_limit()
+            if retry_after is not None:
+                self.refuse_until = max(self.refuse_until, time.monotonic() + retry_after)
+            if retry_after is not None or time.monotonic() < self.refuse_until:
                 self.refused += 1
                 return "451 4.7.1 rate limited, try again later"
-            if self.rejecting:
-                self.rejecting -= 1
+            if self.take_refusal():
                 self.refused += 1
                 return "550 5.7.1 relaying denied"
         envelope.mail_from = address
@@ -442,7 +442,7 @@ class SmtpServer:
             self.received.append(Received(envelope.mail_from, list(envelope.rcpt_tos), bytes(envelope.content),
                                           time.monotonic()))
             self.cond.notify_all()
-            late = self.slowed.pop(0) if self.slowed else 0.0
+            late = self.take_delay()
         await asyncio.sleep(late)
         return "250 Message accepted"
 
@@ -551,24 +551,17 @@ class MailStandIn:
         return 0
 
     def refuse(self, calls: int) -> None:
-        """The next `calls` mails are refused for good (550); 0: none from now on."""
-        with self.smtp.cond:
-            self.smtp.rejecting = calls
+        self.smtp.refuse(calls)
 
     def slow(self, calls: int, seconds: float) -> None:
-        """The answer to the next `calls` mails comes `seconds` late, the mail taken already."""
-        with self.smtp.cond:
-            self.smtp.slowed += [seconds] * calls
+        self.smtp.slow(calls, seconds)
 
     def rate_limit(self, calls: int, retry_after: float) -> None:
-        with self.smtp.cond:
-            self.smtp.refuse_next = calls
-            self.smtp.refuse_until = time.monotonic() + retry_after
+        self.smtp.rate_limit(calls, retry_after)
 
     def down(self, down: bool) -> None:
         self.imap.down(down)
-        with self.smtp.cond:
-            self.smtp.is_down = down
+        self.smtp.down(down)
 
     def close(self) -> None:
         self.imap.close()

@@ -8,12 +8,14 @@ One aiohttp server, run on an event loop of its own in a thread, serves:
 - the Socket Mode websocket that apps.connections.open hands out: `hello` on connecting, then `events_api` envelopes
   for what people write. An envelope the app does not acknowledge within `redeliver_after` seconds is sent again
   (`retry_attempt` counting up) at most `retries` times, and dropped after that, as Slack does; an envelope that
-  finds no connection counts as a failed attempt, so what is written while the app is down is never delivered and
-  only the history has it.
+  finds no connection counts as a failed attempt and is retried as soon as a websocket connects (not at the next
+  tick of the redelivery timer), so what is written before the app connects arrives when it does; once its
+  attempts are spent only the history has it.
 
 Tests script people (`write`), read what the bot did (`shown`, `thread`, `calls_to`, `acks`), and inject trouble:
-`rate_limit` (the next calls get `ratelimited` 429s with Retry-After), `fail`, and `down` (every call a 503, the
-websocket closed and refused).
+the shared kinds of tests/stand_in_base.py (`rate_limit`: the next sends or edits get `ratelimited` 429s with
+Retry-After; `refuse`: `not_in_channel`; `slow`; `down`: every call a 503, the websocket closed and refused), and
+`fail` (a Slack error for one method).
 """
 
 from __future__ import annotations
@@ -29,6 +31,8 @@ from typing import Any
 
 from aiohttp import WSMsgType, web
 
+from tests.stand_in_base import Call, Scripted
+
 BOT_TOKEN = "xoxb-1-test-bot-token-do-not-log"
 APP_TOKEN = "xapp-1-test-app-token-do-not-log"
 BOT_USER = "U0BOT"
@@ -40,15 +44,6 @@ OWNER = "U0ANN"
 STRANGER = "U0BOB"
 NAMES = {OWNER: "Ann", STRANGER: "Bob", BOT_USER: BOT_NAME}
 SENDS = ("chat.postMessage", "chat.update")
-
-
-@dataclass
-class Call:
-    method: str
-    params: dict[str, Any]
-    at: float  # time.monotonic() when it arrived
-    status: int = 200
-    error: str = ""
 
 
 @dataclass
@@ -83,6 +78,7 @@ class Envelope:
     sent_at: float = 0.0  # time.monotonic() of the last attempt
     acked_at: float | None = None
     first_sent: float | None = None
+    missed: bool = False  # its last attempt found no websocket: the next connection gets it at once
 
 
 @dataclass
@@ -94,16 +90,16 @@ class Failure:
     times: int = 1
 
 
-class SlackAPI:
+class SlackAPI(Scripted):
     channel = "slack"
     owner = OWNER
     stranger = STRANGER
 
     def __init__(self, redeliver_after: float = 3.0, retries: int = 3):
+        super().__init__()
         self.redeliver_after = redeliver_after
         self.retries = retries
-        self.lock = threading.RLock()
-        self.calls: list[Call] = []
+        self.lock = self.cond
         self.messages: list[Message] = []
         self.envelopes: list[Envelope] = []
         self.failures: list[Failure] = []
@@ -111,8 +107,6 @@ class SlackAPI:
         self.upload_lengths: dict[str, int] = {}  # file id -> the length files.getUploadURLExternal was told
         self.statuses: list[tuple[str, str, str]] = []  # assistant.threads.setStatus: channel, thread, status
         self.connections = 0  # websocket connections made so far
-        self.is_down = False
-        self.slowed: list[float] = []  # seconds each next chat.postMessage answers late
         self.socket_refused = False  # the websocket alone refuses (the Web API answers)
         self._clock = 0
         self._next_envelope = 0
@@ -223,32 +217,13 @@ class SlackAPI:
         return {"id": file_id, "name": name, "title": name, "mimetype": mimetype, "filetype": name.rsplit(".")[-1],
                 "size": len(data), "mode": "hosted", "url_private": url, "url_private_download": url + "?download=1"}
 
-    def rate_limit(self, calls: int, retry_after: float) -> None:
-        """The next `calls` calls that send or edit get a `ratelimited` 429 with `Retry-After: retry_after`."""
-        with self.lock:
-            for method in SENDS:
-                self.failures.append(Failure(method, 429, "ratelimited", retry_after, calls))
-
     def fail(self, method: str, error: str, status: int = 200, times: int = 1) -> None:
         with self.lock:
             self.failures.append(Failure(method, status, error, None, times))
 
-    def refuse(self, calls: int) -> None:
-        """The next `calls` chat.postMessage calls are refused for good (`not_in_channel`); 0: none from now on."""
-        with self.lock:
-            self.failures = [f for f in self.failures if f.error != "not_in_channel"]
-            if calls:
-                self.failures.append(Failure("chat.postMessage", 200, "not_in_channel", None, calls))
-
-    def slow(self, calls: int, seconds: float) -> None:
-        """The next `calls` chat.postMessage calls are answered `seconds` late, the message already posted."""
-        with self.lock:
-            self.slowed += [seconds] * calls
-
     def down(self, down: bool = True) -> None:
         """While down, every API call is a 503 and the websocket is closed and refused."""
-        with self.lock:
-            self.is_down = down
+        super().down(down)
         if down:
             async def drop() -> None:
                 for ws in list(self._sockets):
@@ -304,10 +279,14 @@ class SlackAPI:
         await ws.prepare(request)
         with self.lock:
             self.connections += 1
-        self._sockets.append(ws)
         await ws.send_str(json.dumps({"type": "hello", "num_connections": 1,
                                       "connection_info": {"app_id": "A0APP"},
                                       "debug_info": {"host": "stand-in", "approximate_connection_time": 3600}}))
+        self._sockets.append(ws)  # after `hello`: nothing reaches the app before it
+        with self.lock:
+            missed = [e for e in self.envelopes if e.missed and e.acked_at is None]
+        for envelope in missed:
+            await self._deliver(envelope)
         try:
             async for msg in ws:
                 if msg.type != WSMsgType.TEXT:
@@ -330,7 +309,8 @@ class SlackAPI:
             envelope.sent_at = time.monotonic()
             envelope.first_sent = envelope.first_sent or envelope.sent_at
         sockets = [ws for ws in self._sockets if not ws.closed]
-        if not sockets or self.is_down:
+        envelope.missed = not sockets or self.is_down
+        if envelope.missed:
             return  # a failed attempt: nobody listening
         message = {"envelope_id": envelope.id, "type": envelope.kind, "accepts_response_payload": False,
                    "retry_attempt": envelope.attempts - 1,
@@ -360,9 +340,8 @@ class SlackAPI:
                 params.update(await request.json())
             else:
                 params.update(dict(await request.post()))
-        call = Call(method, params, time.monotonic())
+        call = self.record(Call(method, params))
         with self.lock:
-            self.calls.append(call)
             if self.is_down:
                 call.status = 503
                 return web.Response(status=503, text="<html>Service Unavailable</html>", content_type="text/html")
@@ -371,11 +350,8 @@ class SlackAPI:
             if token != wanted:
                 call.error = "invalid_auth"
                 return web.json_response({"ok": False, "error": "invalid_auth"})
-            failure = next((f for f in self.failures if f.method == method), None)
+            failure = self._scripted_failure(method)
             if failure is not None:
-                failure.times -= 1
-                if failure.times <= 0:
-                    self.failures.remove(failure)
                 call.status, call.error = failure.status, failure.error
                 headers = {"Retry-After": f"{failure.retry_after:g}"} if failure.retry_after is not None else {}
                 return web.json_response({"ok": False, "error": failure.error}, status=failure.status,
@@ -387,9 +363,23 @@ class SlackAPI:
             body = handler(params)
             if not body.get("ok"):
                 call.error = body.get("error", "?")
-            late = self.slowed.pop(0) if self.slowed and method == "chat.postMessage" else 0.0
+            late = self.take_delay() if method == "chat.postMessage" else 0.0
         await asyncio.sleep(late)
         return web.json_response(body)
+
+    def _scripted_failure(self, method: str) -> Failure | None:
+        """The trouble scripted for this call: a rate limit (sends and edits), a refusal (sends), a `fail`."""
+        retry_after = self.take_limit() if method in SENDS else None
+        if retry_after is not None:
+            return Failure(method, 429, "ratelimited", retry_after)
+        if method == "chat.postMessage" and self.take_refusal():
+            return Failure(method, 200, "not_in_channel")
+        failure = next((f for f in self.failures if f.method == method), None)
+        if failure is not None:
+            failure.times -= 1
+            if failure.times <= 0:
+                self.failures.remove(failure)
+        return failure
 
     def _api_auth_test(self, params: dict[str, Any]) -> dict[str, Any]:
         return {"ok": True, "url": "https://test.slack.com/", "team": "Test", "user": BOT_NAME, "team_id": TEAM,
@@ -486,8 +476,8 @@ class SlackAPI:
     async def _file(self, request: web.Request) -> web.Response:
         token = request.headers.get("Authorization", "").removeprefix("Bearer ")
         with self.lock:
-            self.calls.append(Call("files-pri", {"file": request.match_info["file"]}, time.monotonic(),
-                                   error="" if token == BOT_TOKEN else "not_authed"))
+            self.record(Call("files-pri", {"file": request.match_info["file"]},
+                             error="" if token == BOT_TOKEN else "not_authed"))
             if self.is_down:
                 return web.Response(status=503)
             found = self.files.get(request.match_info["file"])
@@ -513,7 +503,7 @@ class SlackAPI:
         data = await request.read()
         with self.lock:
             file_id = request.match_info["file"]
-            self.calls.append(Call("upload", {"file": file_id}, time.monotonic()))
+            self.record(Call("upload", {"file": file_id}))
             if file_id not in self.files or self.is_down:
                 return web.Response(status=404 if not self.is_down else 503, text="Not Found")
             if len(data) != self.upload_lengths.get(file_id):

@@ -1,9 +1,10 @@
 """A Telegram Bot API stand-in over real HTTP, for tests: python-telegram-bot and `nanoagent gateway` talk to it.
 
 Tests script updates (`api.message(...)`), read what the bot did (`api.calls`, `api.chat(chat_id)`), and inject
-trouble: a scripted error for a method (`api.fail(...)`, a 429 with retry_after among them), methods the server does
-not know (`api.unknown`), HTML it refuses (any containing `api.reject_marker`), or the whole server gone
-(`api.down()`, then `api.up()` on the same port).
+trouble: the shared kinds of tests/stand_in_base.py (`rate_limit`: 429s with retry_after, `refuse`: the bot blocked,
+`slow`, `down`: the whole server gone, then `api.up()` on the same port), a scripted error for a method
+(`api.fail(...)`), methods the server does not know (`api.unknown`), HTML it refuses (any containing
+`api.reject_marker`).
 
 Like Telegram: getUpdates long-polls and forgets the updates below the offset it is given; text is checked after
 parsing its HTML (at most 4,096 UTF-16 units, not empty, tags known and nested); an edit to the same content is
@@ -21,17 +22,11 @@ from html.parser import HTMLParser
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
+from tests.stand_in_base import Call, Scripted
+
 TAGS = {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "a", "code", "pre", "blockquote", "tg-spoiler",
         "span", "tg-emoji"}
 BOT = {"id": 777000, "is_bot": True, "first_name": "Nano", "username": "nano_test_bot"}
-
-
-@dataclass
-class Call:
-    method: str
-    params: dict[str, Any]
-    at: float  # time.monotonic() when it arrived
-    status: int = 200
 
 
 @dataclass
@@ -64,23 +59,18 @@ class _State:
     chats: dict[int, dict[str, Any]] = field(default_factory=dict)
 
 
-class BotAPI:
+class BotAPI(Scripted):
     def __init__(self, token: str = "123456:TEST-token-do-not-log"):
+        super().__init__()
         self.token = token
-        self.cond = threading.Condition()
         self.state = _State()
-        self.calls: list[Call] = []
         self.shown: dict[tuple[int, int], Shown] = {}
         self.failures: list[Failure] = []
-        self.limited: list[float] = []  # retry_after of each send or edit call still to be refused with a 429
-        self.refusing = 0  # sendMessage calls still to be refused for good (403: the bot was blocked)
-        self.slowed: list[float] = []  # seconds each next sendMessage takes to answer, after taking the message
         self.unknown: set[str] = set()
         self.reject_marker = "REJECT-HTML"
         self.files: dict[str, tuple[str, bytes]] = {}
         self.uploads: list[Upload] = []  # files the bot sent (sendPhoto, sendDocument), oldest first
         self.port = 0
-        self.is_down = False
         self._httpd: ThreadingHTTPServer | None = None
         self.up()
 
@@ -99,11 +89,12 @@ class BotAPI:
         self._httpd = httpd
         threading.Thread(target=httpd.serve_forever, daemon=True).start()
 
-    def down(self) -> None:
-        """Refuse connections from now on, and drop the long polls in flight."""
-        with self.cond:
-            self.is_down = True
-            self.cond.notify_all()
+    def down(self, down: bool = True) -> None:
+        """Refuse connections from now on, and drop the long polls in flight; with False, `up` again."""
+        if not down:
+            self.up()
+            return
+        super().down()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
@@ -209,19 +200,17 @@ class BotAPI:
 
     def handle(self, method: str, params: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
         """(status, body), or None to drop the connection without an answer."""
-        call = Call(method, params, time.monotonic())
+        call = self.record(Call(method, params))
         with self.cond:
-            self.calls.append(call)
-            if self.limited and method in ("sendMessage", "editMessageText"):
-                retry_after = self.limited.pop(0)
+            retry_after = self.take_limit() if method in ("sendMessage", "editMessageText") else None
+            if retry_after is not None:
                 call.status = 429
                 return 429, {"ok": False, "error_code": 429, "description": f"Too Many Requests: retry after "
                              f"{retry_after:g}", "parameters": {"retry_after": retry_after}}
-            if self.refusing and method == "sendMessage":
-                self.refusing -= 1
+            if method == "sendMessage" and self.take_refusal():
                 call.status = 403
                 return 403, {"ok": False, "error_code": 403, "description": "Forbidden: bot was blocked by the user"}
-            slow = self.slowed.pop(0) if self.slowed and method == "sendMessage" else 0.0
+            slow = self.take_delay() if method == "sendMessage" else 0.0
             failure = next((f for f in self.failures if f.method == method), None)
             if failure is not None:
                 failure.times -= 1
@@ -490,8 +479,8 @@ class StandIn:
     stranger = "99"
     group = -1009
 
-    def __init__(self) -> None:
-        self.api = BotAPI()
+    def __init__(self, api: BotAPI | None = None) -> None:
+        self.api = api or BotAPI()
 
     def settings(self) -> dict[str, Any]:
         return {"enabled": True, "token": self.api.token, "allowFrom": [self.owner], "owner": [self.owner], "apiBase": self.api.url}
@@ -513,22 +502,16 @@ class StandIn:
         return len(self.api.calls_to("editMessageText"))
 
     def rate_limit(self, calls: int, retry_after: float) -> None:
-        with self.api.cond:
-            self.api.limited += [retry_after] * calls
+        self.api.rate_limit(calls, retry_after)
 
     def refuse(self, calls: int) -> None:
-        with self.api.cond:
-            self.api.refusing = calls
+        self.api.refuse(calls)
 
     def slow(self, calls: int, seconds: float) -> None:
-        with self.api.cond:
-            self.api.slowed += [seconds] * calls
+        self.api.slow(calls, seconds)
 
     def down(self, down: bool) -> None:
-        if down:
-            self.api.down()
-        else:
-            self.api.up()
+        self.api.down(down)
 
     def close(self) -> None:
         self.api.close()

@@ -16,7 +16,6 @@ from nanoagent.tools.sandbox import check_bwrap
 from tests.browser_tool_helpers import (
     BrowserUnderTest,
     LoopThread,
-    Site,
     chromium_processes,
     page,
     require_chromium,
@@ -24,6 +23,7 @@ from tests.browser_tool_helpers import (
     settings,
 )
 from tests.conftest import PATIENCE, ROOT, invoke, wait_until, write_config
+from tests.web_server import WebServer
 
 pytestmark = pytest.mark.process  # Chromium, Python and Xvfb are real processes
 
@@ -81,7 +81,7 @@ asyncio.run(main())
 
 def test_no_browser_process_outlives_nanoagent_killed_with_sigkill(tmp_path):
     require_chromium()
-    site = Site({"/": page("<p>still here</p>")})
+    site = WebServer({"/": page("<p>still here</p>")})
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path), site.url + "/"], cwd=ROOT,
                              stdout=subprocess.PIPE, text=True)
     try:
@@ -101,7 +101,7 @@ def test_no_browser_process_outlives_nanoagent_killed_with_sigkill(tmp_path):
 
 def test_the_browser_closes_itself_when_idle_and_starts_again_on_the_next_call(tmp_path):
     loop = LoopThread()
-    site = Site({"/": page("<p>hello</p>")})
+    site = WebServer({"/": page("<p>hello</p>")})
     browser = BrowserUnderTest(loop, settings(tmp_path, idle_seconds=1.0))
     profile = str(browser.browser.settings.profile)
     try:
@@ -158,7 +158,7 @@ def test_browser_login_opens_a_window_and_the_agent_browser_then_sends_its_cooki
             pytest.fail("CI must run the login test: apt-get install xvfb", pytrace=False)
         pytest.skip("no Xvfb here: apt-get install xvfb")
     write_config(isolated_home, {"tools": {"web": {"allowPrivate": ["127.0.0.1/32"]}}})
-    site = Site({"/login": login, "/whoami": whoami})
+    site = WebServer({"/login": login, "/whoami": whoami})
     read, write = os.pipe()
     xvfb = subprocess.Popen(["Xvfb", "-displayfd", str(write), "-screen", "0", "1280x800x24", "-nolisten", "tcp"],
                             pass_fds=(write,), stderr=subprocess.DEVNULL)
@@ -205,7 +205,7 @@ def test_the_model_reads_a_page_through_the_gateway_and_the_browser_ends_with_th
 
     require_chromium()
     write_config(isolated_home, {"tools": {"web": {"allowPrivate": ["127.0.0.1/32"]}}})
-    site = Site({"/": page("<div id=out></div><script>document.getElementById('out').textContent = "
+    site = WebServer({"/": page("<div id=out></div><script>document.getElementById('out').textContent = "
                            "'Made by script'</script>")})
     env = {**os.environ, **anthropic_env(llm)}
     gateway = start_gateway_process(env)
@@ -236,7 +236,7 @@ def test_doctor_says_where_the_browser_and_its_profile_are(isolated_home):
 
 def test_with_the_sandbox_off_the_browser_runs_without_bubblewrap_and_still_behind_the_guard(tmp_path):
     loop = LoopThread()
-    site = Site({"/": page("<p>unsandboxed</p><img src=http://127.0.0.2:47999/x.png>")})
+    site = WebServer({"/": page("<p>unsandboxed</p><img src=http://127.0.0.2:47999/x.png>")})
     browser = BrowserUnderTest(loop, settings(tmp_path, sandbox="none"))
     profile = str(browser.browser.settings.profile)
     try:

@@ -15,8 +15,9 @@ import pytest
 from nanoagent.config.schema import WebConfig
 from nanoagent.tools import ToolContext, ToolError, ToolResult
 from nanoagent.tools.web import web_tools
-from tests.browser_tool_helpers import BrowserUnderTest, LoopThread, Site, page, send, settings
+from tests.browser_tool_helpers import BrowserUnderTest, LoopThread, page, send, settings
 from tests.conftest import PATIENCE, invoke, wait_until, write_config
+from tests.web_server import WebServer
 
 pytestmark = pytest.mark.process  # Chromium is a real process
 
@@ -88,7 +89,7 @@ ROUTES = {
 
 @pytest.fixture(scope="module")
 def site():
-    server = Site(ROUTES)
+    server = WebServer(ROUTES)
     yield server
     SITE_CLOSING.set()
     server.close()
@@ -97,7 +98,7 @@ def site():
 @pytest.fixture(scope="module")
 def elsewhere():
     """A server on 127.0.0.2, a loopback address the tests do not allow."""
-    server = Site({"/": page("You should not see this")}, host="127.0.0.2")
+    server = WebServer({"/": page("You should not see this")}, host="127.0.0.2")
     yield server
     server.close()
 
@@ -146,7 +147,7 @@ def test_a_key_pressed_in_a_field_submits_it_and_back_returns_to_the_form(browse
 
 
 def test_a_redirect_to_a_loopback_address_that_is_not_allowed_is_refused_before_it_is_reached(browser, elsewhere):
-    redirect = Site({"/": lambda h: send(h, "", status=302, headers={"Location": elsewhere.url + "/"})})
+    redirect = WebServer({"/": lambda h: send(h, "", status=302, headers={"Location": elsewhere.url + "/"})})
     try:
         with pytest.raises(ToolError) as refused:
             browser(action="open", url=redirect.url + "/")
@@ -165,7 +166,7 @@ def test_a_websocket_to_an_allowed_address_goes_through_the_guard(browser, site)
 
 def test_sub_requests_frames_and_websockets_to_a_refused_address_never_reach_it(browser, site, elsewhere):
     target = elsewhere.url.removeprefix("http://")
-    sneaky = Site({"/": page(f"<img src=http://{target}/pixel.png><iframe src=http://{target}/frame></iframe>"
+    sneaky = WebServer({"/": page(f"<img src=http://{target}/pixel.png><iframe src=http://{target}/frame></iframe>"
                              f"<script>fetch('http://{target}/fetch').catch(() => {{}});"
                              f"new WebSocket('ws://{target}/socket');</script><p>Sneaky</p>")})
     try:
@@ -253,7 +254,7 @@ def test_a_download_is_never_written_through_a_link_planted_in_place_of_media_do
     if downloads.exists():
         downloads.rename(downloads.with_name("downloads-before"))
     downloads.symlink_to(outside)  # what a command run by exec can do in the workspace
-    trap = Site({"/": page("<a href=/keys>Get the keys</a>"), "/keys": authorized_keys})
+    trap = WebServer({"/": page("<a href=/keys>Get the keys</a>"), "/keys": authorized_keys})
     try:
         browser(action="open", url=trap.url + "/")
         said = [browser(action="click", ref=1)]

@@ -133,7 +133,7 @@ def test_in_the_gateway_the_heartbeat_is_a_turn_of_its_own_agent_and_starts_no_s
 
     config, paths = setting_up(llm, dream_schedule="")
     config.heartbeat.model = "anthropic/claude-heartbeat"
-    config.mcp_servers["demo"] = McpServerConfig(command=sys.executable, args=[str(ROOT / "tests" / "mcp_servers.py"),
+    config.mcp_servers["demo"] = McpServerConfig(command=sys.executable, args=[str(ROOT / "tests" / "mcp_stdio_server.py"),
                                                                                "basic"])
     (paths.workspace / "HEARTBEAT.md").write_text("- tell me if the build is red\n")
     log = paths.logs_dir / "mcp-demo.log"

@@ -1,5 +1,6 @@
-"""MCP servers' tools in turns: real servers written with the `mcp` SDK (tests/mcp_servers.py), over stdio and
-streamable HTTP, with the local LLM server and the real provider SDKs."""
+"""MCP servers' tools in turns, with the local LLM server and the real provider SDKs: over stdio a plain-Python
+server speaking the protocol (tests/mcp_stdio_server.py, no SDK to import at each start), and servers written with
+the `mcp` SDK (tests/mcp_servers.py) over streamable HTTP and in the tests marked `sdk=True`."""
 
 import asyncio
 import base64
@@ -20,7 +21,8 @@ from tests.conftest import PATIENCE, ROOT, anthropic_env, free_port, invoke, ope
 from tests.llm_server import Reply
 from tests.mcp_servers import PNG
 
-SERVERS = str(ROOT / "tests" / "mcp_servers.py")
+SERVERS = str(ROOT / "tests" / "mcp_servers.py")  # the SDK's servers
+PLAIN = str(ROOT / "tests" / "mcp_stdio_server.py")  # the same kinds over stdio, without the SDK
 
 
 @pytest.fixture(autouse=True)
@@ -30,8 +32,9 @@ def servers_have_time_to_start(monkeypatch):
     monkeypatch.setattr("nanoagent.mcp.servers.STARTUP_WAIT", PATIENCE)
 
 
-def stdio(kind: str, **extra) -> dict:
-    return {"command": sys.executable, "args": [SERVERS, kind], **extra}
+def stdio(kind: str, *, sdk: bool = False, **extra) -> dict:
+    """A stdio server of `kind`: the plain one, or the SDK's with `sdk`."""
+    return {"command": sys.executable, "args": [SERVERS if sdk else PLAIN, kind], **extra}
 
 
 def tool_results(request) -> list[str]:
@@ -85,7 +88,7 @@ def run_turn(llm, *replies: Reply, message: str = "go", env_for=anthropic_env):
 
 @pytest.mark.process
 def test_a_stdio_servers_tool_is_called_in_a_turn_and_its_result_is_enveloped(llm, isolated_home):
-    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
+    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic", sdk=True)}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__echo", {"text": "hi there"})]), Reply(text="done"))
     assert ran.returncode == 0, ran.stderr
     assert ran.stdout.endswith("done\n")
@@ -283,7 +286,7 @@ def test_two_servers_with_the_same_tool_name_stay_distinct(llm, isolated_home):
 
 @pytest.mark.process
 def test_a_changed_tool_list_is_picked_up_without_a_restart_and_cached(llm, isolated_home):
-    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
+    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic", sdk=True)}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__grow", {})]),
                    Reply(tool_calls=[("mcp__demo__fresh", {})]), Reply(text="ok"))
     assert ran.returncode == 0, ran.stderr
@@ -311,7 +314,7 @@ def stored_tool_messages(home) -> list[dict]:
 @pytest.mark.process
 def test_an_image_result_reaches_claude_as_an_image_and_the_session_keeps_only_a_reference(llm, isolated_home):
     data = base64.b64encode(PNG).decode()
-    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic")}})
+    write_config(isolated_home, {"mcpServers": {"demo": stdio("basic", sdk=True)}})
     ran = run_turn(llm, Reply(tool_calls=[("mcp__demo__picture", {})]), Reply(text="a dot"))
     assert ran.returncode == 0, ran.stderr
     (result,) = sent_tool_results(llm.requests[1])

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, write_config
 from tests.llm_server import Reply
-from tests.test_mcp import SERVERS, stdio
+from tests.test_mcp import PLAIN, SERVERS, stdio
 
 
 def alive(pid: int) -> bool:
@@ -175,7 +175,7 @@ def test_the_gateway_keeps_one_connection_for_every_session_and_stops_its_server
 def test_mcp_add_and_list_print_a_tool_name_holding_escape_sequences_as_plain_text(isolated_home):
     from tests.mcp_servers import ESCAPE_NAME
 
-    added = invoke("mcp", "add", "evil", "--", sys.executable, SERVERS, "escapes")
+    added = invoke("mcp", "add", "evil", "--", sys.executable, PLAIN, "escapes")
     listed = invoke("mcp", "list")
     assert added.returncode == 0 and listed.returncode == 0, added.stderr + listed.stderr
     for output in (added.stdout, added.stderr, listed.stdout, listed.stderr):
@@ -188,7 +188,7 @@ def test_mcp_add_and_list_print_a_tool_name_holding_escape_sequences_as_plain_te
 
 @pytest.mark.process
 def test_a_server_slow_to_start_is_reported_by_mcp_list_and_add_in_one_line_without_a_traceback(isolated_home):
-    write_config(isolated_home, {"mcpServers": {"sleepy": stdio("sleepy")}})
+    write_config(isolated_home, {"mcpServers": {"sleepy": stdio("sleepy", stopGrace=0.2)}})  # it never reads stdin
     listed = subprocess.run([sys.executable, "-m", "nanoagent", "mcp", "list", "--timeout", "0.5"], cwd=ROOT,
                             capture_output=True, text=True, env=os.environ, timeout=PATIENCE)
     assert listed.returncode == 0 and listed.stderr == ""
@@ -196,7 +196,7 @@ def test_a_server_slow_to_start_is_reported_by_mcp_list_and_add_in_one_line_with
                                              f"starts on its own; its log is {isolated_home}/logs/mcp-sleepy.log")
 
     added = subprocess.run([sys.executable, "-m", "nanoagent", "mcp", "add", "slow", "--wait", "0.5", "--", sys.executable,
-                            SERVERS, "sleepy"],
+                            PLAIN, "sleepy"],
                            cwd=ROOT, capture_output=True, text=True, env=os.environ, timeout=PATIENCE)
     assert added.returncode == 0 and added.stdout.startswith("Added MCP server 'slow'")
     assert added.stderr.splitlines() == [f"warning: MCP server 'slow' did not answer within 0.5 s of starting; check "
@@ -205,7 +205,7 @@ def test_a_server_slow_to_start_is_reported_by_mcp_list_and_add_in_one_line_with
 
 @pytest.mark.process
 def test_a_server_that_exits_at_once_is_reported_as_exited_with_its_code_and_last_error_line(isolated_home):
-    added = invoke("mcp", "add", "dies", "--", sys.executable, SERVERS, "dies")
+    added = invoke("mcp", "add", "dies", "--", sys.executable, PLAIN, "dies")
     listed = invoke("mcp", "list")
     exited = (f"MCP server 'dies' stopped: exited with code 2; its last error line: 'config file /nope/server.toml "
               f"not found'; see {isolated_home}/logs/mcp-dies.log")

@@ -6,6 +6,7 @@ import asyncio
 import subprocess
 import sys
 import threading
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
@@ -143,154 +144,90 @@ def append(path: Path, line: str) -> None:
     path.write_bytes((text + ("" if text.endswith("\n") or not text else "\n") + line + "\n").encode())
 
 
-def test_restoring_the_first_of_two_adjacent_appends_removes_its_line_and_keeps_the_second(tmp_path):
-    # Regression: git merge-file called the neighbouring appends a conflict, so the usual Dream undo failed.
+def memory(*lines: str, drop: tuple[str, ...] = (), swap: dict[str, str] | None = None) -> bytes:
+    """MEMORY.md's lines less `drop`, each of `swap`'s keys replaced by its value (lines, "" drops), `lines` appended."""
+    kept = [(swap or {}).get(line, line) for line in MEMORY_LINES if line not in drop]
+    return "".join(f"{line}\n" for line in [*kept, *lines] if line).encode()
+
+
+@dataclass
+class Undo:
+    """A file's first state and the states committed after it, one commit each; then the `restore`-th of those
+    commits (0: the first) is undone: the file is `after` then, or, where `after` is a str, the restore is a
+    RestoreConflict matching it that changes nothing."""
+
+    file: str
+    states: list[bytes]
+    restore: int
+    after: bytes | str
+
+
+UNDOS = {
+    # regression: git merge-file called neighbouring appends a conflict, so the usual Dream undo failed
+    "the first of two adjacent appends removes its line and keeps the second": Undo(
+        "memory/MEMORY.md", [memory(), memory("- Boat: Gull"), memory("- Boat: Gull", "- Lives in Porto")], 0,
+        memory("- Lives in Porto")),
+    "the middle of three appends keeps the first and the third": Undo(
+        "memory/MEMORY.md", [memory(), memory("- one"), memory("- one", "- two"), memory("- one", "- two", "- three")],
+        1, memory("- one", "- three")),
+    "an append whose line was edited since conflicts and changes nothing": Undo(
+        "memory/MEMORY.md", [memory(), memory("- Boat: Gull"), memory("- Boat: Gull", "- Lives in Porto"),
+                             memory("- Boat: Gull (sold in May)", "- Lives in Porto")], 0,
+        "memory/MEMORY.md changed again since then in the same lines"),
+    "a commit whose lines were split by a later insertion conflicts": Undo(
+        "memory/MEMORY.md", [memory(), memory("- Boat: Gull", "- Boat colour: blue"),
+                             memory("- Boat: Gull", "- Boat is fast", "- Boat colour: blue")], 0,
+        "Nothing was changed"),
+    "a deletion undone puts the lines back where they were after a later append": Undo(
+        "memory/MEMORY.md", [memory(), memory(drop=("- fact 4", "- fact 5")),
+                             memory("- fact 12", drop=("- fact 4", "- fact 5"))], 0, memory("- fact 12")),
+    "a deletion whose line above was reworded goes back above the line below": Undo(
+        "memory/MEMORY.md", [memory(), memory(drop=("- fact 4", "- fact 5")),
+                             memory(drop=("- fact 4", "- fact 5"), swap={"- fact 3": "- fact three"})], 0,
+        memory(swap={"- fact 3": "- fact three"})),
+    "a deletion whose lines above and below both changed conflicts": Undo(
+        "memory/MEMORY.md", [memory(), memory(drop=("- fact 4",)),
+                             memory(drop=("- fact 4", "- fact 5"), swap={"- fact 3": "- facts 3 and 5, merged"})], 0,
+        "Nothing was changed"),
+    "an append to a file without a trailing newline keeps the later line": Undo(
+        "memory/MEMORY.md", [b"# Memory\n- fact", b"# Memory\n- fact\n- Boat: Gull\n",
+                             b"# Memory\n- fact\n- Boat: Gull\n- Lives in Porto\n"], 0,
+        b"# Memory\n- fact\n- Lives in Porto\n"),
+    "CRLF line endings are kept even where the last line had none": Undo(
+        "USER.md", [b"Name: Ada\r\nLikes: tea", b"Name: Ada\r\nLikes: tea\r\n- Boat: Gull\r\n",
+                    b"Name: Ada\r\nLikes: tea\r\n- Boat: Gull\r\n- Lives in Porto\r\n"], 0,
+        b"Name: Ada\r\nLikes: tea\r\n- Lives in Porto\r\n"),
+    "a file that is not UTF-8 works line by line too": Undo(
+        "memory/MEMORY.md", [b"- caf\xe9 on the corner\n", b"- caf\xe9 on the corner\n- Boat: Gull\n",
+                             b"- caf\xe9 on the corner\n- Boat: Gull\n- Lives in Porto\n"], 0,
+        b"- caf\xe9 on the corner\n- Lives in Porto\n"),
+}
+
+
+@pytest.mark.parametrize("case", list(UNDOS.values()), ids=list(UNDOS))
+def test_restoring_one_commit_undoes_its_lines_alone_or_conflicts_changing_nothing(tmp_path, case: Undo):
     mg, ws = workspace(tmp_path)
+    path = ws / case.file
+    path.write_bytes(case.states[0])
     mg.ensure()
-    memory = ws / "memory" / "MEMORY.md"
-    append(memory, "- Boat: Gull")
-    first = mg.commit(["memory/MEMORY.md"], "add: boat Gull")
-    append(memory, "- Lives in Porto")
-    second = mg.commit(["memory/MEMORY.md"], "add: lives in Porto")
-    assert first is not None and second is not None
-
-    undo = mg.restore(first.short)
-
-    assert memory.read_text() == "\n".join([*MEMORY_LINES, "- Lives in Porto"]) + "\n"
-    assert (undo.author, undo.files) == ("restore", ("memory/MEMORY.md",))
-    assert [c.sha for c in mg.log()][:3] == [undo.sha, second.sha, first.sha]
-
-
-def test_restoring_the_middle_of_three_appends_keeps_the_first_and_the_third(tmp_path):
-    mg, ws = workspace(tmp_path)
-    mg.ensure()
-    memory = ws / "memory" / "MEMORY.md"
     made = []
-    for line in ("- one", "- two", "- three"):
-        append(memory, line)
-        made.append(mg.commit(["memory/MEMORY.md"], f"add: {line}"))
+    for number, content in enumerate(case.states[1:]):
+        path.write_bytes(content)
+        made.append(mg.commit([case.file], f"edit {number}"))
     assert None not in made
-
-    mg.restore(made[1].short)
-
-    assert memory.read_text() == "\n".join([*MEMORY_LINES, "- one", "- three"]) + "\n"
-
-
-def test_restoring_an_append_whose_line_was_edited_since_conflicts_and_changes_nothing(tmp_path):
-    mg, ws = workspace(tmp_path)
-    mg.ensure()
-    memory = ws / "memory" / "MEMORY.md"
-    append(memory, "- Boat: Gull")
-    first = mg.commit(["memory/MEMORY.md"], "add: boat Gull")
-    append(memory, "- Lives in Porto")
-    mg.commit(["memory/MEMORY.md"], "add: lives in Porto")
-    replace_line(memory, "- Boat: Gull\n", "- Boat: Gull (sold in May)\n")
-    mg.commit(["memory/MEMORY.md"], "boat sold")
-    assert first is not None
+    undone = made[case.restore]
     before = state(mg)
 
-    with pytest.raises(RestoreConflict, match="memory/MEMORY.md changed again since then in the same lines"):
-        mg.restore(first.short)
+    if isinstance(case.after, str):
+        with pytest.raises(RestoreConflict, match=case.after):
+            mg.restore(undone.short)
+        assert state(mg) == before
+        return
+    undo = mg.restore(undone.short)
 
-    assert state(mg) == before
-
-
-def test_restoring_a_commit_whose_lines_were_split_by_a_later_insertion_conflicts(tmp_path):
-    mg, ws = workspace(tmp_path)
-    mg.ensure()
-    memory = ws / "memory" / "MEMORY.md"
-    append(memory, "- Boat: Gull\n- Boat colour: blue")
-    both = mg.commit(["memory/MEMORY.md"], "add: boat Gull and its colour")
-    replace_line(memory, "- Boat: Gull\n", "- Boat: Gull\n- Boat is fast\n")
-    mg.commit(["memory/MEMORY.md"], "add: boat is fast")
-    assert both is not None
-    before = state(mg)
-
-    with pytest.raises(RestoreConflict):
-        mg.restore(both.short)
-
-    assert state(mg) == before
-
-
-def test_undoing_a_deletion_puts_the_lines_back_where_they_were_after_a_later_append(tmp_path):
-    mg, ws = workspace(tmp_path)
-    mg.ensure()
-    memory = ws / "memory" / "MEMORY.md"
-    replace_line(memory, "- fact 4\n- fact 5\n", "")
-    deletion = mg.commit(["memory/MEMORY.md"], "dropped facts 4 and 5")
-    append(memory, "- fact 12")
-    mg.commit(["memory/MEMORY.md"], "add: fact 12")
-    assert deletion is not None
-
-    mg.restore(deletion.short)
-
-    assert memory.read_text() == "\n".join([*MEMORY_LINES, "- fact 12"]) + "\n"
-
-
-def test_undoing_a_deletion_whose_line_above_was_reworded_puts_the_lines_above_the_line_below(tmp_path):
-    mg, ws = workspace(tmp_path)
-    mg.ensure()
-    memory = ws / "memory" / "MEMORY.md"
-    replace_line(memory, "- fact 4\n- fact 5\n", "")
-    deletion = mg.commit(["memory/MEMORY.md"], "dropped facts 4 and 5")
-    replace_line(memory, "- fact 3\n", "- fact three\n")
-    mg.commit(["memory/MEMORY.md"], "reworded fact 3")
-    assert deletion is not None
-
-    mg.restore(deletion.short)
-
-    expected = MEMORY_LINES.copy()
-    expected[3] = "- fact three"
-    assert memory.read_text() == "\n".join(expected) + "\n"
-
-
-def test_undoing_a_deletion_whose_lines_above_and_below_both_changed_conflicts(tmp_path):
-    mg, ws = workspace(tmp_path)
-    mg.ensure()
-    memory = ws / "memory" / "MEMORY.md"
-    replace_line(memory, "- fact 4\n", "")
-    deletion = mg.commit(["memory/MEMORY.md"], "dropped fact 4")
-    replace_line(memory, "- fact 3\n- fact 5\n", "- facts 3 and 5, merged\n")
-    mg.commit(["memory/MEMORY.md"], "merged facts 3 and 5")
-    assert deletion is not None
-    before = state(mg)
-
-    with pytest.raises(RestoreConflict):
-        mg.restore(deletion.short)
-
-    assert state(mg) == before
-
-
-def test_restoring_an_append_to_a_file_without_a_trailing_newline_keeps_the_later_line(tmp_path):
-    mg, ws = workspace(tmp_path)
-    memory = ws / "memory" / "MEMORY.md"
-    memory.write_text("# Memory\n- fact")
-    mg.ensure()
-    append(memory, "- Boat: Gull")
-    first = mg.commit(["memory/MEMORY.md"], "add: boat Gull")
-    append(memory, "- Lives in Porto")
-    mg.commit(["memory/MEMORY.md"], "add: lives in Porto")
-    assert first is not None
-
-    mg.restore(first.short)
-
-    assert memory.read_text() == "# Memory\n- fact\n- Lives in Porto\n"
-
-
-def test_restoring_keeps_crlf_line_endings_even_where_the_last_line_had_none(tmp_path):
-    mg, ws = workspace(tmp_path)
-    user = ws / "USER.md"
-    user.write_bytes(b"Name: Ada\r\nLikes: tea")
-    mg.ensure()
-    user.write_bytes(b"Name: Ada\r\nLikes: tea\r\n- Boat: Gull\r\n")
-    first = mg.commit(["USER.md"], "add: boat Gull")
-    user.write_bytes(b"Name: Ada\r\nLikes: tea\r\n- Boat: Gull\r\n- Lives in Porto\r\n")
-    mg.commit(["USER.md"], "add: lives in Porto")
-    assert first is not None
-
-    mg.restore(first.short)
-
-    assert user.read_bytes() == b"Name: Ada\r\nLikes: tea\r\n- Lives in Porto\r\n"
+    assert path.read_bytes() == case.after
+    assert (undo.author, undo.files) == ("restore", (case.file,))
+    assert [c.sha for c in mg.log()][:len(made) + 1] == [undo.sha, *(c.sha for c in reversed(made))]
 
 
 def test_restoring_one_of_two_identical_placeholder_lines_replaces_the_right_one(tmp_path):
@@ -308,22 +245,6 @@ def test_restoring_one_of_two_identical_placeholder_lines_replaces_the_right_one
     assert memory.read_text() == "# Memory\n## Facts\n- (nothing yet)\n## People\n- Sister: Eve\n"
     mg.restore(people.short)
     assert memory.read_text() == "# Memory\n## Facts\n- (nothing yet)\n## People\n- (nothing yet)\n"
-
-
-def test_restoring_in_a_file_that_is_not_utf8_works_line_by_line_too(tmp_path):
-    mg, ws = workspace(tmp_path)
-    memory = ws / "memory" / "MEMORY.md"
-    memory.write_bytes(b"- caf\xe9 on the corner\n")
-    mg.ensure()
-    memory.write_bytes(b"- caf\xe9 on the corner\n- Boat: Gull\n")
-    first = mg.commit(["memory/MEMORY.md"], "add: boat Gull")
-    memory.write_bytes(b"- caf\xe9 on the corner\n- Boat: Gull\n- Lives in Porto\n")
-    mg.commit(["memory/MEMORY.md"], "add: lives in Porto")
-    assert first is not None
-
-    mg.restore(first.short)
-
-    assert memory.read_bytes() == b"- caf\xe9 on the corner\n- Lives in Porto\n"
 
 
 def test_restoring_a_restore_brings_the_change_back(tmp_path):

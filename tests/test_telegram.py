@@ -14,7 +14,6 @@ import stat
 import subprocess
 import sys
 import time
-from collections.abc import AsyncIterator
 
 import pytest
 
@@ -39,6 +38,7 @@ from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.session.store import SessionStore
 from nanoagent.transcribe import HINT
+from tests import channel_harness as harness
 from tests.conftest import (
     PATIENCE,
     ROOT,
@@ -50,7 +50,7 @@ from tests.conftest import (
     write_config,
 )
 from tests.llm_server import Reply
-from tests.telegram_server import BOT, BotAPI, check_text
+from tests.telegram_server import BOT, BotAPI, StandIn, check_text
 
 TIMING = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2))
 ANN = 42
@@ -93,22 +93,10 @@ class Slow(ScriptedProvider):
             yield event
 
 
-@contextlib.asynccontextmanager
-async def running(api: BotAPI, provider: ScriptedProvider, timing: Timing = TIMING,
-                  **settings) -> AsyncIterator[ChannelRunner]:
-    paths = Paths.from_env()
-    hub = Hub(build_agent(Config(), paths, provider=provider))
-    config = TelegramConfig(**{"enabled": True, "token": api.token, "allow_from": [str(ANN)], "api_base": api.url,
-                               **settings})
-    channel = ChannelRunner(CHANNEL, config, paths, hub, timing)
-    task = asyncio.create_task(channel.run())
-    try:
-        yield channel
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
+def running(api: BotAPI, provider: ScriptedProvider, timing: Timing = TIMING,
+            **overrides: object) -> contextlib.AbstractAsyncContextManager[ChannelRunner]:
+    """The channel against `api` through the shared harness; `overrides` are `channels.telegram` keys (camelCase)."""
+    return harness.running(StandIn(api), provider, timing, **overrides)
 
 
 def taken(channel: ChannelRunner) -> int:
@@ -211,7 +199,7 @@ def test_a_forum_topic_is_a_session_of_its_own_answered_in_its_topic(api):
     group = -1002
 
     async def scenario():
-        async with running(api, provider, group_policy="all"):
+        async with running(api, provider, groupPolicy="all"):
             api.message("hello topic", chat_id=group, chat_type="supergroup", thread_id=17)
             await until(lambda: api.texts(group) == ["In the topic."], "the reply")
 
@@ -800,7 +788,6 @@ def test_verify_names_the_bot_or_says_the_token_was_rejected(api):
 
 def test_a_reply_whose_delivery_keeps_raising_is_parked_and_the_channel_answers_the_next_message():
     from nanoagent.messages import assistant, user
-    from tests import channel_harness as harness
     from tests.telegram_server import StandIn
 
     paths = Paths.from_env()
@@ -815,7 +802,8 @@ def test_a_reply_whose_delivery_keeps_raising_is_parked_and_the_channel_answers_
         async with harness.running(stand_in, provider) as runner:
             await until(lambda: runner.state.read().parked, "the reply to be parked")
             stand_in.write(stand_in.owner, "are you there?")
-            await until(lambda: "Still here." in stand_in.shown(stand_in.owner), "the next answer")
+            await until(lambda: "Still here." in stand_in.shown(stand_in.owner) and harness.settled(runner),
+                        "the next answer, its turn closed")
             return runner.state.read()
 
     try:

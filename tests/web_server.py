@@ -1,10 +1,11 @@
-"""A local web server for the web tool tests and the bench: routes are functions of the request handler.
+"""The local test HTTP server, for the web tool's and the browser tool's tests and the bench: routes are functions of
+the request handler (`reply`, `redirect`, or the browser tests' `page`).
 
     with WebServer({"/page": reply(b"<p>hi</p>", "text/html")}) as server:
         fetch(server.url + "/page")
 
 Every request is recorded (method, path, headers, body). With `tls` (a server-side SSLContext) it
-speaks HTTPS and records the SNI name each handshake asked for.
+speaks HTTPS and records the SNI name each handshake asked for; `host` another loopback address (127.0.0.2).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Seen:
 
 
 class WebServer:
-    def __init__(self, routes: dict[str, Route], tls: ssl.SSLContext | None = None):
+    def __init__(self, routes: dict[str, Route], tls: ssl.SSLContext | None = None, host: str = "127.0.0.1"):
         self.routes = routes
         self.requests: list[Seen] = []
         self.sni_names: list[str | None] = []
@@ -56,15 +57,19 @@ class WebServer:
 
             do_GET = do_POST = handle_one
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = ThreadingHTTPServer((host, 0), Handler)
         self.httpd.daemon_threads = True
         if tls is not None:
             tls.sni_callback = lambda sock, name, ctx: self.sni_names.append(name)
             self.httpd.socket = tls.wrap_socket(self.httpd.socket, server_side=True)
         self.port = self.httpd.server_address[1]
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self.url = f"{'https' if tls else 'http'}://{host}:{self.port}"
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
         self.thread.start()
+
+    def paths(self) -> list[str]:
+        """The path (with its query) of every request so far, in order."""
+        return [seen.path for seen in self.requests]
 
     def close(self) -> None:
         self.closing.set()

@@ -383,6 +383,7 @@ class McpServerConfig:
     type: str | None = None  # "stdio" | "http" (streamable HTTP) | "sse"; default: stdio with a command, else http
     transport: str | None = None  # the same as `type`, as some clients spell it
     timeout: float = bounded(60.0, 1, 86_400)  # seconds for starting and for each tool call
+    stop_grace: float = bounded(2.0, 0, 60)  # seconds a local server gets to exit once its stdin closes
     enabled: bool = True
 
     def kind(self, name: str) -> str:

@@ -31,7 +31,7 @@ class McpTool:
 
 def config_key(config: McpServerConfig) -> str:
     """What decides which program answers: a change to any of it makes the cached list stale."""
-    relevant = {k: v for k, v in asdict(config).items() if k not in ("timeout", "enabled")}
+    relevant = {k: v for k, v in asdict(config).items() if k not in ("timeout", "stop_grace", "enabled")}
     return hashlib.sha256(json.dumps(relevant, sort_keys=True).encode()).hexdigest()[:16]
 
 

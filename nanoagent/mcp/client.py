@@ -260,7 +260,7 @@ class McpServer:
     def _stdio(self, process: StdioProcess) -> contextlib.AbstractAsyncContextManager[Any]:
         c = self.config
         assert c.command is not None
-        return stdio_transport(c.command, c.args, c.env, c.cwd, self.log_path, process)
+        return stdio_transport(c.command, c.args, c.env, c.cwd, self.log_path, process, c.stop_grace)
 
     @contextlib.asynccontextmanager
     async def _remote(self, kind: str) -> Any:

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 LOG_LIMIT = 1 << 20  # a server's log is started afresh past this size
 MAX_LINE = 64 << 20  # a JSON-RPC message may carry an image
 PR_SET_PDEATHSIG = 1
-STOP_GRACE = 2.0  # after stdin closes, how long a server gets to exit before SIGTERM, then SIGKILL
+STOP_GRACE = 2.0  # after stdin closes, how long a server gets to exit before SIGTERM (half that), then SIGKILL
 
 
 @dataclass
@@ -70,8 +70,9 @@ def last_line(log: Path) -> str:
 
 @contextlib.asynccontextmanager
 async def stdio_transport(command: str, args: list[str], env: dict[str, str], cwd: str | None, log: Path,
-                          process: StdioProcess) -> AsyncIterator[tuple[Any, Any]]:
-    """The two streams ClientSession wants, for a server started from `command`; it is stopped on exit."""
+                          process: StdioProcess, stop_grace: float = STOP_GRACE) -> AsyncIterator[tuple[Any, Any]]:
+    """The two streams ClientSession wants, for a server started from `command`; it is stopped on exit, given
+    `stop_grace` seconds to go once its stdin closes."""
     import anyio
     from mcp.shared.message import SessionMessage
 
@@ -133,20 +134,20 @@ async def stdio_transport(command: str, args: list[str], env: dict[str, str], cw
     try:
         yield read_recv, write_send
     finally:
-        await asyncio.shield(_stop(proc, tasks, guard, group))
+        await asyncio.shield(_stop(proc, tasks, guard, group, stop_grace))
 
 
 async def _stop(proc: asyncio.subprocess.Process, tasks: list[asyncio.Task[None]],
-                guard: asyncio.subprocess.Process | None, group: Cgroup | None) -> None:
+                guard: asyncio.subprocess.Process | None, group: Cgroup | None, grace: float) -> None:
     """Close stdin (the polite way the spec asks for), then SIGTERM and SIGKILL the whole process group."""
     if proc.stdin is not None:
         proc.stdin.close()
-    for sig, grace in ((None, STOP_GRACE), (signal.SIGTERM, 1.0), (signal.SIGKILL, 2.0)):
+    for sig, wait in ((None, grace), (signal.SIGTERM, grace / 2), (signal.SIGKILL, 2.0)):
         if sig is not None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, sig)
         try:
-            await asyncio.wait_for(asyncio.shield(tasks[2]), grace)
+            await asyncio.wait_for(asyncio.shield(tasks[2]), wait)
             break
         except TimeoutError:
             continue
