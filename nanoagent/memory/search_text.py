@@ -150,6 +150,14 @@ def _date_of(text: str) -> str:
     return f"{found.group(5)}-{MONTHS.index(month.lower()) + 1:02}-{int(day):02} {hour:02}:{minute:02}"
 
 
+_TRAILING_NOTE = re.compile(r"\s*\[[^\]\n]*\]\s*$")  # "... [shares a photo of a bridge]"
+
+
+def is_question(words: str) -> bool:
+    """Whether a line's words (after its head) end with a question: what it asks about it does not tell."""
+    return _TRAILING_NOTE.sub("", words).rstrip().endswith(("?", "？"))
+
+
 def split_cjk_edges(text: str) -> str:
     """`text` with a space wherever a CJK character meets a letter or digit, so unicode61 ends the token there."""
     return _CJK_EDGE.sub(" ", text) if _CJK_RUN.search(text) else text  # the check alone is ~5x cheaper
