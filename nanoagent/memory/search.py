@@ -27,8 +27,12 @@ irregular forms), and how a query's time and a transcript line's speaker and dat
 
 Ranking: the best POOL keyword matches (BM25) are re-scored (`_keyword_ranking`, `_rerank`): a session message
 or history entry gets NEAR_WEIGHT of its best neighbour's score (the one before or after it in its session or
-history thread, linked by `docs.prev`), so the answer after a question turn is found by the question's words;
-then boosts for holding every query word, for the turns of a person the query names, for a text that says when
+history thread, linked by `docs.prev`; ANSWER_WEIGHT of the question just before it), so the answer after a question
+turn is found by the question's words; documents naming things of the kind the query asks about (`related_terms`:
+"sports" finds "basketball") are added with a part of the best score; a question turn loses QUESTION_PENALTY (it
+names what it asks about, and must not come before the answer) and a turn gains up to LENGTH_BOOST for its words
+(BM25's length normalisation ranks "Wow! Did you see that band?" above the turn that tells about it); then boosts
+for holding every query word, for the turns of a person the query names, for a text that says when
 (for a question asking when), for a document from the time the query names, and a weak one for recency. Session
 messages take their time from the runtime block (an assistant message, its user message's), or from a date in
 the line's head ("[8 May 2023] Caroline: ...").
@@ -87,6 +91,7 @@ from nanoagent.memory.search_text import (
     message_text,
     message_time,
     needles,
+    related_terms,
     split_cjk_edges,
     time_filter,
     without_time,
@@ -106,6 +111,7 @@ ANSWER_WEIGHT = 0.7  # and in the question just before it, this much
 QUESTION_PENALTY = 0.2  # taken from a normalised score: a question names a topic, its answer tells
 LENGTH_BOOST = 0.2  # added to a normalised score in proportion to the words, up to LENGTH_WORDS
 LENGTH_WORDS = 20  # BM25's length normalisation favours a short reply over the telling one
+RELATED_WEIGHT = 0.35  # a document naming a thing of the kind the query asks about ("sports": "basketball")
 EVERY_BOOST = 0.2  # the document holds every word of the query
 SPEAKER_BOOST = 0.25  # added to a normalised BM25 score (the best match is 1.0): the question names this speaker
 WHEN_BOOST = 0.15  # a "when" question and a document that holds a date or a relative time
@@ -498,6 +504,7 @@ class MemorySearch:
         every: set[int] = set()
         if match_expression(keywords) is not None:
             ranked, every = _keyword_ranking(db, keywords, max(limit, POOL))
+            ranked = _with_related(db, keywords, ranked)
         fused = None
         if self.embedding is not None:  # the boosts apply to the fused ranking: the time or person a query names
             fused = self._fuse(db, self.embedding, query, [doc_id for doc_id, _ in ranked])
@@ -761,6 +768,23 @@ def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[l
         scores = {doc_id: own.get(doc_id, 0.0) + near.get(doc_id, 0.0) for doc_id in own.keys() | near}
         ranked = heapq.nlargest(wanted, scores.items(), key=operator.itemgetter(1))
     return ranked, every
+
+
+def _with_related(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """`ranked` with the documents that name the kind of thing the query asks about ("sports": "basketball") added to,
+    or brought in: the best of them gets RELATED_WEIGHT of the best match's score."""
+    expression = match_expression(" ".join(related_terms(query)), "OR")
+    if expression is None or not ranked:
+        return ranked
+    related = db.execute("SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
+                         (expression, len(ranked))).fetchall()
+    top, best = ranked[0][1], max((score for _, score in related), default=0.0)
+    if top <= 0 or best <= 0:
+        return ranked
+    scores = dict(ranked)
+    for doc_id, score in related:
+        scores[doc_id] = scores.get(doc_id, 0.0) + RELATED_WEIGHT * top * score / best
+    return heapq.nlargest(len(ranked), scores.items(), key=operator.itemgetter(1))
 
 
 def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted: int
