@@ -336,3 +336,19 @@ def test_every_source_memory_search_names_is_one_memory_get_takes(paths):
     assert {s.split("#")[0].split(":")[0] for s in found} == {"memory/MEMORY.md", "history", "session cli"}
     for source in found:
         assert "Porto" in get(paths, source)
+
+
+
+@pytest.mark.parametrize(("question", "fact", "found"), [
+    ("Which gym did I sign up at in March, and what did the membership cost?",
+     "The user signed up at the Ironworks gym; the membership costs 40 euros a month.", "Ironworks"),
+    ("What was the name of the dentist I saw in Leiden last year?", "The user's dentist in Leiden is Dr. Okafor.",
+     "Okafor"),
+])
+def test_asking_again_recalls_the_fact_before_the_earlier_asking(paths, question, fact, found):
+    add_session(paths, "cli:old", question, "I don't have that noted yet.")
+    remember(paths, fact)
+    provider = turn(paths, question)
+    block = recalled(text_of(provider.requests[0].messages[-1]))
+    assert found in block and "session cli:old #0" in block  # both are found, and the fact comes first
+    assert block.index(found) < block.index("session cli:old #0")

@@ -109,6 +109,7 @@ ENOUGH = 15  # documents holding every word: with this many the slower OR query 
 NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
 ANSWER_WEIGHT = 0.7  # and in the question just before it, this much
 QUESTION_PENALTY = 0.2  # taken from a normalised score: a question names a topic, its answer tells
+REPEAT_SHARE = 0.6  # a question turn holding this share of the query's words asks the same thing: it ranks last
 LENGTH_BOOST = 0.2  # added to a normalised score in proportion to the words, up to LENGTH_WORDS
 LENGTH_WORDS = 20  # BM25's length normalisation favours a short reply over the telling one
 RELATED_WEIGHT = 0.35  # a document naming a thing of the kind the query asks about ("sports": "basketball")
@@ -502,8 +503,9 @@ class MemorySearch:
             keywords = _distinctive(db, keywords, max_term_docs, self._counts, self._added)
         ranked: list[tuple[int, float]] = []
         every: set[int] = set()
+        matched: set[int] = set()
         if match_expression(keywords) is not None:
-            ranked, every = _keyword_ranking(db, keywords, max(limit, POOL))
+            ranked, every, matched = _keyword_ranking(db, keywords, max(limit, POOL))
             ranked = _with_related(db, keywords, ranked)
         fused = None
         if self.embedding is not None:  # the boosts apply to the fused ranking: the time or person a query names
@@ -511,7 +513,7 @@ class MemorySearch:
             if fused is not None:
                 order, scores = fused
                 ranked = [(doc_id, scores[doc_id]) for doc_id in order]
-        ranked = _rerank(db, query, ranked, every, now or datetime.now(), bm25=fused is None)
+        ranked = _rerank(db, query, ranked, every, now or datetime.now(), bm25=fused is None, matched=matched)
         return _hits(db, [doc_id for doc_id, _ in ranked[:limit]], dict(ranked), needles(query))
 
     def _fuse(self, db: sqlite3.Connection, settings: EmbeddingSettings, query: str,
@@ -746,11 +748,13 @@ def _drop(db: sqlite3.Connection, source: str) -> int:
     return db.execute("DELETE FROM docs WHERE source = ?", (source,)).rowcount
 
 
-def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[list[tuple[int, float]], set[int]]:
-    """The best `wanted` (doc id, -bm25), and which of them hold every term in their own text. Only
+def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int
+                     ) -> tuple[list[tuple[int, float]], set[int], set[int]]:
+    """The best `wanted` (doc id, -bm25), which of them hold every term in their own text, and which hold some. Only
     those when there are ENOUGH of them: the AND query is ~10x faster than OR for common words (BM25 must score
     every document that matches). Otherwise OR, so a partial match still counts."""
     ranked, every = _matches(db, "fts", query, "body", wanted)
+    matched = {doc_id for doc_id, _ in ranked}
     if NEAR_WEIGHT and ranked:  # a neighbour's match adds to a turn's score, or brings it in
         own = dict(ranked)
         marks = ",".join("?" * len(own))
@@ -767,7 +771,7 @@ def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[l
                 near[prev] = max(near.get(prev, 0.0), NEAR_WEIGHT * own.get(doc_id, 0.0))
         scores = {doc_id: own.get(doc_id, 0.0) + near.get(doc_id, 0.0) for doc_id in own.keys() | near}
         ranked = heapq.nlargest(wanted, scores.items(), key=operator.itemgetter(1))
-    return ranked, every
+    return ranked, every, matched
 
 
 def _with_related(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
@@ -804,7 +808,7 @@ def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted
 
 
 def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]], every: set[int], now: datetime,
-            bm25: bool = True) -> list[tuple[int, float]]:
+            bm25: bool = True, matched: set[int] | None = None) -> list[tuple[int, float]]:
     """The keyword matches re-scored: BM25 scaled so the best is 1.0, plus a boost for holding every term, for a
     turn of the person the question names, for a dated text when it asks when, for a document from the time it
     names, and for recency."""
@@ -822,6 +826,7 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
         dated = {doc_id for doc_id, text in db.execute(
             f"SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id WHERE d.id IN ({marks})",
             ids) if mentions_time(text[line_head(text)[2]:])}  # a date in the line's head is not the answer
+    repeats = _repeats(db, query, [doc_id for doc_id, (*_, asks) in rows.items() if asks])
     window = time_filter(query, now)
     stamps = sorted(stamp for _, stamp, *_ in rows.values() if stamp)
     oldest, newest = (_days(stamps[0]), _days(stamps[-1])) if stamps else (0.0, 0.0)
@@ -843,8 +848,25 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
         if stamp:
             score += RECENCY_BOOST * (_days(stamp) - oldest) / span
         out.append((doc_id, score * top))  # back in the scale of the ranking: a minimum score keeps its meaning
+    if repeats:  # below the best of the rest that holds the query's words itself: what it asked about
+        floor = max((score for doc_id, score in out if doc_id not in repeats and (matched is None or doc_id in matched)),
+                    default=0.0)
+        out = [(doc_id, min(score, floor - abs(floor) * 0.01 - 1e-6) if doc_id in repeats else score)
+               for doc_id, score in out]
     out.sort(key=lambda pair: -pair[1])
     return out
+
+
+def _repeats(db: sqlite3.Connection, query: str, questions: list[int]) -> set[int]:
+    """The question turns among `questions` that ask what `query` asks: they hold REPEAT_SHARE of its words."""
+    wanted = needles(query)
+    if len(wanted) < 2 or not questions:
+        return set()
+    marks = ",".join("?" * len(questions))
+    texts = db.execute(f"SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id "
+                       f"WHERE d.id IN ({marks})", questions)
+    return {doc_id for doc_id, text in texts
+            if sum(needle in text.lower() for needle in wanted) >= REPEAT_SHARE * len(wanted)}
 
 
 _WORDS = re.compile(r"\w+")
