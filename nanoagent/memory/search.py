@@ -848,9 +848,9 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
         if stamp:
             score += RECENCY_BOOST * (_days(stamp) - oldest) / span
         out.append((doc_id, score * top))  # back in the scale of the ranking: a minimum score keeps its meaning
-    if repeats:  # below the best of the rest that holds the query's words itself: what it asked about
-        floor = max((score for doc_id, score in out if doc_id not in repeats and (matched is None or doc_id in matched)),
-                    default=0.0)
+    facts = [score for doc_id, score in out if doc_id not in repeats and (matched is None or doc_id in matched)]
+    if repeats and facts:  # below the best of the rest that holds the query's words itself: what it asked about
+        floor = max(facts)
         out = [(doc_id, min(score, floor - abs(floor) * 0.01 - 1e-6) if doc_id in repeats else score)
                for doc_id, score in out]
     out.sort(key=lambda pair: -pair[1])
