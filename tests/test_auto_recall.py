@@ -81,7 +81,7 @@ def test_a_fact_from_an_older_conversation_is_recalled_into_the_runtime_block_no
     provider = turn(paths, "what was my bike lock combination again?")
     request = provider.requests[0]
     content = text_of(request.messages[-1])
-    assert "[session telegram:77 #0, user]" in recalled(content) and "2958" in recalled(content)
+    assert "[session telegram:77 #0, user, said " in recalled(content) and "2958" in recalled(content)
     assert "2958" not in request.system and "session telegram:77" not in request.system
     assert strip_runtime_context(content) == "what was my bike lock combination again?"
 
@@ -120,10 +120,10 @@ def test_what_an_earlier_turn_recalled_is_not_recalled_again_while_that_turn_is_
     asyncio.run(loop.handle("what is the garage door code?", "cli:direct"))
     asyncio.run(loop.handle("the garage door code again, please", "cli:direct"))
     first, second = (recalled(text_of(r.messages[-1])) for r in provider.requests)
-    assert "[session cli:old #0, user]" in first and "session cli:old #0" not in second
+    assert "[session cli:old #0, user, said " in first and "session cli:old #0" not in second
     loop.store.set_consolidated(loop.session("cli:direct"), 4)  # both turns archived: no longer in the prompt
     asyncio.run(loop.handle("the garage door code once more", "cli:direct"))
-    assert "[session cli:old #0, user]" in recalled(text_of(provider.requests[-1].messages[-1]))
+    assert "[session cli:old #0, user, said " in recalled(text_of(provider.requests[-1].messages[-1]))
 
 
 def test_an_older_history_entry_and_a_file_cut_from_the_prompt_are_recalled(paths):
@@ -234,7 +234,7 @@ def test_a_one_shot_sends_the_recalled_fact_in_its_user_message_over_the_wire(ll
     body = llm.requests[-1].body
     sent = body["messages"][-1]["content"]
     text = sent if isinstance(sent, str) else "".join(block.get("text", "") for block in sent)
-    assert "[session cli:s0 #0, user]" in recalled(text) and "4471" in recalled(text)
+    assert "[session cli:s0 #0, user, said " in recalled(text) and "4471" in recalled(text)
     assert "4471" not in str(body["system"])
 
 
@@ -336,3 +336,43 @@ def test_every_source_memory_search_names_is_one_memory_get_takes(paths):
     assert {s.split("#")[0].split(":")[0] for s in found} == {"memory/MEMORY.md", "history", "session cli"}
     for source in found:
         assert "Porto" in get(paths, source)
+
+
+
+@pytest.mark.parametrize(("question", "fact", "found"), [
+    ("Which gym did I sign up at in March, and what did the membership cost?",
+     "The user signed up at the Ironworks gym; the membership costs 40 euros a month.", "Ironworks"),
+    ("What was the name of the dentist I saw in Leiden last year?", "The user's dentist in Leiden is Dr. Okafor.",
+     "Okafor"),
+])
+def test_asking_again_recalls_the_fact_before_the_earlier_asking(paths, question, fact, found):
+    add_session(paths, "cli:old", question, "I don't have that noted yet.")
+    remember(paths, fact)
+    provider = turn(paths, question)
+    block = recalled(text_of(provider.requests[0].messages[-1]))
+    assert found in block and "session cli:old #0" in block  # both are found, and the fact comes first
+    assert block.index(found) < block.index("session cli:old #0")
+
+
+@pytest.mark.parametrize(("question", "earlier", "later", "new"), [
+    ("Where does Dana work these days?", "Dana works at the Crumb bakery on Elm Street.",
+     "Dana left the bakery and works at Northbank now.", "Northbank"),
+    ("Which city does Dana live in?", "Dana lives in Leeds, near the university.",
+     "Dana moved house: she lives in Bristol now.", "Bristol"),
+    ("What is the name of Dana's partner?", "Dana's partner is called Sam; they met at a choir.",
+     "Dana has a new partner, Alex; they met hiking.", "Alex"),
+    ("What does Dana's brother do for a living?", "Dana's brother is a nurse at the county hospital.",
+     "Dana's brother quit nursing and is a carpenter now.", "carpenter"),
+])
+def test_when_two_recalled_facts_disagree_the_later_comes_first_and_each_says_when(paths, question, earlier, later,
+                                                                                   new):
+    log = HistoryLog(paths.memory_dir, key_file=paths.history_key_file)
+    log.append("cli:earlier", earlier, now=datetime(2025, 3, 2, 9, 0))
+    log.append("cli:earlier", "Dana sent a photo of the sea.", now=datetime(2025, 6, 1, 9, 0))
+    log.append("cli:earlier", later, now=datetime(2026, 1, 10, 9, 0))
+    log.set_dream_cursor(log.cursor)
+    provider = turn(paths, question)
+    block = recalled(text_of(provider.requests[0].messages[-1]))
+    assert earlier in block and later in block
+    assert block.index(new) < block.index(earlier)
+    assert block.index("2026-01-10 09:00") < block.index(later) and "2025-03-02 09:00" in block

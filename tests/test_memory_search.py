@@ -593,10 +593,10 @@ def transcript(paths: Paths, key: str, when: datetime, *turns: tuple[str, str]) 
 
 
 def test_an_answer_is_found_by_the_words_of_the_question_turn_before_it(paths):
-    transcript(paths, "chat:1", NOON, ("Ana", "Which instrument are you learning these days?"),
+    transcript(paths, "chat:1", NOON, ("Ana", "Which piece are you learning these days?"),
                ("Ben", "The cello! Bach's first suite, slowly."), ("Ana", "Lovely. Any trips planned?"),
                ("Ben", "Lisbon in spring."))
-    hits = MemorySearch(paths).search("instrument learning", 3)
+    hits = MemorySearch(paths).search("piece learning", 3)
     assert "session chat:1 #1" in sources(hits)  # the answer holds neither word
     assert sources(hits)[0] == "session chat:1 #0"
 
@@ -666,11 +666,11 @@ def test_a_group_chat_members_messages_are_favoured_when_the_query_names_them(pa
 
 
 def test_a_turn_appended_later_is_linked_to_the_turn_before_it(paths):
-    transcript(paths, "chat:1", NOON, ("Ana", "Which instrument are you learning these days?"))
+    transcript(paths, "chat:1", NOON, ("Ana", "Which piece are you learning these days?"))
     searcher = MemorySearch(paths)
-    assert sources(searcher.search("instrument learning")) == ["session chat:1 #0"]
+    assert sources(searcher.search("piece learning")) == ["session chat:1 #0"]
     add_session(paths, "chat:1", {"role": "assistant", "content": "Ben: The cello! Bach's first suite, slowly."})
-    assert sources(searcher.search("instrument learning")) == ["session chat:1 #0", "session chat:1 #1"]
+    assert sources(searcher.search("piece learning")) == ["session chat:1 #0", "session chat:1 #1"]
     assert searcher.last_update == IndexUpdate(added=1, sources=1)
 
 

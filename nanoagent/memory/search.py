@@ -27,8 +27,12 @@ irregular forms), and how a query's time and a transcript line's speaker and dat
 
 Ranking: the best POOL keyword matches (BM25) are re-scored (`_keyword_ranking`, `_rerank`): a session message
 or history entry gets NEAR_WEIGHT of its best neighbour's score (the one before or after it in its session or
-history thread, linked by `docs.prev`), so the answer after a question turn is found by the question's words;
-then boosts for holding every query word, for the turns of a person the query names, for a text that says when
+history thread, linked by `docs.prev`; ANSWER_WEIGHT of the question just before it), so the answer after a question
+turn is found by the question's words; documents naming things of the kind the query asks about (`related_terms`:
+"sports" finds "basketball") are added with a part of the best score; a question turn loses QUESTION_PENALTY (it
+names what it asks about, and must not come before the answer) and a turn gains up to LENGTH_BOOST for its words
+(BM25's length normalisation ranks "Wow! Did you see that band?" above the turn that tells about it); then boosts
+for holding every query word, for the turns of a person the query names, for a text that says when
 (for a question asking when), for a document from the time the query names, and a weak one for recency. Session
 messages take their time from the runtime block (an assistant message, its user message's), or from a date in
 the line's head ("[8 May 2023] Caroline: ...").
@@ -79,6 +83,7 @@ from nanoagent.memory.search_text import (
     asks_when,
     chunk_markdown,
     cjk_bigrams,
+    is_question,
     line_head,
     make_snippet,
     match_expression,
@@ -86,6 +91,7 @@ from nanoagent.memory.search_text import (
     message_text,
     message_time,
     needles,
+    related_terms,
     split_cjk_edges,
     time_filter,
     without_time,
@@ -95,12 +101,18 @@ from nanoagent.session.store import Session, SessionStore
 
 __all__ = ["IndexUpdate", "MemorySearch", "SearchHit", "SearchIndexError", "SourceKind", "embedding_settings"]
 
-SCHEMA_VERSION = 4  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
+SCHEMA_VERSION = 5  # bump on any change to the tables or to what goes into them; old indexes are rebuilt
 CANDIDATES = 50  # each ranking contributes this many documents to the fused one
 POOL = 50  # keyword matches re-ranked by speaker, time and recency
 NEAR_WORDS = 3  # a document found only through its neighbour has at least this many words
 ENOUGH = 15  # documents holding every word: with this many the slower OR query (a few words missing) is skipped
 NEAR_WEIGHT = 0.5  # a word in a neighbouring turn counts this much of one in the document itself (BM25 weight)
+ANSWER_WEIGHT = 0.7  # and in the question just before it, this much
+QUESTION_PENALTY = 0.2  # taken from a normalised score: a question names a topic, its answer tells
+REPEAT_SHARE = 0.6  # a question turn holding this share of the query's words asks the same thing: it ranks last
+LENGTH_BOOST = 0.2  # added to a normalised score in proportion to the words, up to LENGTH_WORDS
+LENGTH_WORDS = 20  # BM25's length normalisation favours a short reply over the telling one
+RELATED_WEIGHT = 0.35  # a document naming a thing of the kind the query asks about ("sports": "basketball")
 EVERY_BOOST = 0.2  # the document holds every word of the query
 SPEAKER_BOOST = 0.25  # added to a normalised BM25 score (the best match is 1.0): the question names this speaker
 WHEN_BOOST = 0.15  # a "when" question and a document that holds a date or a relative time
@@ -210,6 +222,7 @@ CREATE TABLE docs(id INTEGER PRIMARY KEY, source TEXT NOT NULL, kind TEXT NOT NU
                   thread TEXT NOT NULL,  -- history: the entry's session, and neighbours share a thread
                   prev INTEGER,  -- the document before this one in its source and thread: its neighbour
                   words INTEGER NOT NULL,  -- how many words it has: a reply of a word or two is not a neighbour hit
+                  asks INTEGER NOT NULL,  -- 1 when it is a question: it names a topic rather than telling about it
                   text TEXT  -- the document as written when fts.body differs from it (see split_cjk_edges), else NULL
                   );
 CREATE INDEX docs_source ON docs(source);
@@ -490,14 +503,17 @@ class MemorySearch:
             keywords = _distinctive(db, keywords, max_term_docs, self._counts, self._added)
         ranked: list[tuple[int, float]] = []
         every: set[int] = set()
+        matched: set[int] = set()
         if match_expression(keywords) is not None:
-            ranked, every = _keyword_ranking(db, keywords, max(limit, POOL))
+            ranked, every, matched = _keyword_ranking(db, keywords, max(limit, POOL))
+            ranked = _with_related(db, keywords, ranked)
+        fused = None
         if self.embedding is not None:  # the boosts apply to the fused ranking: the time or person a query names
             fused = self._fuse(db, self.embedding, query, [doc_id for doc_id, _ in ranked])
             if fused is not None:
                 order, scores = fused
                 ranked = [(doc_id, scores[doc_id]) for doc_id in order]
-        ranked = _rerank(db, query, ranked, every, now or datetime.now())
+        ranked = _rerank(db, query, ranked, every, now or datetime.now(), bm25=fused is None, matched=matched)
         return _hits(db, [doc_id for doc_id, _ in ranked[:limit]], dict(ranked), needles(query))
 
     def _fuse(self, db: sqlite3.Connection, settings: EmbeddingSettings, query: str,
@@ -711,9 +727,9 @@ def _insert(db: sqlite3.Connection, source: str, docs: list[_Doc]) -> int:
         previous = (doc_id, doc.thread) if doc.kind is not SourceKind.FILE else None
     heads = [line_head(t) for t in texts]
     db.executemany('INSERT INTO docs(id, source, kind, ref, start, "end", timestamp, role, speaker, thread, prev, '
-                   "words, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                   "words, asks, text) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                    [(i, source, d.kind.value, d.ref, d.start, d.end, date or d.timestamp, d.role, speaker, d.thread,
-                     link, len(t[head:].split()), None if b == t else t)
+                     link, len(t[head:].split()), is_question(t[head:]), None if b == t else t)
                     for i, d, t, b, link, (speaker, date, head) in zip(ids, docs, texts, bodies, links, heads, strict=True)])
     db.executemany("INSERT INTO fts(rowid, body, cjk) VALUES (?, ?, ?)",
                    [(i, b, cjk_bigrams(t)) for i, t, b in zip(ids, texts, bodies, strict=True)])
@@ -732,26 +748,47 @@ def _drop(db: sqlite3.Connection, source: str) -> int:
     return db.execute("DELETE FROM docs WHERE source = ?", (source,)).rowcount
 
 
-def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int) -> tuple[list[tuple[int, float]], set[int]]:
-    """The best `wanted` (doc id, -bm25), and which of them hold every term in their own text. Only
+def _keyword_ranking(db: sqlite3.Connection, query: str, wanted: int
+                     ) -> tuple[list[tuple[int, float]], set[int], set[int]]:
+    """The best `wanted` (doc id, -bm25), which of them hold every term in their own text, and which hold some. Only
     those when there are ENOUGH of them: the AND query is ~10x faster than OR for common words (BM25 must score
     every document that matches). Otherwise OR, so a partial match still counts."""
     ranked, every = _matches(db, "fts", query, "body", wanted)
+    matched = {doc_id for doc_id, _ in ranked}
     if NEAR_WEIGHT and ranked:  # a neighbour's match adds to a turn's score, or brings it in
         own = dict(ranked)
         marks = ",".join("?" * len(own))
-        pairs = f"SELECT d.id, d.prev, p.words >= {NEAR_WORDS}, d.words >= {NEAR_WORDS} FROM docs d JOIN docs p ON p.id = d.prev"
+        pairs = (f"SELECT d.id, d.prev, p.words >= {NEAR_WORDS}, d.words >= {NEAR_WORDS}, p.asks FROM docs d "
+                 "JOIN docs p ON p.id = d.prev")
         links = db.execute(f"{pairs} WHERE d.id IN ({marks}) UNION ALL {pairs} WHERE d.prev IN ({marks})",
                            [*own, *own]).fetchall()
-        near: dict[int, float] = {}  # the best score of a document's neighbours
-        for doc_id, prev, prev_says, says in links:  # neighbours: each gets a part of the other's score
+        near: dict[int, float] = {}  # the best weighted score of a document's neighbours
+        for doc_id, prev, prev_says, says, prev_asks in links:  # neighbours: each gets a part of the other's score
             if says or doc_id in own:  # a reply of a word or two ("ok") is not worth finding for its neighbour
-                near[doc_id] = max(near.get(doc_id, 0.0), own.get(prev, 0.0))
+                weight = ANSWER_WEIGHT if prev_asks else NEAR_WEIGHT  # the answer to a question is about its words
+                near[doc_id] = max(near.get(doc_id, 0.0), weight * own.get(prev, 0.0))
             if prev_says or prev in own:
-                near[prev] = max(near.get(prev, 0.0), own.get(doc_id, 0.0))
-        scores = {doc_id: own.get(doc_id, 0.0) + NEAR_WEIGHT * near.get(doc_id, 0.0) for doc_id in own.keys() | near}
+                near[prev] = max(near.get(prev, 0.0), NEAR_WEIGHT * own.get(doc_id, 0.0))
+        scores = {doc_id: own.get(doc_id, 0.0) + near.get(doc_id, 0.0) for doc_id in own.keys() | near}
         ranked = heapq.nlargest(wanted, scores.items(), key=operator.itemgetter(1))
-    return ranked, every
+    return ranked, every, matched
+
+
+def _with_related(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]]) -> list[tuple[int, float]]:
+    """`ranked` with the documents that name the kind of thing the query asks about ("sports": "basketball") added to,
+    or brought in: the best of them gets RELATED_WEIGHT of the best match's score."""
+    expression = match_expression(" ".join(related_terms(query)), "OR")
+    if expression is None or not ranked:
+        return ranked
+    related = db.execute("SELECT rowid, -rank FROM fts WHERE fts MATCH ? ORDER BY rank LIMIT ?",
+                         (expression, len(ranked))).fetchall()
+    top, best = ranked[0][1], max((score for _, score in related), default=0.0)
+    if top <= 0 or best <= 0:
+        return ranked
+    scores = dict(ranked)
+    for doc_id, score in related:
+        scores[doc_id] = scores.get(doc_id, 0.0) + RELATED_WEIGHT * top * score / best
+    return heapq.nlargest(len(ranked), scores.items(), key=operator.itemgetter(1))
 
 
 def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted: int
@@ -770,8 +807,8 @@ def _matches(db: sqlite3.Connection, table: str, query: str, column: str, wanted
     return db.execute(sql, (some, wanted)).fetchall(), {doc_id for doc_id, _ in complete}
 
 
-def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]], every: set[int], now: datetime
-            ) -> list[tuple[int, float]]:
+def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]], every: set[int], now: datetime,
+            bm25: bool = True, matched: set[int] | None = None) -> list[tuple[int, float]]:
     """The keyword matches re-scored: BM25 scaled so the best is 1.0, plus a boost for holding every term, for a
     turn of the person the question names, for a dated text when it asks when, for a document from the time it
     names, and for recency."""
@@ -780,23 +817,26 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
     top = max(score for _, score in ranked) or 1.0
     marks = ",".join("?" * len(ranked))
     ids = [doc_id for doc_id, _ in ranked]
-    rows = {row[0]: row[1:] for row in db.execute(f"SELECT id, speaker, timestamp FROM docs WHERE id IN ({marks})",
+    rows = {row[0]: row[1:] for row in db.execute(f"SELECT id, speaker, timestamp, words, asks FROM docs WHERE id IN ({marks})",
                                                   ids)}
     words = {w.lower() for w in _WORDS.findall(query)}
-    named = {speaker for speaker, _ in rows.values() if speaker and set(speaker.split()) <= words}
+    named = {speaker for speaker, *_ in rows.values() if speaker and set(speaker.split()) <= words}
     dated = set()
     if asks_when(query):  # reading the texts costs more than the rest of re-ranking: only for this
         dated = {doc_id for doc_id, text in db.execute(
             f"SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id WHERE d.id IN ({marks})",
             ids) if mentions_time(text[line_head(text)[2]:])}  # a date in the line's head is not the answer
+    repeats = _repeats(db, query, [doc_id for doc_id, (*_, asks) in rows.items() if asks])
     window = time_filter(query, now)
-    stamps = sorted(stamp for _, stamp in rows.values() if stamp)
+    stamps = sorted(stamp for _, stamp, *_ in rows.values() if stamp)
     oldest, newest = (_days(stamps[0]), _days(stamps[-1])) if stamps else (0.0, 0.0)
     span = (newest - oldest) or 1.0
     out = []
     for doc_id, score in ranked:
-        speaker, stamp = rows.get(doc_id, ("", ""))
+        speaker, stamp, words_in, asks = rows.get(doc_id, ("", "", 0, 0))
         score = max(score, 0.0) / top
+        if bm25:  # a cosine ranking neither favours short texts nor mistakes a question for its answer
+            score += LENGTH_BOOST * min(1.0, words_in / LENGTH_WORDS) - QUESTION_PENALTY * asks
         if doc_id in every:
             score += EVERY_BOOST
         if named and speaker in named:
@@ -808,8 +848,25 @@ def _rerank(db: sqlite3.Connection, query: str, ranked: list[tuple[int, float]],
         if stamp:
             score += RECENCY_BOOST * (_days(stamp) - oldest) / span
         out.append((doc_id, score * top))  # back in the scale of the ranking: a minimum score keeps its meaning
+    facts = [score for doc_id, score in out if doc_id not in repeats and (matched is None or doc_id in matched)]
+    if repeats and facts:  # below the best of the rest that holds the query's words itself: what it asked about
+        floor = max(facts)
+        out = [(doc_id, min(score, floor - abs(floor) * 0.01 - 1e-6) if doc_id in repeats else score)
+               for doc_id, score in out]
     out.sort(key=lambda pair: -pair[1])
     return out
+
+
+def _repeats(db: sqlite3.Connection, query: str, questions: list[int]) -> set[int]:
+    """The question turns among `questions` that ask what `query` asks: they hold REPEAT_SHARE of its words."""
+    wanted = needles(query)
+    if len(wanted) < 2 or not questions:
+        return set()
+    marks = ",".join("?" * len(questions))
+    texts = db.execute(f"SELECT d.id, coalesce(d.text, fts.body) FROM docs d JOIN fts ON fts.rowid = d.id "
+                       f"WHERE d.id IN ({marks})", questions)
+    return {doc_id for doc_id, text in texts
+            if sum(needle in text.lower() for needle in wanted) >= REPEAT_SHARE * len(wanted)}
 
 
 _WORDS = re.compile(r"\w+")

@@ -150,6 +150,14 @@ def _date_of(text: str) -> str:
     return f"{found.group(5)}-{MONTHS.index(month.lower()) + 1:02}-{int(day):02} {hour:02}:{minute:02}"
 
 
+_TRAILING_NOTE = re.compile(r"\s*\[[^\]\n]*\]\s*$")  # "... [shares a photo of a bridge]"
+
+
+def is_question(words: str) -> bool:
+    """Whether a line's words (after its head) end with a question: what it asks about it does not tell."""
+    return _TRAILING_NOTE.sub("", words).rstrip().endswith(("?", "？"))
+
+
 def split_cjk_edges(text: str) -> str:
     """`text` with a space wherever a CJK character meets a letter or digit, so unicode61 ends the token there."""
     return _CJK_EDGE.sub(" ", text) if _CJK_RUN.search(text) else text  # the check alone is ~5x cheaper
@@ -178,6 +186,39 @@ wear wore worn|win won|write wrote written|child children|person people|man men|
 foot feet|mouse mice"""
 FORMS = {word: tuple(line.split()) for line in IRREGULAR.replace("\n", "|").split("|") for word in line.split()
          if len(line.split()) > 1}
+
+
+# Words a question uses for a kind of thing, and the things a conversation names instead ("What sports does she
+# play?" - "basketball"): general knowledge, one kind a line, "question words: what a text says".
+RELATED = """sport sports athletic: basketball football soccer tennis baseball hockey volleyball golf swimming running
+cycling skiing surfing boxing kickboxing karate taekwondo judo yoga climbing marathon
+martial: kickboxing karate taekwondo judo boxing jiujitsu kungfu
+country countries abroad european europe: england france spain italy germany portugal greece ireland scotland
+netherlands sweden norway japan china india mexico canada brazil australia
+city cities: london paris rome tokyo chicago york boston seattle miami angeles francisco berlin madrid
+pet pets animal animals: dog dogs puppy cat cats kitten turtle turtles fish bird hamster rabbit horse
+instrument instruments: guitar piano violin cello drums flute saxophone ukulele trumpet
+movie movies film films: watched movie film cinema theater trilogy
+book books read reading: novel book read reading author series
+family: husband wife kids children son daughter mom dad mother father brother sister parents grandma
+kids children child: kids son daughter children
+partner spouse married relationship: husband wife boyfriend girlfriend fiance partner married dating single
+destress relax stress unwind: stress relax relief calm therapy unwind peace
+hobby hobbies activities activity: hobby painting pottery hiking camping dancing reading swimming gardening
+art artwork: painting drawing pottery sculpture photography art
+job career work profession: job career work position hired promoted boss
+food eat cook cooking recipe: recipe cook baked dinner dish meal
+music musical band bands artist: concert band song singer music album
+"""
+RELATED_TERMS = {word: tuple(line.partition(":")[2].split()) for line in RELATED.strip().splitlines()
+                 for word in line.partition(":")[0].split()}
+
+
+def related_terms(query: str) -> list[str]:
+    """The things a question's words for a kind of thing stand for (RELATED), not already in the question."""
+    words = [w.lower() for w in _WORD.findall(query)]
+    out = [t for w in words for t in RELATED_TERMS.get(w, ()) if t not in words]
+    return list(dict.fromkeys(out))[:MAX_QUERY_TERMS]
 
 
 def match_expression(query: str, joiner: str = "OR", column: str = "body") -> str | None:
