@@ -18,6 +18,7 @@ import importlib
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -56,6 +57,7 @@ def first_message_ms(name: str) -> float:
     from tests.channel_harness import TIMING, running
     from tests.test_channel_cases import FirstWordThenHold
 
+    os.environ["NANOAGENT_HOME"] = tempfile.mkdtemp(prefix=f"{name}-", dir=HOME)  # a fresh home each run
     app = stand_in(name)
     try:
         async def scenario() -> float:
@@ -82,8 +84,13 @@ def idle_gateway() -> tuple[float, float]:
         config = {"agents": {"defaults": {"model": "anthropic/claude-test"}},
                   "channels": {app.channel: {**app.settings(), "enabled": True} for app in apps}}
         env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-bench", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-        with contextlib_gateway(HOME / "gateway", env, config) as pid:
+        with running_gateway(HOME / "gateway", env, config) as pid:
             time.sleep(WARM_UP)
+            status = subprocess.run([sys.executable, "-m", "nanoagent", "gateway", "status"], capture_output=True,
+                                    text=True, env={**env, "NANOAGENT_HOME": str(HOME / "gateway")}).stdout
+            connected = status.count("(connected as ")
+            record("idle gateway: channels connected before the window", f"{connected}", f"{len(apps)}",
+                   connected == len(apps))
             before = process_cpu(pid)
             time.sleep(WINDOW)
             cpu = (process_cpu(pid) - before) * 60 / WINDOW
@@ -91,12 +98,6 @@ def idle_gateway() -> tuple[float, float]:
     finally:
         for app in apps:
             app.close()
-
-
-def contextlib_gateway(home: Path, env: dict, config: dict):  # noqa: ANN201
-    import contextlib
-
-    return contextlib.contextmanager(running_gateway)(home, env, config)
 
 
 def main() -> int:
