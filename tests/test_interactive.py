@@ -1,10 +1,12 @@
-"""The interactive session driven in a real pseudo-terminal against the local LLM server.
-
-Only what needs a terminal runs here: rendering, keys, Ctrl-C. The slash commands behind it are the same
-for `agent -m` and are checked in-process in test_cli_agent.py.
+"""The interactive session against the local LLM server: what is about what it shows or answers runs in this process
+(`screen`: prompt_toolkit on a pipe, its output in a buffer); what only a terminal shows (Ctrl-C, Esc, resize, the
+status line, pasting) runs in a real pseudo-terminal or tmux. The slash commands behind it are the same for
+`agent -m` and are checked in-process in test_cli_agent.py.
 """
 
+import asyncio
 import contextlib
+import io
 import json
 import os
 import re
@@ -75,6 +77,94 @@ def term(llm, isolated_home, way):
         child.terminate(force=True)
 
 
+class Screen:
+    """The interactive session run in this process, for what is about rendering: prompt_toolkit reads keys from a
+    pipe and writes, as to a vt100 terminal `width` columns wide, into a buffer; the lines printed above the prompt
+    reach it through the same output. `expect` and `before` read it as pexpect reads a pseudo-terminal."""
+
+    def __init__(self, key: str = "cli:direct", width: int = 80):
+        from prompt_toolkit.input import create_pipe_input
+
+        self.output = io.StringIO()
+        self.seen = 0  # where the next `expect` starts looking
+        self.before = self.after = ""
+        self._pipe_input = create_pipe_input()
+        self.pipe = self._pipe_input.__enter__()
+        self.failure: BaseException | None = None
+        self.thread = threading.Thread(target=self._run, args=(key, width), daemon=True)
+        self.thread.start()
+
+    def _run(self, key: str, width: int) -> None:
+        try:
+            asyncio.run(self._session(key, width))
+        except BaseException as e:  # noqa: BLE001 - reported by `expect` and `close` in the test's thread
+            self.failure = e
+
+    async def _session(self, key: str, width: int) -> None:
+        from prompt_toolkit.application import create_app_session
+        from prompt_toolkit.data_structures import Size
+        from prompt_toolkit.output.vt100 import Vt100_Output
+
+        from nanoagent.cli.app import _local
+        from nanoagent.cli.common import open_paths, read_config
+        from nanoagent.cli.interactive import TerminalUI, run_interactive
+
+        paths = open_paths(None, seeds=True)
+        agent = _local(read_config(paths), paths, None)
+        output = Vt100_Output(self.output, lambda: Size(rows=30, columns=width), term="xterm-256color",
+                              enable_cpr=False)
+        try:
+            with create_app_session(input=self.pipe, output=output):
+                await run_interactive(agent, key, paths.home / "history" / "cli_history", TerminalUI(width, False),
+                                      saved=agent.loop.session(key))
+        finally:
+            await agent.aclose()
+
+    def send(self, text: str) -> None:
+        self.pipe.send_text(text)
+
+    def expect(self, pattern: str) -> re.Match:
+        """Wait for `pattern` (a regex) in what was written since the last match, and move past it."""
+        deadline = time.monotonic() + PATIENCE
+        while not (match := re.compile(pattern).search(self.output.getvalue(), self.seen)):
+            assert self.failure is None and time.monotonic() < deadline, (self.failure, self.output.getvalue())
+            time.sleep(0.01)
+        self.before, self.after = match.string[self.seen:match.start()], match.group()
+        self.seen = match.end()
+        return match
+
+    def expect_exact(self, text: str) -> re.Match:
+        return self.expect(re.escape(text))
+
+    def ended(self) -> bool:
+        self.thread.join(PATIENCE)
+        return not self.thread.is_alive() and self.failure is None
+
+    def close(self) -> None:
+        if self.thread.is_alive():
+            self.send("\x04")  # Ctrl-D
+            self.thread.join(PATIENCE)
+        self._pipe_input.__exit__(None, None, None)
+        assert not self.thread.is_alive() and self.failure is None, self.failure
+
+
+@pytest.fixture
+def screen(llm, monkeypatch):
+    """Opens in-process sessions (`screen(key=..., width=...)`), at the prompt, against `llm`."""
+    for name, value in anthropic_env(llm).items():
+        monkeypatch.setenv(name, value)
+    opened = []
+
+    def open_one(**options) -> Screen:
+        opened.append(Screen(**options))
+        opened[-1].expect_exact(PROMPT)
+        return opened[-1]
+
+    yield open_one
+    for one in opened:
+        one.close()
+
+
 def wait_for_requests(llm, count, timeout=PATIENCE):
     wait_until(lambda: len(llm.requests) >= count, "the model to be called", timeout)
 
@@ -127,10 +217,10 @@ def test_a_commands_output_and_each_edits_changes_show_folded_under_their_tool_l
     assert "+1 -0" not in sent and "-eggs" in sent and "+cheese" in sent
 
 
-def test_a_failed_tool_line_shows_its_arguments_and_error_within_80_columns(term, llm):
+def test_a_failed_tool_line_shows_its_arguments_and_error_within_80_columns(screen, llm):
     path = "a/very/deep/folder/" * 6 + "missing.md"
     llm.script(Reply(tool_calls=[("read_file", {"path": path, "offset": 3})]), Reply(text="No such file."))
-    child = term()
+    child = screen()
     child.send("read it" + "\r")
     child.expect(r"✗[^\r\n]*")
     line = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", child.after)
@@ -306,9 +396,10 @@ def test_ctrl_j_and_alt_enter_add_a_line_instead_of_sending(term, llm):
     assert sent_text(llm.requests[0]).endswith("\n\nfirst line\nsecond line\nthird line")
 
 
-def test_tab_completes_a_slash_command(term, llm):
-    child = term()
+def test_tab_completes_a_slash_command(screen, llm):
+    child = screen()
     child.send("/sta")
+    child.expect_exact("/status")  # the completion menu offers it
     child.send("\t")
     child.send("\r")
     child.expect(r"session:\s+cli:direct \(0 messages")
@@ -500,14 +591,13 @@ def test_a_slash_command_answers_in_the_session(term, llm):
     assert llm.requests == []  # commands never reach the model
 
 
-def test_help_lists_the_commands_only_a_terminal_has(term):
-    child = term()
+def test_help_lists_the_commands_only_a_terminal_has(screen):
+    child = screen()
     child.send("/help" + "\r")
     child.expect_exact("/attach PATH")
     child.expect_exact("/exit, /quit")
-    child.expect_exact(PROMPT)
     child.send("/quit" + "\r")
-    child.expect(pexpect.EOF)
+    assert child.ended()
 
 
 def visible(text: str) -> str:
@@ -575,14 +665,12 @@ def test_ctrl_c_cancels_new_while_it_archives_and_the_conversation_goes_on(term,
         "hello" not in (isolated_home / "workspace" / "memory" / "history.jsonl").read_text()
 
 
-@pytest.mark.process
-def test_new_says_it_is_archiving_while_it_runs_and_what_it_cost_after(term, llm):
+def test_new_says_it_is_archiving_while_it_runs_and_what_it_cost_after(screen, llm):
     release = threading.Event()
     llm.script(Reply(text="First answer."), Reply(text="ok", release=release))
-    child = term()
+    child = screen()
     child.send("remember this" + "\r")
     child.expect_exact("First answer.")
-    child.expect_exact(PROMPT)
     try:
         child.send("/new" + "\r")
         child.expect_exact("archiving 2 messages to memory (notes first, then a summary)…")
@@ -649,34 +737,33 @@ def test_resume_shows_the_last_exchanges_of_the_conversation_it_picks(llm, isola
         child.terminate(force=True)
 
 
-def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(term, llm, isolated_home):
+def test_retry_is_offered_only_after_a_message_that_reached_the_model_failed(screen, llm, isolated_home,
+                                                                             monkeypatch):
     from tests.conftest import fast_retries, free_port, write_config
 
     write_config(isolated_home, fast_retries(maxRetries=0))
     llm.script(Reply(status=500, error_message="upstream exploded"), Reply(text="second time lucky"))
-    child = term()
+    child = screen()
     child.send("hello" + "\r")
     child.expect_exact("upstream exploded")
     child.expect_exact("/retry sends it once more")
     child.send("/retry" + "\r")
     child.expect_exact("second time lucky")
-    unreachable = spawn_agent(llm, "-s", "cli:other", width=100, ANTHROPIC_BASE_URL=f"http://127.0.0.1:{free_port()}")
-    try:
-        unreachable.expect_exact(PROMPT)
-        unreachable.send("hello" + "\r")
-        unreachable.expect_exact("check ANTHROPIC_BASE_URL")  # nothing was sent: no /retry to offer
-        unreachable.send("/status" + "\r")
-        unreachable.expect_exact("model:")  # what the terminal printed after the error, up to the next answer
-        assert "/retry" not in visible(unreachable.before)
-    finally:
-        unreachable.terminate(force=True)
+    monkeypatch.setenv("ANTHROPIC_BASE_URL", f"http://127.0.0.1:{free_port()}")
+    unreachable = screen(key="cli:other", width=100)
+    unreachable.send("hello" + "\r")
+    unreachable.expect_exact("check ANTHROPIC_BASE_URL")  # nothing was sent: no /retry to offer
+    unreachable.send("/status" + "\r")
+    unreachable.expect_exact("model:")  # what the terminal printed after the error, up to the next answer
+    assert "/retry" not in visible(unreachable.before)
 
 
-def test_a_session_whose_model_is_unknown_opens_says_where_the_model_came_from_and_new_works(term, llm, isolated_home):
+def test_a_session_whose_model_is_unknown_opens_says_where_the_model_came_from_and_new_works(screen, llm,
+                                                                                          isolated_home):
     _one_shots(llm, ("remember heron", "noted"))
     store = SessionStore(isolated_home / "sessions")
     store.set_model(store.load("cli:direct"), "nosuch/provider-x")
-    child = term()
+    child = screen()
     child.send("hello" + "\r")
     child.expect_exact("This session's model nosuch/provider-x was set with /model and cannot be used")
     child.expect_exact("Type /model anthropic/claude-test to switch this session back")
