@@ -17,14 +17,24 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
+from typing import NamedTuple
 
 import pexpect
 import pytest
 
 from nanoagent.cli.interactive import ESC_WAIT
 from nanoagent.session.store import SessionStore
-from tests.conftest import PATIENCE, ROOT, anthropic_env, invoke, start_gateway_process, wait_until
+from tests.conftest import (
+    PATIENCE,
+    PROVIDER_ENV,
+    ROOT,
+    anthropic_env,
+    invoke,
+    start_gateway_process,
+    wait_until,
+)
 from tests.llm_server import Reply
 
 PROMPT = "›"
@@ -36,20 +46,51 @@ def styled(*words: str) -> str:
     return SGR + (SGR + " " + SGR).join(re.escape(w) for w in words) + SGR
 
 
+class Way(NamedTuple):
+    """How a test's terminal reaches the agent: what its banner says about it, the home it works in, and the
+    session key it talks in."""
+    said: str
+    home: Path
+    key: str
+
+
+@pytest.fixture(scope="module")
+def shared_gateway(llm_server, tmp_path_factory) -> Iterator[Path]:
+    """One `nanoagent gateway` process for the module, on a home of its own; yields that home. A test talking to
+    it uses a fresh session key, so it sees only its own conversation; a test that needs a clean home, its own
+    config or a gateway it may stop starts its own."""
+    home = tmp_path_factory.mktemp("shared-gateway") / "home"
+    env = {name: value for name, value in os.environ.items() if name not in PROVIDER_ENV}
+    env = {**env, "HOME": str(home.parent / "user"), "NANOAGENT_HOME": str(home), **anthropic_env(llm_server)}
+    gateway = start_gateway_process(env)
+    yield home
+    gateway.terminate()
+    gateway.communicate(timeout=PATIENCE)
+
+
 @pytest.fixture
-def way(request, llm, isolated_home):
+def way(request, llm, isolated_home, monkeypatch):
     """How the terminal reaches the agent: in its own process (the default), or through a running gateway for
-    the key cases marked `both_ways`. Yields what the banner says about it."""
-    if getattr(request, "param", "in-process") == "in-process":
-        yield ""
+    the key cases marked `both_ways` (the module's shared gateway, in a session of the test's own) or
+    `both_ways_own_gateway` (a gateway of the test's own on its isolated home)."""
+    param = getattr(request, "param", "in-process")
+    if param == "in-process":
+        yield Way("", isolated_home, "cli:direct")
+        return
+    if param == "gateway":
+        home = request.getfixturevalue("shared_gateway")
+        monkeypatch.setenv("NANOAGENT_HOME", str(home))
+        key = f"cli:{uuid.uuid4().hex[:6]}"  # as long as cli:direct: the banner wraps where it did
+        yield Way(" (through the gateway)", home, key)
         return
     gateway = start_gateway_process({**os.environ, **anthropic_env(llm)})
-    yield " (through the gateway)"
+    yield Way(" (through the gateway)", isolated_home, "cli:direct")
     gateway.terminate()
     gateway.communicate(timeout=PATIENCE)
 
 
 both_ways = pytest.mark.parametrize("way", ["in-process", "gateway"], indirect=True)
+both_ways_own_gateway = pytest.mark.parametrize("way", ["in-process", "own-gateway"], indirect=True)
 
 
 def spawn_agent(llm, *args: str, width: int = 80, **env: str) -> pexpect.spawn:
@@ -66,9 +107,10 @@ def term(llm, isolated_home, way):
     children = []
 
     def spawn(*args):
-        child = spawn_agent(llm, *args)
+        session = ("-s", way.key) if way.key != "cli:direct" and "-s" not in args else ()
+        child = spawn_agent(llm, *session, *args)
         child.expect_exact(PROMPT)
-        assert ("(through the gateway)" in child.before) == bool(way), child.before  # the way the test asked for
+        assert ("(through the gateway)" in child.before) == bool(way.said), child.before  # the way the test asked for
         children.append(child)
         return child
 
@@ -183,7 +225,7 @@ def test_a_reply_streams_in_and_is_rendered(term, llm):
     child.expect_exact(PROMPT)
 
 
-@both_ways
+@both_ways_own_gateway
 def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
     (isolated_home / "workspace").mkdir(parents=True, exist_ok=True)
     (isolated_home / "workspace" / "notes.md").write_text("remember the milk\n")
@@ -194,7 +236,7 @@ def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
     child.expect_exact("You must remember the milk.")
 
 
-@both_ways
+@both_ways_own_gateway
 def test_a_commands_output_and_each_edits_changes_show_folded_under_their_tool_lines(term, llm, isolated_home):
     workspace = isolated_home / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
@@ -230,7 +272,7 @@ def test_a_failed_tool_line_shows_its_arguments_and_error_within_80_columns(scre
 
 
 @both_ways
-def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolated_home):
+def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, way):
     llm.script(Reply(text="too late", delay=30), Reply(text="Back in business."))
     child = term()
     child.send("take your time" + "\r")
@@ -239,9 +281,9 @@ def test_ctrl_c_cancels_a_slow_turn_and_the_next_message_works(term, llm, isolat
     child.expect_exact("Cancelled.")
     child.send("are you there?" + "\r")
     child.expect_exact("Back in business.")
-    roles = [m["role"] for m in messages(isolated_home)]
+    roles = [m["role"] for m in messages(way.home, way.key)]
     assert roles == ["user", "assistant", "user", "assistant"]
-    assert "cancelled" in messages(isolated_home)[1]["content"]
+    assert "cancelled" in messages(way.home, way.key)[1]["content"]
 
 
 @contextlib.contextmanager
@@ -260,22 +302,22 @@ def a_turn_under_way(term, llm):
 
 
 @both_ways
-def test_esc_cancels_a_running_turn_and_alt_enter_meanwhile_still_adds_a_line(term, llm, isolated_home):
+def test_esc_cancels_a_running_turn_and_alt_enter_meanwhile_still_adds_a_line(term, llm, way):
     with a_turn_under_way(term, llm) as child:
         child.send("first" + "\x1b\r" + "second")  # Alt-Enter (Esc Enter) while the turn runs
         child.expect_exact("second")
         time.sleep(ESC_WAIT + 0.2)  # long enough for an Esc to count alone, had it been taken for one
-        assert len(messages(isolated_home)) == 1  # the turn still runs: only its user message is in the session
+        assert len(messages(way.home, way.key)) == 1  # the turn still runs: only its user message is in the session
         child.send("\x1b")
         child.expect_exact("Cancelled.")
     child.send("\r")  # what was typed meanwhile is still there, on two lines
     child.expect_exact("Back in business.")
     assert sent_text(llm.requests[-1]).endswith("first\nsecond")
-    assert [m["role"] for m in messages(isolated_home)] == ["user", "assistant", "user", "assistant"]
+    assert [m["role"] for m in messages(way.home, way.key)] == ["user", "assistant", "user", "assistant"]
 
 
 @both_ways
-def test_slash_stop_typed_during_a_turn_cancels_it_as_esc_does(term, llm, isolated_home):
+def test_slash_stop_typed_during_a_turn_cancels_it_as_esc_does(term, llm, way):
     with a_turn_under_way(term, llm) as child:
         child.send("/stop" + "\r")
         child.expect_exact("Cancelled.")
@@ -283,11 +325,11 @@ def test_slash_stop_typed_during_a_turn_cancels_it_as_esc_does(term, llm, isolat
     child.expect_exact("Nothing is running.")
     child.send("hello again" + "\r")
     child.expect_exact("Back in business.")
-    assert [m["role"] for m in messages(isolated_home)][-2:] == ["user", "assistant"]
-    assert "too late" not in str(messages(isolated_home))
+    assert [m["role"] for m in messages(way.home, way.key)][-2:] == ["user", "assistant"]
+    assert "too late" not in str(messages(way.home, way.key))
 
 
-@both_ways
+@both_ways_own_gateway
 def test_a_message_typed_during_a_turn_joins_it(term, llm, isolated_home):
     # The tool runs until the test lets it finish, after the prompt has taken the second message.
     workspace = isolated_home / "workspace"
@@ -567,7 +609,7 @@ def approve_always(isolated_home):
     (isolated_home / "config.json").write_text(json.dumps({"tools": {"exec": {"approve": "always"}}}))
 
 
-@both_ways
+@both_ways_own_gateway
 def test_a_command_that_needs_approval_is_asked_here_and_runs_after_yes(approve_always, term, llm, isolated_home):
     llm.script(Reply(tool_calls=[("exec", {"command": "echo approved > approved.txt"})]), Reply(text="It ran."))
     child = term()
@@ -640,7 +682,7 @@ def test_replies_wrap_at_the_width_the_terminal_has_after_a_resize(term, llm):
     assert " ".join(runs).split() == words  # no word broken in two, none lost
 
 
-@both_ways
+@both_ways_own_gateway
 def test_ctrl_c_cancels_new_while_it_archives_and_the_conversation_goes_on(term, llm, isolated_home):
     release = threading.Event()
     llm.script(Reply(text="First answer."), Reply(text="- the user said hello", release=release),
@@ -687,7 +729,7 @@ def _one_shots(llm, *exchanges: tuple[str, str], session: str = "cli:direct") ->
         assert ran.returncode == 0, ran.stderr
 
 
-@both_ways
+@both_ways_own_gateway
 def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_carries(term, llm, isolated_home):
     _one_shots(llm, ("what is 2+2?", "4"), ("and 3+3?", "6"))
     child = term()
