@@ -23,6 +23,7 @@ from nanoagent.errors import NanoagentError
 from nanoagent.keys import Place
 
 if TYPE_CHECKING:
+    import asyncio
     from pathlib import Path
 
     from nanoagent.config.schema import Config
@@ -234,3 +235,16 @@ class Channel(Protocol):
     def questions(self) -> list[Question]:
         """What `nanoagent channels add <name>` asks."""
         ...
+
+
+async def batches(queue: asyncio.Queue[list[Incoming]], first: list[Incoming] | None = None
+                  ) -> AsyncIterator[list[Incoming]]:
+    """A link's `receive` over a queue its event handlers fill: `first` (a catch-up) when it holds anything, then
+    everything queued since the last batch, as one batch, for as long as the link runs."""
+    if first:
+        yield first
+    while True:
+        batch = [*await queue.get()]
+        while not queue.empty():
+            batch.extend(queue.get_nowait())
+        yield batch

@@ -10,6 +10,7 @@ refuses the markup; a piece is measured as the larger of its two forms.
 from __future__ import annotations
 
 import functools
+import html
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -223,3 +224,51 @@ def longest(text: str, size: Callable[[int], int], limit: int) -> int:
         else:
             high = mid - 1
     return low
+
+
+# --- inline Markdown as HTML (the formats of apps that take HTML: Telegram, Matrix) ---------------------------------
+HTML_ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^<*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^<_\n]+?)(?<!\s)_(?![\w_])")
+HTML_TAG = re.compile(r"<[^>]*>")
+HTML_BARE_URL = re.compile(r"https?://[^\s<>\"]+")
+
+
+def html_code(text: str) -> str:
+    return f"<code>{html.escape(text, quote=False)}</code>"
+
+
+def inline_html(text: str, tags: tuple[str, str, str] = ("b", "s", "i"), link_bare: bool = False,
+                bare_url: re.Pattern[str] = HTML_BARE_URL) -> str:
+    """Code spans, links, bold, strikethrough and italic (`tags`, in that order); everything else escaped. Code and
+    URLs are set aside first, so an underscore or asterisk inside them is never taken for emphasis. A link to this
+    machine or its network (`linkhost.reaches_here`) is code, never a link; a bare URL becomes a link only with
+    `link_bare` (an app that links URLs in text itself gets them as text)."""
+    from nanoagent.linkhost import reaches_here
+
+    bold, strike, italic = tags
+    hole = (holes := Holes()).hold
+    text = CODE_SPAN.sub(lambda m: hole(html_code(m.group(2).strip())), text.replace("\x00", ""))
+    text = LINK.sub(lambda m: (m.group(1) + " " + hole(html_code(m.group(2))) if reaches_here(m.group(2)) else
+                               hole(f'<a href="{html.escape(m.group(2))}">') + m.group(1) + hole("</a>")), text)
+
+    def bare(url: str) -> str:
+        if reaches_here(url):
+            return hole(html_code(url))
+        return hole(f'<a href="{html.escape(url)}">{html.escape(url)}</a>' if link_bare
+                    else html.escape(url, quote=False))
+
+    text = bare_url.sub(lambda m: bare(m.group(0)), text)
+    text = html.escape(text, quote=False)
+    text = BOLD.sub(lambda m: f"<{bold}>{m.group(2)}</{bold}>", text)
+    text = STRIKE.sub(lambda m: f"<{strike}>{m.group(1)}</{strike}>", text)
+    text = HTML_ITALIC.sub(lambda m: f"<{italic}>{m.group(1) or m.group(2)}</{italic}>", text)
+    return holes.fill(text)
+
+
+def html_shows(body: str, plain: str) -> bool:
+    """Whether an HTML chunk shows anything once its tags are gone (`Packer`'s test of an empty chunk)."""
+    return bool(html.unescape(HTML_TAG.sub("", body)).strip())
+
+
+def text_shows(body: str, plain: str) -> bool:
+    """Whether a chunk of an app's own Markdown shows anything once bare code fences are gone (`Packer`'s test)."""
+    return bool(body.replace("```", "").strip() and plain.replace("```", "").strip())

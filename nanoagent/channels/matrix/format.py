@@ -14,29 +14,21 @@ the two forms: an edit carries both forms twice (`m.new_content`), and an event 
 from __future__ import annotations
 
 import html
-import re
 
+from nanoagent.channels import markdown
 from nanoagent.channels.base import Chunk
 from nanoagent.channels.markdown import (
-    BOLD,
     BULLET,
-    CODE_SPAN,
     HEADING,
-    LINK,
     QUOTE,
     RULE,
-    STRIKE,
-    Holes,
     Packer,
+    html_shows,
     parse_blocks,
 )
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.linkhost import reaches_here
 
 LIMIT = 12_000  # bytes of the larger form in one message (see the module's docstring)
-BARE_URL = re.compile(r"https?://[^\s<>\"]+")
-ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^<*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^<_\n]+?)(?<!\s)_(?![\w_])")
-TAG = re.compile(r"<[^>]*>")
 
 
 def utf8(text: str) -> int:
@@ -50,7 +42,7 @@ def markdown_to_html(text: str) -> str:
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:
     """The messages `text` becomes: each under `limit` bytes as HTML (`Chunk.body`) and as its Markdown source
     (`Chunk.plain`, the event's `body`); none empty."""
-    return Packer(limit, Block.html, _shows, utf8).pack(parse_blocks(text, Block))
+    return Packer(limit, Block.html, html_shows, utf8).pack(parse_blocks(text, Block))
 
 
 class Block(MarkdownBlock):
@@ -104,25 +96,5 @@ def _line_html(line: str) -> str:
 
 
 def inline_html(text: str) -> str:
-    """Code spans, links, bold, italic and strikethrough; everything else escaped. Code and URLs are set aside
-    first, so an underscore or asterisk inside them is never taken for emphasis."""
-    hole = (holes := Holes()).hold
-    text = CODE_SPAN.sub(lambda m: hole(_code(m.group(2).strip())), text.replace("\x00", ""))
-    text = LINK.sub(lambda m: (m.group(1) + " " + hole(_code(m.group(2))) if reaches_here(m.group(2)) else
-                               hole(f'<a href="{html.escape(m.group(2))}">') + m.group(1) + hole("</a>")), text)
-    text = BARE_URL.sub(lambda m: hole(_code(m.group(0)) if reaches_here(m.group(0))
-                                       else f'<a href="{html.escape(m.group(0))}">{html.escape(m.group(0))}</a>'),
-                        text)
-    text = html.escape(text, quote=False)
-    text = BOLD.sub(lambda m: f"<strong>{m.group(2)}</strong>", text)
-    text = STRIKE.sub(lambda m: f"<del>{m.group(1)}</del>", text)
-    text = ITALIC.sub(lambda m: f"<em>{m.group(1) or m.group(2)}</em>", text)
-    return holes.fill(text)
-
-
-def _code(text: str) -> str:
-    return f"<code>{html.escape(text, quote=False)}</code>"
-
-
-def _shows(body: str, plain: str) -> bool:
-    return bool(html.unescape(TAG.sub("", body)).strip())
+    """Inline Markdown as Matrix HTML (`markdown.inline_html`): bare http(s) URLs become links too."""
+    return markdown.inline_html(text, ("strong", "del", "em"), link_bare=True)

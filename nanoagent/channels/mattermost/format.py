@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import ANY_LINK, CODE_SPAN, Holes, Packer, linkable, parse_blocks
+from nanoagent.channels.markdown import ANY_LINK, CODE_SPAN, Holes, Packer, linkable, parse_blocks, text_shows
 from nanoagent.channels.markdown import Block as MarkdownBlock
 from nanoagent.linkhost import reaches_here
 
@@ -58,7 +58,7 @@ def _code(url: str) -> str:
 
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:
     """The posts `text` becomes: each under `limit`; none empty."""
-    return Packer(limit, Block.markup, _shows).pack(parse_blocks(text, Block))
+    return Packer(limit, Block.markup, text_shows).pack(parse_blocks(text, Block))
 
 
 def from_mattermost(text: str, bot_name: str = "") -> str:
@@ -66,7 +66,3 @@ def from_mattermost(text: str, bot_name: str = "") -> str:
     if bot_name:
         text = re.sub(rf"[ \t]?(?<![\w.-])@{re.escape(bot_name)}(?![\w.-])", "", text, flags=re.I)
     return text.strip()
-
-
-def _shows(body: str, plain: str) -> bool:
-    return bool(body.replace("```", "").strip() and plain.replace("```", "").strip())

@@ -38,7 +38,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from nanoagent import keys
-from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
+from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, batches, record
 from nanoagent.channels.mattermost.format import from_mattermost
 from nanoagent.channels.state import state_file
 from nanoagent.errors import NanoagentError
@@ -129,13 +129,7 @@ class MattermostLink:
     # --- what arrives -------------------------------------------------------------------------------------------
 
     async def receive(self) -> AsyncIterator[list[Incoming]]:
-        caught = await self._catch_up()
-        if caught:
-            yield caught
-        while True:
-            batch = [*await self.queue.get()]
-            while not self.queue.empty():
-                batch.extend(self.queue.get_nowait())
+        async for batch in batches(self.queue, await self._catch_up()):
             yield batch
 
     async def _listen(self, socket: aiohttp.ClientWebSocketResponse | None) -> None:

@@ -31,6 +31,7 @@ from nanoagent.channels.markdown import (
     Holes,
     Packer,
     parse_blocks,
+    text_shows,
 )
 from nanoagent.channels.markdown import Block as MarkdownBlock
 from nanoagent.linkhost import reaches_here
@@ -59,7 +60,7 @@ def markdown_to_mrkdwn(text: str) -> str:
 
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:
     """The messages `text` becomes: each under `limit` as mrkdwn and as plain text; none empty."""
-    return Packer(limit, Block.mrkdwn, _shows).pack(parse_blocks(text, Block))
+    return Packer(limit, Block.mrkdwn, text_shows).pack(parse_blocks(text, Block))
 
 
 def from_slack(text: str, bot_user: str = "") -> str:
@@ -136,7 +137,3 @@ def inline_mrkdwn(text: str) -> str:
     text = STRIKE.sub(lambda m: f"~{m.group(1)}~", text)
     text = ITALIC.sub(lambda m: f"_{m.group(1) or m.group(2)}_", text)
     return holes.fill(text)
-
-
-def _shows(body: str, plain: str) -> bool:
-    return bool(body.replace("```", "").strip() and plain.replace("```", "").strip())

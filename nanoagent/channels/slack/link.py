@@ -46,7 +46,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from nanoagent import keys
-from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
+from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, batches, record
 from nanoagent.channels.slack.format import from_slack
 from nanoagent.channels.state import state_file
 from nanoagent.errors import NanoagentError
@@ -150,13 +150,7 @@ class SlackLink:
     # --- what arrives -------------------------------------------------------------------------------------------
 
     async def receive(self) -> AsyncIterator[list[Incoming]]:
-        caught = await self._catch_up()
-        if caught:
-            yield caught
-        while True:
-            batch = [*await self.queue.get()]
-            while not self.queue.empty():
-                batch.extend(self.queue.get_nowait())
+        async for batch in batches(self.queue, await self._catch_up()):
             yield batch
 
     async def _on_message(self, client: Any, message: dict[str, Any], raw: str | None) -> None:

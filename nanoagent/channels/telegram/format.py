@@ -13,28 +13,22 @@ from __future__ import annotations
 import html
 import re
 
+from nanoagent.channels import markdown
 from nanoagent.channels.base import Chunk
 from nanoagent.channels.markdown import (
-    BOLD,
     BULLET,
-    CODE_SPAN,
     HEADING,
-    LINK,
     QUOTE,
     RULE,
-    STRIKE,
-    Holes,
     Packer,
+    html_shows,
     parse_blocks,
     units,
 )
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.linkhost import reaches_here
 
 LIMIT = 4096  # Telegram's limit on a message's text, in UTF-16 code units
-BARE_URL = re.compile(r"(?:https?|tg)://[^\s<>\"]+")
-ITALIC = re.compile(r"(?<![\w*])\*(?![\s*])([^<*\n]+?)(?<!\s)\*(?![\w*])|(?<![\w_])_(?![\s_])([^<_\n]+?)(?<!\s)_(?![\w_])")
-TAG = re.compile(r"<[^>]*>")
+BARE_URL = re.compile(r"(?:https?|tg)://[^\s<>\"]+")  # Telegram links both kinds in text itself
 
 
 def markdown_to_html(text: str) -> str:
@@ -44,7 +38,7 @@ def markdown_to_html(text: str) -> str:
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:
     """The messages `text` becomes: each under `limit` as HTML (`Chunk.body`) and as plain text (its Markdown
     source, sent instead when Telegram rejects the HTML); none empty."""
-    return Packer(limit, Block.html, _shows, units).pack(parse_blocks(text, Block))
+    return Packer(limit, Block.html, html_shows, units).pack(parse_blocks(text, Block))
 
 
 # --- blocks ----------------------------------------------------------------------------------------
@@ -90,26 +84,6 @@ def _line_html(line: str) -> str:
 
 
 def inline_html(text: str) -> str:
-    """Code spans, links, bold, italic and strikethrough; everything else escaped. Code and URLs are set aside
-    first, so an underscore or asterisk inside them is never taken for emphasis."""
-    hole = (holes := Holes()).hold
-    text = CODE_SPAN.sub(lambda m: hole(f"<code>{html.escape(m.group(2).strip(), quote=False)}</code>"),
-                         text.replace("\x00", ""))
-    text = LINK.sub(lambda m: (m.group(1) + " " + hole(_code(m.group(2))) if reaches_here(m.group(2)) else
-                               hole(f'<a href="{html.escape(m.group(2))}">') + m.group(1) + hole("</a>")), text)
-    text = BARE_URL.sub(lambda m: hole(_code(m.group(0)) if reaches_here(m.group(0))
-                                       else html.escape(m.group(0), quote=False)), text)
-    text = html.escape(text, quote=False)
-    text = BOLD.sub(lambda m: f"<b>{m.group(2)}</b>", text)
-    text = STRIKE.sub(lambda m: f"<s>{m.group(1)}</s>", text)
-    text = ITALIC.sub(lambda m: f"<i>{m.group(1) or m.group(2)}</i>", text)
-    return holes.fill(text)
-
-
-def _code(url: str) -> str:
-    """A link to this machine or its network (`linkhost.reaches_here`), as code: Telegram links a URL in text itself."""
-    return f"<code>{html.escape(url, quote=False)}</code>"
-
-
-def _shows(body: str, plain: str) -> bool:
-    return bool(html.unescape(TAG.sub("", body)).strip())
+    """Inline Markdown as Telegram HTML (`markdown.inline_html`): bare URLs stay text, which Telegram links itself
+    (a local one as code)."""
+    return markdown.inline_html(text, ("b", "s", "i"), bare_url=BARE_URL)
