@@ -822,7 +822,7 @@ def test_a_reply_whose_delivery_keeps_raising_is_parked_and_the_channel_answers_
 def test_the_owner_hears_of_parked_items_in_their_private_chat_once_channels_name_an_owner():
     from types import SimpleNamespace
 
-    from nanoagent.gateway.channels.engine import owner_places
+    from nanoagent.channels.owners import owner_places
 
     settings = TelegramConfig(enabled=True, token="1:x")
     assert owner_places(CHANNEL, settings) == []  # no owner named: the log alone says it

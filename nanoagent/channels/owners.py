@@ -22,7 +22,9 @@ import nanoagent.channels.registry as registry
 from nanoagent import keys
 
 if TYPE_CHECKING:
+    from nanoagent.channels.base import Channel
     from nanoagent.config.schema import Config
+    from nanoagent.keys import Place
 
 OWNER = ""
 
@@ -39,6 +41,16 @@ def owner_ids(settings: object) -> list[str]:
     return [str(user) for user in getattr(settings, "owner", None) or []]
 
 
+def owner_places(channel: Channel, settings: object) -> list[Place]:
+    """The owner's private chats on one channel: `Channel.home` of each id its settings name as the owner."""
+    return [place for place in map(channel.home, owner_ids(settings)) if place is not None and not place.thread]
+
+
+def owner_chats(channel: Channel, settings: object) -> frozenset[str]:
+    """The chat parts of the owner's private chats' keys on one channel, casefolded (as `Owners` compares them)."""
+    return frozenset(place.chat.casefold() for place in owner_places(channel, settings))
+
+
 @dataclass(frozen=True)
 class Owners:
     """The owner's private chats, per channel, as the chat part of their session keys (casefolded)."""
@@ -52,8 +64,7 @@ class Owners:
         chats: dict[str, frozenset[str]] = {}
         for name in list(config.channels.blocks):
             channel = registry.get(name)
-            places = [channel.home(user) for user in owner_ids(channel.settings(config))]
-            chats[name] = frozenset(p.chat.casefold() for p in places if p is not None and not p.thread)
+            chats[name] = owner_chats(channel, channel.settings(config))
         return cls(chats)
 
     def person_of(self, key: str) -> str:

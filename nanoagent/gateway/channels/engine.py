@@ -37,7 +37,7 @@ from nanoagent.agent.commands import STOP_COMMANDS
 from nanoagent.agent.loop import CANCELLED
 from nanoagent.attachments import Attached, as_text, compose, sniff
 from nanoagent.channels.base import Channel, FileIn, Incoming, Link, Timing, record
-from nanoagent.channels.owners import owner_ids
+from nanoagent.channels.owners import owner_chats, owner_places
 from nanoagent.channels.state import PARK_AFTER, ChannelState, Undelivered, show_code, state_file
 from nanoagent.config.schema import ReplyLimitConfig
 from nanoagent.errors import NanoagentError
@@ -93,7 +93,7 @@ class ChannelRunner:
         self.state = state_file(paths, channel.name)
         self.inbox = Inbox(self.state)
         # the owner's private chats here (`channels/owners.py`): always let in
-        self.owners = {p.chat.casefold() for p in map(channel.home, owner_ids(settings)) if p is not None}
+        self.owners = owner_chats(channel, settings)
         self.log = logging.getLogger(f"nanoagent.channels.{channel.name}")
         self.component: Component | None = None
         self.bot = ""  # who the link signed in as, this run
@@ -537,10 +537,6 @@ class _Attachment:
     note: str | None = None  # for the person who sent it: a voice note cut short, or how to have it transcribed
 
 
-def owner_places(channel: Channel, settings: Any) -> list[Place]:
-    """The owner's private chats (`channels/owners.py`), where they hear that something was parked: `Channel.home` of
-    each id in `channels.<name>.owner`; a channel that names no owner tells only the log."""
-    return [place for place in map(channel.home, owner_ids(settings)) if place is not None]
 
 
 def _why(error: BaseException) -> str:
