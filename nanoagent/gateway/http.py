@@ -421,6 +421,12 @@ def _handler_class(doors: Doors) -> type[RequestHandler]:
             secure_headers(response.headers)
             return response
 
+        def unread(self) -> None:
+            """The request being answered is refused before its body: close once the answer is out. aiohttp would
+            otherwise linger up to `lingering_time` reading a body the client never sends (it waits for a 100
+            Continue), and its force_close would drop the unsent answer."""
+            self._lingering_time = 0.0
+
     return NeutralHandler
 
 
@@ -488,6 +494,9 @@ class Endpoint:
             refused = auth.refused(request)
         if refused is not None:
             refused.force_close()  # what the client sends next would be the body: nothing more is read
+            unread = getattr(request.protocol, "unread", None)
+            if unread is not None:  # our connection handler (see _handler_class): close without lingering
+                unread()
             return refused
         await _default_expect_handler(request)
         return None
