@@ -156,13 +156,15 @@ async def listening(config: Config, hub: Hub, paths: Paths) -> AsyncIterator[Non
     component = http_component(hub, paths, config.gateway.http, listening=lambda host, port: bound.set(),
                                web_context=lambda: WebContext(hub, paths, config, WebAuth()))
     task = asyncio.create_task(component.run())
+    listened = asyncio.create_task(bound.wait())
     try:
         async with asyncio.timeout(PATIENCE):
-            await asyncio.wait({task, asyncio.ensure_future(bound.wait())}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({task, listened}, return_when=asyncio.FIRST_COMPLETED)
         if task.done():
-            task.result()
+            task.result()  # it could not listen: its error
         yield
     finally:
+        listened.cancel()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

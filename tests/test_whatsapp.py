@@ -80,12 +80,14 @@ def test_a_webhook_with_a_wrong_signature_an_unknown_route_or_an_oversized_body_
                    httpx.post(f"{base}/nothing/webhook", content=body)]
         statuses = [answer.status_code for answer in answers]
         too_big = oversized(app.gateway_port, "/channels/whatsapp/webhook")
+        chunked = httpx.post(app.webhook, content=iter([b" " * 1024 * 1024] * 11),  # no length said: read, bounded
+                             headers={"X-Hub-Signature-256": "sha256=" + "0" * 64}).status_code
         app.write(app.owner, "and this one?")  # a signed message is answered: the gateway was up and connected
         wait_until(lambda: llm.requests, "the signed message's model call")
     finally:
         gateway.send_signal(signal.SIGTERM)
         assert gateway.wait(timeout=PATIENCE) == 0
-    assert statuses == [401, 401, 401, 401, 404, 404] and too_big == 413
+    assert statuses == [401, 401, 401, 401, 404, 404] and too_big == chunked == 413
     assert len(llm.requests) == 1 and "and this one?" in json.dumps(llm.requests[0].body)  # only the signed one
     assert whatsapp_server.SECRET not in (isolated_home.parent / "gateway.stderr").read_text()
 
