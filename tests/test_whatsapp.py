@@ -234,3 +234,31 @@ def test_markdown_becomes_whatsapps_markup_and_only_web_links_stay_links():
     shown = "\n\n".join(to_whatsapp(chunk.body) for chunk in CHANNEL.split(reply))
     assert shown == ("*Plan*\n\n*Bold*, _slanted_, ~gone~ and `code`; see the docs (https://example.com/docs) or "
                      "https://example.com, not this (javascript:alert(1)).\n\n```\nprint('hi')\n```")
+
+
+def test_a_voice_note_is_heard_as_one_and_audio_the_agent_sends_arrives_as_audio(app, llm):
+    from nanoagent.config.schema import Config, ToolsConfig, TranscribeConfig
+    from nanoagent.messages import is_user, strip_runtime_context, text_of
+    from nanoagent.paths import Paths
+    from nanoagent.providers.scripted import ScriptedReply
+    from nanoagent.transcribe import transcriber
+    from tests.llm_server import Transcript
+
+    voice = b"OggS\x00\x02" + bytes(26) + b"OpusHead" + bytes(100)
+    (workspace := Paths.from_env().workspace).mkdir(parents=True, exist_ok=True)
+    (workspace / "answer.ogg").write_bytes(voice)
+    llm.transcriptions.script(Transcript("What is on today?"))
+    ears = transcriber(Config(tools=ToolsConfig(transcribe=TranscribeConfig(model="whisper-local",
+                                                                            api_base=llm.url + "/v1"))))
+    provider = ScriptedProvider([ScriptedReply(tool_calls=[("message", {"text": "Listen.", "files": ["answer.ogg"]})]),
+                                 "Sent."])
+
+    async def scenario() -> None:
+        async with running(app, provider, transcriber=ears) as runner:
+            app.write(app.owner, "", file=("", "audio/ogg", voice))  # recorded, no words: a voice note
+            await until(lambda: "Sent." in app.shown(app.owner) and settled(runner), "the reply")
+
+    asyncio.run(scenario())
+    asked = strip_runtime_context(text_of([m for m in provider.requests[0].messages if is_user(m)][-1]))
+    assert asked.startswith("[voice note saved as media/") and "What is on today?" in asked
+    assert [(s.kind, s.file) for s in app.to(app.owner) if s.file] == [("audio", ("answer.ogg", voice, "audio/ogg"))]

@@ -1,5 +1,4 @@
-"""Markdown as the model writes it, turned into WhatsApp messages: WhatsApp's own text markup, split under a message's
-length limit.
+"""Markdown as the model writes it, turned into WhatsApp messages (its own text markup) under a message's limit.
 
 WhatsApp shows `*bold*`, `_italic_`, `~strikethrough~`, `` `code` ``, ```` ``` ```` blocks, `- ` lists and `> `
 quotes, and links bare URLs itself; it has no headings, tables nor link labels. A chunk's body is therefore a small
@@ -8,8 +7,7 @@ lines, `**bold**` `*bold*`, `*italic*` `_italic_`, `~~strike~~` `~strike~`, a fe
 link becomes its label followed by its address (the address alone when the label is it). Only http(s) and mailto
 targets stay links (`markdown.linkable`); any other becomes its label and the target as text, and an address of this
 machine or its network (`linkhost.reaches_here`) is set in monospace, which WhatsApp does not link. A reply is split
-at paragraph boundaries, then lines, and a line longer than a message is cut inside; a code block split in two is
-closed and reopened.
+at paragraphs, then lines, a longer line cut inside; a code block split in two is closed and reopened.
 """
 
 from __future__ import annotations

@@ -53,6 +53,8 @@ RATE_LIMIT_CODES = {4, 80007, 130429, 131056}  # Graph's throttling errors
 WINDOW_CODE = 131047  # "more than 24 hours have passed since the recipient last replied"
 TOKEN_CODES = {190}  # the access token expired or was revoked
 FIELDS = {"fields": "display_phone_number,verified_name"}
+SHOWN = {"image/jpeg", "image/png"}  # the images WhatsApp shows as one (others go as documents)
+PLAYED = {"audio/ogg", "audio/mpeg", "audio/aac", "audio/mp4", "audio/amr"}  # the audio it plays
 CLOSED = ("WhatsApp's 24-hour window is closed for {key} (their last message is over 24 hours old): the reply waits "
           "in the outbox until they write again")
 
@@ -256,9 +258,9 @@ class WhatsAppLink:
         return await self.post(place, {"type": "text", "text": text}, persistent)
 
     async def send_file(self, place: Place, name: str, data: bytes, image: str | None) -> str | None:
-        """A file uploaded, then sent: an image as one, audio as audio, anything else as a document."""
+        """A file uploaded, then sent: a JPEG or PNG as an image, audio WhatsApp plays as audio, else a document."""
         media = image or mimetypes.guess_type(name)[0] or "application/octet-stream"
-        kind = "image" if image else "audio" if media.startswith("audio/") else "document"
+        kind = "image" if media in SHOWN else "audio" if media in PLAYED else "document"
         try:
             id = await self.api(lambda: self.graph.upload(name, data, media))
         except Refused as e:
