@@ -157,11 +157,13 @@ def test_deleting_a_chat_removes_it_as_sessions_rm_does_and_its_spend_stays_in_t
             assert not hub.sessions.path_for("web:gone").exists()
             again = await client.delete("/api/sessions/web:gone")
             assert again.status == 404
-            await hub.send("web:gone", "hello again")  # the gateway's copy of the chat went with its file
+            again = "hello again, " + "with a long message this time " * 200  # longer than the deleted file
+            await hub.send("web:gone", again)  # the gateway's copy of the chat went with its file
             shown = await (await client.get("/api/sessions/web:gone")).json()
-            assert [m.get("text") for m in shown["messages"]] == ["hello again", None]
+            assert [m.get("text") for m in shown["messages"]] == [again, None]
 
     run(test)
+    assert FIRST not in json.dumps(llm.requests[-1].body["messages"])  # nor did the model get the deleted chat
     spent = json.loads(invoke("usage", "--by", "session", "--json").stdout)
     assert {row["session"]: row["calls"] for row in spent["rows"]} == {"web:gone": 2}
 
