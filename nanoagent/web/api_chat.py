@@ -415,7 +415,7 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
     rooms.post(key, {"type": "result", "command": command, "refused": turn.refused,
                      "text": turn.reply if command else "", "error": (turn.result.error or "") if turn.result
                      else "", "elapsed": round(time.monotonic() - started, 3)})
-    if first and not command and rooms.name_chat is not None:
+    if first and not command and not turn.failed and rooms.name_chat is not None:  # a first turn that went well
         await rooms.name_chat(key)
 
 
