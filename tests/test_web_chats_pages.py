@@ -20,6 +20,9 @@ from tests.test_web_pages import WAIT, XSS, watch_outside
 
 pytestmark = pytest.mark.process  # a chromium per module
 FIRST = "Plan a three day trip to Lisbon in May, with one day at the beach"
+# the pages' payloads (tests/test_web_pages.py) and the Markdown renderer's (tests/test_web_markdown.py)
+PAYLOADS = [*XSS, "<script>alert(1)</script>", "<img src=x onerror=alert(1)>",
+            "<iframe src=https://evil.example></iframe>", "<a href=javascript:alert(1)>x</a>"]
 
 
 def send(gateway: WebGateway, key: str, text: str) -> None:
@@ -122,7 +125,7 @@ def test_the_model_picker_switches_the_chats_model_and_refuses_an_unknown_one_in
 def test_markup_in_titles_and_search_results_neither_runs_nor_loads(browser, isolated_home):
     with web_gateway(ScriptedProvider(default="ok")) as gateway:
         store = SessionStore(gateway.paths.sessions_dir)
-        for number, payload in enumerate(XSS):
+        for number, payload in enumerate(PAYLOADS):
             key = f"web:xss{number}"
             send(gateway, key, f"{payload} zebracorn")  # the first words are the title, markup and all
             renamed = store.load(f"web:named{number}")
@@ -132,21 +135,21 @@ def test_markup_in_titles_and_search_results_neither_runs_nor_loads(browser, iso
         outside = watch_outside(page_, gateway)
         open_chat(page_, gateway, "web:named0")
         page_.locator("main h1", has_text="<script>").wait_for(timeout=WAIT)
-        for number, payload in enumerate(XSS):
+        for number, payload in enumerate(PAYLOADS):
             assert row(page_, f"web:named{number}").locator(".title").inner_text() == payload
         page_.fill("#chat-search", "zebracorn")
         page_.keyboard.press("Enter")
         results = page_.locator("#chat-results li[data-key]")
         page_.wait_for_function(f"() => document.querySelectorAll('#chat-results li[data-key]').length === "
-                                f"{2 * len(XSS)}", timeout=WAIT)
+                                f"{2 * len(PAYLOADS)}", timeout=WAIT)
         shown = results.all_inner_texts()
-        for payload in XSS:
+        for payload in PAYLOADS:
             assert any(payload in text for text in shown), payload  # as text: titles and snippets
         page_.fill("#chat-search", "<img src=x onerror")
         page_.keyboard.press("Enter")
         results.first.wait_for(timeout=WAIT)
         assert page_.evaluate("() => window.__xss") is None
-        assert page_.locator("main img").count() == 0
+        assert page_.locator("main img, main iframe, main script").count() == 0
         assert page_.locator("a[href^='javascript']").count() == 0
-        assert outside == []
+        assert outside == []  # no request elsewhere, no dialog
         page_.context.close()
