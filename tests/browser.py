@@ -111,8 +111,10 @@ class WebGateway:
 
 @contextmanager
 def web_gateway(provider: ScriptedProvider | None = None, config: Config | None = None,
-                clock: Callable[[], float] | None = None) -> Iterator[WebGateway]:
-    """A real Gateway with the listener on a free loopback port; `clock` replaces the sign-in state's clock."""
+                clock: Callable[[], float] | None = None, configured: bool = False) -> Iterator[WebGateway]:
+    """A real Gateway with the listener on a free loopback port; `clock` replaces the sign-in state's clock.
+    `configured`: the models config.json and the environment name, each built and checked by name as a real
+    gateway does (`/model` refuses an unknown one), instead of `provider` answering for every model."""
     from nanoagent.agent.build import build_agent
     from nanoagent.gateway.http import Listener
     from nanoagent.gateway.hub import Hub
@@ -126,7 +128,7 @@ def web_gateway(provider: ScriptedProvider | None = None, config: Config | None 
     made: dict[str, Any] = {}
 
     async def serve() -> None:
-        hub = Hub(build_agent(config, paths, provider=provider or ScriptedProvider(default="ok")))
+        hub = Hub(build_agent(config, paths, provider=None if configured else provider or ScriptedProvider(default="ok")))
         server = Gateway(hub, paths, grace=2)
         listener = Listener(hub, paths, config, server.start_component, server)
         if clock is not None:

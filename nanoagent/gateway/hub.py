@@ -95,6 +95,19 @@ class Hub:
         model = self.loop.model_for(session)
         return model, self.loop.budget.used(session, model), self.loop.budget.window(model).tokens
 
+    async def model_title(self, key: str) -> str:
+        """A title for session `key` from one short call to agents.defaults.backgroundModel (else the session's model),
+        counted as `title` in the spend ledger; "" before the session has a message. NanoagentError when it failed."""
+        from nanoagent.agent.titles import model_title
+        from nanoagent.session.titles import first_text
+
+        session = self.loop.session(key)
+        first = first_text(session)
+        if not first.strip():
+            return ""
+        model = self.loop.settings.background_model or self.loop.model_for(session)
+        return await model_title(self.loop.providers, model, key, first)
+
     def note_chat(self, key: str, group: bool) -> None:
         """What a channel says of a chat: a group chat or not (its turns get `tools.groupProfile`)."""
         self.loop.note_chat(key, group)

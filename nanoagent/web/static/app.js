@@ -124,13 +124,15 @@ async function startIncognito() {
 async function loadSessions(list, current) {
   let data;
   try { data = await api("/api/sessions"); } catch (e) { list.replaceChildren(el("li", {}, alertBox(e.message))); return; }
-  const items = data.sessions.map((s) => el("li", {},
+  const items = data.sessions.map((s) => el("li", { "data-key": s.key },
     el("a", { href: `#/chat/${encodeURIComponent(s.key)}`, "aria-current": s.key === current ? "true" : null },
-      el("div", { class: "key", text: s.key }),
+      el("div", { class: "title", text: s.title || s.key }),
       el("div", { class: "small muted" }, el("span", { class: "badge", text: s.channel }),
-        s.incognito ? el("span", { class: "badge", text: "incognito" }) : null, when(s.last_active)),
+        s.incognito ? el("span", { class: "badge", text: "incognito" }) : null, el("span", { class: "key", text: s.key }),
+        when(s.last_active)),
       el("div", { class: "small", text: s.preview }))));
   list.replaceChildren(...(items.length ? items : [el("li", { class: "muted", text: "No sessions yet." })]));
+  document.dispatchEvent(new CustomEvent("nanoagent:sessions", { detail: { list, sessions: data.sessions, current } }));  // chats.js
 }
 
 async function conversation(view, key) {
@@ -170,6 +172,7 @@ async function conversation(view, key) {
     live = null;
     tools = {};
     log.replaceChildren(...data.messages.map(messageView));
+    document.dispatchEvent(new CustomEvent("nanoagent:conversation", { detail: { key, view, heading, model, data } }));  // chats.js
   }
 
   function messageView(m) {
