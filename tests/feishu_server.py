@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import WSMsgType, web
 from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
-from tests.stand_in_base import Scripted
+from tests.stand_in_base import Call, Scripted
 
 
 def oid(prefix: str, seed: str) -> str:
@@ -86,6 +86,7 @@ class FeishuServer:
         self.files: dict[str, tuple[str, bytes]] = {}  # image or file key -> (name, bytes)
         self.events: list[Pending] = []
         self.connections = 0
+        self.token = TOKEN  # the tenant_access_token now valid (`expire_token` makes a new one)
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = 0
         self.loop = asyncio.new_event_loop()
@@ -228,6 +229,15 @@ class FeishuServer:
                 found.append((name, data, m.kind == "image"))
         return found
 
+    def expire_token(self) -> None:
+        """The tenant_access_token given so far is refused from now on (code 99991663); a new one is given."""
+        with self.lock:
+            self.token = f"{TOKEN}-{len(self.script.calls)}"
+
+    def calls_to(self, method: str, path: str) -> list[Call]:
+        with self.lock:
+            return [c for c in self.script.calls if c.method == method and c.path == path]
+
     def edits(self) -> int:
         with self.lock:
             return sum(m.edits for m in self.messages)
@@ -294,11 +304,12 @@ class FeishuServer:
         sending = request.method == "POST" and request.path == "/open-apis/im/v1/messages"
         editing = request.method == "PATCH"
         with self.lock:
+            self.script.record(Call(request.method, path=request.path))
             if self.script.is_down and request.path != "/ws":
                 return web.Response(status=503, text="<html>503 Service Temporarily Unavailable</html>",
                                     content_type="text/html")
             open_paths = ("/open-apis/auth/v3/tenant_access_token/internal", "/callback/ws/endpoint", "/ws")
-            if request.path not in open_paths and request.headers.get("Authorization") != f"Bearer {TOKEN}":
+            if request.path not in open_paths and request.headers.get("Authorization") != f"Bearer {self.token}":
                 return _error(401, 99991663, "Invalid access token for authorization.")
             limit = self.script.take_limit() if sending or editing else None
             if limit is not None:
@@ -315,7 +326,8 @@ class FeishuServer:
         body = await request.json()
         if body.get("app_id") != APP_ID or body.get("app_secret") != APP_SECRET:
             return _error(400, 10014, "app secret invalid")
-        return web.json_response({"code": 0, "msg": "ok", "tenant_access_token": TOKEN, "expire": 7200})
+        return web.json_response({"code": 0, "msg": "ok", "tenant_access_token": self.token,
+                                  "expire": 7200})
 
     async def _endpoint(self, request: web.Request) -> web.Response:
         body = await request.json()

@@ -1,9 +1,9 @@
 """The Feishu / Lark channel: a custom app's bot, events over the open platform's long connection (a websocket the
-app opens, so no public address is needed), replies as cards of Markdown streamed by updating the card, through the
-official `lark-oapi` SDK. Feishu (China, open.feishu.cn) and Lark (international, open.larksuite.com) are one API on
+app opens, so no public address is needed), replies as cards of Markdown streamed by updating the card, on aiohttp
+(why not the official SDK: `link.py`). Feishu (China, open.feishu.cn) and Lark (international, open.larksuite.com) are one API on
 two hosts: `host` picks one.
 
-This module imports no client library: `link`, `verify` and `deliver` import lark-oapi when called.
+This module imports no client library: `link`, `verify` and `deliver` import aiohttp when called.
 """
 
 from __future__ import annotations
@@ -48,8 +48,8 @@ class FeishuChannel:
         if not settings.app_id or not settings.app_secret:
             return ("channels.feishu.enabled is true but the app's credentials are missing: set FEISHU_APP_ID and "
                     "FEISHU_APP_SECRET or channels.feishu.appId and appSecret (`nanoagent channels add feishu`).")
-        if importlib.util.find_spec("lark_oapi") is None:
-            return "The Feishu / Lark channel needs lark-oapi: pip install 'nanoagent[feishu]'."
+        if importlib.util.find_spec("aiohttp") is None:
+            return "The Feishu / Lark channel needs aiohttp: pip install 'nanoagent[feishu]'."
         return None
 
     def allowed(self, settings: FeishuConfig, user: str) -> bool:

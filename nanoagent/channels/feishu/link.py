@@ -1,17 +1,16 @@
-"""The Feishu / Lark link: events in over the open platform's long connection, the IM API out, through lark-oapi.
-Imported only when the channel runs.
+"""The Feishu / Lark link: events in over the open platform's long connection, the IM API out, on aiohttp (the
+gateway's own). Imported only when the channel runs.
 
-The SDK carries every call: its `Client` (the host's address, the app's tenant_access_token, JSON and multipart
-bodies, its own request models) makes the REST calls, and its protobuf `Frame` (pbbp2) is the long connection's
-wire format. Its `ws.Client`, which runs that connection, is not used: it fetches the endpoint with blocking
-`requests` (no timeout) on the event loop, binds to the event loop current when it is imported, has no way to be
-closed, reconnects on its own schedule without a word to the engine's health, and answers an event as soon as its
-handler returns, before the engine has the message on disk. Here the same protocol runs on aiohttp (the
-gateway's): POST /callback/ws/endpoint with the app's id and secret gives the websocket's URL (and the pings'
-interval); each event arrives as a data frame, and is answered (`{"code": 200}` on the same frame) only once the
-engine stored it (`acknowledge`): an event not answered is sent again by the platform, on this connection or the
-next, so a gateway killed before the inbox write gets the message again. Events for someone else are answered at
-once.
+Not the official SDK (lark-oapi) at run time: importing it costs 143 MiB resident, it makes a new HTTP client for
+every call, and its websocket client blocks the event loop and answers events before they are stored (measured and
+listed in docs/decisions/channels.md, "Feishu / Lark"). The channel needs a token call, eight IM endpoints and the
+connection's frame (`frames.py`); the tests' stand-in frames events with lark-oapi's own protobuf class.
+
+The long connection: POST /callback/ws/endpoint with the app's id and secret gives the websocket's URL (with its
+`service_id`) and the pings' interval; each event arrives as a data frame, and is answered (`{"code": 200}` on the
+same frame) only once the engine stored it (`acknowledge`): an event not answered is sent again by the platform, on
+this connection or the next, so a gateway killed before the inbox write gets the message again. Events that are
+not for the bot are answered at once.
 
 What arrives: `im.message.receive_v1`. A private chat (`p2p`) is the person's own place, `feishu:<open id>`, as
 `home` gives it; a group chat is `feishu:<chat id>`, where the bot answers messages mentioning it (or every message
@@ -19,27 +18,27 @@ with `groupPolicy: "all"`, none with `"off"`). Other apps' and bots' messages ar
 videos come as `FileIn`s fetched from the message's resources.
 
 Sends: a reply is an interactive card (format.card) updated in place by PATCH for streaming; each new message
-carries a `uuid`, which the platform keeps for an hour and answers a repeat of with the first message, so a send
-that failed in any way (a timeout included) is made again with the same uuid. A rate limit (HTTP 429, or code
-99991400) is waited out for `x-ogw-ratelimit-reset` seconds.
+carries a `uuid`, which the platform keeps for an hour and answers a repeat of with the first message, so every try
+of one message carries the same uuid and a send that failed in any way (a timeout included) is made again. A rate
+limit (HTTP 429, or code 99991400) is waited out for `x-ogw-ratelimit-reset` seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
-import io
 import json
 import logging
 import mimetypes
 import uuid
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qs, urlparse
 
 from nanoagent import keys
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, batches, record
 from nanoagent.channels.feishu.format import card, from_feishu
+from nanoagent.channels.feishu.frames import CONTROL, DATA, Frame
 from nanoagent.errors import NanoagentError
 from nanoagent.keys import Place
 
@@ -73,18 +72,20 @@ class Refused(Exception):
 
 
 class API:
-    """lark-oapi's `Client` at the host, with the app's tenant_access_token, fetched through the SDK and renewed
-    before it expires."""
+    """The open platform's REST API at the host with the app's tenant_access_token, on one aiohttp session (whose
+    connections the long connection's websocket shares)."""
 
     def __init__(self, settings: FeishuConfig, timing: Timing):
-        import lark_oapi as lark
+        import aiohttp
 
         self.settings = settings
         self.timing = timing
-        self.client = (lark.Client.builder().app_id(settings.app_id).app_secret(settings.app_secret or "")
-                       .domain(settings.base).enable_set_token(True).log_level(lark.LogLevel.ERROR).build())
+        self.session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         self.token = ""
         self.expires = 0.0
+
+    async def close(self) -> None:
+        await self.session.close()
 
     async def tenant_token(self) -> str:
         """The app's tenant_access_token (POST /open-apis/auth/v3/tenant_access_token/internal), kept until shortly
@@ -97,11 +98,12 @@ class API:
         self.expires = self.timing.clock() + max(60.0, float(found.get("expire") or 7200) - RENEW_BEFORE)
         return self.token
 
-    async def checked(self) -> dict[str, Any]:
-        """The token, then the bot's own open id and name (GET /open-apis/bot/v3/info); a refusal is one line."""
+    async def checked(self, bot: bool = True) -> dict[str, Any]:
+        """The token, then (with `bot`) the bot's own open id and name (GET /open-apis/bot/v3/info); a refusal is
+        one line naming the settings."""
         try:
             await self.tenant_token()
-            return dict((await self.call("GET", "/open-apis/bot/v3/info", False)).get("bot") or {})
+            return dict((await self.call("GET", "/open-apis/bot/v3/info", False)).get("bot") or {}) if bot else {}
         except Refused as e:
             raise NanoagentError(refused(self.settings, e)) from None
         except _network_errors() as e:
@@ -117,15 +119,16 @@ class API:
             return None
 
     async def call(self, method: str, uri: str, persistent: bool, *, queries: Sequence[tuple[str, str]] = (),
-                   body: Any = None, token: bool = True, wait: bool = True, send: bool = False, raw: bool = False
-                   ) -> Any:
-        """One call within `Timing.timeout` (a `send`: `Timing.send_timeout`): the answer's JSON (its bytes with `raw`). A
-        rate limit is waited out (unless `wait` is False); with `persistent`, so are network failures and 5xx."""
+                   body: Any = None, form: Callable[[], aiohttp.FormData] | None = None, token: bool = True,
+                   wait: bool = True, send: bool = False, raw: bool = False) -> Any:
+        """One call within `Timing.timeout` (a `send`: `Timing.send_timeout`): the answer's JSON (its bytes with
+        `raw`). A rate limit is waited out (unless `wait` is False); with `persistent`, so are network failures and
+        5xx, with backoff. A token the platform calls expired is fetched again once."""
         failures, renewed = 0, False
         while True:
             try:
                 async with asyncio.timeout(self.timing.send_timeout if send else self.timing.timeout):
-                    status, headers, content = await self._request(method, uri, queries, body, token)
+                    status, headers, content = await self._request(method, uri, queries, body, form, token)
                 found = _json(content) if not (raw and status < 400) else {}
                 code = int(found.get("code") or 0) if isinstance(found, dict) else 0
             except _network_errors() as e:
@@ -156,15 +159,13 @@ class API:
             await asyncio.sleep(delay)
 
     async def _request(self, method: str, uri: str, queries: Sequence[tuple[str, str]], body: Any,
-                       token: bool) -> tuple[int, dict[str, str], bytes]:
-        from lark_oapi.core.enum import AccessTokenType, HttpMethod
-        from lark_oapi.core.model import BaseRequest, RequestOption
-
-        request = (BaseRequest.builder().http_method(HttpMethod[method]).uri(uri).queries(list(queries))
-                   .token_types({AccessTokenType.TENANT} if token else set()).body(body).build())
-        option = RequestOption.builder().tenant_access_token(await self.tenant_token()).build() if token else None
-        answer = await self.client.arequest(request, option)
-        return answer.raw.status_code, {k.lower(): v for k, v in answer.raw.headers.items()}, answer.raw.content
+                       form: Callable[[], aiohttp.FormData] | None, token: bool) -> tuple[int, dict[str, str], bytes]:
+        headers = {"Authorization": f"Bearer {await self.tenant_token()}"} if token else {}
+        async with self.session.request(method, self.settings.base + uri, params=list(queries), headers=headers,
+                                        json=body if form is None else None, data=form() if form else None,
+                                        allow_redirects=False) as response:
+            content = await response.content.read(MAX_DOWNLOAD + 1)
+            return response.status, {k.lower(): v for k, v in response.headers.items()}, content
 
     async def send(self, place: Place, kind: str, content: str, persistent: bool = False) -> str:
         """A new message (`kind`: interactive, image, file) to a person (their open id) or a group (`oc_`): its id.
@@ -178,18 +179,24 @@ class API:
 
     async def upload(self, path: Path) -> tuple[str, str]:
         """One file uploaded for a message: ("image", its content) when its bytes are an image's, else ("file", ...)."""
+        import aiohttp
+
         from nanoagent.attachments import outgoing
 
         name, data, image = outgoing(path)
-        stream = io.BytesIO(data)
-        stream.name = name  # the multipart part's file name
-        if image:
-            made = await self.call("POST", "/open-apis/im/v1/images", False, send=True,
-                                   body={"image_type": "message", "image": stream})
-            return "image", json.dumps({"image_key": _data(made).get("image_key")})
-        made = await self.call("POST", "/open-apis/im/v1/files", False, send=True,
-                               body={"file_type": "stream", "file_name": name, "file": stream})
-        return "file", json.dumps({"file_key": _data(made).get("file_key")})
+        kind = "image" if image else "file"
+        fields = {"image_type": "message"} if image else {"file_type": "stream", "file_name": name}
+
+        def form() -> aiohttp.FormData:
+            made = aiohttp.FormData()
+            for key, value in fields.items():
+                made.add_field(key, value)
+            made.add_field(kind, data, filename=name)
+            return made
+
+        uploaded = await self.call("POST", f"/open-apis/im/v1/{kind}s", False, send=True, form=form)
+        key = f"{kind}_key"
+        return kind, json.dumps({key: _data(uploaded).get(key)})
 
     async def endpoint(self) -> tuple[str, int]:
         """The long connection's websocket URL and the pings' interval (POST /callback/ws/endpoint)."""
@@ -204,7 +211,7 @@ class FeishuLink:
         self.settings = settings
         self.timing = timing
         self.queue: asyncio.Queue[list[Incoming]] = asyncio.Queue()
-        self.unanswered: dict[str, list[Any]] = {}  # a message's id -> its event frames, answered once stored
+        self.unanswered: dict[str, list[Frame]] = {}  # a message's id -> its event frames, answered once stored
         self.done: OrderedDict[str, None] = OrderedDict()  # ids of messages acknowledged
         self.parts: dict[str, list[bytes]] = {}  # a payload sent in several frames, by its message id
         self.names: dict[str, str] = {}
@@ -212,16 +219,12 @@ class FeishuLink:
         self.tasks: set[asyncio.Task[None]] = set()
         self.api: API | None = None
         self.socket: aiohttp.ClientWebSocketResponse | None = None
-        self.session: aiohttp.ClientSession | None = None
         self.service = 0
 
     # --- connecting -------------------------------------------------------------------------------------------
 
     async def connect(self) -> str:
-        import aiohttp
-
         self.api = API(self.settings, self.timing)
-        self.session = aiohttp.ClientSession()
         bot = await self.api.checked()
         self.bot_id = str(bot.get("open_id") or "")
         try:
@@ -238,8 +241,7 @@ class FeishuLink:
         url, ping = await self._api().endpoint()
         query = parse_qs(urlparse(url).query)
         self.service = int((query.get("service_id") or ["0"])[0])
-        assert self.session is not None
-        self.socket = await self.session.ws_connect(url, autoping=True)
+        self.socket = await self._api().session.ws_connect(url, autoping=True)
         return ping
 
     async def close(self) -> None:
@@ -247,8 +249,8 @@ class FeishuLink:
             task.cancel()
         if self.socket is not None:
             await self.socket.close()
-        if self.session is not None:
-            await self.session.close()
+        if self.api is not None:
+            await self.api.close()
 
     # --- what arrives -------------------------------------------------------------------------------------------
 
@@ -289,23 +291,19 @@ class FeishuLink:
             log.info(record("feishu_disconnected"))
 
     async def _ping(self, socket: aiohttp.ClientWebSocketResponse, every: int) -> None:
-        from lark_oapi.ws.pb.pbbp2_pb2 import Frame
-
         while not socket.closed:
             await asyncio.sleep(max(1, every))
-            frame = Frame(SeqID=0, LogID=0, service=self.service, method=0)
-            frame.headers.add(key="type", value="ping")
-            await socket.send_bytes(frame.SerializeToString())
+            await socket.send_bytes(Frame(service=self.service, method=CONTROL, headers=[("type", "ping")]).encode())
 
     async def _on_frame(self, data: bytes) -> None:
-        from lark_oapi.ws.pb.pbbp2_pb2 import Frame
-
-        frame = Frame()
-        frame.ParseFromString(data)
-        headers = {h.key: h.value for h in frame.headers}
-        if frame.method != 1 or headers.get("type") != "event":
+        try:
+            frame = Frame.decode(data)
+        except ValueError:
+            log.warning(record("feishu_bad_frame", size=len(data)))
+            return
+        if frame.method != DATA or frame.header("type") != "event":
             return  # a control frame (pong), or a card's callback
-        payload = self._whole(headers, frame.payload)
+        payload = self._whole(frame)
         if payload is None:
             return
         incoming = await self._incoming(_json(payload))
@@ -315,23 +313,25 @@ class FeishuLink:
         self.unanswered.setdefault(incoming.id, []).append(frame)
         await self.queue.put([incoming])
 
-    def _whole(self, headers: dict[str, str], payload: bytes) -> bytes | None:
+    def _whole(self, frame: Frame) -> bytes | None:
         """The event's payload, once every part of one sent in several frames came."""
-        total, seq, key = int(headers.get("sum") or 1), int(headers.get("seq") or 0), headers.get("message_id", "")
+        total, seq, key = int(frame.header("sum", "1")), int(frame.header("seq", "0")), frame.header("message_id")
         if total <= 1:
-            return payload
+            return frame.payload
         parts = self.parts.setdefault(key, [b""] * total)
-        parts[seq] = payload
+        if not 0 <= seq < total:
+            return None
+        parts[seq] = frame.payload
         if not all(parts):
             return None
         return b"".join(self.parts.pop(key))
 
-    async def _answer(self, frame: Any) -> None:
+    async def _answer(self, frame: Frame) -> None:
         frame.payload = json.dumps({"code": 200}).encode()
         socket = self.socket
         if socket is not None and not socket.closed:
             try:
-                await socket.send_bytes(frame.SerializeToString())
+                await socket.send_bytes(frame.encode())
             except (ConnectionError, RuntimeError):
                 pass  # not answered: the platform sends the event again, and the engine keeps the first
 
@@ -383,10 +383,7 @@ class FeishuLink:
         if user not in self.names:
             found = await self._api().quietly("GET", f"/open-apis/contact/v3/users/{user}", False, wait=False,
                                               queries=[("user_id_type", "open_id")])
-            name = str((_data(found).get("user") or {}).get("name") or "")
-            if not name:
-                return user
-            self.names[user] = name
+            self.names[user] = str((_data(found).get("user") or {}).get("name") or "") or user
         return self.names[user]
 
     # --- what goes out ------------------------------------------------------------------------------------------
@@ -496,20 +493,17 @@ def _connect_errors() -> tuple[type[Exception], ...]:
 
 def _network_errors() -> tuple[type[Exception], ...]:
     import aiohttp
-    import httpx
 
-    return (TimeoutError, httpx.HTTPError, aiohttp.ClientError, OSError)
+    return (TimeoutError, aiohttp.ClientError, OSError)
 
 
 async def check_credentials(settings: FeishuConfig) -> str:
     """One call (`verify`): a tenant_access_token for the app id and secret; the app's id."""
+    api = API(settings, Timing())
     try:
-        await API(settings, Timing()).tenant_token()
-    except Refused as e:
-        raise NanoagentError(refused(settings, e)) from None
-    except _network_errors() as e:
-        raise NanoagentError(f"Cannot reach {settings.base} ({type(e).__name__}); check the network and "
-                             "channels.feishu.host.") from None
+        await api.checked(bot=False)
+    finally:
+        await api.close()
     return settings.app_id
 
 
@@ -528,3 +522,5 @@ async def deliver(settings: FeishuConfig, place: Place, chunks: list[Chunk], fil
     except _network_errors() as e:
         raise DeliveryError(f"Cannot reach {settings.base} ({type(e).__name__}); the message to {place} was not "
                             "sent.") from None
+    finally:
+        await api.close()
