@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import WSMsgType, web
-from lark_oapi.ws.pb.pbbp2_pb2 import Frame
 
+from tests.conftest import PATIENCE
 from tests.stand_in_base import Call, Scripted
 
 
@@ -87,18 +87,25 @@ class FeishuServer:
         self.events: list[Pending] = []
         self.connections = 0
         self.token = TOKEN  # the tenant_access_token now valid (`expire_token` makes a new one)
+        self.parts = 1  # frames each event is sent in
         self._sockets: list[web.WebSocketResponse] = []
         self._seq = 0
         self.loop = asyncio.new_event_loop()
         started = threading.Event()
         self._thread = threading.Thread(target=self._serve, args=(started,), daemon=True)
         self._thread.start()
-        started.wait(10)
+        started.wait(PATIENCE)
 
     # --- the server's life ------------------------------------------------------------------------------------
 
     def _serve(self, started: threading.Event) -> None:
         asyncio.set_event_loop(self.loop)
+        # the SDK's protobuf class frames the events, imported here: importing lark_oapi takes seconds and 140 MiB,
+        # paid only where a stand-in runs (not where a test module is collected), and its `ws.client` takes the
+        # current event loop at import (this thread's, not the test's)
+        from lark_oapi.ws.pb.pbbp2_pb2 import Frame
+
+        self.Frame = Frame
         app = web.Application(middlewares=[self._gate])
         app.router.add_post("/open-apis/auth/v3/tenant_access_token/internal", self._token)
         app.router.add_post("/callback/ws/endpoint", self._endpoint)
@@ -253,15 +260,19 @@ class FeishuServer:
             await self._send_event(ws, pending)
 
     async def _send_event(self, ws: web.WebSocketResponse, pending: Pending) -> None:
-        frame = Frame(SeqID=pending.sent, LogID=0, service=SERVICE, method=1, payload=pending.payload)
-        for key, value in (("type", "event"), ("message_id", pending.id), ("sum", "1"), ("seq", "0"),
-                           ("trace_id", oid("tr", pending.id))):
-            frame.headers.add(key=key, value=value)
+        """The event in `self.parts` frames (the platform splits a large payload), the last part first."""
+        size = -(-len(pending.payload) // self.parts)
+        pieces = [pending.payload[at:at + size] for at in range(0, len(pending.payload), size)]
         pending.sent += 1
-        try:
-            await ws.send_bytes(frame.SerializeToString())
-        except ConnectionError:
-            pass
+        for seq in reversed(range(len(pieces))):
+            frame = self.Frame(SeqID=pending.sent, LogID=0, service=SERVICE, method=1, payload=pieces[seq])
+            for key, value in (("type", "event"), ("message_id", pending.id), ("sum", str(len(pieces))),
+                               ("seq", str(seq)), ("trace_id", oid("tr", pending.id))):
+                frame.headers.add(key=key, value=value)
+            try:
+                await ws.send_bytes(frame.SerializeToString())
+            except ConnectionError:
+                return
 
     async def _socket(self, request: web.Request) -> web.StreamResponse:
         if self.script.is_down or request.query.get("service_id") != str(SERVICE):
@@ -283,11 +294,11 @@ class FeishuServer:
         return ws
 
     async def _on_frame(self, ws: web.WebSocketResponse, data: bytes) -> None:
-        frame = Frame()
+        frame = self.Frame()
         frame.ParseFromString(data)
         headers = {h.key: h.value for h in frame.headers}
         if frame.method == 0 and headers.get("type") == "ping":
-            pong = Frame(SeqID=0, LogID=0, service=SERVICE, method=0)
+            pong = self.Frame(SeqID=0, LogID=0, service=SERVICE, method=0)
             pong.headers.add(key="type", value="pong")
             await ws.send_bytes(pong.SerializeToString())
         elif frame.method == 1 and json.loads(frame.payload or b"{}").get("code") == 200:

@@ -6,6 +6,7 @@ stand-in (tests/feishu_server.py) over real sockets."""
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Iterator
 
 import pytest
@@ -19,8 +20,8 @@ from nanoagent.messages import is_user, strip_runtime_context, text_of
 from nanoagent.paths import Paths
 from nanoagent.providers.scripted import ScriptedProvider
 from tests.channel_harness import TIMING, running, settings_of, settled
-from tests.conftest import invoke, until
-from tests.feishu_server import APP_ID, GROUP, OWNER, StandIn
+from tests.conftest import invoke, until, write_config
+from tests.feishu_server import APP_ID, APP_SECRET, GROUP, OWNER, StandIn
 
 CHANNEL = registry.get("feishu")
 
@@ -67,6 +68,21 @@ def test_a_message_left_unanswered_when_the_gateway_stopped_comes_again_and_is_a
     asyncio.run(scenario())
     assert fs.connections == 2
     assert len(provider.requests) == 1
+
+
+def test_an_event_the_platform_splits_into_several_frames_is_read_whole(fs: StandIn) -> None:
+    provider = ScriptedProvider(["Read it all."])
+    fs.parts = 3
+    question = "a question long enough to be cut in three: " + "漢字 " * 50
+
+    async def scenario() -> None:
+        async with running(fs, provider) as runner:
+            fs.write(OWNER, question)
+            await until(lambda: fs.shown(OWNER) == ["Read it all."] and settled(runner), "the answer")
+
+    asyncio.run(scenario())
+    [request] = provider.requests
+    assert strip_runtime_context(text_of([m for m in request.messages if is_user(m)][-1])) == question.strip()
 
 
 def test_in_a_group_only_a_message_mentioning_the_bot_is_answered_and_the_mention_is_left_out(fs: StandIn) -> None:
@@ -146,3 +162,28 @@ def test_channels_list_shows_eight_channels_feishu_among_them() -> None:
     assert listed.returncode == 0
     assert [line.split()[0] for line in listed.stdout.splitlines() if line.strip()] == [
         "discord", "email", "feishu", "matrix", "mattermost", "signal", "slack", "telegram"]
+
+
+def test_channels_add_feishu_asks_the_host_and_the_app_checks_them_and_writes_config(isolated_home, monkeypatch,
+                                                                                    fs: StandIn) -> None:
+    from nanoagent.cli import channels_cmd
+
+    answers = iter(["lark", APP_ID, APP_SECRET, OWNER, ""])  # the last: "Is ... you?", yes by default
+    asked: list[tuple[str, bool]] = []
+
+    def read(prompt: str, secret: bool) -> str:
+        asked.append((prompt, secret))
+        return next(answers)
+
+    monkeypatch.setattr("nanoagent.cli.oneshot.stdin_is_terminal", lambda: True)
+    monkeypatch.setattr(channels_cmd, "read_answer", read)
+    write_config(isolated_home, {"channels": {"feishu": {"apiBase": fs.url}}})
+    ran = invoke("channels", "add", "feishu")
+    assert ran.returncode == 0, ran.stderr
+    assert [secret for _, secret in asked] == [False, False, True, False, False]
+    written = json.loads((isolated_home / "config.json").read_text())["channels"]["feishu"]
+    assert written == {"apiBase": fs.url, "host": "lark", "appId": APP_ID, "appSecret": APP_SECRET,
+                       "allowFrom": [OWNER], "owner": [OWNER], "enabled": True}
+    assert f"knows these credentials ({APP_ID})" in ran.stdout and APP_SECRET not in ran.stdout + ran.stderr
+    assert [(c.method, c.path) for c in fs.script.calls] == [
+        ("POST", "/open-apis/auth/v3/tenant_access_token/internal")]

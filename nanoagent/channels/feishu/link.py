@@ -56,6 +56,7 @@ NAME = "feishu"
 CONNECT_TIMEOUT = 30.0  # seconds for the websocket to open
 MAX_DOWNLOAD = 50_000_000  # bytes; a bigger file is not taken
 KEEP_IDS = 2000  # ids of messages acknowledged, remembered to answer a second delivery at once
+MAX_PARTS, KEEP_PARTS = 64, 32  # frames one payload may be split in; payloads being put together at once
 RATE_LIMITED = 99991400  # the platform's code for "request trigger frequency limit"
 TOKEN_CODES = {99991661, 99991663, 99991668}  # the tenant_access_token is missing, invalid or expired
 RENEW_BEFORE = 300.0  # seconds before a token's expiry it is fetched again
@@ -318,9 +319,11 @@ class FeishuLink:
         total, seq, key = int(frame.header("sum", "1")), int(frame.header("seq", "0")), frame.header("message_id")
         if total <= 1:
             return frame.payload
-        parts = self.parts.setdefault(key, [b""] * total)
-        if not 0 <= seq < total:
+        if not 0 <= seq < total or total > MAX_PARTS:
             return None
+        while len(self.parts) >= KEEP_PARTS and key not in self.parts:
+            self.parts.pop(next(iter(self.parts)))  # the oldest payload left unfinished
+        parts = self.parts.setdefault(key, [b""] * total)
         parts[seq] = frame.payload
         if not all(parts):
             return None
