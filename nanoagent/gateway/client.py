@@ -61,16 +61,18 @@ class GatewayClient:
         self.writer.write(protocol.encode(message))
 
     async def send(self, text: str, session: str | None = None, images: list[ImageBlock] | None = None,
-                   workdir: str = "") -> ev.TurnResult | None:
+                   workdir: str = "", profile: str = "") -> ev.TurnResult | None:
         """Send a message or slash command, with references to images already under the workspace's media/, for a
-        turn working in `workdir` ("": the workspace); the turn's result (None: it joined the running turn)."""
-        check_features(self.welcome, images, workdir)
+        turn working in `workdir` ("": the workspace) with its tools narrowed to `profile` ("": as the policy gives
+        them); the turn's result (None: it joined the running turn)."""
+        check_features(self.welcome, images, workdir, profile)
         if self.gone:
             raise GatewayGone(GONE)
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
-        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images, workdir))
+        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images, workdir,
+                                 profile))
         try:
             reply = await future
         except asyncio.CancelledError:

@@ -30,6 +30,7 @@ from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
 from nanoagent.paths import Paths, check_session_key
+from nanoagent.tools.policy import PROFILES
 
 log = logging.getLogger("nanoagent.gateway")
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
@@ -248,11 +249,15 @@ class Connection:
             return
         images, problem = protocol.attachments_from_wire(message.get("attachments"))
         workdir, problem = self.workdir(message.get("workdir")) if not problem else ("", problem)
+        profile = message.get("profile") or ""
+        if not problem and profile not in ("", *PROFILES):
+            problem = f"\"profile\" must be one of {', '.join(PROFILES)}"
         if problem:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         try:
-            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir)
+            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir,
+                                       profile=profile)
         except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
