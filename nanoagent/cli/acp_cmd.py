@@ -19,7 +19,7 @@ def acp(
                                                         "running.")] = False,
     workspace: WorkspaceOpt = None,
 ) -> None:
-    """Serve an editor over the Agent Client Protocol (ACP) on stdin and stdout.
+    """Serve an editor (Zed, any ACP client) as its ACP agent on stdio.
 
     The editor starts it and speaks JSON-RPC on its stdio; nothing else is printed there (logs go to stderr
     and logs/nanoagent.log). Each editor session works in the editor's folder, as `agent -C DIR` does, and
