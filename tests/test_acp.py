@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -241,7 +243,9 @@ def test_an_embedded_file_goes_to_the_model_as_the_persons_attachment(home, llm,
     assert "unsaved draft text" in sent and "attached_file" in sent
 
 
-def test_where_the_editor_offers_its_files_the_tools_read_its_unsaved_buffer_and_write_through_it(home, llm, project):
+@pytest.mark.parametrize("through_gateway", [False, True], ids=["here", "gateway"])
+def test_where_the_editor_offers_its_files_the_tools_read_its_unsaved_buffer_and_write_through_it(
+        home, llm, project, through_gateway):
     path = str(project / "notes.txt")
     llm.script(Reply(tool_calls=[("edit_file", {"path": "notes.txt", "old_text": "unsaved", "new_text": "kept"})]),
                Reply(text="Done."))
@@ -250,13 +254,42 @@ def test_where_the_editor_offers_its_files_the_tools_read_its_unsaved_buffer_and
     async def run(conn: Any, session_id: str) -> Any:
         return await prompt(conn, session_id, acp.text_block("edit it"))
 
-    asyncio.run(session(editor, home, llm, project, run, "--local",
-                        capabilities={"fs": {"readTextFile": True, "writeTextFile": True}}))
+    with gateway_running(home, llm, through_gateway):
+        asyncio.run(session(editor, home, llm, project, run,
+                            capabilities={"fs": {"readTextFile": True, "writeTextFile": True}}))
     assert editor.buffers == {path: "kept plums\n"}
     assert (project / "notes.txt").read_text() == "apples\n"  # the editor saves it when the person says so
+    finished = next(u for u in editor.updates if u.session_update == "tool_call_update")
+    assert finished.status == "completed"
 
 
-def test_a_read_only_mode_takes_the_writing_tools_away_for_the_session(home, llm, project):
+def test_through_a_running_gateway_a_commands_approval_is_asked_in_the_editor(home, llm, project):
+    llm.script(Reply(tool_calls=[("exec", {"command": "echo ran > proof.txt"})]), Reply(text="ok"))
+    editor = Editor(answer="always")
+
+    async def run(conn: Any, session_id: str) -> Any:
+        return await prompt(conn, session_id, acp.text_block("make the proof"))
+
+    with gateway_running(home, llm, True):
+        asyncio.run(session(editor, home, llm, project, run))
+    started = next(u for u in editor.updates if u.session_update == "tool_call")
+    assert [a.tool_call_id for a in editor.asked] == [started.tool_call_id]
+    assert (project / "proof.txt").read_text() == "ran\n"
+
+
+@contextlib.contextmanager
+def gateway_running(home: Path, llm: Any, wanted: bool = True) -> Iterator[None]:
+    gateway = start_gateway_process(env_for(home, llm)) if wanted else None
+    try:
+        yield
+    finally:
+        if gateway is not None:
+            gateway.terminate()
+            gateway.wait(PATIENCE)
+
+
+@pytest.mark.parametrize("through_gateway", [False, True], ids=["here", "gateway"])
+def test_a_read_only_mode_takes_the_writing_tools_away_for_the_session(home, llm, project, through_gateway):
     llm.script(Reply(tool_calls=[("write_file", {"path": "new.txt", "content": "x"})]), Reply(text="ok"))
     editor = Editor()
 
@@ -264,7 +297,8 @@ def test_a_read_only_mode_takes_the_writing_tools_away_for_the_session(home, llm
         await conn.set_session_mode(session_id=session_id, mode_id="minimal")
         return await prompt(conn, session_id, acp.text_block("write it"))
 
-    asyncio.run(session(editor, home, llm, project, run))
+    with gateway_running(home, llm, through_gateway):
+        asyncio.run(session(editor, home, llm, project, run))
     assert not (project / "new.txt").exists()
     tools = [t["name"] for t in llm.requests[0].body["tools"]]
     assert "write_file" not in tools and "exec" not in tools and "read_file" in tools
@@ -297,23 +331,19 @@ def test_a_folder_inside_nanoagents_home_is_refused(home, llm, project):
 
 
 def test_through_a_running_gateway_the_turn_runs_there_and_streams_back(home, llm, project):
-    gateway = start_gateway_process(env_for(home, llm))
-    try:
-        release = threading.Event()
-        llm.script(Reply(text="From the gateway", release=release))
-        editor = Editor()
+    release = threading.Event()
+    llm.script(Reply(text="From the gateway", release=release))
+    editor = Editor()
 
-        async def run(conn: Any, session_id: str) -> Any:
-            turn = asyncio.ensure_future(prompt(conn, session_id, acp.text_block("hi")))
-            await until(lambda: session_id in gateway_status(home)["running"], "the turn running in the gateway")
-            release.set()
-            return await turn
+    async def run(conn: Any, session_id: str) -> Any:
+        turn = asyncio.ensure_future(prompt(conn, session_id, acp.text_block("hi")))
+        await until(lambda: session_id in gateway_status(home)["running"], "the turn running in the gateway")
+        release.set()
+        return await turn
 
+    with gateway_running(home, llm):
         asyncio.run(session(editor, home, llm, project, run))
-        assert editor.text() == "From the gateway"
-    finally:
-        gateway.terminate()
-        gateway.wait(PATIENCE)
+    assert editor.text() == "From the gateway"
 
 
 def gateway_status(home: Path) -> dict:

@@ -88,9 +88,10 @@ class NanoagentAgent:
         seat = Seat(key, folder, remote=remote)
         seat.sink = lambda event: self._show(seat, event)
         seat.ask = lambda question: self._ask(seat, question)
-        if not remote and (self.stdio.can("fs.readTextFile") or self.stdio.can("fs.writeTextFile")):
-            seat.buffers = EditorFiles(self.conn, key, asyncio.get_running_loop(), self.stdio.can("fs.readTextFile"),
-                                       self.stdio.can("fs.writeTextFile"))
+        if self.stdio.can("fs.readTextFile") or self.stdio.can("fs.writeTextFile"):
+            files = EditorFiles(self.conn, key, asyncio.get_running_loop(), self.stdio.can("fs.readTextFile"),
+                                self.stdio.can("fs.writeTextFile"))
+            seat.buffers, seat.files = files, files.files
         self.seats[key] = (seat, turns)
         return seat
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
@@ -37,9 +37,14 @@ class Seat:
     profile: str = ""
     sink: ev.EventSink = ev.discard
     ask: Ask | None = None
-    buffers: Buffers | None = None
+    buffers: Buffers | None = None  # for turns in this process
+    files: Files | None = None  # the same for turns in the gateway, which asks over its socket
     remote: bool = False  # its turns run in the gateway
     running_exec: str = ""  # the call id of the command last started: what an approval question is about
+
+
+# ("read", path, None) -> the editor's text, or ("write", path, text) -> True; None or False: the disk
+Files = Callable[[str, str, str | None], Awaitable[str | bool | None]]
 
 
 class Turns(Protocol):
@@ -77,8 +82,8 @@ class Here:
 
 
 class ThroughGateway:
-    """Turns in the running gateway: one connection per session, watching it; approvals come back as its asks.
-    The gateway's file tools work on the disk (the editor's buffers do not reach it)."""
+    """Turns in the running gateway: one connection per session, watching it; approvals come back as its asks, and
+    its file tools' questions about the folder's files as `file` messages the editor answers."""
 
     def __init__(self, socket: Path):
         self.socket = socket
@@ -96,6 +101,7 @@ class ThroughGateway:
     async def run(self, seat: Seat, text: str, images: list[ImageBlock]) -> ev.TurnResult:
         client = await self._client(seat)
         client.ask = seat.ask
+        client.files = seat.files
         turn = await client.send(text, seat.key, images, workdir=seat.folder, profile=seat.profile)
         return turn or ev.TurnResult("", seat.key)
 
@@ -116,6 +122,14 @@ class EditorFiles:
         self.loop = loop
         self.reads = reads
         self.writes = writes
+
+    async def files(self, op: str, path: str, text: str | None) -> str | bool | None:
+        """The same over the event loop, for the gateway's questions (`GatewayClient.files`)."""
+        if op == "read" and self.reads:
+            return str((await self.conn.read_text_file(path=path, session_id=self.session_id)).content)
+        if op == "write" and self.writes and text is not None:
+            return await self._write(Path(path), text)
+        return None
 
     def _ask(self, request: Callable[[], Any]) -> Any:
         with contextlib.suppress(RuntimeError):
