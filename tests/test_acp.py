@@ -165,7 +165,8 @@ def test_a_command_needing_approval_asks_the_editor_and_runs_only_when_allowed(h
     assert finished.status == ("completed" if ran else "failed")
 
 
-def test_cancel_ends_a_turn_mid_command_and_the_session_records_it(home, llm, project):
+@pytest.mark.parametrize("through_gateway", [False, True], ids=["here", "gateway"])
+def test_cancel_ends_a_turn_mid_command_and_the_session_records_it(home, llm, project, through_gateway):
     llm.script(Reply(tool_calls=[("exec", {"command": "sleep 60"})]))
     editor = Editor(answer="allow")
 
@@ -175,7 +176,8 @@ def test_cancel_ends_a_turn_mid_command_and_the_session_records_it(home, llm, pr
         await conn.cancel(session_id=session_id)
         return await turn, session_id
 
-    answer, session_id = asyncio.run(session(editor, home, llm, project, run))
+    with gateway_running(home, llm, through_gateway):
+        answer, session_id = asyncio.run(session(editor, home, llm, project, run))
     assert answer.stop_reason == "cancelled"
     saved = "".join(p.read_text() for p in home.rglob("*.jsonl") if "sessions" in p.parts)
     assert "cancelled this turn" in saved
@@ -217,7 +219,8 @@ def test_a_session_of_another_folder_is_not_loaded(home, llm, project, tmp_path)
     asyncio.run(session(Editor(), home, llm, project, load))
 
 
-def test_an_image_in_the_prompt_reaches_the_model(home, llm, project):
+@pytest.mark.parametrize("through_gateway", [False, True], ids=["here", "gateway"])
+def test_an_image_in_the_prompt_reaches_the_model(home, llm, project, through_gateway):
     llm.script(Reply(text="A red pixel."))
     editor = Editor()
 
@@ -225,7 +228,8 @@ def test_an_image_in_the_prompt_reaches_the_model(home, llm, project):
         return await prompt(conn, session_id, acp.text_block("what is this?"),
                             acp.image_block(base64.b64encode(PNG).decode(), "image/png"))
 
-    asyncio.run(session(editor, home, llm, project, run))
+    with gateway_running(home, llm, through_gateway):
+        asyncio.run(session(editor, home, llm, project, run))
     sent = json.dumps(llm.requests[-1].body)
     assert base64.b64encode(PNG).decode() in sent and "what is this?" in sent
     assert editor.text() == "A red pixel."

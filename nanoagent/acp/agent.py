@@ -30,7 +30,7 @@ from nanoagent.paths import Paths
 
 # (mode id, name, description, the tool profile the turns are narrowed to: "" none)
 MODES = (("policy", "As configured", "Every tool the settings allow this session", ""),
-         ("coding", "Coding", "Files, search and commands; no web, memory edits or messages", "coding"),
+         ("coding", "Coding", "Files, search, commands and web pages; no other tools", "coding"),
          ("minimal", "Read only", "Reading and searching: no writes, no commands", "minimal"))
 STOPS = {ev.StopReason.COMPLETED: "end_turn", ev.StopReason.MAX_TOKENS: "max_tokens",
          ev.StopReason.MAX_ITERATIONS: "max_turn_requests", ev.StopReason.CANCELLED: "cancelled",
@@ -43,8 +43,9 @@ MAX_IMAGE_BYTES = 5_000_000
 
 
 class NanoagentAgent:
-    """The SDK's `Agent`. `turns(remote)` gives where a new session's turns run: the gateway when one answers (and
-    --local was not given), else this process. `models()` lists the models offered for selection."""
+    """The SDK's `Agent`. `turns()` says where a new session's turns run (and whether that is the gateway): the
+    gateway when one answers (and --local was not given), else this process. `models(key)` gives a session's model
+    and the models offered beside it."""
 
     def __init__(self, paths: Paths, stdio: wire.Stdio, turns: Callable[[], tuple[Turns, bool]],
                  models: Callable[[str], tuple[str, list[str]]]):
@@ -84,8 +85,8 @@ class NanoagentAgent:
             raise RequestError.invalid_params({"cwd": str(e)}) from None
 
     def _seat(self, key: str, folder: str) -> Seat:
-        turns, remote = self.turns()
-        seat = Seat(key, folder, remote=remote)
+        turns, _ = self.turns()
+        seat = Seat(key, folder)
         seat.sink = lambda event: self._show(seat, event)
         seat.ask = lambda question: self._ask(seat, question)
         if self.stdio.can("fs.readTextFile") or self.stdio.can("fs.writeTextFile"):

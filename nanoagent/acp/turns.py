@@ -30,7 +30,7 @@ FILE_WAIT = 30.0  # seconds a file tool waits for the editor to give or take a f
 @dataclass
 class Seat:
     """One editor session as a turn needs it: nanoagent's session key, the folder, its tool profile, where its events
-    go (`sink`, set by the agent), who answers its approvals, and the editor's buffers (None: the disk)."""
+    go (`sink`, set by the agent), who answers its approvals, and the editor's files (None: the disk)."""
 
     key: str
     folder: str
@@ -39,7 +39,6 @@ class Seat:
     ask: Ask | None = None
     buffers: Buffers | None = None  # for turns in this process
     files: Files | None = None  # the same for turns in the gateway, which asks over its socket
-    remote: bool = False  # its turns run in the gateway
     running_exec: str = ""  # the call id of the command last started: what an approval question is about
 
 
