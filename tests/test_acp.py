@@ -124,6 +124,8 @@ def test_a_prompt_streams_its_reply_and_thinking_back_as_session_updates(home, l
     answer = asyncio.run(session(editor, home, llm, project, run))
     assert answer.stop_reason == "end_turn"
     assert editor.text() == "Hello from nanoagent"
+    assert editor.kinds()[0] == "available_commands_update"
+    assert {"status", "model", "new"} <= {c.name for c in editor.updates[0].available_commands}
     assert "Let me think." in editor.text("agent_thought_chunk")
 
 

@@ -94,6 +94,8 @@ class NanoagentAgent:
                                 self.stdio.can("fs.writeTextFile"))
             seat.buffers, seat.files = files, files.files
         self.seats[key] = (seat, turns)
+        # after the answer that names the session: the SDK writes a handler's answer before the loop runs callbacks
+        asyncio.get_running_loop().call_soon(self.notify, key, updates.commands())
         return seat
 
     def _state(self, seat: Seat) -> dict[str, Any]:

@@ -90,6 +90,18 @@ def of_event(folder: str, event: ev.Event) -> Any | None:
     return None
 
 
+def commands() -> Any:
+    """nanoagent's slash commands, for the editor's `/` menu (the editor's stop button is /stop's)."""
+    from acp.helpers import update_available_commands
+    from acp.schema import AvailableCommand
+
+    from nanoagent.agent.commands import COMMANDS, STOP_COMMANDS
+
+    return update_available_commands(AvailableCommand(name=c.name.removeprefix("/"), description=c.help)
+                                     for c in sorted(COMMANDS.values(), key=lambda c: c.name)
+                                     if c.name not in STOP_COMMANDS)
+
+
 def of_messages(folder: str, messages: list[msg.Message]) -> list[Any]:
     """A saved conversation replayed: the person's words, the replies, each tool call and its result."""
     updates: list[Any] = []
