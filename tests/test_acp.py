@@ -7,6 +7,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import logging
 import os
 import socket
 import subprocess
@@ -100,14 +101,34 @@ def env_for(home: Path, llm: Any) -> dict[str, str]:
 
 async def session(editor: Editor, home: Path, llm: Any, project: Path, run: Any, *args: str,
                   capabilities: dict | None = None) -> Any:
-    """Start `nanoagent acp`, initialize it, open a session in `project`, and run `run(conn, session_id)`."""
-    async with acp.spawn_agent_process(editor, sys.executable, "-m", "nanoagent", "acp", *args,
-                                       env=env_for(home, llm), cwd=ROOT) as (conn, process):
-        hello = await asyncio.wait_for(conn.initialize(protocol_version=1, client_capabilities=capabilities),
-                                       PATIENCE)
-        assert hello.agent_capabilities.load_session is True
-        new = await conn.new_session(cwd=str(project), mcp_servers=[])
-        return await run(conn, new.session_id)
+    """Start `nanoagent acp`, initialize it, open a session in `project`, and run `run(conn, session_id)`. Every
+    line it writes on stdout must be protocol (the SDK's reader logs any other line and goes on)."""
+    stray = Stray()
+    logging.getLogger().addHandler(stray)
+    try:
+        async with acp.spawn_agent_process(editor, sys.executable, "-m", "nanoagent", "acp", *args,
+                                           env=env_for(home, llm), cwd=ROOT) as (conn, process):
+            hello = await asyncio.wait_for(conn.initialize(protocol_version=1, client_capabilities=capabilities),
+                                           PATIENCE)
+            assert hello.agent_capabilities.load_session is True
+            new = await conn.new_session(cwd=str(project), mcp_servers=[])
+            result = await run(conn, new.session_id)
+    finally:
+        logging.getLogger().removeHandler(stray)
+    assert stray.lines == []
+    return result
+
+
+class Stray(logging.Handler):
+    """What the SDK's reader says of a line on stdout that is not JSON-RPC."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "parsing JSON-RPC" in record.getMessage():
+            self.lines.append(record.getMessage())
 
 
 def prompt(conn: Any, session_id: str, *blocks: Any) -> Any:
