@@ -131,9 +131,6 @@ class EditorFiles:
         return None
 
     def _ask(self, request: Callable[[], Any]) -> Any:
-        with contextlib.suppress(RuntimeError):
-            asyncio.get_running_loop()
-            return None  # on the event loop itself a wait would never end: the disk answers
         try:
             return asyncio.run_coroutine_threadsafe(request(), self.loop).result(FILE_WAIT)
         except Exception:  # noqa: BLE001 - whatever the editor said, the disk is the answer

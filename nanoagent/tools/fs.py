@@ -51,9 +51,18 @@ editor: ContextVar[Buffers | None] = ContextVar("editor", default=None)
 
 def _editor_for(target: Path) -> Buffers | None:
     """The editor that holds `target`: one is set for the turn and the file is in its working folder (the editor's
-    project; the workspace's files, memory among them, stay the disk's)."""
+    project; the workspace's files, memory among them, stay the disk's). Asked only from a worker thread (the file
+    tools run in one): on the event loop's thread the wait for the editor would hold up the answer it waits for."""
     buffers = editor.get()
-    return buffers if buffers is not None and _in_working_folder(Path(os.path.realpath(target))) else None
+    if buffers is None or not _in_working_folder(Path(os.path.realpath(target))):
+        return None
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return buffers
+    return None
 
 
 def _read_text(target: Path, errors: str = "replace") -> str:
