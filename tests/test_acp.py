@@ -206,7 +206,7 @@ def test_cancel_ends_a_turn_mid_command_and_the_session_records_it(home, llm, pr
     assert "cancelled this turn" in saved
 
 
-def test_an_earlier_session_of_the_folder_loads_with_its_messages_replayed(home, llm, project):
+def test_an_earlier_session_of_the_folder_is_listed_and_loads_with_its_messages_replayed(home, llm, project):
     llm.script(Reply(text="First answer"))
 
     async def first(conn: Any, session_id: str) -> str:
@@ -219,6 +219,11 @@ def test_an_earlier_session_of_the_folder_loads_with_its_messages_replayed(home,
     async def load(conn: Any, session_id: str) -> Any:
         return await conn.load_session(cwd=str(project), session_id=earlier, mcp_servers=[])
 
+    async def listed(conn: Any, session_id: str) -> Any:
+        return await conn.list_sessions(cwd=str(project))
+
+    assert [(s.session_id, s.title) for s in asyncio.run(session(Editor(), home, llm, project, listed)).sessions] == [
+        (earlier, "first question")]
     asyncio.run(session(editor, home, llm, project, load))
     assert editor.text("user_message_chunk") == "first question"
     assert editor.text() == "First answer"

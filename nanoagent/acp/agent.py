@@ -40,6 +40,7 @@ OPTIONS = [PermissionOption(option_id="allow", name="Allow once", kind="allow_on
            PermissionOption(option_id="always", name="Allow always in this session", kind="allow_always"),
            PermissionOption(option_id="reject", name="Reject", kind="reject_once")]
 MAX_IMAGE_BYTES = 5_000_000
+LISTED = 50  # earlier threads `session/list` gives
 
 
 class NanoagentAgent:
@@ -131,6 +132,24 @@ class NanoagentAgent:
         for update in updates.of_messages(folder, SessionStore(self.paths.sessions_dir).load(session_id).messages):
             self.notify(session_id, update)
         return self._state(seat)
+
+    async def list_sessions(self, cwd: str | None = None, cursor: str | None = None, **kwargs: Any) -> dict[str, Any]:
+        """The editor's earlier threads in folder `cwd`, the most recent first (LISTED of them); none without a
+        folder (a session key names its folder only by a hash)."""
+        from datetime import UTC, datetime
+
+        from nanoagent.cli.workdir import belongs, folder_key
+        from nanoagent.session.store import SessionStore
+
+        if cwd is None:
+            return {"sessions": []}
+        folder = self._folder(cwd)
+        store = SessionStore(self.paths.sessions_dir)
+        found = sorted(((store.path_for(key).stat().st_mtime, key) for key in store.keys_with_prefix(folder_key(folder))
+                        if belongs(key, folder)), reverse=True)[:LISTED]
+        return {"sessions": [{"sessionId": key, "cwd": folder, "title": _title(store.load(key).messages) or key,
+                              "updatedAt": datetime.fromtimestamp(stamp, UTC).isoformat(timespec="seconds")}
+                             for stamp, key in found]}
 
     def _find(self, session_id: str) -> tuple[Seat, Turns]:
         found = self.seats.get(session_id)
@@ -253,6 +272,15 @@ class NanoagentAgent:
         for task in self.running.values():
             task.cancel()
         await asyncio.gather(*self.running.values(), return_exceptions=True)
+
+
+def _title(messages: list[Any]) -> str:
+    """A thread's title: the start of the first thing the person said in it."""
+    from nanoagent import messages as msg
+
+    first = next((m for m in messages if msg.is_user(m)), None)
+    text = " ".join(msg.strip_runtime_context(first["content"]).split()) if first is not None else ""
+    return text if len(text) <= 60 else text[:59] + "…"
 
 
 def _cancelling() -> bool:

@@ -24,12 +24,13 @@ EOF_GRACE = 5.0  # seconds the requests read before stdin ended have to be answe
 
 
 def initialize_result(params: Any) -> dict[str, Any]:
-    """What nanoagent answers to `initialize`: protocol version 1, sessions it can load, prompts with images and
-    embedded files (no audio), no MCP servers handed over by the editor (nanoagent has its own)."""
+    """What nanoagent answers to `initialize`: protocol version 1, sessions it can list and load, prompts with images
+    and embedded files (no audio), no MCP servers handed over by the editor (nanoagent has its own)."""
     return {
         "protocolVersion": PROTOCOL_VERSION,
         "agentCapabilities": {
             "loadSession": True,
+            "sessionCapabilities": {"list": {}},
             "promptCapabilities": {"image": True, "audio": False, "embeddedContext": True},
             "mcpCapabilities": {"http": False, "sse": False},
         },
