@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 # `nanoagent --help` lists commands in these groups, in this order; a command in none of them goes last.
 SECTIONS = (
-    ("Talk", ("agent", "sessions")),
+    ("Talk", ("agent", "sessions", "acp")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
     ("Always on", ("gateway", "web", "channels", "pairing", "cron", "heartbeat", "mcp")),
     ("Setup", ("onboard", "status", "doctor", "skills", "usage", "budget", "browser")),
@@ -114,12 +114,13 @@ app = App(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import budget_cmd, dream_cmd, heartbeat_cmd, web_cmd
+    from nanoagent.cli import acp_cmd, budget_cmd, dream_cmd, heartbeat_cmd, web_cmd
 
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
     web_cmd.register(app)
     budget_cmd.register(app)
+    acp_cmd.register(app)
 
 
 def _version(value: bool) -> None:
