@@ -303,10 +303,19 @@ class HttpConfig:
 
 
 @dataclass
+class WebAppConfig:
+    """The web app on the HTTP listener (`gateway.web`)."""
+
+    # days a signed-in device (browser) stays signed in without being used; its cookie lasts as long
+    device_idle_days: int = bounded(30, 1, 3650)
+
+
+@dataclass
 class GatewayConfig:
     max_concurrent_turns: int = bounded(4, 1, 1000)  # sessions whose turns run at the same time
     shutdown_grace: float = bounded(10.0, 0, 3600)  # seconds running turns get to finish on SIGTERM
     http: HttpConfig = field(default_factory=HttpConfig)
+    web: WebAppConfig = field(default_factory=WebAppConfig)
 
 
 # for the channels' settings classes (each in its folder, `channels/<name>/settings.py`): what they share
