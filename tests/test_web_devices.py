@@ -7,27 +7,31 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
-import socket
+import signal
 import stat
 from typing import Any
 
+import httpx
 import pytest
 
 from nanoagent.config.schema import Config
 from nanoagent.web.devices import device_name
 from tests.browser import browser, page, sign_in, web, web_gateway  # noqa: F401 - fixtures
-from tests.conftest import PATIENCE, invoke
+from tests.conftest import (
+    PATIENCE,
+    anthropic_env,
+    free_port,
+    invoke,
+    start_gateway_process,
+    wait_until,
+    write_config,
+)
 from tests.qr_reader import read_matrix, read_terminal
 from tests.test_web_auth import Clock, client, csrf, open_stream, port_of, read_to_end, read_until
 
 DAY = 86_400.0
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _stored(web: Any) -> list[dict[str, Any]]:
@@ -43,7 +47,7 @@ def _token(cookie: str) -> str:
 
 @pytest.mark.process
 def test_a_browser_stays_signed_in_when_the_gateway_restarts_and_its_page_can_still_change_things(page, isolated_home):
-    port = _free_port()
+    port = free_port()
     with web_gateway(port=port) as first:
         sign_in(page, first)
         token = page.evaluate("async () => (await (await fetch('/api/session')).json()).csrf")
@@ -62,6 +66,49 @@ def test_a_browser_stays_signed_in_when_the_gateway_restarts_and_its_page_can_st
         after = page.evaluate("async () => (await fetch('/api/session')).status")
     assert (signed_out, after) == (200, 401)
     assert _stored(second) == []  # signing out removes the device from the file
+
+
+@pytest.mark.process
+def test_a_real_gateway_restarted_keeps_its_devices_signed_in_and_hears_web_revoke(isolated_home, llm):
+    port = free_port()
+    write_config(isolated_home, {"gateway": {"http": {"enabled": True, "port": port}}})
+    env = {**os.environ, **anthropic_env(llm)}
+    url = f"http://127.0.0.1:{port}"
+
+    def sign_in_once() -> str:
+        ran = invoke("web", "--no-open")
+        link = ran.stdout.strip().rsplit(" ", 1)[1]
+        signed = httpx.get(link, follow_redirects=False, timeout=PATIENCE)
+        assert signed.status_code == 303, signed.text
+        return "; ".join(f"{name}={value}" for name, value in signed.cookies.items())
+
+    first = start_gateway_process(env)
+    try:
+        kept, gone = sign_in_once(), sign_in_once()
+    finally:
+        first.send_signal(signal.SIGTERM)
+        assert first.wait(timeout=PATIENCE) == 0
+    second = start_gateway_process(env)
+    try:
+        wait_until(lambda: _answers(f"{url}/health"), "the listener to be up")  # the socket answers first
+        stream = open_stream(port, "/api/events?session=web:x", gone)
+        gone_id = next(d["id"] for d in json.loads((isolated_home / "web-devices.json").read_text())["devices"]
+                       if d["hash"] == hashlib.sha256(_token(gone).encode()).hexdigest())
+        assert invoke("web", "revoke", gone_id).returncode == 0
+        read_to_end(stream)
+        answers = [httpx.get(f"{url}/api/session", headers={"Cookie": c}, timeout=PATIENCE).status_code
+                   for c in (kept, gone)]
+    finally:
+        second.send_signal(signal.SIGTERM)
+        assert second.wait(timeout=PATIENCE) == 0
+    assert answers == [200, 401]
+
+
+def _answers(url: str) -> bool:
+    try:
+        return httpx.get(url, timeout=PATIENCE).status_code == 200
+    except httpx.ConnectError:
+        return False
 
 
 def test_the_cookie_lasts_as_long_as_a_device_may_stay_unused(isolated_home):

@@ -43,6 +43,8 @@ def web(
         return
     link = str(answer["url"])
     print(f"Sign-in link (good once, for one minute): {link}")
+    if answer.get("remote"):
+        print("For a phone: `nanoagent web --qr` shows a link it can reach as a QR code.")
     if open_browser:
         import webbrowser
 
