@@ -313,6 +313,27 @@ def test_a_listener_on_every_address_pairs_with_this_machine_s_lan_address_and_a
     assert "or: http://mybox.local:" in ran.stdout and "loopback only" not in ran.stdout
 
 
+def test_a_page_opened_at_the_lan_address_pairs_with_that_address(isolated_home):
+    from nanoagent.web.pairing import lan_address
+
+    address = lan_address()
+    if address is None:
+        pytest.skip("this machine has no address but loopback")
+    config = Config()
+    config.gateway.http.host = "0.0.0.0"
+    with web_gateway(config=config) as web:
+        cookie = web.cookie()
+        lan = f"http://{address}:{port_of(web)}"
+        with httpx.Client(base_url=lan, timeout=PATIENCE, headers={"Cookie": cookie}) as http:
+            token = http.get("/api/session").json()["csrf"]
+            paired = http.post("/api/pair", headers={"X-CSRF-Token": token}).json()
+            refused = http.post("/api/pair")  # no CSRF token: refused like any change
+            signed = httpx.get(paired["url"], follow_redirects=False, timeout=PATIENCE)
+    assert paired["url"].startswith(f"{lan}/signin/") and paired["reachable"] is True and paired["note"] == ""
+    assert read_matrix(paired["qr"]) == paired["url"]
+    assert refused.status_code == 403 and signed.status_code == 303
+
+
 def test_on_loopback_behind_a_proxy_the_pairing_link_names_the_proxy_over_https():
     from nanoagent.web.pairing import bases
 

@@ -37,7 +37,7 @@ def add_devices(app: web.Application, ctx: WebContext) -> None:
         return web.json_response({"revoked": device_id})
 
     async def pair(request: web.Request) -> web.Response:
-        link, reachable = _link(request, ctx, ctx.auth.codes.mint())
+        link, reachable = await _link(request, ctx, ctx.auth.codes.mint())
         try:
             rows = await asyncio.to_thread(qr_rows, link)
         except ImportError:
@@ -50,7 +50,7 @@ def add_devices(app: web.Application, ctx: WebContext) -> None:
     app.router.add_post("/api/pair", pair)
 
 
-def _link(request: web.Request, ctx: WebContext, code: str) -> tuple[str, bool]:
+async def _link(request: web.Request, ctx: WebContext, code: str) -> tuple[str, bool]:
     """The sign-in link for another device and whether one can reach it: the address this page came from when that is
     not loopback (the other device is on the same side), else the listener's own (`pairing.bases`)."""
     try:
@@ -62,7 +62,7 @@ def _link(request: web.Request, ctx: WebContext, code: str) -> tuple[str, bool]:
     http = ctx.config.gateway.http
     sockname = request.transport.get_extra_info("sockname") if request.transport is not None else None
     port = sockname[1] if isinstance(sockname, tuple) else http.port
-    found = bases(http.host, port, http.allowed_hosts)
+    found = await asyncio.to_thread(bases, http.host, port, http.allowed_hosts)  # a route lookup for the LAN address
     if found:
         return f"{found[0]}/signin/{code}", True
     return f"http://{request.host}/signin/{code}", False

@@ -181,8 +181,10 @@ class WebSessions:
         return device is not None
 
     def devices(self) -> list[Device]:
+        """The devices signed in, the most recently used first."""
         self._fresh()
-        return sorted(self._devices.values(), key=lambda d: -d.last_used)
+        now = self.clock()
+        return sorted((d for d in self._devices.values() if not d.expired(now, self.idle)), key=lambda d: -d.last_used)
 
     def end(self, key: str) -> None:
         """Sign the device out here, its streams at once (the store is written by `revoke` or the next `flush`)."""
