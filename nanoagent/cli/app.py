@@ -64,6 +64,7 @@ LAZY_GROUPS = {
     "sessions": "nanoagent.cli.sessions_cmd:sessions_app",
     "memory": "nanoagent.cli.memory_cmd:memory_app",
     "gateway": "nanoagent.cli.gateway_cmd:gateway_app",
+    "web": "nanoagent.cli.web_cmd:web_app",
     "channels": "nanoagent.cli.channels_cmd:channels_app",
     "pairing": "nanoagent.cli.pairing_cmd:pairing_app",
     "cron": "nanoagent.cli.cron_cmd:cron_app",
@@ -114,11 +115,10 @@ app = App(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import acp_cmd, budget_cmd, dream_cmd, heartbeat_cmd, web_cmd
+    from nanoagent.cli import acp_cmd, budget_cmd, dream_cmd, heartbeat_cmd
 
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
-    web_cmd.register(app)
     budget_cmd.register(app)
     acp_cmd.register(app)
 

@@ -309,7 +309,8 @@ class WebAppConfig:
     # a new chat's title from one short call to agents.defaults.backgroundModel (else the chat's model), counted in the
     # spend ledger as `title`; off: the first words of its first message
     model_titles: bool = False
-
+    # days a signed-in device (browser) stays signed in without being used; its cookie lasts as long
+    device_idle_days: int = bounded(30, 1, 3650)
 
 @dataclass
 class GatewayConfig:

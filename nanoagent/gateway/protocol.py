@@ -16,15 +16,18 @@ Client to gateway:
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
     {"type": "signin", "id": "w1", "enable": false}              `nanoagent web`: a one-time sign-in link for the
                                                                  web app; "enable": turn the HTTP listener on
-                                                                 (loopback) when it is off
+                                                                 (on gateway.http.host) when it is off
+    {"type": "devices_changed"}                                  `nanoagent web revoke`: the web app's devices file
+                                                                 changed; no answer
 Gateway to client:
     {"type": "event", "event": {"kind": "TextDelta", "session": KEY, "text": "..."}}   the runner's typed events
     {"type": "ask", "id": "q1", "question": "..."}               an approval question for this client's turn
     {"type": "file", "id": "f1", "op": "read", "path": "/abs"}   a file tool of this client's turn reads ("write",
                                                                  with "text": writes) a file of its working folder
     {"type": "result", "id": "r1", "reply": "...", "joined": false, "run": {...} | null}
-    {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE"}   or {"type": "signin", "id": "w1",
-        "off": true, "port": 8765}: the listener is off (send again with "enable": true)
+    {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE", "remote": [...]}   the same code at
+        each address another device may reach ([] on loopback only); or {"type": "signin", "id": "w1", "off": true,
+        "host": "127.0.0.1", "port": 8765}: the listener is off (send again with "enable": true)
     {"type": "error", "message": "..."}                          a bad line; the connection stays
 
 This module is light on purpose: an attaching terminal imports it, never a provider SDK.

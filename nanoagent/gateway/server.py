@@ -65,6 +65,9 @@ class Gateway:
     # `{"type": "signin", "enable": bool}` (from `nanoagent web`): a one-time sign-in link for the web app, turning
     # the HTTP listener on when asked to; None where the gateway has no HTTP side to offer
     signin: Callable[[bool], Awaitable[dict[str, Any]]] | None = None
+    # `{"type": "devices_changed"}` (from `nanoagent web revoke`): the web app reads its devices file again, and a
+    # revoked device's open streams end; None until the HTTP listener runs
+    devices_changed: Callable[[], None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
@@ -225,6 +228,9 @@ class Connection:
             from nanoagent.cron.store import JobStore
 
             JobStore(self.gateway.paths.cron_jobs_file).changed()
+        elif kind == "devices_changed":
+            if self.gateway.devices_changed is not None:
+                self.gateway.devices_changed()
         else:
             self.write({"type": "error", "message": f"unknown type {kind!r}"})
 

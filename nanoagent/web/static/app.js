@@ -642,6 +642,8 @@ async function route() {
   if (page === "schedules") return schedulesPage(root);
   if (page === "usage") return usagePage(root);
   if (page === "settings") return settingsPage(root);
+  const other = (window.nanoagentPages || {})[page];  // a page another script registers (devices.js)
+  if (other) return other(root, arg);
   return chatPage(root, arg);
 }
 
