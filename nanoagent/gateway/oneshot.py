@@ -84,23 +84,23 @@ def tell(path: Path, message: dict, timeout: float = 0.5) -> bool:
 
 def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event], None],
              ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None,
-             workdir: str = "") -> ev.TurnResult:
+             workdir: str = "", source: str = "") -> ev.TurnResult:
     """Send one message or slash command to `session` and wait for its turn to end. Every event of the session
     goes to `on_event`; `ask` answers approval questions (None: each is declined). Ctrl-C or a signal (Stopped)
     cancels the turn in the gateway; any other end of the wait leaves the turn to finish there. NoGateway when
-    nothing listens on the socket."""
-    with sending(path, session, text, images, workdir) as message:
+    nothing listens on the socket. `source`: the kind of work its spend counts as ("" a person's turn)."""
+    with sending(path, session, text, images, workdir, source) as message:
         return message.wait(on_event, ask)
 
 
 @contextlib.contextmanager
 def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None = None,
-            workdir: str = "") -> Iterator[Sending]:
+            workdir: str = "", source: str = "") -> Iterator[Sending]:
     """Connect and send the message at once, before the caller loads what it draws the reply with (the gateway
     starts the turn meanwhile); `wait` on what this yields. Without images the hello and the message go in one
     write; with images or a working folder (`workdir`) the welcome is read first, to check the gateway takes them. Ctrl-C or a signal (Stopped)
     inside the block cancels the turn in the gateway. NoGateway when nothing listens on the socket."""
-    send = protocol.encode(protocol.send(REQUEST, session, text, images, workdir))
+    send = protocol.encode(protocol.send(REQUEST, session, text, images, workdir, source))
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
                              f"{protocol.MAX_LINE:,}); send less, or use --local.")

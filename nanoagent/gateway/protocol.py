@@ -7,6 +7,7 @@ Client to gateway:
         optional "attachments": [{"type": "image", "path": "media/...", "sha256": HEX, "media_type": "image/png",
         "name": "cat.png"}]: images the client stored under the workspace's media/ (by reference, never bytes)
         optional "workdir": "/abs/path": the folder the turn works in (`agent -C DIR`; feature "workdir")
+        optional "source": "mcp": the kind of work its spend counts as (`spend.SOURCES`; feature "source")
     {"type": "cancel", "session": KEY}                           Ctrl-C or Esc: cancel the running turn and commands
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
     {"type": "signin", "id": "w1", "enable": false}              `nanoagent web`: a one-time sign-in link for the
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
 VERSION = 1
 MAX_LINE = 8 << 20  # a client's line longer than this is refused (the connection is closed): 1 MB of piped text fits
 MAX_EVENT_LINE = 4 * MAX_LINE  # clients read the gateway's lines up to this (an event echoes a message with context)
-FEATURES = ("attachments", "workdir")  # what this gateway takes beyond version 1's first form, named in its welcome
+FEATURES = ("attachments", "workdir", "source")  # what this gateway takes beyond version 1's first form, named in its welcome
 
 
 
@@ -87,11 +88,13 @@ def hello(session: str) -> dict[str, Any]:
 
 
 def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None,
-         workdir: str = "") -> dict[str, Any]:
+         workdir: str = "", source: str = "") -> dict[str, Any]:
     """A message or slash command for `session`, with references to images already under the workspace's media/,
-    and the folder its turn works in (`agent -C DIR`; "" the workspace)."""
+    the folder its turn works in (`agent -C DIR`; "" the workspace) and the kind of work its spend counts as
+    (`spend.SOURCES`; "" a person's turn)."""
     return {"type": "send", "id": request_id, "session": session, "text": text,
-            **({"attachments": images} if images else {}), **({"workdir": workdir} if workdir else {})}
+            **({"attachments": images} if images else {}), **({"workdir": workdir} if workdir else {}),
+            **({"source": source} if source else {})}
 
 
 def encode(message: dict[str, Any]) -> bytes:

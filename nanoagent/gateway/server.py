@@ -30,6 +30,7 @@ from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
 from nanoagent.paths import Paths, check_session_key
+from nanoagent.spend import SOURCES, working_as
 
 log = logging.getLogger("nanoagent.gateway")
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
@@ -248,11 +249,16 @@ class Connection:
             return
         images, problem = protocol.attachments_from_wire(message.get("attachments"))
         workdir, problem = self.workdir(message.get("workdir")) if not problem else ("", problem)
+        source = message.get("source") or "turn"
+        if not problem and source not in SOURCES:
+            problem = f"\"source\" must be one of {', '.join(SOURCES)}"
         if problem:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         try:
-            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir)
+            with _counted_as(source, check_session_key(key)):
+                turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images,
+                                           workdir=workdir)
         except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
@@ -315,6 +321,12 @@ class Connection:
         for request in self.requests:
             request.cancel()  # the turns themselves belong to the hub and go on
         self.writer.close()
+
+
+def _counted_as(source: str, key: str) -> contextlib.AbstractContextManager[object]:
+    """Where the message's spend is counted: a person's turn sets its own scope in the loop (a temporary chat's is
+    private); another source (an MCP client's question) counts as its own kind against the session."""
+    return working_as(source, key) if source != "turn" else contextlib.nullcontext()
 
 
 def _private_run_dir(run: Path) -> None:
