@@ -126,9 +126,9 @@ def remove(name: str, workspace: WorkspaceOpt = None) -> None:
 
 @mcp_app.command("serve")
 def serve(workspace: WorkspaceOpt = None) -> None:
-    """Serve this agent to other agents over MCP (stdio): messages, questions, memory, sessions, schedules.
+    """Serve this agent over MCP to other agents, such as Claude Code.
 
-    Its tools: send_message (to the owner's own chats; `mcp.serve.targets` widens it), ask (a turn of a session,
+    Over stdio. Its tools: send_message (to the owner's own chats; `mcp.serve.targets` widens it), ask (a turn of a session,
     through the running gateway when one runs), memory_search, memory_get, sessions_list, session_read, cron_list
     and cron_add. Stdout carries only MCP; errors go to logs/nanoagent.log. The running gateway serves the same
     tools over HTTP at /mcp on its listener (gateway.http), with the token in run/http-token.
@@ -137,8 +137,8 @@ def serve(workspace: WorkspaceOpt = None) -> None:
 
     Codex, in ~/.codex/config.toml: [mcp_servers.nanoagent] with command = "nanoagent" and args = ["mcp", "serve"]
 
-    Claude Desktop, in claude_desktop_config.json: {"mcpServers": {"nanoagent": {"command": "nanoagent",
-    "args": ["mcp", "serve"]}}}
+    Claude Desktop, in claude_desktop_config.json under mcpServers: an entry "nanoagent" with command "nanoagent"
+    and args ["mcp", "serve"] (docs/mcp.md has the JSON).
 
     Example: nanoagent mcp serve
     """

@@ -23,7 +23,15 @@ from nanoagent.config.schema import Config
 from nanoagent.cron.targets import TERMINAL, Access, Target, TargetError
 from nanoagent.errors import NanoagentError
 from nanoagent.keys import Place
-from nanoagent.messages import Message, calls_of, is_tool, is_user, shown_text, strip_runtime_context, truncate
+from nanoagent.messages import (
+    Message,
+    calls_of,
+    is_tool,
+    is_user,
+    shown_text,
+    strip_runtime_context,
+    truncate,
+)
 from nanoagent.paths import Paths, check_session_key
 from nanoagent.tools.base import Tool, ToolContext, ToolError, TurnScope, current_turn, tool
 
