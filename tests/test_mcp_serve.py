@@ -139,6 +139,19 @@ def test_over_stdio_each_tool_answers_and_a_question_goes_through_the_running_ga
 
 
 @pytest.mark.process
+def test_with_no_gateway_running_a_question_is_answered_in_the_serving_process_as_agent_does(llm, isolated_home):
+    llm.script(Reply(text="Answered here."))
+
+    async def go() -> tuple[bool, str]:
+        async with over_stdio(openai_env(llm)) as session:
+            return await text_of(session, "ask", question="Anyone home?")
+
+    assert asyncio.run(go()) == (False, "Answered here.")
+    assert [(line["kind"], line["session"]) for line in ledger(isolated_home) if line["op"] == "reserve"] == [
+        ("mcp", "cli:mcp")]
+
+
+@pytest.mark.process
 def test_a_target_outside_mcp_serve_targets_or_the_channels_settings_is_refused_with_its_reason(api, isolated_home):
     write_config(isolated_home, {"channels": telegram(api)})
 
