@@ -72,6 +72,15 @@ def telegram(api: Any) -> dict:
                          "allowFrom": [str(OWNER), str(GUEST)]}}
 
 
+async def _notice(reader: asyncio.StreamReader) -> str:
+    """The text of the first notice the gateway shows a watching terminal."""
+    while line := await reader.readline():
+        event = json.loads(line).get("event") or {}
+        if event.get("kind") == "Notice":
+            return str(event.get("text"))
+    return ""
+
+
 def ledger(home: Path) -> list[dict]:
     path = home / "spend" / "ledger.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
@@ -106,9 +115,14 @@ def test_over_stdio_each_tool_answers_and_a_question_goes_through_the_running_ga
     llm.script(Reply(text="Forty-two, as always."))
 
     async def go() -> dict[str, tuple[bool, str]]:
+        reader, writer = await asyncio.open_unix_connection(str(isolated_home / "run" / "gateway.sock"))
+        writer.write(json.dumps({"type": "hello", "v": 1, "session": "cli:direct"}).encode() + b"\n")
         async with over_stdio(env) as session:
             said = {"ask": await text_of(session, "ask", question="What is the answer?", session="work")}
             said["send_message"] = await text_of(session, "send_message", to="telegram", text="The build is green.")
+            said["to a terminal"] = await text_of(session, "send_message", to="cli:direct", text="Lunch is ready.")
+            said["shown live"] = (False, await asyncio.wait_for(_notice(reader), PATIENCE))
+            writer.close()
             said["memory_search"] = await text_of(session, "memory_search", query="zebra")
             said["memory_get"] = await text_of(session, "memory_get", source="memory/MEMORY.md:2")
             said["sessions_list"] = await text_of(session, "sessions_list")
@@ -126,6 +140,7 @@ def test_over_stdio_each_tool_answers_and_a_question_goes_through_the_running_ga
     assert not any(error for error, _ in said.values()), said
     assert said["ask"][1] == "Forty-two, as always."
     assert said["send_message"][1] == f"Sent to telegram:{OWNER}." and api.texts(OWNER) == ["The build is green."]
+    assert "Lunch is ready." in said["shown live"][1]  # the gateway delivered it, and showed it to its terminal
     assert "memory/MEMORY.md" in said["memory_search"][1] and "zebra" in said["memory_search"][1]
     assert "zebra crossing" in said["memory_get"][1]
     assert "- cli:work: 2 messages" in said["sessions_list"][1]

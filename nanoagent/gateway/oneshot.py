@@ -82,6 +82,31 @@ def tell(path: Path, message: dict, timeout: float = 0.5) -> bool:
     return True
 
 
+def deliver(path: Path, target: str, text: str, source: str, timeout: float = 300.0) -> None:
+    """Have the running gateway deliver `text` to `target` (a session key) as the message tool does, marked as from
+    `source`; the caller has checked the target. NoGateway when nothing listens; DeliveryError saying why it did not
+    arrive."""
+    import socket
+
+    from nanoagent.channels.base import DeliveryError
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(str(path))
+        except OSError as e:
+            raise unreachable(path, e) from None
+        with conn.makefile("rwb") as stream:
+            _write(stream, protocol.encode({"type": "deliver", "id": "d1", "target": target, "text": text,
+                                            "source": source}))
+            while (message := _read(stream)) is not None:
+                if message.get("type") == "delivered" and message.get("id") == "d1":
+                    return
+                if message.get("type") == "error":  # ours, or an older gateway's "unknown type"
+                    raise DeliveryError(str(message.get("message", "")))
+    raise GatewayGone("The gateway closed the connection before it said the message was delivered; see its log.")
+
+
 def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event], None],
              ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None,
              workdir: str = "", source: str = "") -> ev.TurnResult:

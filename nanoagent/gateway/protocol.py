@@ -10,6 +10,9 @@ Client to gateway:
         optional "source": "mcp": the kind of work its spend counts as (`spend.SOURCES`; feature "source")
     {"type": "cancel", "session": KEY}                           Ctrl-C or Esc: cancel the running turn and commands
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
+    {"type": "deliver", "id": "d1", "target": "telegram:42", "text": "...", "source": "..."}
+                                                                 `nanoagent mcp serve`: deliver a message as the
+                                                                 message tool does (the caller checked the target)
     {"type": "signin", "id": "w1", "enable": false}              `nanoagent web`: a one-time sign-in link for the
                                                                  web app; "enable": turn the HTTP listener on
                                                                  (loopback) when it is off
@@ -19,6 +22,8 @@ Gateway to client:
     {"type": "result", "id": "r1", "reply": "...", "joined": false, "run": {...} | null}
     {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE"}   or {"type": "signin", "id": "w1",
         "off": true, "port": 8765}: the listener is off (send again with "enable": true)
+    {"type": "delivered", "id": "d1"}                            the message reached its target (else an error with
+                                                                 the id, saying why)
     {"type": "error", "message": "..."}                          a bad line; the connection stays
 
 This module is light on purpose: an attaching terminal imports it, never a provider SDK.

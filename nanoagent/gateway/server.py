@@ -23,7 +23,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nanoagent import keys
 from nanoagent.agent import events as ev
+from nanoagent.cron.deliver import Outbox
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, private_dir
 from nanoagent.gateway import protocol
@@ -63,6 +65,9 @@ class Gateway:
     # `{"type": "signin", "enable": bool}` (from `nanoagent web`): a one-time sign-in link for the web app, turning
     # the HTTP listener on when asked to; None where the gateway has no HTTP side to offer
     signin: Callable[[bool], Awaitable[dict[str, Any]]] | None = None
+    # `{"type": "deliver"}` (from `nanoagent mcp serve`): a message delivered as the message tool delivers it, through
+    # the outbox whose notes the gateway's terminals are shown; None: this gateway delivers none
+    outbox: Outbox | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
@@ -219,6 +224,10 @@ class Connection:
             request = asyncio.create_task(self.signin(message))
             self.requests.add(request)
             request.add_done_callback(self.requests.discard)
+        elif kind == "deliver":
+            request = asyncio.create_task(self.deliver(message))
+            self.requests.add(request)
+            request.add_done_callback(self.requests.discard)
         elif kind == "jobs_changed":  # another process wrote cron/jobs.json: the scheduler looks again now
             from nanoagent.cron.store import JobStore
 
@@ -280,6 +289,23 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
         self.write({"type": "signin", "id": request_id, **answer})
+
+    async def deliver(self, message: dict[str, Any]) -> None:
+        """A message to a place (`"target"`, a session key), marked as from `"source"`: answered `delivered`, or an
+        error saying why it was not."""
+        request_id = str(message.get("id", ""))
+        target, text, source = keys.parse(str(message.get("target", ""))), message.get("text"), message.get("source")
+        problem = ("this gateway delivers no messages" if self.gateway.outbox is None else
+                   "deliver needs a \"target\" session key, a \"text\" and a \"source\""
+                   if target is None or not isinstance(text, str) or not isinstance(source, str) else "")
+        if not problem:
+            assert self.gateway.outbox is not None and target is not None
+            try:
+                await self.gateway.outbox.send(target, str(text), str(source))
+            except NanoagentError as e:
+                problem = str(e)
+        self.write({"type": "error", "id": request_id, "message": problem} if problem else
+                   {"type": "delivered", "id": request_id})
 
     def workdir(self, raw: Any) -> tuple[str, str]:
         """A send's working folder (`agent -C DIR`), checked as the terminal checked it, or ("", what is wrong)."""

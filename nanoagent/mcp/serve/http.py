@@ -90,10 +90,15 @@ class _Served:
     # --- the doors: the hub, the message tool's delivery, the scheduler ------------------------------------------
 
     async def ask(self, key: str, question: str) -> TurnResult | None:
+        from nanoagent.errors import NanoagentError
+        from nanoagent.gateway.hub import HubClosed
         from nanoagent.spend import working_as
 
-        with working_as("mcp", key):
-            return await self.ctx.hub.send(key, question)
+        try:
+            with working_as("mcp", key):
+                return await self.ctx.hub.send(key, question)
+        except HubClosed as e:
+            raise NanoagentError(str(e)) from None
 
     async def deliver(self, target: Place, text: str) -> None:
         from nanoagent.agent.build import build_outbox

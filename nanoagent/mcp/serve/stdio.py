@@ -2,8 +2,9 @@
 
 A question goes to the running gateway (its turn shows in the web app, its spend in the ledger as "mcp"), the
 way `agent -m` sends one; with no gateway (or with model settings of this process's own), an agent built in this
-process answers, as `agent -m` does then. Messages are delivered from here with the message tool's delivery
-(`cron.deliver.Outbox`, as `cron tick` delivers while no gateway runs); a job added is announced to the gateway.
+process answers, as `agent -m` does then. Messages go through the gateway too (its `deliver` request: the message
+tool's delivery, `cron.deliver.Outbox`); with none, from here, as `cron tick` delivers while no gateway runs. A job
+added is announced to the gateway.
 """
 
 from __future__ import annotations
@@ -67,7 +68,13 @@ class _Here:
 
     async def deliver(self, target: Place, text: str) -> None:
         from nanoagent.agent.build import build_outbox
+        from nanoagent.gateway.oneshot import deliver, gateway_answers
+        from nanoagent.gateway.protocol import NoGateway
 
+        socket = self.paths.gateway_socket
+        if gateway_answers(socket):
+            with contextlib.suppress(NoGateway):  # gone since: delivered from here
+                return await asyncio.to_thread(deliver, socket, target.key, text, SOURCE)
         await build_outbox(self.config, self.paths).send(target, text, SOURCE)
 
     def jobs_changed(self) -> None:
