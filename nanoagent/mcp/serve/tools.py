@@ -15,10 +15,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
+import nanoagent.channels.registry as registry
 from nanoagent import keys
 from nanoagent.agent.events import TurnResult
 from nanoagent.channels.base import DeliveryError
-from nanoagent.channels.owners import OWNER
+from nanoagent.channels.owners import OWNER, owner_chats
 from nanoagent.config.schema import Config
 from nanoagent.cron.targets import TERMINAL, Access, Target, TargetError
 from nanoagent.errors import NanoagentError
@@ -52,14 +53,13 @@ class Doors:
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))
 
 
-def reachable(config: Config, access: Access, target: Target) -> None:
-    """TargetError unless `mcp.serve.targets` lets an MCP client reach `target` ("owner": the owner's own chats and
-    terminal sessions; else a session-key pattern that matches it)."""
+def reachable(config: Config, target: Target) -> None:
+    """TargetError unless `mcp.serve.targets` lets an MCP client reach `target` ("owner": the owner's own chats, as
+    `channels/owners.py` has them, and terminal sessions; else a session-key pattern that matches it)."""
     if target is None:
         return
     allowed = config.mcp.serve.targets
-    if "owner" in allowed and (target.channel == TERMINAL or
-                               any(p.chat == target.chat for p in access.places(target.channel))):
+    if "owner" in allowed and (target.channel == TERMINAL or target.chat.casefold() in _owner_chats(config, target)):
         return
     if any(keys.matches(pattern, target.key) for pattern in allowed if pattern != "owner"):
         return
@@ -67,6 +67,11 @@ def reachable(config: Config, access: Access, target: Target) -> None:
     raise TargetError(f"{target} is not a target an MCP client may reach (mcp.serve.targets allows: {said}; "
                       "\"owner\" is the owner's own chats and terminal sessions); add a pattern such as "
                       f"\"{target.channel}:*\" to mcp.serve.targets in config.json to allow it.")
+
+
+def _owner_chats(config: Config, target: Place) -> frozenset[str]:
+    channel = registry.get(target.channel)
+    return owner_chats(channel, channel.settings(config))
 
 
 def serve_tools(config: Config, paths: Paths, doors: Doors) -> list[Tool]:
@@ -95,7 +100,7 @@ def _reaching(config: Config, paths: Paths, doors: Doors) -> list[Tool]:
             if target is None:
                 raise ToolError("to is none: name a chat, e.g. telegram:42, or a channel's name alone.")
             access.check(target, "")
-            reachable(config, access, target)
+            reachable(config, target)
             await doors.deliver(target, text)
         except TargetError as e:
             raise ToolError(str(e)) from None
@@ -243,11 +248,9 @@ def _scheduling(config: Config, paths: Paths, doors: Doors) -> list[Tool]:
             name: A short name.
         """
         from nanoagent.cron.edit import adding
-        from nanoagent.cron.targets import Access
 
-        access = Access(config, paths)
         try:
-            reachable(config, access, access.resolve(to))
+            reachable(config, Access(config, paths).resolve(to))
             change, note = adding(config, paths, doors.clock(), message=message, cron=cron, every=every, at=at,
                                   tz=tz, to=to, name=name, created_by="mcp")
             job = store.update(change)
