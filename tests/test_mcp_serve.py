@@ -267,3 +267,22 @@ def test_one_home_uses_another_homes_mcp_serve_as_its_own_mcp_server(llm, isolat
     assert "Under the blue flowerpot." in ran.stdout
     result = json.dumps(llm.requests[-1].body)
     assert "blue flowerpot" in result and "memory/MEMORY.md" in result
+
+
+def test_nanoagents_own_mcp_client_reaches_a_gateways_mcp_with_its_token_and_is_told_why_without(isolated_home):
+    from nanoagent.config.schema import McpServerConfig
+    from nanoagent.mcp.cache import ToolCache
+    from nanoagent.mcp.servers import McpServers, check
+    from nanoagent.tools import ToolRegistry
+
+    async def go() -> dict[str, Any]:
+        async with gateway(ScriptedProvider([]), Config()) as live:
+            configs = {name: McpServerConfig(url=f"{live.url}/mcp", headers={"Authorization": f"Bearer {token}"})
+                       for name, token in (("home", live.token), ("stranger", "not-the-token"))}
+            servers = McpServers.from_config(configs, ToolRegistry(), ToolCache(live.paths.mcp_cache_dir),
+                                             live.paths.logs_dir)
+            return await check(servers, PATIENCE)
+
+    found = asyncio.run(go())
+    assert found["home"] == TOOLS
+    assert isinstance(found["stranger"], str) and "401" in found["stranger"]
