@@ -21,11 +21,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nanoagent import keys
 from nanoagent.agent import events as ev
-from nanoagent.cron.deliver import Outbox
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, private_dir
 from nanoagent.gateway import protocol
@@ -33,6 +32,9 @@ from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
 from nanoagent.paths import Paths, check_session_key
 from nanoagent.spend import SOURCES, working_as
+
+if TYPE_CHECKING:
+    from nanoagent.cron.deliver import Outbox
 
 log = logging.getLogger("nanoagent.gateway")
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
@@ -265,9 +267,9 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         try:
-            with _counted_as(source, check_session_key(key)):
-                turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images,
-                                           workdir=workdir)
+            key = check_session_key(key)
+            with _counted_as(source, key):
+                turn = await self.hub.send(key, text, ask=self.ask, images=images, workdir=workdir)
         except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
@@ -294,18 +296,18 @@ class Connection:
         """A message to a place (`"target"`, a session key), marked as from `"source"`: answered `delivered`, or an
         error saying why it was not."""
         request_id = str(message.get("id", ""))
-        target, text, source = keys.parse(str(message.get("target", ""))), message.get("text"), message.get("source")
-        problem = ("this gateway delivers no messages" if self.gateway.outbox is None else
-                   "deliver needs a \"target\" session key, a \"text\" and a \"source\""
-                   if target is None or not isinstance(text, str) or not isinstance(source, str) else "")
-        if not problem:
-            assert self.gateway.outbox is not None and target is not None
-            try:
-                await self.gateway.outbox.send(target, str(text), str(source))
-            except NanoagentError as e:
-                problem = str(e)
-        self.write({"type": "error", "id": request_id, "message": problem} if problem else
-                   {"type": "delivered", "id": request_id})
+        outbox, target = self.gateway.outbox, keys.parse(str(message.get("target", "")))
+        text, source = message.get("text"), message.get("source")
+        try:
+            if outbox is None:
+                raise NanoagentError("this gateway delivers no messages")
+            if target is None or not isinstance(text, str) or not isinstance(source, str):
+                raise NanoagentError("deliver needs a \"target\" session key, a \"text\" and a \"source\"")
+            await outbox.send(target, text, source)
+        except NanoagentError as e:  # a DeliveryError among them: why it did not arrive
+            self.write({"type": "error", "id": request_id, "message": str(e)})
+            return
+        self.write({"type": "delivered", "id": request_id})
 
     def workdir(self, raw: Any) -> tuple[str, str]:
         """A send's working folder (`agent -C DIR`), checked as the terminal checked it, or ("", what is wrong)."""
