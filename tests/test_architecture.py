@@ -13,8 +13,10 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 # (`gateway/channels/`: the engine, replies, the inbox). cron's store, schedules, scheduler, delivery and tools sit
 # with the tools (build_agent registers them); a job as an agent turn is agent/cron_runs.py, the component
 # gateway/cron.py. `__main__` is the program's entry (`python -m nanoagent`), which nothing imports: the cli's layer.
+# `mcp/serve/` (the agent as an MCP server) sits beside the gateway: it reaches the agent through the gateway or the
+# hub, as the gateway's other sides do; the MCP client below it (`mcp/`) is a part of the agent.
 LAYERS = {"channels": 0, "spend": 0, "providers": 1, "session": 2, "tools": 2, "cron": 2, "mcp": 3, "memory": 3,
-          "agent": 4, "gateway": 5, "web": 5, "acp": 6, "cli": 6, "__main__": 6}
+          "agent": 4, "gateway": 5, "web": 5, "mcp.serve": 5, "acp": 6, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")

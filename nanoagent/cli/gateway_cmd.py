@@ -99,6 +99,7 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         return await listener.signin(enable)
 
     server.signin = signin
+    server.outbox = outbox  # `nanoagent mcp serve`'s messages go out as the gateway's own do
     if listener is not None:
         listener.gateway = server
 

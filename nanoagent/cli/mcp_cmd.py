@@ -124,6 +124,32 @@ def remove(name: str, workspace: WorkspaceOpt = None) -> None:
     print(f"Removed MCP server {name!r}.")
 
 
+@mcp_app.command("serve")
+def serve(workspace: WorkspaceOpt = None) -> None:
+    """Serve this agent over MCP to other agents, such as Claude Code.
+
+    Over stdio. Its tools: send_message (to the owner's own chats; `mcp.serve.targets` widens it), ask (a turn of a session,
+    through the running gateway when one runs), memory_search, memory_get, sessions_list, session_read, cron_list
+    and cron_add. Stdout carries only MCP; errors go to logs/nanoagent.log. The running gateway serves the same
+    tools over HTTP at /mcp on its listener (gateway.http), with the token in run/http-token.
+
+    Claude Code: claude mcp add nanoagent -- nanoagent mcp serve
+
+    Codex, in ~/.codex/config.toml: [mcp_servers.nanoagent] with command = "nanoagent" and args = ["mcp", "serve"]
+
+    Claude Desktop, in claude_desktop_config.json under mcpServers: an entry "nanoagent" with command "nanoagent"
+    and args ["mcp", "serve"] (docs/mcp.md has the JSON).
+
+    Example: nanoagent mcp serve
+    """
+    import asyncio
+
+    from nanoagent.mcp.serve.stdio import serve_stdio
+
+    paths, config = setup(workspace)  # the log is logs/nanoagent.log from here on
+    asyncio.run(serve_stdio(config, paths))
+
+
 def check_servers(paths: Any, configs: dict[str, Any], timeout: float) -> dict[str, str | list[str]]:
     """Start each of `configs` once (`mcp.servers.check`): its tool names, or why it failed in one line."""
     import asyncio

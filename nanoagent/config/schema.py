@@ -418,6 +418,20 @@ class McpServerConfig:
 
 
 @dataclass
+class McpServeConfig:
+    """`mcp.serve`: what `nanoagent mcp serve` lets an MCP client (another agent) do."""
+
+    # where send_message and cron_add may deliver: "owner" (the owner's own chats and terminal sessions) and
+    # session-key patterns ("telegram:*", "email:*"); a target must also be one the channels' settings allow
+    targets: list[str] = field(default_factory=lambda: ["owner"])
+
+
+@dataclass
+class McpConfig:
+    serve: McpServeConfig = field(default_factory=McpServeConfig)
+
+
+@dataclass
 class CronConfig:
     """Scheduled jobs (`nanoagent cron`, the cron tool): run by the gateway, or by `nanoagent cron tick`."""
 
@@ -462,6 +476,7 @@ class Config:
     heartbeat: HeartbeatConfig = field(default_factory=HeartbeatConfig)
     cron: CronConfig = field(default_factory=CronConfig)
     mcp_servers: dict[str, McpServerConfig] = field(default_factory=dict)  # `mcpServers`, by name
+    mcp: McpConfig = field(default_factory=McpConfig)  # `nanoagent mcp serve`
     budget: BudgetConfig = field(default_factory=BudgetConfig)
 
     @property

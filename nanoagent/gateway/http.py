@@ -4,9 +4,10 @@ OpenAI-compatible endpoint under `/v1/`: a channel for Open WebUI, the openai SD
 Chat Completions. See docs/gateway.md, "OpenAI-compatible endpoint" and "The web app".
 
 - `POST /v1/chat/completions` (streamed as server-sent events or one JSON reply), `GET /v1/models`, and
-  `GET /health` (no token; says only that it is up).
-- Every other `/v1/` request needs `Authorization: Bearer <token>`, the token in `run/http-token` (0600, made at the
-  first start). A token in the URL is refused: URLs end up in logs and browser histories.
+  `GET /health` (no token; says only that it is up). `/mcp` is the MCP server of `nanoagent mcp serve`
+  (`nanoagent/mcp/serve/http.py`).
+- Every other `/v1/` request, and `/mcp`, needs `Authorization: Bearer <token>`, the token in `run/http-token`
+  (0600, made at the first start). A token in the URL is refused: URLs end up in logs and browser histories.
 - The agent keeps each session's history itself, so only the LAST user message of a request is sent; the
   session is `http:<name>` from the `X-Nanoagent-Session` header, else the `user` field, else `http:default`.
   With `"incognito": true` (or `X-Nanoagent-Incognito: 1`) it is `http:<name>:incognito`, a temporary session.
@@ -59,6 +60,8 @@ from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import fsync_dir, private_dir
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
+from nanoagent.mcp.serve.http import PATH as MCP_PATH
+from nanoagent.mcp.serve.http import add_mcp
 from nanoagent.messages import ImageBlock
 from nanoagent.paths import Paths, check_session_key
 from nanoagent.web.events import EventStream
@@ -472,6 +475,7 @@ class Endpoint:
         app.router.add_route("*", "/v1{tail:.*}", self._v1)
         add_app(app, ctx)
         add_channel_routes(app, ctx.config)
+        add_mcp(app, ctx, self._admit_with_token)
         if not any(r.resource is not None and r.resource.canonical == "/api/events" for r in app.router.routes()):
             add_events(app, ctx)  # the app's live updates, unless the app serves its own
         auth = ctx.auth
@@ -499,7 +503,7 @@ class Endpoint:
             refused = too_big(self.max_image_bytes)  # what the upload route says of an image over the cap
         elif length > MAX_BODY:
             refused = _answer(request, _too_large(length))
-        elif request.path == "/v1" or request.path.startswith("/v1/"):
+        elif request.path == "/v1" or request.path.startswith("/v1/") or request.path == MCP_PATH:
             try:
                 self._check_token(request)
             except HttpError as e:
@@ -608,6 +612,10 @@ class Endpoint:
             return await self._chat(request)
         raise HttpError(404, f"Nothing at {path[:100]}; this endpoint serves POST /v1/chat/completions, "
                              "GET /v1/models and GET /health.", kind="not_found_error")
+
+    def _admit_with_token(self, request: web.Request) -> None:
+        self._check_token(request)
+        self.doors.admit(request.protocol)
 
     def _check_token(self, request: web.Request) -> None:
         """A missing, wrong or misplaced token is a 401."""

@@ -82,25 +82,50 @@ def tell(path: Path, message: dict, timeout: float = 0.5) -> bool:
     return True
 
 
+def deliver(path: Path, target: str, text: str, source: str, timeout: float = 300.0) -> None:
+    """Have the running gateway deliver `text` to `target` (a session key) as the message tool does, marked as from
+    `source`; the caller has checked the target. NoGateway when nothing listens; DeliveryError saying why it did not
+    arrive."""
+    import socket
+
+    from nanoagent.channels.base import DeliveryError
+
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
+        conn.settimeout(timeout)
+        try:
+            conn.connect(str(path))
+        except OSError as e:
+            raise unreachable(path, e) from None
+        with conn.makefile("rwb") as stream:
+            _write(stream, protocol.encode({"type": "deliver", "id": "d1", "target": target, "text": text,
+                                            "source": source}))
+            while (message := _read(stream)) is not None:
+                if message.get("type") == "delivered" and message.get("id") == "d1":
+                    return
+                if message.get("type") == "error":  # ours, or an older gateway's "unknown type"
+                    raise DeliveryError(str(message.get("message", "")))
+    raise GatewayGone("The gateway closed the connection before it said the message was delivered; see its log.")
+
+
 def send_one(path: Path, session: str, text: str, on_event: Callable[[ev.Event], None],
              ask: Callable[[str], str] | None = None, images: list[ImageBlock] | None = None,
-             workdir: str = "") -> ev.TurnResult:
+             workdir: str = "", source: str = "") -> ev.TurnResult:
     """Send one message or slash command to `session` and wait for its turn to end. Every event of the session
     goes to `on_event`; `ask` answers approval questions (None: each is declined). Ctrl-C or a signal (Stopped)
     cancels the turn in the gateway; any other end of the wait leaves the turn to finish there. NoGateway when
-    nothing listens on the socket."""
-    with sending(path, session, text, images, workdir) as message:
+    nothing listens on the socket. `source`: the kind of work its spend counts as ("" a person's turn)."""
+    with sending(path, session, text, images, workdir, source) as message:
         return message.wait(on_event, ask)
 
 
 @contextlib.contextmanager
 def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None = None,
-            workdir: str = "") -> Iterator[Sending]:
+            workdir: str = "", source: str = "") -> Iterator[Sending]:
     """Connect and send the message at once, before the caller loads what it draws the reply with (the gateway
     starts the turn meanwhile); `wait` on what this yields. Without images the hello and the message go in one
     write; with images or a working folder (`workdir`) the welcome is read first, to check the gateway takes them. Ctrl-C or a signal (Stopped)
     inside the block cancels the turn in the gateway. NoGateway when nothing listens on the socket."""
-    send = protocol.encode(protocol.send(REQUEST, session, text, images, workdir))
+    send = protocol.encode(protocol.send(REQUEST, session, text, images, workdir, source))
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
                              f"{protocol.MAX_LINE:,}); send less, or use --local.")

@@ -12,8 +12,12 @@ Client to gateway:
         turn's file tools ask it for them (feature "files")
     {"type": "file_answer", "id": "f1", "text": "..."}           the answer to a "file" read ("ok": true a write;
                                                                  neither: use the disk)
+        optional "source": "mcp": the kind of work its spend counts as (`spend.SOURCES`; feature "source")
     {"type": "cancel", "session": KEY}                           Ctrl-C or Esc: cancel the running turn and commands
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
+    {"type": "deliver", "id": "d1", "target": "telegram:42", "text": "...", "source": "..."}
+                                                                 `nanoagent mcp serve`: deliver a message as the
+                                                                 message tool does (the caller checked the target)
     {"type": "signin", "id": "w1", "enable": false}              `nanoagent web`: a one-time sign-in link for the
                                                                  web app; "enable": turn the HTTP listener on
                                                                  (on gateway.http.host) when it is off
@@ -28,6 +32,8 @@ Gateway to client:
     {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE", "remote": [...]}   the same code at
         each address another device may reach ([] on loopback only); or {"type": "signin", "id": "w1", "off": true,
         "host": "127.0.0.1", "port": 8765}: the listener is off (send again with "enable": true)
+    {"type": "delivered", "id": "d1"}                            the message reached its target (else an error with
+                                                                 the id, saying why)
     {"type": "error", "message": "..."}                          a bad line; the connection stays
 
 This module is light on purpose: an attaching terminal imports it, never a provider SDK.
@@ -52,7 +58,7 @@ if TYPE_CHECKING:
 VERSION = 1
 MAX_LINE = 8 << 20  # a client's line longer than this is refused (the connection is closed): 1 MB of piped text fits
 MAX_EVENT_LINE = 4 * MAX_LINE  # clients read the gateway's lines up to this (an event echoes a message with context)
-FEATURES = ("attachments", "workdir", "profile", "files")  # what this gateway takes beyond version 1's first form, named in its welcome
+FEATURES = ("attachments", "workdir", "profile", "files", "source")  # what this gateway takes beyond version 1's first form, named in its welcome
 
 
 
@@ -99,13 +105,15 @@ def hello(session: str) -> dict[str, Any]:
 
 
 def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None,
-         workdir: str = "", profile: str = "", files: tuple[str, ...] = ()) -> dict[str, Any]:
+         workdir: str = "", profile: str = "", files: tuple[str, ...] = (), source: str = "") -> dict[str, Any]:
     """A message or slash command for `session`, with references to images already under the workspace's media/,
-    the folder its turn works in (`agent -C DIR`; "" the workspace), the tool profile it is narrowed to ("" none) and
-    what the client does with the folder's files for its file tools ("read", "write")."""
+    the folder its turn works in (`agent -C DIR`; "" the workspace), the tool profile it is narrowed to ("" none),
+    what the client does with the folder's files for its file tools ("read", "write") and the kind of work its spend
+    counts as (`spend.SOURCES`; "" a person's turn)."""
     return {"type": "send", "id": request_id, "session": session, "text": text,
             **({"attachments": images} if images else {}), **({"workdir": workdir} if workdir else {}),
-            **({"profile": profile} if profile else {}), **({"files": list(files)} if files else {})}
+            **({"profile": profile} if profile else {}), **({"files": list(files)} if files else {}),
+            **({"source": source} if source else {})}
 
 
 def encode(message: dict[str, Any]) -> bytes:

@@ -21,8 +21,9 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from nanoagent import keys
 from nanoagent.agent import events as ev
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import atomic_write, file_lock, private_dir
@@ -30,8 +31,12 @@ from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
 from nanoagent.paths import Paths, check_session_key
+from nanoagent.spend import SOURCES, working_as
 from nanoagent.tools.fs import editor
 from nanoagent.tools.policy import PROFILES
+
+if TYPE_CHECKING:
+    from nanoagent.cron.deliver import Outbox
 
 log = logging.getLogger("nanoagent.gateway")
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
@@ -68,6 +73,9 @@ class Gateway:
     # `{"type": "devices_changed"}` (from `nanoagent web revoke`): the web app reads its devices file again, and a
     # revoked device's open streams end; None until the HTTP listener runs
     devices_changed: Callable[[], None] | None = None
+    # `{"type": "deliver"}` (from `nanoagent mcp serve`): a message delivered as the message tool delivers it, through
+    # the outbox whose notes the gateway's terminals are shown; None: this gateway delivers none
+    outbox: Outbox | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
@@ -224,6 +232,10 @@ class Connection:
             request = asyncio.create_task(self.signin(message))
             self.requests.add(request)
             request.add_done_callback(self.requests.discard)
+        elif kind == "deliver":
+            request = asyncio.create_task(self.deliver(message))
+            self.requests.add(request)
+            request.add_done_callback(self.requests.discard)
         elif kind == "jobs_changed":  # another process wrote cron/jobs.json: the scheduler looks again now
             from nanoagent.cron.store import JobStore
 
@@ -263,14 +275,18 @@ class Connection:
         files = message.get("files") or []
         if not problem and (not isinstance(files, list) or not set(files) <= {"read", "write"}):
             problem = "\"files\" must be a list of \"read\" and \"write\""
+        source = message.get("source") or "turn"
+        if not problem and source not in SOURCES:
+            problem = f"\"source\" must be one of {', '.join(SOURCES)}"
         if problem:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
         if files:  # the turn this send starts inherits it: its file tools ask this client for the folder's files
             editor.set(ClientFiles(self, "read" in files, "write" in files, asyncio.get_running_loop()))
         try:
-            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir,
-                                       profile=profile)
+            key = check_session_key(key)
+            with _counted_as(source, key):
+                turn = await self.hub.send(key, text, ask=self.ask, images=images, workdir=workdir, profile=profile)
         except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
@@ -292,6 +308,23 @@ class Connection:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
         self.write({"type": "signin", "id": request_id, **answer})
+
+    async def deliver(self, message: dict[str, Any]) -> None:
+        """A message to a place (`"target"`, a session key), marked as from `"source"`: answered `delivered`, or an
+        error saying why it was not."""
+        request_id = str(message.get("id", ""))
+        outbox, target = self.gateway.outbox, keys.parse(str(message.get("target", "")))
+        text, source = message.get("text"), message.get("source")
+        try:
+            if outbox is None:
+                raise NanoagentError("this gateway delivers no messages")
+            if target is None or not isinstance(text, str) or not isinstance(source, str):
+                raise NanoagentError("deliver needs a \"target\" session key, a \"text\" and a \"source\"")
+            await outbox.send(target, text, source)
+        except NanoagentError as e:  # a DeliveryError among them: why it did not arrive
+            self.write({"type": "error", "id": request_id, "message": str(e)})
+            return
+        self.write({"type": "delivered", "id": request_id})
 
     def workdir(self, raw: Any) -> tuple[str, str]:
         """A send's working folder (`agent -C DIR`), checked as the terminal checked it, or ("", what is wrong)."""
@@ -371,6 +404,12 @@ class ClientFiles:
 
     def write(self, path: Path, text: str) -> bool:
         return self.writes and self._ask("write", path, text).get("ok") is True
+
+
+def _counted_as(source: str, key: str) -> contextlib.AbstractContextManager[object]:
+    """Where the message's spend is counted: a person's turn sets its own scope in the loop (a temporary chat's is
+    private); another source (an MCP client's question) counts as its own kind against the session."""
+    return working_as(source, key) if source != "turn" else contextlib.nullcontext()
 
 
 def _private_run_dir(run: Path) -> None:

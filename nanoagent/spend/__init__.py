@@ -5,6 +5,7 @@
 """
 
 from nanoagent.spend.caps import (
+    SOURCES,
     CapReached,
     CapStatus,
     Scope,
@@ -18,5 +19,5 @@ from nanoagent.spend.caps import (
 from nanoagent.spend.ledger import Ledger
 from nanoagent.spend.meter import Hold, Meter
 
-__all__ = ["CapReached", "CapStatus", "Hold", "Ledger", "Meter", "Scope", "blocked", "current_scope", "ledger_for",
+__all__ = ["CapReached", "CapStatus", "Hold", "Ledger", "Meter", "Scope", "SOURCES", "blocked", "current_scope", "ledger_for",
            "reached_line", "report", "working_as"]

@@ -25,8 +25,9 @@ KINDS = {
     "subagent": "a sub-agent's run", "transcription": "a voice note or audio file transcribed",
     "flush": "the memory flush before an archive", "summary": "summaries: archiving (/new, a full context) and a "
     "sub-agent's context", "embedding": "memory search's embeddings", "title": "a conversation's title",
-    "other": "a call outside any of these",
+    "other": "a call outside any of these", "mcp": "a question an MCP client asked (`nanoagent mcp serve`'s ask)",
 }
+SOURCES = ("turn", "mcp")  # the kinds a message sent to the gateway may count as (the gateway protocol's "source")
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,7 @@
 - `nanoagent web` asks the gateway (over its socket) for a sign-in code: single use, valid CODE_TTL seconds, kept
   in the gateway's memory only. `GET /signin/<code>` turns it into a session cookie (HttpOnly, SameSite=Strict,
   Secure when the page came over HTTPS) and redirects to `/`; the code and the cookie never hold the API token.
-- Every route but `/signin/<code>`, `/health` and `/v1/*` (which keep their bearer token) needs the cookie: without
+- Every route but `/signin/<code>`, `/health`, `/v1/*` and `/mcp` (which keep their bearer token) needs the cookie: without
   it `/api/*` answers 401 JSON `{"error": ...}` and a page answers a small page that says to run `nanoagent web`.
 - POST, PUT, PATCH and DELETE also need `X-CSRF-Token` equal to the `csrf` of `GET /api/session`, and an `Origin`,
   when sent, equal to the page's own origin.
@@ -307,9 +307,9 @@ class WebAuth:
     @staticmethod
     def guarded(request: web.Request) -> bool:
         """Whether the route needs a signed-in session (all but `/health`, `/v1/...`, the sign-in link and a channel's
-        own routes under `/channels/`, which check the app's signature themselves)."""
+        own routes under `/channels/`, which check the app's signature themselves, and `/mcp`, which keeps its token)."""
         path = request.path
-        return not (path == "/health" or path == "/v1" or path.startswith(("/v1/", "/signin/", "/channels/")))
+        return not (path in ("/health", "/v1", "/mcp") or path.startswith(("/v1/", "/signin/", "/channels/")))
 
     def refused(self, request: web.Request) -> web.Response | None:
         """The 401 (no session) or 403 (a failed CSRF check) a guarded request gets, or None. The middleware asks,
