@@ -75,8 +75,8 @@ class GatewayClient:
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
-        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images, workdir,
-                                 profile, files))
+        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images,
+                                 workdir=workdir, profile=profile, files=files))
         try:
             reply = await future
         except asyncio.CancelledError:

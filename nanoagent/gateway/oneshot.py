@@ -125,7 +125,7 @@ def sending(path: Path, session: str, text: str, images: list[ImageBlock] | None
     starts the turn meanwhile); `wait` on what this yields. Without images the hello and the message go in one
     write; with images or a working folder (`workdir`) the welcome is read first, to check the gateway takes them. Ctrl-C or a signal (Stopped)
     inside the block cancels the turn in the gateway. NoGateway when nothing listens on the socket."""
-    send = protocol.encode(protocol.send(REQUEST, session, text, images, workdir, source))
+    send = protocol.encode(protocol.send(REQUEST, session, text, images, workdir=workdir, source=source))
     if len(send) > protocol.MAX_LINE:
         raise NanoagentError(f"The message is too large for the gateway ({len(send):,} bytes as sent, over "
                              f"{protocol.MAX_LINE:,}); send less, or use --local.")

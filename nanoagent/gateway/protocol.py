@@ -104,7 +104,7 @@ def hello(session: str) -> dict[str, Any]:
     return {"type": "hello", "v": VERSION, "session": session, "pid": os.getpid()}
 
 
-def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None,
+def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None, *,
          workdir: str = "", profile: str = "", files: tuple[str, ...] = (), source: str = "") -> dict[str, Any]:
     """A message or slash command for `session`, with references to images already under the workspace's media/,
     the folder its turn works in (`agent -C DIR`; "" the workspace), the tool profile it is narrowed to ("" none),
