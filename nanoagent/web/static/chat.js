@@ -15,6 +15,23 @@ const NEAR_END = 48;  // px from the bottom within which the view counts as foll
 const hooks = { sessionRow: defaultRow };
 let current = null;  // the open conversation's controller: {key, add(view)}
 
+const ICONS = {  // 24-unit outline paths: drawn as SVG, so no icon font or emoji font is needed
+  image: "M4 5h16v14H4z M4 16l5-5 4 4 3-3 4 4 M15.5 9.5a1.5 1.5 0 1 0 0-.01",
+  mic: "M9 5a3 3 0 0 1 6 0v6a3 3 0 0 1-6 0z M6 11a6 6 0 0 0 12 0 M12 17v4 M9 21h6",
+};
+
+function icon(path) {
+  const ns = "http://www.w3.org/2000/svg";
+  const svg = document.createElementNS(ns, "svg");
+  svg.setAttribute("viewBox", "0 0 24 24");
+  svg.setAttribute("class", "icon");
+  svg.setAttribute("aria-hidden", "true");
+  const line = document.createElementNS(ns, "path");
+  line.setAttribute("d", path);
+  svg.append(line);
+  return svg;
+}
+
 function newKey(prefix) {
   const bytes = new Uint8Array(4);
   crypto.getRandomValues(bytes);
@@ -149,9 +166,10 @@ async function conversation(view, given) {
   const file = el("input", { type: "file", accept: "image/png,image/jpeg,image/gif,image/webp", id: "attach",
     class: "offscreen", multiple: true, "aria-label": "Attach an image" });
   const picker = el("label", { for: "attach", class: "button", id: "attach-button", title: "Attach an image" },
-    el("span", { "aria-hidden": "true", text: "🖼" }), " Image");
+    icon(ICONS.image), "Image");
   const tray = el("div", { class: "tray", id: "attached", "aria-live": "polite" });
-  const mic = el("button", { type: "button", id: "voice", class: "hidden", title: "Record a voice note" }, "🎤 Voice");
+  const mic = el("button", { type: "button", id: "voice", class: "hidden", title: "Record a voice note" },
+    icon(ICONS.mic), el("span", { text: "Voice" }));
   const send = el("button", { class: "primary", type: "submit", id: "send" }, "Send");
   const stop = el("button", { type: "button", id: "stop", class: "danger", disabled: true }, "Stop");
   const note = el("p", { class: "small muted secure-note hidden", id: "secure-note" });
@@ -173,9 +191,14 @@ async function conversation(view, given) {
   let opened = null;  // resolves when the stream said hello
 
   const nearEnd = () => log.scrollHeight - log.scrollTop - log.clientHeight <= NEAR_END;
-  function toEnd() { log.scrollTop = log.scrollHeight; jump.classList.add("hidden"); }
+  let lastTop = 0;
+  function toEnd() { log.scrollTop = log.scrollHeight; lastTop = log.scrollTop; jump.classList.add("hidden"); }
   function grew() { if (follow) toEnd(); else jump.classList.remove("hidden"); }
-  log.addEventListener("scroll", () => { follow = nearEnd(); if (follow) jump.classList.add("hidden"); });
+  // only a move up is the person's: content that grew before the view caught up is not a reason to stop following
+  log.addEventListener("scroll", () => {
+    if (nearEnd()) { follow = true; jump.classList.add("hidden"); } else if (log.scrollTop < lastTop) follow = false;
+    lastTop = log.scrollTop;
+  });
   jump.addEventListener("click", () => { follow = true; toEnd(); text.focus(); });
 
   function busy(on) { stop.disabled = !on; }
@@ -207,11 +230,12 @@ async function conversation(view, given) {
   }
 
   function segment(md) {  // the node of one stretch of streamed text, made when its first words come
+    const reply = liveNode();
     let node = segments[md.seg];
     if (!node) {
       node = segments[md.seg] = el("div", { class: "md", "data-seg": String(md.seg) },
         el("div", { class: "done" }), el("div", { class: "tail" }));
-      liveNode().append(node);
+      reply.append(node);
     }
     return node;
   }
@@ -257,7 +281,9 @@ async function conversation(view, given) {
       }
       case "ToolFinished": {
         const line = tools[e.call_id];
-        if (line) line.querySelector("summary").textContent = `${e.error ? "✗" : "✓"} ${e.name} (${e.elapsed.toFixed(1)} s)`;
+        if (!line) break;
+        line.querySelector("summary").textContent = `${e.error ? "✗" : "✓"} ${e.name} (${e.elapsed.toFixed(1)} s)`;
+        line.querySelector("pre").textContent = e.error || "done: its output shows when the reply ends";
         break;
       }
       case "MessageAdded":  // the person's message, also when another tab or device sent it
@@ -389,7 +415,7 @@ async function conversation(view, given) {
       media.getTracks().forEach((track) => track.stop());
       const type = recorder.mimeType || "audio/webm";
       recorder = null;
-      mic.textContent = "🎤 Voice";
+      mic.lastChild.textContent = "Voice";
       mic.classList.remove("recording");
       status.textContent = "Transcribing the voice note…";
       await begin();
@@ -400,7 +426,7 @@ async function conversation(view, given) {
       } catch (e) { status.textContent = ""; log.append(alertBox(e.message)); grew(); }
     });
     recorder.start();
-    mic.textContent = "■ Stop recording";
+    mic.lastChild.textContent = "Stop and send";
     mic.classList.add("recording");
     status.textContent = "Recording… press again to send.";
   }

@@ -1,0 +1,112 @@
+"""The web chat's server side of issue 37: a reply rendered by blocks as it streams (`web.live`), a reply's parts in
+their order as stored, and voice notes from the page transcribed as every channel's are."""
+
+from __future__ import annotations
+
+from nanoagent.config.schema import Config
+from nanoagent.providers.scripted import ScriptedProvider
+from nanoagent.web.api_chat import message_views
+from nanoagent.web.live import LiveReply
+from nanoagent.web.markdown import render
+from tests.llm_server import Transcript
+from tests.test_web_api import Stream, app_client, kind, run
+
+REPLY = ("# Plan\n\nFirst **read** the file,\nthen [fix it](https://example.com/x).\n\n- one\n- two\n\n"
+         "| n | value |\n|---|---:|\n| 1 | 17,736 |\n\n```python\nprint('<b>')\n```\n\n> quoted\n\nThe end. <script>x</script>"
+         "![tracker](https://evil.example/p.png)")
+
+
+def test_a_reply_streamed_in_small_pieces_renders_as_the_whole_reply_does_each_finished_block_sent_once():
+    live = LiveReply()
+    done: list[str] = []
+    for i in range(0, len(REPLY), 3):
+        update = live.add(REPLY[i:i + 3])
+        done.extend(update["done"])
+    assert "".join(done) + update["tail"] == render(REPLY)
+    assert len(done) >= 6  # the heading, paragraph, list, table, code and quote were each finished and sent once
+    assert len(live.text) < 80  # what is parsed again on each update is the open tail, not the reply so far
+
+
+def test_a_tool_call_closes_the_streamed_text_and_the_text_after_it_is_a_new_segment():
+    from nanoagent.agent import events as ev
+
+    live = LiveReply()
+    first = live.wire(ev.TextDelta("Let me look."))
+    assert live.wire(ev.ToolStarted(call_id="c1", name="list_dir", arguments={})) is None
+    second = live.wire(ev.TextDelta("Found it."))
+    assert first is not None and second is not None
+    assert second["seg"] == first["seg"] + 1 and "Found it." in second["tail"] and "Let me" not in second["tail"]
+
+
+def test_a_stored_turn_shows_its_text_then_its_tool_call_then_the_text_after_it_in_one_reply():
+    views = message_views([
+        {"role": "user", "content": "what is here?"},
+        {"role": "assistant", "content": "Let me look.", "tool_calls": [{"id": "c1", "name": "list_dir",
+                                                                         "arguments": "{\"path\": \".\"}"}]},
+        {"role": "tool", "tool_call_id": "c1", "name": "list_dir", "content": "notes.md"},
+        {"role": "assistant", "content": "Found **notes.md**."},
+    ])
+    assert [v["role"] for v in views] == ["user", "assistant"]
+    parts = views[1]["parts"]
+    assert [p["kind"] for p in parts] == ["text", "tool", "text"]
+    assert "Let me look." in parts[0]["html"] and parts[1]["name"] == "list_dir" and "<strong>" in parts[2]["html"]
+    assert views[1]["text"] == "Let me look.\n\nFound **notes.md**."  # what its copy button copies
+
+
+def test_each_streamed_delta_reaches_the_page_with_its_finished_blocks_and_its_open_tail_rendered():
+    async def test() -> None:
+        async with app_client(ScriptedProvider(["# Title\n\nA paragraph with *words* in it."])) as (client, _):
+            tab = Stream(await client.get("/api/sessions/web:md/events"))
+            await tab.next(lambda m: m["type"] == "hello")
+            assert (await client.post("/api/sessions/web:md/messages", json={"text": "hi"})).status == 202
+            done: list[str] = []
+            tail = ""
+            while True:
+                message = await tab.next(lambda m: kind("TextDelta")(m) or kind("TurnEnded")(m))
+                if message["event"]["kind"] == "TurnEnded":
+                    break
+                done += message["event"]["md"]["done"]
+                tail = message["event"]["md"]["tail"]
+            assert done == ["<h1>Title</h1>\n"]
+            assert tail == "<p>A paragraph with <em>words</em> in it.</p>\n"
+
+    run(test)
+
+
+def test_a_voice_note_from_the_page_is_transcribed_and_sent_as_the_persons_message(llm):
+    llm.transcriptions.script(Transcript("remind me to water the plants"))
+    config = Config()
+    config.tools.transcribe.model, config.tools.transcribe.api_base = "whisper-test", llm.url
+
+    async def test() -> None:
+        async with app_client(ScriptedProvider(["Noted."]), config) as (client, hub):
+            features = await (await client.get("/api/chat/features")).json()
+            assert features["voice"] is True
+            tab = Stream(await client.get("/api/sessions/web:voice/events"))
+            await tab.next(lambda m: m["type"] == "hello")
+            webm = b"\x1a\x45\xdf\xa3" + b"\x00" * 200  # what Chromium's MediaRecorder writes
+            sent = await client.post("/api/sessions/web:voice/voice", data=webm, headers={"Content-Type": "audio/webm"})
+            assert sent.status == 202, await sent.text()
+            await tab.next(kind("TurnEnded"))
+            said = hub.sessions.load("web:voice").messages[0]
+            assert "remind me to water the plants" in str(said["content"]) and "voice note" in str(said["content"])
+            assert llm.transcriptions.requests[-1].file_name.endswith(".webm")
+
+    run(test)
+
+
+def test_a_voice_note_is_refused_with_how_to_turn_transcription_on_when_it_is_off():
+    async def test() -> None:
+        async with app_client() as (client, _):
+            assert (await (await client.get("/api/chat/features")).json())["voice"] is False
+            refused = await client.post("/api/sessions/web:voice/voice", data=b"\x1a\x45\xdf\xa3" + b"\x00" * 10)
+            assert refused.status == 400
+            assert "tools.transcribe.model" in (await refused.json())["error"]
+
+    run(test)
+
+
+def test_a_reply_with_markup_streams_as_text_never_as_markup():
+    live = LiveReply()
+    html = "".join(live.add(piece)["tail"] for piece in ("<img src=x onerror=alert(1)>", " and ", "<script>"))
+    assert "<img" not in html and "<script>" not in html
