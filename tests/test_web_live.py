@@ -1,5 +1,6 @@
 """The web chat's server side of issue 37: a reply rendered by blocks as it streams (`web.live`), a reply's parts in
-their order as stored, and voice notes from the page transcribed as every channel's are."""
+their order as stored, voice notes from the page transcribed as every channel's are, `/help` that speaks of the
+page, and the home-screen manifest a browser can fetch to install the app."""
 
 from __future__ import annotations
 
@@ -110,3 +111,31 @@ def test_a_reply_with_markup_streams_as_text_never_as_markup():
     live = LiveReply()
     html = "".join(live.add(piece)["tail"] for piece in ("<img src=x onerror=alert(1)>", " and ", "<script>"))
     assert "<img" not in html and "<script>" not in html
+
+
+def test_help_in_the_web_app_speaks_of_the_page_and_at_the_terminal_of_its_keys():
+    async def test() -> None:
+        async with app_client() as (client, hub):
+            tab = Stream(await client.get("/api/sessions/web:help/events"))
+            await tab.next(lambda m: m["type"] == "hello")
+            await client.post("/api/sessions/web:help/messages", json={"text": "/help"})
+            shown = (await tab.next(lambda m: m["type"] == "result"))["text"]
+            assert "Shift-Enter" in shown and "Alt-Enter" not in shown and "copy button" in shown
+            at_terminal = await hub.send("cli:direct", "/help")
+            assert at_terminal is not None and "Alt-Enter" in at_terminal.reply
+
+    run(test)
+
+
+def test_the_manifest_and_icons_are_served_without_sign_in_and_nothing_else_of_the_app_is(isolated_home):
+    import httpx
+
+    from tests.browser import web_gateway
+
+    with web_gateway() as web, httpx.Client(base_url=web.url, timeout=30) as http:
+        manifest = http.get("/static/manifest.json")
+        assert manifest.status_code == 200 and manifest.json()["display"] == "standalone"
+        for icon in manifest.json()["icons"]:
+            assert http.get(icon["src"]).status_code == 200
+        for private in ("/static/app.js", "/static/chat.js", "/", "/api/sessions", "/api/chat/features"):
+            assert http.get(private).status_code == 401, private
