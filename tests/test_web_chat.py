@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from nanoagent.config.schema import Config
 from nanoagent.providers.base import ChatRequest, ProviderEvent, StreamEnd, TextDelta, UsageReport
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
@@ -278,3 +279,59 @@ def test_markup_streamed_in_a_reply_neither_runs_nor_loads_while_it_streams(brow
             page_.context.close()
     finally:
         release.set()
+
+
+def own_chromium(browser: Any, *extra: str) -> Any:
+    """A second chromium of this Playwright, with flags of its own."""
+    import os
+    import shutil
+
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
+    return browser.browser_type.launch(executable_path=CHROMIUM if os.path.exists(CHROMIUM) else
+                                       shutil.which("chromium"), args=[*CHROMIUM_ARGS, *extra])
+
+
+def test_a_voice_note_recorded_in_the_page_is_transcribed_and_answered(browser, llm, isolated_home):
+    from tests.llm_server import Transcript
+
+    llm.transcriptions.script(Transcript("remind me to water the plants"))
+    config = Config()
+    config.tools.transcribe.model, config.tools.transcribe.api_base = "whisper-test", llm.url
+    with web_gateway(ScriptedProvider(["I will remind you."]), config) as gateway:
+        fake = own_chromium(browser, "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream")
+        try:
+            context = fake.new_context(permissions=["microphone"])
+            page_ = context.new_page()
+            sign_in(page_, gateway)
+            voice = page_.locator("#voice")
+            voice.wait_for(state="visible", timeout=WAIT)  # transcription is set up, and 127.0.0.1 is secure
+            voice.click()
+            page_.locator(".status", has_text="Recording").wait_for(timeout=WAIT)
+            page_.wait_for_function("() => new Promise((done) => setTimeout(() => done(true), 300))")  # some audio
+            voice.click()
+            page_.locator(".msg.assistant", has_text="I will remind you.").wait_for(timeout=WAIT)
+            page_.locator(".msg.user", has_text="remind me to water the plants").wait_for(timeout=WAIT)
+            assert llm.transcriptions.requests[-1].file.startswith(b"\x1a\x45\xdf\xa3")  # the recorder's WebM
+        finally:
+            fake.close()
+
+
+def test_on_a_plain_http_address_the_page_says_a_secure_connection_is_needed_and_offers_no_microphone(browser, llm,
+                                                                                                    isolated_home):
+    config = Config()
+    config.tools.transcribe.model, config.tools.transcribe.api_base = "whisper-test", llm.url
+    config.gateway.http.allowed_hosts = ["chat.test"]
+    with web_gateway(config=config) as gateway:
+        lan = own_chromium(browser, "--host-resolver-rules=MAP chat.test 127.0.0.1")
+        try:
+            page_ = lan.new_context().new_page()
+            address = gateway.url.replace("127.0.0.1", "chat.test")
+            page_.goto(gateway.signin_url().replace(gateway.url, address))
+            note = page_.locator("#secure-note")
+            note.wait_for(state="visible", timeout=WAIT)
+            assert "HTTPS" in note.inner_text()
+            assert page_.evaluate("() => window.isSecureContext") is False
+            assert not page_.locator("#voice").is_visible()
+        finally:
+            lan.close()
