@@ -137,9 +137,17 @@ def test_a_heading_is_a_heading_while_the_reply_still_streams(browser, isolated_
             page_.locator("[data-live] h1", has_text="A heading").wait_for(timeout=WAIT)
             page_.locator("[data-live] strong", has_text="bold").wait_for(timeout=WAIT)
             assert "#" not in page_.locator("[data-live]").inner_text()
-            assert page_.locator("[data-live]").count() == 1 and gateway.gateway.hub.busy(
-                page_.evaluate("() => decodeURIComponent(location.hash.slice(7))"))  # still streaming
+            key = page_.evaluate("() => decodeURIComponent(location.hash.slice(7))")
+            assert page_.locator("[data-live]").count() == 1 and gateway.gateway.hub.busy(key)  # still streaming
+            late = browser.new_context().new_page()  # a tab opened mid-reply gets the reply so far, rendered
+            sign_in(late, gateway)
+            late.goto(f"{gateway.url}/#/chat/{key}")
+            late.locator("[data-live] h1", has_text="A heading").wait_for(timeout=WAIT)
+            late.locator("[data-live] strong", has_text="bold").wait_for(timeout=WAIT)
             release.set()
+            late.locator(".msg.assistant", has_text="and the end.").wait_for(timeout=WAIT)
+            assert late.locator(".msg.assistant").count() == 1
+            late.context.close()
             page_.locator(".msg.assistant", has_text="and the end.").wait_for(timeout=WAIT)
             assert page_.locator(".msg.assistant h1", has_text="A heading").count() == 1
             page_.context.close()
@@ -190,7 +198,7 @@ def test_the_copy_buttons_copy_a_code_block_and_a_whole_reply(browser, isolated_
         context.close()
 
 
-def test_an_image_pasted_into_the_message_box_goes_with_the_message(browser, isolated_home):
+def test_an_image_pasted_into_the_message_box_and_one_dropped_on_the_chat_go_with_the_message(browser, isolated_home):
     seen: list[int] = []
 
     def respond(request: Any) -> str:
@@ -210,13 +218,22 @@ def test_an_image_pasted_into_the_message_box_goes_with_the_message(browser, iso
               { clipboardData: transfer, bubbles: true, cancelable: true })); }""",
                        base64.b64encode(tiny_png()).decode())
         page_.locator("#attached .chip", has_text="pasted.png").wait_for(timeout=WAIT)
+        page_.evaluate("""(data) => {  // and one dropped on the conversation
+            const bytes = Uint8Array.from(atob(data), (c) => c.charCodeAt(0));
+            const transfer = new DataTransfer();
+            transfer.items.add(new File([bytes], 'dropped.png', { type: 'image/png' }));
+            const view = document.querySelector('.conversation');
+            view.dispatchEvent(new DragEvent('dragover', { dataTransfer: transfer, bubbles: true, cancelable: true }));
+            view.dispatchEvent(new DragEvent('drop', { dataTransfer: transfer, bubbles: true, cancelable: true })); }""",
+                       base64.b64encode(tiny_png()).decode())
+        page_.locator("#attached .chip", has_text="dropped.png").wait_for(timeout=WAIT)
         page_.wait_for_function("() => !document.querySelector('#attached').textContent.includes('uploading')",
                                 timeout=WAIT)
         page_.fill("#message", "what is this?")
         page_.keyboard.press("Enter")
         page_.locator(".msg.assistant", has_text="A red and blue square.").wait_for(timeout=WAIT)
         page_.wait_for_function("() => document.querySelector('.msg.user img')?.naturalWidth === 2", timeout=WAIT)
-        assert seen == [1]
+        assert seen == [2]  # the pasted image and the dropped one went to the model
         assert page_.locator("#attached .chip").count() == 0
         page_.context.close()
 

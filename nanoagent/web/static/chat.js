@@ -204,7 +204,7 @@ async function conversation(view, given) {
   function busy(on) { stop.disabled = !on; }
   function add(v) { log.querySelector(".empty")?.remove(); log.append(messageView(v)); live = null; grew(); }
 
-  async function reload() {
+  async function reload(keepLive) {  // keepLive: a reply streaming as the tab opened stays below the stored messages
     let data;
     try {
       data = await api(`/api/sessions/${encodeURIComponent(key)}`);
@@ -212,11 +212,14 @@ async function conversation(view, given) {
     model.textContent = `model ${data.model}`;
     marker.classList.toggle("hidden", !data.incognito);
     busy(data.busy);
-    live = null;
-    tools = {};
-    segments = {};
-    tails.clear();
-    log.replaceChildren(...data.messages.map(messageView));
+    const kept = keepLive && live ? [live] : [];
+    if (!kept.length) {
+      live = null;
+      tools = {};
+      segments = {};
+      tails.clear();
+    }
+    log.replaceChildren(...data.messages.map(messageView), ...kept);
     grew();
   }
 
@@ -341,13 +344,17 @@ async function conversation(view, given) {
     });
   }
 
+  function hello() {  // the stream's first word, or after a while without it (a send still goes; a reload catches up)
+    return Promise.race([opened, new Promise((resolve) => setTimeout(resolve, 5000))]);
+  }
+
   async function begin() {  // a new chat becomes a session: its address, its stream
     if (!fresh) return;
     fresh = false;
     history.replaceState(null, "", `#/chat/${encodeURIComponent(key)}`);
     heading.textContent = key;
     listen();
-    await opened;
+    await hello();
     document.dispatchEvent(new CustomEvent("nanoagent:chat-opened", { detail: { key, fresh: false } }));
   }
 
@@ -486,13 +493,14 @@ async function conversation(view, given) {
     log.append(el("p", { class: "muted empty", text: "A new chat: say something to start it." }));
   } else {
     listen();
-    await reload();
+    await reload(true);
     toEnd();
   }
   document.dispatchEvent(new CustomEvent("nanoagent:chat-opened", { detail: { key, fresh } }));
   if (state.pendingCommand && state.pendingCommand.key === key) {
     const pending = state.pendingCommand.text;
     state.pendingCommand = null;
+    await hello();  // its reply comes on the stream
     await submit(pending);
   }
   text.focus();
