@@ -92,6 +92,8 @@ def test_a_voice_note_from_the_page_is_transcribed_and_sent_as_the_persons_messa
             said = hub.sessions.load("web:voice").messages[0]
             assert "remind me to water the plants" in str(said["content"]) and "voice note" in str(said["content"])
             assert llm.transcriptions.requests[-1].file_name.endswith(".webm")
+            shown = (await (await client.get("/api/sessions/web:voice")).json())["messages"][0]
+            assert shown["text"] == "remind me to water the plants" and shown["voice"].endswith(".webm")
 
     run(test)
 

@@ -239,7 +239,8 @@ def message_views(messages: list[Message]) -> list[dict[str, Any]]:
     for message in messages:
         if is_user(message):
             images = [{"path": i["path"], "name": i.get("name", "")} for i in images_of(message)]
-            views.append({"role": "user", "text": strip_runtime_context(message["content"]), "images": images})
+            views.append({"role": "user", "text": strip_runtime_context(message["content"]), "images": images,
+                          **_voice_note(strip_runtime_context(message["content"]))})
             reply = None
         elif is_assistant(message):
             if reply is None:
@@ -256,6 +257,18 @@ def message_views(messages: list[Message]) -> list[dict[str, Any]]:
                 reply["parts"].append({"kind": "tool", **tool_view(call["name"], arguments, text_of(done) if done
                                                                    else "", error)})
     return views
+
+
+_VOICE = re.compile(r"\[voice note saved as (media/voice-[0-9a-f]{16}\.\w+); its transcript follows\]\n(.*)", re.S)
+
+
+def _voice_note(text: str) -> dict[str, str]:
+    """A voice note sent from the page, as the page shows it: its transcript as text (still escaped as the model got
+    it) and where the recording is kept; {} for any other message (one that says it was not transcribed included)."""
+    from nanoagent.messages import unwrap_untrusted
+
+    found = _VOICE.fullmatch(text)
+    return {"text": unwrap_untrusted(found.group(2)), "voice": found.group(1)} if found else {}
 
 
 # --- the routes ---------------------------------------------------------------------------------------------------

@@ -133,7 +133,8 @@ function toolView(t) {
 
 function messageView(m) {
   if (m.role === "user") {
-    const node = el("div", { class: "msg user" }, el("div", { class: "text", text: m.text }));
+    const node = el("div", { class: "msg user" }, m.voice ? el("div", { class: "small muted voice-note" },
+      icon(ICONS.mic), "Voice note, transcribed") : null, el("div", { class: "text", text: m.text }));
     for (const image of m.images || []) {
       const name = image.path.split("/").pop();
       node.append(el("img", { src: `/api/media/${encodeURIComponent(name)}`, alt: image.name || "attached image" }));
