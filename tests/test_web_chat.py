@@ -329,6 +329,8 @@ def test_a_voice_note_recorded_in_the_page_is_transcribed_and_answered(browser, 
             voice.click()
             page_.locator(".msg.assistant", has_text="I will remind you.").wait_for(timeout=WAIT)
             page_.locator(".msg.user", has_text="remind me to water the plants").wait_for(timeout=WAIT)
+            assert page_.locator(".msg.user .voice-note").count() == 1
+            assert "saved as" not in page_.locator(".msg.user").inner_text()
             assert llm.transcriptions.requests[-1].file.startswith(b"\x1a\x45\xdf\xa3")  # the recorder's WebM
         finally:
             fake.close()

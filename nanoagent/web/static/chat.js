@@ -8,7 +8,9 @@
 //   refreshSessions()     read the sessions list again
 //   sessionRow            a function (session row from /api/sessions, current key) -> <li>: replace it to draw rows
 //   document events       "nanoagent:chat-opened" {key, fresh}, "nanoagent:sessions" {sessions}
-// The conversation's head (`.conv-head`) and the side (`#sidebar`) are where a title, rename or model picker go.
+// The conversation's head (`.conv-head`: its h1, `.model`) and the side (`#sidebar`: the buttons, `.sessions`) are
+// where a title, rename, search or model picker go; a session row's `title` and a conversation's `title` are shown
+// when /api/sessions and /api/sessions/{key} give them.
 import { alertBox, api, closeStream, diffLines, el, rendered, state, stream, when } from "./util.js";
 
 const NEAR_END = 48;  // px from the bottom within which the view counts as following the stream
@@ -211,6 +213,7 @@ async function conversation(view, given) {
       data = await api(`/api/sessions/${encodeURIComponent(key)}`);
     } catch (e) { log.replaceChildren(alertBox(e.message)); return; }
     model.textContent = `model ${data.model}`;
+    heading.textContent = data.title || key;  // a chat's title where the gateway gives one
     marker.classList.toggle("hidden", !data.incognito);
     busy(data.busy);
     const kept = keepLive && live ? [live] : [];
