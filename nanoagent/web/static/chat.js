@@ -257,9 +257,9 @@ async function conversation(view, given) {
   function streamed(e) {
     if (!e.md) {  // no render came with it: plain text
       const node = liveNode();
-      let textNode = node.lastChild;
-      if (!textNode || textNode.nodeType !== Node.TEXT_NODE) { textNode = document.createTextNode(""); node.append(textNode); }
-      textNode.data += e.text;
+      let plain = node.lastChild;
+      if (!plain || !plain.classList.contains("plain")) { plain = el("div", { class: "plain" }); node.append(plain); }
+      plain.append(e.text);
       grew();
       return;
     }
