@@ -354,3 +354,26 @@ def test_on_a_plain_http_address_the_page_says_a_secure_connection_is_needed_and
             assert not page_.locator("#voice").is_visible()
         finally:
             lan.close()
+
+
+def test_chromium_finds_the_app_installable_to_a_home_screen_and_nothing_is_cached_for_offline(browser, web,
+                                                                                                 tmp_path):
+    import os
+    import shutil
+
+    from tests.browser import CHROMIUM, CHROMIUM_ARGS
+
+    profile = browser.browser_type.launch_persistent_context(  # a profile of its own: not incognito, which never installs
+        str(tmp_path / "profile"), executable_path=CHROMIUM if os.path.exists(CHROMIUM) else shutil.which("chromium"),
+        args=CHROMIUM_ARGS)
+    try:
+        page_ = profile.new_page()
+        sign_in(page_, web)
+        page_.locator("#message").wait_for(timeout=WAIT)
+        page_.wait_for_load_state("networkidle")
+        cdp = profile.new_cdp_session(page_)
+        assert cdp.send("Page.getAppManifest").get("errors") == []
+        assert cdp.send("Page.getInstallabilityErrors")["installabilityErrors"] == []
+        assert page_.evaluate("() => navigator.serviceWorker.getRegistrations().then((r) => r.length)") == 0
+    finally:
+        profile.close()
