@@ -156,7 +156,7 @@ function messageView(m) {
 // --- the conversation ------------------------------------------------------------------------------------------
 
 async function conversation(view, given) {
-  let key = given || newKey("");
+  const key = given || newKey("");
   let fresh = !given;  // no message yet: the stream opens and the address changes when the first one is sent
   const log = el("div", { class: "log", id: "log", "aria-live": "polite", tabindex: "0", "aria-label": "Messages" });
   const jump = el("button", { type: "button", class: "jump hidden", id: "jump" }, "↓ Jump to latest");
@@ -192,6 +192,7 @@ async function conversation(view, given) {
   const tails = new Map();  // segment node -> its latest tail HTML, drawn once per frame
   let drawing = 0;
   let opened = null;  // resolves when the stream said hello
+  let sends = 0;
 
   const nearEnd = () => log.scrollHeight - log.scrollTop - log.clientHeight <= NEAR_END;
   let lastTop = 0;
@@ -208,12 +209,14 @@ async function conversation(view, given) {
   function add(v) { log.querySelector(".empty")?.remove(); log.append(messageView(v)); live = null; grew(); }
 
   async function reload(keepLive) {  // keepLive: a reply streaming as the tab opened stays below the stored messages
+    const asked = sends;
     let data;
     try {
       data = await api(`/api/sessions/${encodeURIComponent(key)}`);
     } catch (e) { log.replaceChildren(alertBox(e.message)); return; }
     model.textContent = `model ${data.model}`;
-    heading.textContent = data.title || key;  // a chat's title where the gateway gives one
+    if (asked !== sends) return;  // a message was sent meanwhile: this read is older than the page (the turn's end reads again)
+    heading.textContent = data.title || (fresh ? "New chat" : key);  // a chat's title where the gateway gives one
     marker.classList.toggle("hidden", !data.incognito);
     busy(data.busy);
     const kept = keepLive && live ? [live] : [];
@@ -459,6 +462,7 @@ async function conversation(view, given) {
   // --- sending --------------------------------------------------------------------------------------------------
 
   async function submit(message) {
+    sends += 1;
     const ready = images.filter((image) => image.attachment);
     const body = { text: message };
     if (ready.length) body.attachments = ready.map((image) => image.attachment);
@@ -493,13 +497,12 @@ async function conversation(view, given) {
 
   current = { get key() { return key; }, add };
   features();
-  if (fresh) {
+  if (!fresh) listen();
+  await reload(true);  // a new chat's too: the model it will talk to
+  if (fresh && !log.querySelector(".msg")) {
     log.append(el("p", { class: "muted empty", text: "A new chat: say something to start it." }));
-  } else {
-    listen();
-    await reload(true);
-    toEnd();
   }
+  toEnd();
   document.dispatchEvent(new CustomEvent("nanoagent:chat-opened", { detail: { key, fresh } }));
   if (state.pendingCommand && state.pendingCommand.key === key) {
     const pending = state.pendingCommand.text;
