@@ -141,3 +141,21 @@ def test_the_manifest_and_icons_are_served_without_sign_in_and_nothing_else_of_t
             assert http.get(icon["src"]).status_code == 200
         for private in ("/static/app.js", "/static/chat.js", "/", "/api/sessions", "/api/chat/features"):
             assert http.get(private).status_code == 401, private
+
+
+def test_a_long_open_block_is_rendered_a_few_times_a_second_and_once_more_when_it_ends(monkeypatch):
+    from nanoagent.agent import events as ev
+    from nanoagent.web import live as module
+
+    now = [100.0]
+    monkeypatch.setattr(module.time, "monotonic", lambda: now[0])
+    live = LiveReply()
+    code = "```\n" + "x = 1\n" * 2000  # one fence, still open: over LONG_TAIL characters
+    assert live.add(code)["tail"] is not None  # the first render
+    skipped = live.add("y = 2\n")
+    assert skipped["tail"] is None and skipped["done"] == []  # within SLOW of the last: the page keeps what it has
+    now[0] += module.SLOW * 2
+    assert "y = 2" in live.add("z = 3\n")["tail"]
+    live.add("last = 4\n")
+    final = live.wire(ev.ToolStarted(call_id="c1", name="exec", arguments={}))
+    assert final is not None and "last = 4" in final["tail"]  # its segment ended: the render the page has not had

@@ -9,16 +9,24 @@ finished blocks and replaces the tail. When the turn ends the page reloads the s
 
 A turn's text comes in segments: a tool call (or the end of a model call) closes one, and the next text starts a
 new one below the call, as the terminal shows it. One `LiveReply` per session serves all its tabs: every tab's
-watcher sees the same event object, and the render is made once for it (`wire`)."""
+watcher sees the same event object, and the render is made once for it (`wire`).
+
+One block can be long (a code block of thousands of lines), and parsing it again per token would grow with it: an
+open tail over LONG_TAIL characters is rendered at most every SLOW seconds (an update between says `tail: None`,
+keep the last), and once more when its segment closes, so what the page shows is never left behind."""
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING, Any
 
 from nanoagent.web.markdown import _parser
 
 if TYPE_CHECKING:
     from nanoagent.agent import events as ev
+
+LONG_TAIL = 8_000  # characters of open tail past which it is rendered at most every SLOW seconds
+SLOW = 0.1
 
 
 class LiveReply:
@@ -28,11 +36,14 @@ class LiveReply:
         self.text = ""  # the open tail's Markdown: from the first line of the last block on
         self.done: list[str] = []  # the current segment's finished blocks as HTML (for a tab that connects late)
         self.tail = ""
+        self.rendered = 0.0  # time.monotonic() of the last render
+        self.behind = False  # text came since the last render (a long tail waiting for its turn)
         self._last: tuple[object, dict[str, Any] | None] = (None, None)
 
     def wire(self, event: ev.Event) -> dict[str, Any] | None:
-        """What the page needs of `event` besides its wire form: for a TextDelta, {"seg", "done", "tail"}; else
-        None. The same event object gives the same answer (each tab's watcher asks)."""
+        """What the page needs of `event` besides its wire form: for a TextDelta, {"seg", "done", "tail"}; for an
+        event that closes a segment whose render was behind, its last render; else None. The same event object gives
+        the same answer (each tab's watcher asks)."""
         if self._last[0] is event:
             return self._last[1]
         from nanoagent.agent import events as ev
@@ -41,22 +52,32 @@ class LiveReply:
         if isinstance(event, ev.TextDelta) and not event.agent:
             found = self.add(event.text)
         elif isinstance(event, (ev.TurnStarted, ev.ToolStarted, ev.TurnEnded)) and not event.agent:
-            self.close()
+            found = self.close()
         elif isinstance(event, ev.MessageAdded) and not event.agent and event.message.get("role") == "assistant":
-            self.close()
+            found = self.close()
         self._last = (event, found)
         return found
 
-    def close(self) -> None:
-        """The open segment ends: the next text starts a new one."""
+    def close(self) -> dict[str, Any] | None:
+        """The open segment ends: the next text starts a new one. Its last render when the page has not had it."""
+        last = self.render() if self.open and self.behind else None
         if self.open:
             self.segment += 1
-        self.open, self.text, self.done, self.tail = False, "", [], ""
+        self.open, self.text, self.done, self.tail, self.behind = False, "", [], "", False
+        return last
 
     def add(self, text: str) -> dict[str, Any]:
-        md = _parser()
         self.open = True
         self.text += text
+        if len(self.text) > LONG_TAIL and time.monotonic() - self.rendered < SLOW:
+            self.behind = True
+            return {"seg": self.segment, "done": [], "tail": None}
+        return self.render()
+
+    def render(self) -> dict[str, Any]:
+        """Finish the blocks the open text holds before its last one, and render that last one."""
+        md = _parser()
+        self.rendered, self.behind = time.monotonic(), False
         tokens = md.parse(self.text, {})
         starts = [i for i, t in enumerate(tokens) if t.level == 0 and t.nesting >= 0 and t.map is not None]
         finished: list[str] = []
@@ -72,6 +93,8 @@ class LiveReply:
 
     def snapshot(self) -> dict[str, Any] | None:
         """The open segment as a tab that connects now needs it, or None."""
+        if self.behind:
+            self.render()
         return {"seg": self.segment, "done": list(self.done), "tail": self.tail} if self.open else None
 
 

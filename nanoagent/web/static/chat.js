@@ -272,12 +272,14 @@ async function conversation(view, given) {
       node.firstChild.append(withCodeCopy(done));
       node.lastChild.replaceChildren();
     }
+    if (e.md.tail === null) return;  // a long block the gateway renders a few times a second: the last one stands
     tails.set(node, e.md.tail);
     if (!drawing) drawing = requestAnimationFrame(draw);
   }
 
   function onEvent(e) {
     if (e.agent) return;  // a sub-agent's own steps stay in its session
+    if (e.md && e.kind !== "TextDelta") streamed({ md: e.md });  // a long block's last render, as its text ends
     switch (e.kind) {
       case "TurnStarted": busy(true); status.textContent = "Thinking…"; break;
       case "TextDelta": streamed(e); status.textContent = "Writing…"; break;
