@@ -328,6 +328,7 @@ function menu(open) {  // at a phone's width the pages are a menu behind one but
 function fitViewport() {  // the visible height (above an on-screen keyboard): the chat's composer stays in view
   const height = window.visualViewport ? window.visualViewport.height : window.innerHeight;
   document.documentElement.style.setProperty("--app-height", `${Math.round(height)}px`);
+  if (document.body.dataset.page === "chat") window.scrollTo(0, 0);  // a browser that scrolled the page for the keyboard
 }
 
 document.getElementById("menu").addEventListener("click", (event) =>
