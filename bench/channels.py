@@ -81,7 +81,10 @@ def idle_gateway() -> tuple[float, float]:
 
     apps = [stand_in(name) for name in registry.names()]
     try:
-        config = {"agents": {"defaults": {"model": "anthropic/claude-test"}},
+        from tests.channel_harness import extra_config
+
+        extra = {key: value for app in apps for key, value in extra_config(app).items()}  # a webhook's listener
+        config = {**extra, "agents": {"defaults": {"model": "anthropic/claude-test"}},
                   "channels": {app.channel: {**app.settings(), "enabled": True} for app in apps}}
         env = {**os.environ, "ANTHROPIC_API_KEY": "sk-ant-bench", "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
         with running_gateway(HOME / "gateway", env, config) as pid:

@@ -112,6 +112,11 @@ class Paths(Frozen):
         return self.home / "channels"
 
     @property
+    def web_devices_file(self) -> Path:
+        """The browsers signed in to the web app (hashes of their cookies' tokens: `nanoagent.web.devices`)."""
+        return self.home / "web-devices.json"
+
+    @property
     def cron_dir(self) -> Path:
         """Scheduled jobs (`jobs.json`, its last good copy, the scheduler's and each running job's lock)."""
         return self.home / "cron"

@@ -1,6 +1,7 @@
 """`make screens`: screenshots of every page of the web app at a desktop's width (light) and a phone's (390 px,
-dark) into docs/screens/, from a real gateway with a made-up home: a chat whose reply has a heading, a table, code
-and a tool call folded to its diff; a Dream edit; a job; spend on three sessions. Needs Debian's chromium and
+dark) into docs/screens/, from a real gateway with a made-up home: a renamed chat whose reply has a heading, a table,
+code and a tool call folded to its diff (its Rename and Delete, search, the model picker); a Dream edit; a job; spend
+on three sessions; the devices page with a pairing code. Needs Debian's chromium and
 Playwright (`make install`); the PNGs are committed (docs/gateway.md shows them)."""
 
 from __future__ import annotations
@@ -13,11 +14,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 OUT = ROOT / "docs" / "screens"
-PAGES = ("chat", "memory", "schedules", "usage", "settings")
+PAGES = ("chat", "memory", "schedules", "usage", "settings", "devices")
 DESKTOP = {"width": 1100, "height": 720}
 PHONE = {"width": 390, "height": 844}
 READY = {"chat": ".msg.assistant", "memory": ".timeline li", "schedules": ".job", "usage": "#usage-total",
-         "settings": ".skill-description"}  # what each page shows once its data came
+         "settings": ".skill-description", "devices": "li.device"}  # what each page shows once its data came
 
 REPLY = """## What changed
 
@@ -59,6 +60,9 @@ def seed(gateway: object) -> None:
             "name": "plants", "message": "remind me to water the plants", "kind": "cron", "when": "0 9 * * *",
             "to": "cli:direct"})
         made.raise_for_status()
+        named = http.put("/api/sessions/web:report/title", headers={"X-CSRF-Token": token},
+                         json={"title": "The cost report reads the ledger"})
+        named.raise_for_status()
 
 
 def provider() -> object:
@@ -87,6 +91,11 @@ def shoot(browser: object, url: str, signin: str, viewport: dict[str, int], dark
         if name == "chat":
             page.locator(".msg.assistant details.tool summary").first.click()
             page.locator("#log").evaluate("(log) => { log.scrollTop = log.scrollHeight; }")
+            page.locator("#rename").wait_for(state="attached")  # on a phone the list is folded
+            page.wait_for_function("() => document.querySelector('#model-pick')?.value")
+        if name == "devices":
+            page.locator("#pair-device").click()
+            page.locator("#pair-qr").wait_for()
         page.screenshot(path=str(OUT / f"{name}{suffix}.png"))
     context.close()
 

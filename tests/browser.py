@@ -111,13 +111,18 @@ class WebGateway:
 
 @contextmanager
 def web_gateway(provider: ScriptedProvider | None = None, config: Config | None = None,
-                clock: Callable[[], float] | None = None) -> Iterator[WebGateway]:
-    """A real Gateway with the listener on a free loopback port; `clock` replaces the sign-in state's clock."""
+                clock: Callable[[], float] | None = None, configured: bool = False,
+                port: int = 0) -> Iterator[WebGateway]:
+    """A real Gateway with the listener on a loopback port (a free one unless given: a gateway started again on the
+    same home and port is a restart); `clock` replaces the sign-in state's clocks. `configured`: the models
+    config.json and the environment name, each built and checked by name as a real gateway does (`/model` refuses
+    an unknown one), instead of `provider` answering for every model."""
     from nanoagent.agent.build import build_agent
     from nanoagent.gateway.http import Listener
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Gateway
     from nanoagent.web.auth import WebAuth
+    from nanoagent.web.devices import DeviceStore
 
     paths = Paths.from_env()
     config = config or Config()
@@ -126,12 +131,13 @@ def web_gateway(provider: ScriptedProvider | None = None, config: Config | None 
     made: dict[str, Any] = {}
 
     async def serve() -> None:
-        hub = Hub(build_agent(config, paths, provider=provider or ScriptedProvider(default="ok")))
+        hub = Hub(build_agent(config, paths, provider=None if configured else provider or ScriptedProvider(default="ok")))
         server = Gateway(hub, paths, grace=2)
         listener = Listener(hub, paths, config, server.start_component, server)
         if clock is not None:
-            listener.auth = WebAuth(clock)
-        server.components.append(listener.component(dataclasses.replace(config.gateway.http, enabled=True, port=0)))
+            listener.auth = WebAuth(clock, DeviceStore(paths.web_devices_file), config.gateway.web.device_idle_days)
+        server.components.append(listener.component(dataclasses.replace(config.gateway.http, enabled=True,
+                                                                         port=port)))
         server.signin = listener.signin
         made.update(server=server, listener=listener)
         serving = asyncio.create_task(server.serve(handle_signals=False))

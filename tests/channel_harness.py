@@ -23,7 +23,7 @@ from nanoagent.paths import Paths
 from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider
 from nanoagent.transcribe import Transcriber
-from tests.conftest import write_config
+from tests.conftest import PATIENCE, write_config
 
 # fast clocks: edits a tenth of a second apart, retries after 50 ms, so no case waits a real second (or minute)
 TIMING = Timing(interval=0.1, typing=0.3, poll=1, backoff=(0.05, 0.1, 0.2), sweep=0.2)
@@ -74,6 +74,14 @@ class StandIn(Protocol):
     def close(self) -> None:
         ...
 
+    # optional: `config() -> dict`, config.json's other top-level blocks the app needs (a webhook's app: the gateway's
+    # HTTP listener, `{"gateway": {"http": {...}}}`); `running` and the gateway process case write them too
+
+
+def extra_config(stand_in: StandIn) -> dict[str, Any]:
+    """config.json's blocks besides `channels` that the stand-in's app needs (`StandIn.config`), else none."""
+    return stand_in.config() if hasattr(stand_in, "config") else {}
+
 
 class Slow(ScriptedProvider):
     """Streams its replies in words, waiting `pause` seconds between them; held at each call until `hold` is set
@@ -104,7 +112,8 @@ def config_of(stand_in: StandIn, channels: dict[str, Any] | None = None, **overr
     """The config a gateway would load from a config.json holding the stand-in's settings (and `channels`' other
     keys, such as replyLimit)."""
     paths = Paths.from_env()
-    path = write_config(paths.home, {"channels": {**(channels or {}),
+    path = write_config(paths.home, {**extra_config(stand_in),
+                                     "channels": {**(channels or {}),
                                                   stand_in.channel: {**stand_in.settings(), **overrides}}})
     config, _ = load_config(path, env={})
     return config
@@ -124,8 +133,38 @@ async def running(stand_in: StandIn, provider: ScriptedProvider, timing: Timing 
                            reply_limit=config.channels.reply_limit)
     task = asyncio.create_task(runner.run())
     try:
-        yield runner
+        async with listening(config, hub, paths):
+            yield runner
     finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+@contextlib.asynccontextmanager
+async def listening(config: Config, hub: Hub, paths: Paths) -> AsyncIterator[None]:
+    """The gateway's HTTP listener where the config turns it on, as `nanoagent gateway` runs it: the channels'
+    webhook routes (`Channel.routes`) on it, the listener's limits and host checks around them."""
+    if not config.gateway.http.enabled:
+        yield
+        return
+    from nanoagent.gateway.http import http_component
+    from nanoagent.web.auth import WebAuth
+    from nanoagent.web.context import WebContext
+
+    bound = asyncio.Event()
+    component = http_component(hub, paths, config.gateway.http, listening=lambda host, port: bound.set(),
+                               web_context=lambda: WebContext(hub, paths, config, WebAuth()))
+    task = asyncio.create_task(component.run())
+    listened = asyncio.create_task(bound.wait())
+    try:
+        async with asyncio.timeout(PATIENCE):
+            await asyncio.wait({task, listened}, return_when=asyncio.FIRST_COMPLETED)
+        if task.done():
+            task.result()  # it could not listen: its error
+        yield
+    finally:
+        listened.cancel()
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await task

@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "nanoagent"
 # with the tools (build_agent registers them); a job as an agent turn is agent/cron_runs.py, the component
 # gateway/cron.py. `__main__` is the program's entry (`python -m nanoagent`), which nothing imports: the cli's layer.
 LAYERS = {"channels": 0, "spend": 0, "providers": 1, "session": 2, "tools": 2, "cron": 2, "mcp": 3, "memory": 3,
-          "agent": 4, "gateway": 5, "web": 5, "cli": 6, "__main__": 6}
+          "agent": 4, "gateway": 5, "web": 5, "acp": 6, "cli": 6, "__main__": 6}
 # The one intended upward edge: Dream's editing phase runs the agent runner (and its events).
 ALLOWED_UPWARD = {("nanoagent.memory.dream", "nanoagent.agent")}
 TERMINAL_LIBRARIES = ("typer", "rich", "prompt_toolkit", "click")

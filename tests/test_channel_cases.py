@@ -30,7 +30,7 @@ from nanoagent.providers.base import TextDelta
 from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.session.store import SessionStore
 from nanoagent.tools.policy import MINIMAL
-from tests.channel_harness import TIMING, Slow, StandIn, running, settled
+from tests.channel_harness import TIMING, Slow, StandIn, extra_config, running, settled
 from tests.conftest import (
     PATIENCE,
     invoke,
@@ -402,7 +402,7 @@ def test_stop_mid_turn_ends_the_turn(stand_in):
 
 @pytest.mark.process
 def test_a_gateway_killed_mid_turn_answers_the_message_once_after_a_restart(stand_in, llm, isolated_home):
-    write_config(isolated_home, {"channels": {stand_in.channel: stand_in.settings()}})
+    write_config(isolated_home, {**extra_config(stand_in), "channels": {stand_in.channel: stand_in.settings()}})
     llm.script(Reply(text="never delivered", delay=2), Reply(text="The answer is 42."))
     env = {**os.environ, **openai_env(llm)}
     state = state_file(Paths.from_env(), stand_in.channel)

@@ -103,8 +103,8 @@ def test_channels_list_and_gateway_status_show_the_fifth_channels_outbox_and_wha
         return listed.stdout, status.stdout
 
     listed, status = asyncio.run(scenario())
-    waiting = ("1 reply waiting in the outbox for the app to take; 1 item parked after failing (see the gateway's "
-               "log; `nanoagent channels retry fifth` tries again)")
+    waiting = ("1 reply waiting in the outbox for the app to take (refused); 1 item parked after failing (see the "
+               "gateway's log; `nanoagent channels retry fifth` tries again)")  # the outbox entry's reason shown
     assert waiting in listed.splitlines()[listed.splitlines().index(row(listed, "fifth")) + 1]
     assert f"fifth: {waiting}" in status.splitlines()
     retried = invoke("channels", "retry", "fifth")

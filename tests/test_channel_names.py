@@ -26,6 +26,7 @@ ALLOWED = {
     ("cli/running.py", "add_signal_handler"): "signal as in SIGTERM: asyncio's loop method",
     ("gateway/server.py", "add_signal_handler"): "signal as in SIGTERM: asyncio's loop method",
     ("gateway/server.py", "remove_signal_handler"): "signal as in SIGTERM: asyncio's loop method",
+    ("web/pairing.py", "matrix_iter"): "matrix as in a QR code's grid of modules: segno's method",
 }
 _WORD = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
 

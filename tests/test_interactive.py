@@ -1,11 +1,13 @@
 """The interactive session against the local LLM server: what is about what it shows or answers runs in this process
-(`screen`: prompt_toolkit on a pipe, its output in a buffer); what only a terminal shows (Ctrl-C, Esc, resize, the
-status line, pasting) runs in a real pseudo-terminal or tmux. The slash commands behind it are the same for
-`agent -m` and are checked in-process in test_cli_agent.py.
+(`screen`: prompt_toolkit on a pipe, its output in a buffer, the agent here or through a running gateway); what only
+a terminal shows (Ctrl-C and Esc during a turn, resize, the status line, a prompt redrawn after a turn) runs in a
+real pseudo-terminal or tmux. The slash commands behind it are the same for `agent -m` and are checked in-process in
+test_cli_agent.py.
 """
 
 import asyncio
 import contextlib
+import functools
 import io
 import json
 import os
@@ -89,8 +91,10 @@ def way(request, llm, isolated_home, monkeypatch):
     gateway.communicate(timeout=PATIENCE)
 
 
-both_ways = pytest.mark.parametrize("way", ["in-process", "gateway"], indirect=True)
-both_ways_own_gateway = pytest.mark.parametrize("way", ["in-process", "own-gateway"], indirect=True)
+both_ways = pytest.mark.parametrize(
+    "way", ["in-process", pytest.param("gateway", marks=pytest.mark.process)], indirect=True)
+both_ways_own_gateway = pytest.mark.parametrize(
+    "way", ["in-process", pytest.param("own-gateway", marks=pytest.mark.process)], indirect=True)
 
 
 def spawn_agent(llm, *args: str, width: int = 80, **env: str) -> pexpect.spawn:
@@ -124,7 +128,7 @@ class Screen:
     pipe and writes, as to a vt100 terminal `width` columns wide, into a buffer; the lines printed above the prompt
     reach it through the same output. `expect` and `before` read it as pexpect reads a pseudo-terminal."""
 
-    def __init__(self, key: str = "cli:direct", width: int = 80):
+    def __init__(self, key: str = "cli:direct", width: int = 80, remote: bool = False):
         from prompt_toolkit.input import create_pipe_input
 
         self.output = io.StringIO()
@@ -133,34 +137,42 @@ class Screen:
         self._pipe_input = create_pipe_input()
         self.pipe = self._pipe_input.__enter__()
         self.failure: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(key, width), daemon=True)
+        self.thread = threading.Thread(target=self._run, args=(key, width, remote), daemon=True)
         self.thread.start()
 
-    def _run(self, key: str, width: int) -> None:
+    def _run(self, key: str, width: int, remote: bool) -> None:
         try:
-            asyncio.run(self._session(key, width))
+            asyncio.run(self._session(key, width, remote))
         except BaseException as e:  # noqa: BLE001 - reported by `expect` and `close` in the test's thread
             self.failure = e
 
-    async def _session(self, key: str, width: int) -> None:
+    async def _session(self, key: str, width: int, remote: bool) -> None:
+        """What `nanoagent agent` runs on a terminal (cli/app.py's _interactive), on this screen: the agent here,
+        or the running gateway's when `remote`."""
         from prompt_toolkit.application import create_app_session
         from prompt_toolkit.data_structures import Size
         from prompt_toolkit.output.vt100 import Vt100_Output
 
-        from nanoagent.cli.app import _local
+        from nanoagent.cli.app import _local, _saved
+        from nanoagent.cli.attach import LocalAgent, RemoteAgent, connect
         from nanoagent.cli.common import open_paths, read_config
         from nanoagent.cli.interactive import TerminalUI, run_interactive
 
         paths = open_paths(None, seeds=True)
-        agent = _local(read_config(paths), paths, None)
+        here = functools.partial(_local, read_config(paths), paths, None)
         output = Vt100_Output(self.output, lambda: Size(rows=30, columns=width), term="xterm-256color",
                               enable_cpr=False)
-        try:
-            with create_app_session(input=self.pipe, output=output):
-                await run_interactive(agent, key, paths.home / "history" / "cli_history", TerminalUI(width, False),
-                                      saved=agent.loop.session(key))
-        finally:
-            await agent.aclose()
+        # the banner, printed before the prompt takes over the output, reaches the screen as on a terminal
+        with create_app_session(input=self.pipe, output=output), contextlib.redirect_stdout(self.output):
+            ui = TerminalUI(width, False)
+            agent: LocalAgent | RemoteAgent = await connect(paths.gateway_socket, key, ui, local=here) if remote \
+                else here()
+            saved = _saved(paths, key) if isinstance(agent, RemoteAgent) else agent.loop.session(key)
+            try:
+                await run_interactive(agent, key, paths.home / "history" / "cli_history", ui,
+                                      " (through the gateway)" if remote else "", saved=saved)
+            finally:
+                await agent.aclose()
 
     def send(self, text: str) -> None:
         self.pipe.send_text(text)
@@ -191,15 +203,17 @@ class Screen:
 
 
 @pytest.fixture
-def screen(llm, monkeypatch):
-    """Opens in-process sessions (`screen(key=..., width=...)`), at the prompt, against `llm`."""
+def screen(llm, way, monkeypatch):
+    """Opens in-process sessions (`screen(key=..., width=...)`), at the prompt, against `llm`, reaching the agent
+    the `way` the test asks for."""
     for name, value in anthropic_env(llm).items():
         monkeypatch.setenv(name, value)
     opened = []
 
     def open_one(**options) -> Screen:
-        opened.append(Screen(**options))
+        opened.append(Screen(**{"key": way.key, "remote": bool(way.said), **options}))
         opened[-1].expect_exact(PROMPT)
+        assert ("(through the gateway)" in opened[-1].before) == bool(way.said)  # the way the test asked for
         return opened[-1]
 
     yield open_one
@@ -216,28 +230,27 @@ def messages(home, key="cli:direct"):
 
 
 @both_ways
-def test_a_reply_streams_in_and_is_rendered(term, llm):
+def test_a_reply_streams_in_and_is_rendered(screen, llm):
     llm.script(Reply(text="First paragraph here.\n\nSecond **bold** paragraph.", chunk_delay=0.05))
-    child = term()
+    child = screen()
     child.send("hello" + "\r")  # Enter is CR; LF (Ctrl-J) adds a new line
     child.expect_exact("First paragraph here.")
     child.expect(styled("Second", "bold", "paragraph."))  # Markdown rendered: no asterisks
-    child.expect_exact(PROMPT)
 
 
 @both_ways_own_gateway
-def test_tool_activity_shows_as_a_compact_line(term, llm, isolated_home):
+def test_tool_activity_shows_as_a_compact_line(screen, llm, isolated_home):
     (isolated_home / "workspace").mkdir(parents=True, exist_ok=True)
     (isolated_home / "workspace" / "notes.md").write_text("remember the milk\n")
     llm.script(Reply(tool_calls=[("read_file", {"path": "notes.md"})]), Reply(text="You must remember the milk."))
-    child = term()
+    child = screen()
     child.send("what do my notes say?" + "\r")
     child.expect("✓" + styled("", "read_file", "path=notes.md") + r" \d+\.\d\ds")
     child.expect_exact("You must remember the milk.")
 
 
 @both_ways_own_gateway
-def test_a_commands_output_and_each_edits_changes_show_folded_under_their_tool_lines(term, llm, isolated_home):
+def test_a_commands_output_and_each_edits_changes_show_folded_under_their_tool_lines(screen, llm, isolated_home):
     workspace = isolated_home / "workspace"
     workspace.mkdir(parents=True, exist_ok=True)
     (workspace / "notes.md").write_text("milk\neggs\nbread\n")
@@ -246,7 +259,7 @@ def test_a_commands_output_and_each_edits_changes_show_folded_under_their_tool_l
                                                 "new_text": "butter\ncheese\n"})]),
                Reply(tool_calls=[("write_file", {"path": "new.txt", "content": "line one\nline two\n"})]),
                Reply(text="All done."))
-    child = term()
+    child = screen()
     child.send("go" + "\r")
     child.expect_exact("All done.")
     shown = visible(child.before)
@@ -330,12 +343,12 @@ def test_slash_stop_typed_during_a_turn_cancels_it_as_esc_does(term, llm, way):
 
 
 @both_ways_own_gateway
-def test_a_message_typed_during_a_turn_joins_it(term, llm, isolated_home):
+def test_a_message_typed_during_a_turn_joins_it(screen, llm, isolated_home):
     # The tool runs until the test lets it finish, after the prompt has taken the second message.
     workspace = isolated_home / "workspace"
     command = "touch started; while [ ! -e release ]; do sleep 0.02; done"
     llm.script(Reply(tool_calls=[("exec", {"command": command})]), Reply(text="Handled both."))
-    child = term()
+    child = screen()
     child.send("start something slow" + "\r")
     wait_until((workspace / "started").exists, "the exec tool to start")
     child.send("and also this" + "\r")
@@ -426,10 +439,10 @@ def test_input_history_persists_and_up_recalls_it_in_a_new_session(term, llm, is
     assert sent_text(llm.requests[-1]).endswith("\n\nthe parrot is blue")
 
 
-def test_ctrl_j_and_alt_enter_add_a_line_instead_of_sending(term, llm):
-    child = term()
+def test_ctrl_j_and_alt_enter_add_a_line_instead_of_sending(screen, llm):
+    child = screen()
     child.send("first line")
-    child.sendcontrol("j")
+    child.send("\n")  # Ctrl-J
     child.send("second line")
     child.send("\x1b\r")  # Esc Enter, which is also what Alt-Enter sends
     child.send("third line" + "\r")
@@ -448,12 +461,11 @@ def test_tab_completes_a_slash_command(screen, llm):
     assert llm.requests == []
 
 
-def test_a_pasted_block_of_lines_arrives_as_one_message(term, llm):
-    child = term()
+def test_a_pasted_block_of_lines_arrives_as_one_message(screen, llm):
+    child = screen()
     child.send("\x1b[200~" + "line one\rline two\r\rline four" + "\x1b[201~")  # a terminal pastes Enter as CR
     child.send("\r")
     child.expect_exact("ok")
-    child.expect_exact(PROMPT)
     assert len(llm.requests) == 1
     assert sent_text(llm.requests[0]).endswith("\n\nline one\nline two\n\nline four")
 
@@ -623,11 +635,10 @@ def test_a_command_that_needs_approval_is_asked_here_and_runs_after_yes(approve_
 
 
 @both_ways
-def test_a_slash_command_answers_in_the_session(term, llm):
-    child = term()
+def test_a_slash_command_answers_in_the_session(screen, llm):
+    child = screen()
     child.send("/status" + "\r")
     child.expect_exact("claude-test")
-    child.expect_exact(PROMPT)
     child.send("/nonsense" + "\r")
     child.expect_exact("/help")
     assert llm.requests == []  # commands never reach the model
@@ -730,17 +741,17 @@ def _one_shots(llm, *exchanges: tuple[str, str], session: str = "cli:direct") ->
 
 
 @both_ways_own_gateway
-def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_carries(term, llm, isolated_home):
+def test_the_banner_says_which_conversation_a_session_continues_and_how_much_it_carries(screen, llm, isolated_home):
     _one_shots(llm, ("what is 2+2?", "4"), ("and 3+3?", "6"))
-    child = term()
+    child = screen()
     shown = visible(child.before)
     assert re.search(r"continuing cli:direct · 2 turns answered · last \d\d:\d\d · /new starts fresh", shown), shown
     assert "what is 2+2?" not in shown  # no replay unless a conversation was picked (-c, --resume)
     child.send("/new\r")
     child.expect_exact("Started a fresh conversation")
-    fresh = term("-s", "cli:elsewhere")
+    fresh = screen(key="cli:elsewhere")
     assert "continuing" not in visible(fresh.before)
-    again = term()  # after /new nothing is carried over
+    again = screen()  # after /new nothing is carried over
     assert "continuing" not in visible(again.before)
 
 

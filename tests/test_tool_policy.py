@@ -300,3 +300,16 @@ def test_an_unknown_guest_profile_is_refused_in_one_line_naming_the_choices(isol
     proc = invoke("status")
     assert proc.returncode != 0
     assert len(proc.error_lines) == 1 and "tools.guestProfile" in proc.stderr and "minimal, coding, full" in proc.stderr
+
+
+def test_a_turns_profile_only_narrows_what_the_policy_gives_and_an_unknown_one_leaves_nothing(isolated_home):
+    write_config(isolated_home, {"tools": {"deny": ["grep"]}})
+    config, _ = load_config(isolated_home / "config.json", env={})
+    provider = ScriptedProvider(default="ok")
+    loop = build_agent(config, Paths.from_env(), provider=provider)
+    for profile in ("coding", "no-such-profile", ""):
+        asyncio.run(loop.handle("hi", profile=profile))
+    coding, unknown, unnarrowed = ({t.name for t in r.tools} for r in provider.requests)
+    assert coding == CODING - {"grep"}  # the deny stays: a profile never gives back what the settings took away
+    assert unknown == set()
+    assert unnarrowed > coding and "grep" not in unnarrowed

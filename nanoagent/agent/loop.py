@@ -43,6 +43,7 @@ from nanoagent.providers.base import Providers
 from nanoagent.session.store import Session, SessionStore
 from nanoagent.spend import Scope, current_scope
 from nanoagent.tools import Ask, ToolContext, ToolRegistry, TurnScope, current_turn
+from nanoagent.tools.policy import narrowed
 
 if TYPE_CHECKING:
     from nanoagent.agent.runner import Shrink
@@ -135,9 +136,10 @@ class AgentLoop:
     def is_group(self, key: str) -> bool:
         return self.context.is_group(key)
 
-    def tools_for(self, key: str) -> ToolRegistry:
-        """The tools session `key` is offered (`tools/policy.py`)."""
-        return self.context.tools_for(key)
+    def tools_for(self, key: str, profile: str = "") -> ToolRegistry:
+        """The tools session `key` is offered (`tools/policy.py`), narrowed to `profile`'s when one is given (an
+        editor's mode, `nanoagent acp`): a profile here only takes tools away, never adds one the policy denies."""
+        return narrowed(self.context.tools_for(key), profile)
 
     def model_for(self, session: Session) -> str:
         return self.models.for_session(session)
@@ -153,25 +155,26 @@ class AgentLoop:
     async def handle(self, text: str, key: str = "cli:direct", sink: ev.EventSink = ev.discard,
                      injections: Callable[[], list[str]] | None = None, ask: Ask | None = None,
                      images: list[msg.ImageBlock] | None = None, model: str | None = None,
-                     fresh: bool = False, workdir: str = "") -> TurnResult:
+                     fresh: bool = False, workdir: str = "", profile: str = "") -> TurnResult:
         """Run one message (or slash command) in session `key`. Events go to `sink`; `ask` reaches the person
         who sent it, for approvals (None: nobody can answer, so anything needing a yes is refused). `images`
         are references to files under the workspace's media/ (`attachments.prepare`); a model that does not
         take images refuses them with AttachmentError before anything is stored. `model` replaces the session's
         for this turn only; `fresh` empties the session first (a session that starts anew each run: the
         heartbeat's). `workdir` is the folder the person works in (`agent -C DIR`, a real absolute path): this turn's
-        file tools and exec work there (`TurnScope.workdir`)."""
+        file tools and exec work there (`TurnScope.workdir`). `profile` narrows this turn's tools to a profile's
+        (`tools_for`)."""
         outer = current_scope.get()  # a cron run or the heartbeat set theirs for this session; else it is a turn's
         scope = current_scope.set(outer if outer is not None and outer.session == key
                                   else Scope(key, "turn", private=key in self.store.temporary))
         try:
-            return await self._handle(text, key, sink, injections, ask, images, model, fresh, workdir)
+            return await self._handle(text, key, sink, injections, ask, images, model, fresh, workdir, profile)
         finally:
             current_scope.reset(scope)
 
     async def _handle(self, text: str, key: str, sink: ev.EventSink, injections: Callable[[], list[str]] | None,
                       ask: Ask | None, images: list[msg.ImageBlock] | None, model: str | None,
-                      fresh: bool, workdir: str) -> TurnResult:
+                      fresh: bool, workdir: str, profile: str = "") -> TurnResult:
         session = self.session(key)
         images = list(images or [])
         if not text.strip().startswith("/") and not session.meta.incognito and self.store.take_ended(key):
@@ -203,7 +206,7 @@ class AgentLoop:
             if session.meta.incognito and not session.messages:  # its first reply says what it is
                 sink(ev.Notice(INCOGNITO_NOTICE, session=key))
             return await self._turn(session, text, sink, injections, ask, images, model or self.model_for(session),
-                                    workdir)
+                                    workdir, profile)
 
     def check_images(self, key: str, images: list[msg.ImageBlock]) -> None:
         """AttachmentError unless the session's model takes images and each reference matches its file."""
@@ -216,7 +219,7 @@ class AgentLoop:
 
     async def _turn(self, session: Session, text: str, sink: ev.EventSink,
                     injections: Callable[[], list[str]] | None, ask: Ask | None,
-                    images: list[msg.ImageBlock], model: str, workdir: str = "") -> TurnResult:
+                    images: list[msg.ImageBlock], model: str, workdir: str = "", profile: str = "") -> TurnResult:
         self.repair(session, sink)
         channel, chat_id = keys.chat_of(session.key)
         notices = session.pending_notices()  # background results that arrived since the last turn
@@ -224,7 +227,7 @@ class AgentLoop:
         user = self.context.user_message(text, channel or "cli", chat_id or "direct", images=images,
                                          notices=[n.text for n in notices], recalled=recalled, workdir=workdir)
         budget = self.budget.turn(session, model)
-        tools = self.tools_for(session.key)
+        tools = self.tools_for(session.key, profile)
 
         def notify(text: str) -> None:
             sink(ev.Notice(text, session=session.key))

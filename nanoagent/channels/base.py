@@ -162,6 +162,9 @@ class Link(Protocol):
     async def edit(self, place: Place, message_id: str, chunk: Chunk, persistent: bool) -> bool:
         ...
 
+    # optional: `why_refused(place) -> str | None`, why the app did not take the last send to `place` (one line
+    # with what happens next, no token): the outbox keeps it and `channels list` shows it (WhatsApp's closed window)
+
     async def delete(self, place: Place, message_id: str) -> None:
         ...
 

@@ -49,6 +49,7 @@ MAX_PENDING = 50  # pending codes kept at most; past it no new one is made: stra
 MAX_SEEN = 1000  # ids of taken messages remembered, to drop one the app sends again
 PARK_AFTER = 3  # a message or reply whose handling raised this many times in a row is parked
 MAX_ERROR = 200  # characters of an error kept with a parked item or an outbox entry
+UNTAKEN = "the app did not take it"  # an outbox entry's reason when its link gave none (`Link.why_refused`)
 CODE_ALPHABET = "ABCDEFGHJKLMNPQRSTUVWXYZ23456789"  # no 0/O or 1/I to misread
 LOCK_TIMEOUT = 5.0
 
@@ -173,7 +174,9 @@ class ChannelState:
         """What waits in the outbox and is parked, in one line with the fix; None when nothing does."""
         parts = []
         if self.outbox:
-            parts.append(_count(len(self.outbox), "reply", "replies") + " waiting in the outbox for the app to take")
+            reasons = sorted({entry.error for entry in self.outbox if entry.error and entry.error != UNTAKEN})
+            parts.append(_count(len(self.outbox), "reply", "replies") + " waiting in the outbox for the app to take"
+                         + "".join(f" ({reason})" for reason in reasons[:2]))
         if self.parked:
             parts.append(_count(len(self.parked), "item") + " parked after failing (see the gateway's log; "
                          f"`nanoagent channels retry {name}` tries again)")

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
 
 # `nanoagent --help` lists commands in these groups, in this order; a command in none of them goes last.
 SECTIONS = (
-    ("Talk", ("agent", "sessions")),
+    ("Talk", ("agent", "sessions", "acp")),
     ("Memory", ("memory", "dream", "dream-log", "dream-restore")),
     ("Always on", ("gateway", "web", "channels", "pairing", "cron", "heartbeat", "mcp")),
     ("Setup", ("onboard", "status", "doctor", "skills", "usage", "budget", "browser")),
@@ -64,6 +64,7 @@ LAZY_GROUPS = {
     "sessions": "nanoagent.cli.sessions_cmd:sessions_app",
     "memory": "nanoagent.cli.memory_cmd:memory_app",
     "gateway": "nanoagent.cli.gateway_cmd:gateway_app",
+    "web": "nanoagent.cli.web_cmd:web_app",
     "channels": "nanoagent.cli.channels_cmd:channels_app",
     "pairing": "nanoagent.cli.pairing_cmd:pairing_app",
     "cron": "nanoagent.cli.cron_cmd:cron_app",
@@ -114,12 +115,12 @@ app = App(
 )
 
 def _register_subcommands() -> None:
-    from nanoagent.cli import budget_cmd, dream_cmd, heartbeat_cmd, web_cmd
+    from nanoagent.cli import acp_cmd, budget_cmd, dream_cmd, heartbeat_cmd
 
     dream_cmd.register(app)
     heartbeat_cmd.register(app)
-    web_cmd.register(app)
     budget_cmd.register(app)
+    acp_cmd.register(app)
 
 
 def _version(value: bool) -> None:

@@ -61,6 +61,25 @@ def check_channel(channel: Channel, settings: Any) -> tuple[bool, str]:
         return False, f"checking the credentials failed ({type(e).__name__}); `nanoagent --debug doctor` shows more"
 
 
+def route_checks(channel: Channel, settings: Any, config: Config) -> list[tuple[bool, str, str]]:
+    """(ok, what, the fix) for an enabled channel an app reaches by webhook (`Channel.routes`): its routes are served
+    only by the gateway's HTTP listener (`gateway.http.enabled`), and the app reaches that through a reverse proxy
+    whose public name must be in `gateway.http.allowedHosts` (any other Host is refused, 421)."""
+    routes = channel.routes(settings) if settings.enabled else []
+    if not routes:
+        return []
+    http = config.gateway.http
+    where = ", ".join(dict.fromkeys(f"/channels/{channel.name}/{route.path.lstrip('/')}" for route in routes))
+    return [(http.enabled, f"{channel.name}: its webhook ({where}) "
+             + ("is served by the gateway's HTTP listener" if http.enabled else "needs the gateway's HTTP listener, "
+                "which is off"), "set gateway.http.enabled to true in config.json, then restart the gateway"),
+            (bool(http.allowed_hosts), f"{channel.name}: " + (f"{channel.title} may call {', '.join(http.allowed_hosts)}"
+             if http.allowed_hosts else "no public host name in gateway.http.allowedHosts, so "
+             f"{channel.title}'s calls through your reverse proxy are refused (421)"),
+             f"put the name your HTTPS reverse proxy answers on in gateway.http.allowedHosts (docs/channels/"
+             f"{channel.name}.md)")]
+
+
 def configured(channel: Channel, settings: Any) -> bool:
     """Enabled, or holding every secret `channels add` asks for (its credentials; for a channel that asks none, any
     answer other than its default)."""
@@ -186,6 +205,8 @@ def add(name: Annotated[str, typer.Argument(help="The channel, as `nanoagent cha
             raise NanoagentError(f"Nothing was written; run `nanoagent channels add {name}` again once it is fixed.")
     save_config(paths.config_file, data)
     print(f"Wrote channels.{name} to {paths.config_file} (mode 0600).")
+    for ok, text, fix in route_checks(channel, settings, config_from(data, paths.config_file, env={})):
+        print(f"{'Good' if ok else 'To do'}: {text}" + ("." if ok else f"; {fix}."))
     _next_steps(channel, paths)
 
 

@@ -36,6 +36,7 @@ class Summary:
     tokens: int
     spend: Total
     preview: str = ""  # the start of the last thing the user said
+    title: str = ""  # its name, else the first words of its first message (`session/titles.py`)
 
     def to_dict(self) -> dict[str, Any]:
         """As `agent --json` gives cost: a number in USD at the listed prices, null when no call had a price;
@@ -43,7 +44,7 @@ class Summary:
         spend = self.spend
         cost = None if spend.unpriced and spend.cost == 0 else spend.cost
         return {"key": self.key, "messages": self.messages, "last_active": self.last_active, "tokens": self.tokens,
-                "cost": cost, "unpriced": spend.unpriced, "preview": self.preview}
+                "cost": cost, "unpriced": spend.unpriced, "preview": self.preview, "title": self.title}
 
 
 def _store() -> SessionStore:
@@ -67,6 +68,7 @@ def _existing(store: SessionStore, key: str) -> Session:
 def summarize(store: SessionStore, keys: list[str] | None = None, limit: int | None = None) -> list[Summary]:
     """Saved sessions (`keys`, else all), the most recently active first; with `limit`, only that many with
     messages are read (the newest files first), so picking a recent one does not load every session."""
+    from nanoagent.session.titles import title_of
     from nanoagent.usage import session_total
 
     stamps = {key: os.stat(store.path_for(key)).st_mtime for key in (store.keys() if keys is None else keys)}
@@ -78,7 +80,7 @@ def summarize(store: SessionStore, keys: list[str] | None = None, limit: int | N
         total = session_total(session.usage)
         stamp = datetime.fromtimestamp(stamps[key], UTC).isoformat(timespec="seconds")
         rows.append(Summary(key, len(session.messages), stamp, total.usage.input_tokens + total.usage.output_tokens,
-                            total, _preview(session)))
+                            total, _preview(session), title_of(session)))
         if limit is not None and len(rows) >= limit:
             break
     return rows
@@ -105,7 +107,7 @@ def list_sessions(
 ) -> None:
     """Saved sessions, the most recent first, with their size and cost.
 
-    Each row: messages, last active, tokens and cost.
+    Each row: its title, messages, last active, tokens and cost.
 
     Example: nanoagent sessions list --json
     """
@@ -120,9 +122,9 @@ def list_sessions(
 
     from nanoagent.cli.render import print_table, terminal_safe
 
-    table = Table("session", "messages", "last active", "tokens", "cost")
+    table = Table("session", "title", "messages", "last active", "tokens", "cost")
     for row in rows:
-        table.add_row(terminal_safe(row.key), f"{row.messages:,}", _local_time(row.last_active), f"{row.tokens:,}",
+        table.add_row(terminal_safe(row.key), terminal_safe(row.title), f"{row.messages:,}", _local_time(row.last_active), f"{row.tokens:,}",
                       row.spend.cost_text())
     print_table(table)
 
@@ -205,9 +207,7 @@ def remove(
         if answer.strip().lower() not in ("y", "yes"):
             print("Kept it.")
             return
-    with store.lock(session, timeout=0):  # a turn running on it (a gateway, another terminal) keeps it
-        session.path.unlink()
-    Path(f"{session.path}.lock").unlink(missing_ok=True)
+    store.remove(session)  # a turn running on it (a gateway, another terminal) keeps it
     print(f"Removed {session.key}; what was archived to memory stays.")
 
 

@@ -411,7 +411,7 @@ def _report_channels(report: Callable[[bool, str, str], None], config: Config) -
     """Every enabled channel, through the registry: what keeps it from starting (`problem`), else its credentials
     checked with one call to its app (`verify`), as the channel's first call when the gateway starts it."""
     from nanoagent.channels.owners import owner_ids
-    from nanoagent.cli.channels_cmd import check_channel, registered
+    from nanoagent.cli.channels_cmd import check_channel, registered, route_checks
 
     for channel in registered():
         settings = channel.settings(config)
@@ -424,6 +424,8 @@ def _report_channels(report: Callable[[bool, str, str], None], config: Config) -
                    + ("names its owner" if owner_ids(settings) else "names no owner, so everyone it answers is a guest, "
                       "you too: no memory of yours and tools.guestProfile in your own chat"),
                    f"put your user id in channels.{channel.name}.owner, or `nanoagent channels add {channel.name}`")
+            for ok, text, fix in route_checks(channel, settings, config):
+                report(ok, text, fix)
 
 
 def _report_gateway(report: Callable[[bool, str, str], None], config: Config, paths: Paths) -> None:

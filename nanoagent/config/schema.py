@@ -303,10 +303,21 @@ class HttpConfig:
 
 
 @dataclass
+class WebAppConfig:
+    """`gateway.web`: how the web app behaves (the listener it is served on is `gateway.http`)."""
+
+    # a new chat's title from one short call to agents.defaults.backgroundModel (else the chat's model), counted in the
+    # spend ledger as `title`; off: the first words of its first message
+    model_titles: bool = False
+    # days a signed-in device (browser) stays signed in without being used; its cookie lasts as long
+    device_idle_days: int = bounded(30, 1, 3650)
+
+@dataclass
 class GatewayConfig:
     max_concurrent_turns: int = bounded(4, 1, 1000)  # sessions whose turns run at the same time
     shutdown_grace: float = bounded(10.0, 0, 3600)  # seconds running turns get to finish on SIGTERM
     http: HttpConfig = field(default_factory=HttpConfig)
+    web: WebAppConfig = field(default_factory=WebAppConfig)
 
 
 # for the channels' settings classes (each in its folder, `channels/<name>/settings.py`): what they share

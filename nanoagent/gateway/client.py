@@ -32,6 +32,9 @@ class GatewayClient:
         self.writer = writer
         self.on_event = on_event
         self.ask: Callable[[str], Awaitable[str]] | None = None
+        # the files of the turn's working folder, where this client holds them (an editor's buffers): called with
+        # ("read", path, None) for the text or ("write", path, text) for True; None, False or an error: the disk
+        self.files: Callable[[str, str, str | None], Awaitable[str | bool | None]] | None = None
         self.on_gone: Callable[[], None] = lambda: None  # called once, when the gateway closes the connection
         self.gone = False
         self.welcome: dict[str, Any] = {}
@@ -61,16 +64,19 @@ class GatewayClient:
         self.writer.write(protocol.encode(message))
 
     async def send(self, text: str, session: str | None = None, images: list[ImageBlock] | None = None,
-                   workdir: str = "") -> ev.TurnResult | None:
+                   workdir: str = "", profile: str = "") -> ev.TurnResult | None:
         """Send a message or slash command, with references to images already under the workspace's media/, for a
-        turn working in `workdir` ("": the workspace); the turn's result (None: it joined the running turn)."""
-        check_features(self.welcome, images, workdir)
+        turn working in `workdir` ("": the workspace) with its tools narrowed to `profile` ("": as the policy gives
+        them); the turn's result (None: it joined the running turn)."""
+        files = self._offered()
+        check_features(self.welcome, images, workdir, profile, files)
         if self.gone:
             raise GatewayGone(GONE)
         request_id = f"r{next(self._ids)}"
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._results[request_id] = future
-        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images, workdir))
+        self.write(protocol.send(request_id, session or str(self.welcome.get("session")), text, images, workdir,
+                                 profile, files))
         try:
             reply = await future
         except asyncio.CancelledError:
@@ -81,6 +87,24 @@ class GatewayClient:
         if reply["type"] == "error":
             raise NanoagentError(f"The gateway refused the message: {reply.get('message')}")
         return protocol.result_from_wire(reply)
+
+    def _offered(self) -> tuple[str, ...]:
+        return ("read", "write") if self.files is not None else ()
+
+    async def _file(self, message: dict[str, Any]) -> None:
+        """Answer the gateway's `file` question with `files`: the text read, or whether the write was taken."""
+        op, path, text = message.get("op"), str(message.get("path", "")), message.get("text")
+        answer: dict[str, Any] = {"type": "file_answer", "id": message.get("id")}
+        try:
+            got = await self.files(str(op), path, text if isinstance(text, str) else None) if self.files else None
+        except Exception:  # noqa: BLE001 - whatever the holder said, the gateway uses the disk
+            got = None
+        if op == "read" and isinstance(got, str):
+            answer["text"] = got
+        elif op == "write" and got is True:
+            answer["ok"] = True
+        if not self.gone and not self.writer.is_closing():
+            self.write(answer)
 
     def cancel(self, session: str | None = None) -> None:
         if not self.gone and not self.writer.is_closing():
@@ -120,6 +144,8 @@ class GatewayClient:
         elif kind == "ask":
             answer = await self.ask(str(message.get("question", ""))) if self.ask else "n"
             self.write({"type": "answer", "id": message.get("id"), "text": answer})
+        elif kind == "file":  # answered before the next line is read, as an ask is: the turn waits on it
+            await self._file(message)
 
     async def close(self) -> None:
         self.gone = True

@@ -33,6 +33,7 @@ import asyncio
 import base64
 import binascii
 import contextlib
+import dataclasses
 import hmac
 import ipaddress
 import json
@@ -210,13 +211,15 @@ class Listener:
     def __init__(self, hub: Hub, paths: Paths, config: Config, start: Callable[[Component], bool],
                  gateway: Gateway | None = None):
         from nanoagent.web.auth import WebAuth
+        from nanoagent.web.devices import DeviceStore
 
         self.hub = hub
         self.paths = paths
         self.config = config
         self.start = start
         self.gateway = gateway
-        self.auth = WebAuth()
+        self.auth = WebAuth(store=DeviceStore(paths.web_devices_file),
+                            idle_days=config.gateway.web.device_idle_days)
         self.address: tuple[str, int] | None = None
         self.started = False
         self._bound = asyncio.Event()
@@ -227,8 +230,12 @@ class Listener:
                               self.config.tools.attachments.max_image_bytes, web_context=self.context)
 
     def context(self) -> WebContext:
+        """What the app's handlers reach; made as the listener starts, when the gateway is known: from then on its
+        `devices_changed` (`nanoagent web revoke` in another process) has the devices file read again."""
         from nanoagent.web.context import WebContext
 
+        if self.gateway is not None:
+            self.gateway.devices_changed = self.auth.sessions.load
         return WebContext(self.hub, self.paths, self.config, self.auth, self.gateway)
 
     def _listening(self, host: str, port: int) -> None:
@@ -236,13 +243,18 @@ class Listener:
         self._bound.set()
 
     async def signin(self, enable: bool) -> dict[str, Any]:
-        """A one-time sign-in link (`{"url": ...}`), or `{"off": true, "port": ...}` when the listener is off and
-        `enable` is false; with `enable` it is started on 127.0.0.1 first (until the gateway stops)."""
-        port = self.config.gateway.http.port
+        """A one-time sign-in link: `{"url": ..., "remote": [...]}`, the link for this machine and the same code at
+        each address another device may reach (`web.pairing.bases`; [] on loopback only). `{"off": true, "host",
+        "port"}` when the listener is off and `enable` is false; with `enable` it is started first, on
+        `gateway.http.host` (127.0.0.1 unless the person set another), until the gateway stops."""
+        from nanoagent.web.pairing import bases
+
+        settings = self.config.gateway.http
+        port = settings.port
         if not self.started:
             if not enable:
-                return {"off": True, "port": port}
-            if not self.start(self.component(HttpConfig(enabled=True, host="127.0.0.1", port=port))):
+                return {"off": True, "host": settings.host, "port": port}
+            if not self.start(self.component(dataclasses.replace(settings, enabled=True))):
                 raise NanoagentError("The gateway is stopping; start it again with `nanoagent gateway`.")
         try:
             async with asyncio.timeout(10):
@@ -255,7 +267,9 @@ class Listener:
         if host in ("", "0.0.0.0", "::"):
             host = "127.0.0.1"  # `nanoagent web` runs on this machine
         shown = f"[{host}]" if ":" in host else host
-        return {"url": f"http://{shown}:{bound}/signin/{self.auth.codes.mint()}"}
+        code = self.auth.codes.mint()
+        remote = await asyncio.to_thread(bases, self.address[0], bound, settings.allowed_hosts)
+        return {"url": f"http://{shown}:{bound}/signin/{code}", "remote": [f"{base}/signin/{code}" for base in remote]}
 
 
 def _no_token(settings: HttpConfig, path: Path, error: Exception) -> str:
@@ -421,6 +435,12 @@ def _handler_class(doors: Doors) -> type[RequestHandler]:
             secure_headers(response.headers)
             return response
 
+        def unread(self) -> None:
+            """The request being answered is refused before its body: close once the answer is out. aiohttp would
+            otherwise linger up to `lingering_time` reading a body the client never sends (it waits for a 100
+            Continue), and its force_close would drop the unsent answer."""
+            self._lingering_time = 0.0
+
     return NeutralHandler
 
 
@@ -488,6 +508,9 @@ class Endpoint:
             refused = auth.refused(request)
         if refused is not None:
             refused.force_close()  # what the client sends next would be the body: nothing more is read
+            unread = getattr(request.protocol, "unread", None)
+            if unread is not None:  # our connection handler (see _handler_class): close without lingering
+                unread()
             return refused
         await _default_expect_handler(request)
         return None

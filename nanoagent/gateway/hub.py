@@ -38,6 +38,7 @@ class _Session:
     pending: list[str] = field(default_factory=list)  # messages that joined the running turn
     ask: Ask | None = None  # who can approve commands in the running turn
     workdir: str = ""  # the folder the running turn works in (`agent -C DIR`): the turn that follows it works there
+    profile: str = ""  # the tool profile the running turn is narrowed to (an editor's mode): so is the one that follows
     commands: set[asyncio.Task[TurnResult]] = field(default_factory=set)  # slash commands running (/new, /dream)
 
 
@@ -95,6 +96,19 @@ class Hub:
         model = self.loop.model_for(session)
         return model, self.loop.budget.used(session, model), self.loop.budget.window(model).tokens
 
+    async def model_title(self, key: str) -> str:
+        """A title for session `key` from one short call to agents.defaults.backgroundModel (else the session's model),
+        counted as `title` in the spend ledger; "" before the session has a message. NanoagentError when it failed."""
+        from nanoagent.agent.titles import model_title
+        from nanoagent.session.titles import first_text
+
+        session = self.loop.session(key)
+        first = first_text(session)
+        if not first.strip():
+            return ""
+        model = self.loop.settings.background_model or self.loop.model_for(session)
+        return await model_title(self.loop.providers, model, key, first)
+
     def note_chat(self, key: str, group: bool) -> None:
         """What a channel says of a chat: a group chat or not (its turns get `tools.groupProfile`)."""
         self.loop.note_chat(key, group)
@@ -127,13 +141,14 @@ class Hub:
 
     async def send(self, key: str, text: str, sink: ev.EventSink | None = None, ask: Ask | None = None,
                    images: list[ImageBlock] | None = None, *, model: str | None = None,
-                   fresh: bool = False, workdir: str = "") -> TurnResult | None:
+                   fresh: bool = False, workdir: str = "", profile: str = "") -> TurnResult | None:
         """Handle a message: a slash command, a new turn (its result when it ends), or None when the message
         joined the session's running turn. `sink` gets this call's events besides the session's watchers.
         A message with `images` never joins a running turn (a joined message is text): it waits for the turn
         to end and starts the next one; so does a `fresh` one (the session emptied first: the heartbeat's),
         whose turn may use a `model` of its own (`AgentLoop.handle`). `workdir`: the folder the turn works in (a
-        terminal's `agent -C DIR`, a cron job made in such a turn)."""
+        terminal's `agent -C DIR`, a cron job made in such a turn); `profile`: the tool profile the turn is narrowed to
+        (an editor's mode, `nanoagent acp`)."""
         if self.closed:
             raise HubClosed("The gateway is shutting down; send the message again when it is back.")
         state = self._state(key)
@@ -152,13 +167,13 @@ class Hub:
         elif self.busy(key):
             state.pending.append(text)
             return None
-        return await self._start(key, state, text, sink, ask, images, model, fresh, workdir)
+        return await self._start(key, state, text, sink, ask, images, model, fresh, workdir, profile)
 
     async def _start(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
                      ask: Ask | None, images: list[ImageBlock] | None = None, model: str | None = None,
-                     fresh: bool = False, workdir: str = "") -> TurnResult:
-        state.ask, state.workdir = ask, workdir
-        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask, images, model, fresh, workdir),
+                     fresh: bool = False, workdir: str = "", profile: str = "") -> TurnResult:
+        state.ask, state.workdir, state.profile = ask, workdir, profile
+        state.turn = asyncio.create_task(self._turn(key, state, text, sink, ask, images, model, fresh, workdir, profile),
                                          name=f"turn {key}")
         # the turn belongs to the hub: a sender that is cancelled (a client gone) leaves it running
         try:
@@ -189,14 +204,15 @@ class Hub:
 
     async def _turn(self, key: str, state: _Session, text: str, sink: ev.EventSink | None,
                     ask: Ask | None, images: list[ImageBlock] | None = None, model: str | None = None,
-                    fresh: bool = False, workdir: str = "") -> TurnResult:
+                    fresh: bool = False, workdir: str = "", profile: str = "") -> TurnResult:
         async with self.slots:
             result = await self.loop.handle(text, key, sink=self._fanout(state, sink),
                                             injections=lambda: self._take(state), ask=ask, images=images,
-                                            model=model, fresh=fresh, workdir=workdir)
+                                            model=model, fresh=fresh, workdir=workdir, profile=profile)
         if state.pending and not self.closed:  # said after the turn's last model call: it starts the next
             follow = "\n\n".join(self._take(state))
-            state.turn = asyncio.create_task(self._turn(key, state, follow, None, state.ask, workdir=state.workdir),
+            state.turn = asyncio.create_task(self._turn(key, state, follow, None, state.ask, workdir=state.workdir,
+                                                        profile=state.profile),
                                              name=f"turn {key}")
         return result
 

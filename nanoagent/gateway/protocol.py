@@ -7,17 +7,27 @@ Client to gateway:
         optional "attachments": [{"type": "image", "path": "media/...", "sha256": HEX, "media_type": "image/png",
         "name": "cat.png"}]: images the client stored under the workspace's media/ (by reference, never bytes)
         optional "workdir": "/abs/path": the folder the turn works in (`agent -C DIR`; feature "workdir")
+        optional "profile": "minimal": a tool profile the turn is narrowed to (an editor's mode; feature "profile")
+        optional "files": ["read", "write"]: the client holds the working folder's files (an editor's buffers): the
+        turn's file tools ask it for them (feature "files")
+    {"type": "file_answer", "id": "f1", "text": "..."}           the answer to a "file" read ("ok": true a write;
+                                                                 neither: use the disk)
     {"type": "cancel", "session": KEY}                           Ctrl-C or Esc: cancel the running turn and commands
     {"type": "answer", "id": "q1", "text": "y"}                  the answer to an "ask"
     {"type": "signin", "id": "w1", "enable": false}              `nanoagent web`: a one-time sign-in link for the
                                                                  web app; "enable": turn the HTTP listener on
-                                                                 (loopback) when it is off
+                                                                 (on gateway.http.host) when it is off
+    {"type": "devices_changed"}                                  `nanoagent web revoke`: the web app's devices file
+                                                                 changed; no answer
 Gateway to client:
     {"type": "event", "event": {"kind": "TextDelta", "session": KEY, "text": "..."}}   the runner's typed events
     {"type": "ask", "id": "q1", "question": "..."}               an approval question for this client's turn
+    {"type": "file", "id": "f1", "op": "read", "path": "/abs"}   a file tool of this client's turn reads ("write",
+                                                                 with "text": writes) a file of its working folder
     {"type": "result", "id": "r1", "reply": "...", "joined": false, "run": {...} | null}
-    {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE"}   or {"type": "signin", "id": "w1",
-        "off": true, "port": 8765}: the listener is off (send again with "enable": true)
+    {"type": "signin", "id": "w1", "url": "http://127.0.0.1:8765/signin/CODE", "remote": [...]}   the same code at
+        each address another device may reach ([] on loopback only); or {"type": "signin", "id": "w1", "off": true,
+        "host": "127.0.0.1", "port": 8765}: the listener is off (send again with "enable": true)
     {"type": "error", "message": "..."}                          a bad line; the connection stays
 
 This module is light on purpose: an attaching terminal imports it, never a provider SDK.
@@ -42,7 +52,7 @@ if TYPE_CHECKING:
 VERSION = 1
 MAX_LINE = 8 << 20  # a client's line longer than this is refused (the connection is closed): 1 MB of piped text fits
 MAX_EVENT_LINE = 4 * MAX_LINE  # clients read the gateway's lines up to this (an event echoes a message with context)
-FEATURES = ("attachments", "workdir")  # what this gateway takes beyond version 1's first form, named in its welcome
+FEATURES = ("attachments", "workdir", "profile", "files")  # what this gateway takes beyond version 1's first form, named in its welcome
 
 
 
@@ -73,9 +83,11 @@ def unreachable(path: Path, e: OSError) -> NoGateway:
                 "or use --local.")
 
 
-def check_features(welcome: dict[str, Any], images: list[ImageBlock] | None, workdir: str = "") -> None:
+def check_features(welcome: dict[str, Any], images: list[ImageBlock] | None, workdir: str = "",
+                   profile: str = "", files: tuple[str, ...] = ()) -> None:
     features = welcome.get("features") or []
-    for wanted, needed, what in ((images, "attachments", "the attachment"), (workdir, "workdir", "the working folder")):
+    for wanted, needed, what in ((images, "attachments", "the attachment"), (workdir, "workdir", "the working folder"),
+                                 (profile, "profile", "the session's mode"), (files, "files", "the editor's files")):
         if wanted and needed not in features:
             raise NanoagentError(f"The running gateway is older than this client and would drop {what}; restart "
                                  "it (`nanoagent gateway stop`, then `nanoagent gateway`) or use --local.")
@@ -87,11 +99,13 @@ def hello(session: str) -> dict[str, Any]:
 
 
 def send(request_id: str, session: str, text: str, images: list[ImageBlock] | None = None,
-         workdir: str = "") -> dict[str, Any]:
+         workdir: str = "", profile: str = "", files: tuple[str, ...] = ()) -> dict[str, Any]:
     """A message or slash command for `session`, with references to images already under the workspace's media/,
-    and the folder its turn works in (`agent -C DIR`; "" the workspace)."""
+    the folder its turn works in (`agent -C DIR`; "" the workspace), the tool profile it is narrowed to ("" none) and
+    what the client does with the folder's files for its file tools ("read", "write")."""
     return {"type": "send", "id": request_id, "session": session, "text": text,
-            **({"attachments": images} if images else {}), **({"workdir": workdir} if workdir else {})}
+            **({"attachments": images} if images else {}), **({"workdir": workdir} if workdir else {}),
+            **({"profile": profile} if profile else {}), **({"files": list(files)} if files else {})}
 
 
 def encode(message: dict[str, Any]) -> bytes:

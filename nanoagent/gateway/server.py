@@ -30,9 +30,12 @@ from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
 from nanoagent.paths import Paths, check_session_key
+from nanoagent.tools.fs import editor
+from nanoagent.tools.policy import PROFILES
 
 log = logging.getLogger("nanoagent.gateway")
 BACKOFF = (1.0, 2.0, 5.0, 15.0, 60.0)
+FILE_WAIT = 30.0  # seconds a file tool waits for a client to give or take a file before using the disk
 
 
 class GatewayBusy(NanoagentError):
@@ -62,6 +65,9 @@ class Gateway:
     # `{"type": "signin", "enable": bool}` (from `nanoagent web`): a one-time sign-in link for the web app, turning
     # the HTTP listener on when asked to; None where the gateway has no HTTP side to offer
     signin: Callable[[bool], Awaitable[dict[str, Any]]] | None = None
+    # `{"type": "devices_changed"}` (from `nanoagent web revoke`): the web app reads its devices file again, and a
+    # revoked device's open streams end; None until the HTTP listener runs
+    devices_changed: Callable[[], None] | None = None
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
@@ -177,7 +183,7 @@ class Connection:
         self.unwatch: Callable[[], None] = lambda: None
         self.watching = False  # said hello: a terminal or program following a session
         self.requests: set[asyncio.Task[None]] = set()
-        self.questions: dict[str, asyncio.Future[str]] = {}
+        self.questions: dict[str, asyncio.Future[Any]] = {}  # asks' answers and file answers, by id
         self.ids = itertools.count(1)
 
     async def serve(self) -> None:
@@ -208,10 +214,10 @@ class Connection:
             request.add_done_callback(self.requests.discard)
         elif kind == "cancel":
             self.hub.cancel(str(message.get("session") or self.session))
-        elif kind == "answer":
+        elif kind in ("answer", "file_answer"):
             question = self.questions.pop(str(message.get("id")), None)
             if question is not None and not question.done():
-                question.set_result(str(message.get("text", "")))
+                question.set_result(message if kind == "file_answer" else str(message.get("text", "")))
         elif kind == "status":
             self.write(self.gateway.status())
         elif kind == "signin":
@@ -222,6 +228,9 @@ class Connection:
             from nanoagent.cron.store import JobStore
 
             JobStore(self.gateway.paths.cron_jobs_file).changed()
+        elif kind == "devices_changed":
+            if self.gateway.devices_changed is not None:
+                self.gateway.devices_changed()
         else:
             self.write({"type": "error", "message": f"unknown type {kind!r}"})
 
@@ -248,11 +257,20 @@ class Connection:
             return
         images, problem = protocol.attachments_from_wire(message.get("attachments"))
         workdir, problem = self.workdir(message.get("workdir")) if not problem else ("", problem)
+        profile = message.get("profile") or ""
+        if not problem and profile not in ("", *PROFILES):
+            problem = f"\"profile\" must be one of {', '.join(PROFILES)}"
+        files = message.get("files") or []
+        if not problem and (not isinstance(files, list) or not set(files) <= {"read", "write"}):
+            problem = "\"files\" must be a list of \"read\" and \"write\""
         if problem:
             self.write({"type": "error", "id": request_id, "message": problem})
             return
+        if files:  # the turn this send starts inherits it: its file tools ask this client for the folder's files
+            editor.set(ClientFiles(self, "read" in files, "write" in files, asyncio.get_running_loop()))
         try:
-            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir)
+            turn = await self.hub.send(check_session_key(key), text, ask=self.ask, images=images, workdir=workdir,
+                                       profile=profile)
         except (HubClosed, NanoagentError) as e:
             self.write({"type": "error", "id": request_id, "message": str(e)})
             return
@@ -289,6 +307,18 @@ class Connection:
         except ValueError as e:
             return "", str(e)
 
+    async def file(self, op: str, path: str, text: str | None = None) -> dict[str, Any]:
+        """Ask this client for a file of its turn's working folder (`ClientFiles`); {} when it cannot answer."""
+        file_id = f"f{next(self.ids)}"
+        future: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self.questions[file_id] = future
+        if not self.write({"type": "file", "id": file_id, "op": op, "path": path,
+                           **({"text": text} if text is not None else {})}):
+            self.questions.pop(file_id, None)
+            return {}
+        answer = await future
+        return answer if isinstance(answer, dict) else {}
+
     async def ask(self, question: str) -> str:
         """An approval question for the person at this client; no answer (the client gone) is a no."""
         ask_id = f"q{next(self.ids)}"
@@ -315,6 +345,32 @@ class Connection:
         for request in self.requests:
             request.cancel()  # the turns themselves belong to the hub and go on
         self.writer.close()
+
+
+class ClientFiles:
+    """A client's files for the file tools (`tools.fs.Buffers`): an editor behind `nanoagent acp` holds the working
+    folder's unsaved buffers. The tools call from a worker thread; the question goes over the client's connection.
+    No answer in FILE_WAIT seconds, or the client gone: the disk."""
+
+    def __init__(self, connection: Connection, reads: bool, writes: bool, loop: asyncio.AbstractEventLoop):
+        self.connection = connection
+        self.reads = reads
+        self.writes = writes
+        self.loop = loop
+
+    def _ask(self, op: str, path: Path, text: str | None = None) -> dict[str, Any]:
+        try:
+            return asyncio.run_coroutine_threadsafe(self.connection.file(op, str(path), text), self.loop).result(
+                FILE_WAIT)
+        except Exception:  # noqa: BLE001 - whatever went wrong, the disk answers
+            return {}
+
+    def read(self, path: Path) -> str | None:
+        text = self._ask("read", path).get("text") if self.reads else None
+        return text if isinstance(text, str) else None
+
+    def write(self, path: Path, text: str) -> bool:
+        return self.writes and self._ask("write", path, text).get("ok") is True
 
 
 def _private_run_dir(run: Path) -> None:

@@ -3,7 +3,7 @@
 Format (version 1), one JSON object a line:
     {"type": "header", "version": 1, "key": "cli:direct", "created": "2026-11-22T14:05:00+00:00"}
     {"type": "message", "message": {"role": "user", "content": "..."}}
-    {"type": "meta", "last_consolidated": 12}          # partial update; later lines win (also model, flushed, pruned)
+    {"type": "meta", "last_consolidated": 12}          # partial update; later lines win (also model, title, flushed, ...)
     {"type": "usage", "model": "...", "input_tokens": 10, ...}
     {"type": "turn_failed", "start": 14, "end": 16, "error": "..."}   # messages[14:16] are not sent again
     {"type": "notice", "ts": "...", "source": "subagent 3fa9c1", "text": "..."}   # not a message (see SessionNotice)
@@ -58,6 +58,7 @@ class SessionMeta:
 
     created: str = ""
     model: str = ""  # the model /model chose for this session; "" means the default
+    title: str = ""  # the chat's name, given by its person or a model call; "" means its first words (session/titles.py)
     last_consolidated: int = 0  # messages before this index are archived to history.jsonl
     notices_delivered: int = 0  # notices before this index went to the model in a turn's opening message
     flushed: int = 0  # the memory flush has run (or was claimed) for the messages before this index
@@ -128,7 +129,10 @@ class SessionStore:
         """Bring `session` up to date with its file, reading only bytes added since it was last read."""
         try:
             size = session.path.stat().st_size
-        except FileNotFoundError:
+        except FileNotFoundError:  # removed (`remove`) since it was read: the key starts afresh
+            if session.size and not session.meta.incognito:
+                session.messages, session.meta, session.usage, session.failed_turns = [], SessionMeta(), [], []
+                session.notices, session.size, session.lines = [], 0, 0
             return
         if size < session.size:  # another writer cut a torn tail: read the whole file again
             fresh = Session(session.key, session.path)
@@ -204,12 +208,13 @@ class SessionStore:
                 meta.last_consolidated = clamped
             else:
                 meta.last_consolidated = value
-        if "model" in record:
-            value = record["model"]
-            if isinstance(value, str):
-                meta.model = value
-            else:
-                self.warn(f"{where}: ignored model {value!r} (it must be a model name)")
+        for name in ("model", "title"):
+            if name in record:
+                value = record[name]
+                if isinstance(value, str):
+                    setattr(meta, name, value)
+                else:
+                    self.warn(f"{where}: ignored {name} {value!r} (it must be text)")
         if "created" in record and isinstance(record["created"], str):
             meta.created = record["created"]
         for name in ("flushed", "pruned", "pruned_calls"):
@@ -269,6 +274,16 @@ class SessionStore:
 
     def set_model(self, session: Session, model: str) -> None:
         self.append(session, [{"type": "meta", "model": model}], sync=True)
+
+    def set_title(self, session: Session, title: str) -> None:
+        self.append(session, [{"type": "meta", "title": title}], sync=True)
+
+    def remove(self, session: Session) -> None:
+        """Delete a saved session (`sessions rm`, the web app's Delete): SessionBusy while a turn holds it. What it
+        cost stays in the spend ledger, and what was archived stays in memory."""
+        with self.lock(session, timeout=0):
+            session.path.unlink()
+        Path(f"{session.path}.lock").unlink(missing_ok=True)
 
     def set_consolidated(self, session: Session, index: int) -> None:
         self.append(session, [{"type": "meta", "last_consolidated": index}], sync=True)

@@ -8,7 +8,9 @@ import os
 import re
 import stat
 from collections.abc import Callable
+from contextvars import ContextVar
 from pathlib import Path
+from typing import Protocol
 
 from nanoagent.fsutil import atomic_write
 from nanoagent.paths import PROTECTED_FILES, is_protected
@@ -27,6 +29,47 @@ SKIP_DIRS = {".git", "node_modules", "__pycache__", ".venv"}
 # name and the write itself, which the hook must run exactly once (letting its exceptions through).
 # build_agent's hook records edits of memory files in the memory git. Files outside the workspace skip it.
 WriteHook = Callable[[str, str, Callable[[], None]], None]
+
+
+class Buffers(Protocol):
+    """The person's editor, holding the files of the turn's working folder (`nanoagent acp`, where the editor offers
+    fs/read_text_file and fs/write_text_file): the file tools read its unsaved text and write through it. Called from
+    the tools' worker thread; asked only of paths the tools' own checks already let through."""
+
+    def read(self, path: Path) -> str | None:
+        """The file's text as the editor has it; None: read it from the disk."""
+        ...
+
+    def write(self, path: Path, text: str) -> bool:
+        """Write the file through the editor; False: write it to the disk."""
+        ...
+
+
+# Set for a turn by whoever runs it for an editor; None (everyone else): the disk.
+editor: ContextVar[Buffers | None] = ContextVar("editor", default=None)
+
+
+def _editor_for(target: Path) -> Buffers | None:
+    """The editor that holds `target`: one is set for the turn and the file is in its working folder (the editor's
+    project; the workspace's files, memory among them, stay the disk's). Asked only from a worker thread (the file
+    tools run in one): on the event loop's thread the wait for the editor would hold up the answer it waits for."""
+    buffers = editor.get()
+    if buffers is None or not _in_working_folder(Path(os.path.realpath(target))):
+        return None
+    import asyncio
+
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return buffers
+    return None
+
+
+def _read_text(target: Path, errors: str = "replace") -> str:
+    """The file's text: the editor's when it holds the file, else the disk's."""
+    buffers = _editor_for(target)
+    text = buffers.read(target) if buffers is not None else None
+    return text if text is not None else target.read_text(encoding="utf-8", errors=errors)
 
 
 def resolve_path(ctx: ToolContext, path: str, *, read_only: bool = False) -> Path:
@@ -200,7 +243,7 @@ def read_file(ctx: ToolContext, path: str, offset: int = 1, limit: int = 2000) -
     if _is_binary(target):
         raise ToolError(f"'{path}' is a binary file; read_file shows text only.")
     offset, limit = max(1, offset), max(1, limit)
-    lines = target.read_text(encoding="utf-8", errors="replace").splitlines()
+    lines = _read_text(target).splitlines()
     shown = lines[offset - 1: offset - 1 + limit]
     out = []
     for number, line in enumerate(shown, start=offset):
@@ -223,6 +266,9 @@ def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
     def put(ctx: ToolContext, target: Path, data: bytes, tool_name: str) -> None:
         root = Path(os.path.realpath(ctx.workspace))
         real = Path(os.path.realpath(target))
+        buffers = _editor_for(real)
+        if buffers is not None and buffers.write(real, data.decode("utf-8")):
+            return
         if not _inside(real, (root,)):
             atomic_write(target, data, own=_in_working_folder(real))
         elif on_write is None:
@@ -263,7 +309,7 @@ def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
         _check_file(ctx, path, target, writing=True)
         if not target.is_file():
             raise ToolError(f"File '{path}' does not exist; create it with write_file.")
-        text = target.read_text(encoding="utf-8")
+        text = _read_text(target, errors="strict")
         count = text.count(old_text) if old_text else 0
         if count == 0:
             raise ToolError(f"old_text was not found in '{path}'. Read the file with read_file and copy the text "
@@ -281,7 +327,7 @@ def writing_tools(on_write: WriteHook | None = None) -> list[FunctionTool]:
 def _old_text(target: Path) -> str | None:
     """What a file held before a write (None: there was none; a binary file counts as empty text)."""
     try:
-        return target.read_text(encoding="utf-8")
+        return _read_text(target, errors="strict") if target.exists() else None
     except FileNotFoundError:
         return None
     except (UnicodeDecodeError, OSError):

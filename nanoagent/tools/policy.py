@@ -197,6 +197,18 @@ def _mcp_text(allowed: Allowed) -> str:
     return f"; no exec, so MCP tools only {', '.join(named)}" if named else "; no exec, so no MCP tools"
 
 
+def narrowed(tools: ToolRegistry, profile: str) -> ToolRegistry:
+    """`tools` (what the policy gives a session) left with those of `profile` alone: a profile chosen for a turn
+    (an editor's mode, `nanoagent acp`) takes tools away and never adds one. "" or `full` leaves them as they are;
+    an unknown name leaves none (a narrowing must not fail open)."""
+    if not profile or profile == "full":
+        return tools
+    kept = PROFILES.get(profile, ())
+    return ToolView(tools, lambda name: any(matches(p, name) for p in kept),
+                    lambda name: f"The tool '{name}' is off in this session's mode ({profile}): the person chose "
+                                 "that mode in their editor. Do without it, or ask them to switch modes.")
+
+
 class ToolView(ToolRegistry):
     """The tools of `source` that `allows` lets through, kept in step with it (MCP servers add and drop tools while a
     process runs): what one session is offered. A tool of `source` it leaves out is `refused` with `reason`."""

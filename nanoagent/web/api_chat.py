@@ -18,7 +18,7 @@ import logging
 import os
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -107,6 +107,7 @@ class Rooms:
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     sends: set[asyncio.Task[None]] = field(default_factory=set)
     lives: dict[str, LiveReply] = field(default_factory=dict)  # the reply rendering as it streams, while a tab watches
+    name_chat: Callable[[str], Awaitable[None]] | None = None  # names a new chat after its first turn (api_chats)
 
     def open(self, key: str) -> asyncio.Queue[dict[str, Any] | None]:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
@@ -173,6 +174,7 @@ def _preview(session: Session) -> str:
 
 def session_rows(ctx: WebContext) -> list[dict[str, Any]]:
     """Every saved session of every channel, the most recently active first."""
+    from nanoagent.session.titles import title_of
     from nanoagent.usage import session_total
 
     store = ctx.hub.sessions
@@ -189,7 +191,7 @@ def session_rows(ctx: WebContext) -> list[dict[str, Any]]:
         rows.append({"key": key, "channel": keys.kind(key), "messages": len(session.messages),
                      "last_active": stamps[key], "preview": _preview(session), "cost": total.cost,
                      "machine": keys.is_machine(key), "busy": ctx.hub.busy(key),
-                     "incognito": session.meta.incognito})
+                     "incognito": session.meta.incognito, "title": title_of(session)})
     return rows
 
 
@@ -279,9 +281,12 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         return web.json_response({"sessions": await asyncio.to_thread(session_rows, ctx)})
 
     async def conversation(request: web.Request) -> web.Response:
+        from nanoagent.session.titles import title_of
+
         key = session_key(request.match_info["key"])
         session = await asyncio.to_thread(_session, ctx, key)
-        return web.json_response({"key": key, "incognito": session.meta.incognito, "busy": ctx.hub.busy(key),
+        return web.json_response({"key": key, "title": title_of(session), "incognito": session.meta.incognito,
+                                  "busy": ctx.hub.busy(key),
                                   "model": ctx.hub.model_for(session), "messages": message_views(session.messages),
                                   "questions": rooms.pending(key)})
 
@@ -420,7 +425,8 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
 
     started = time.monotonic()
     store = ctx.hub.sessions
-    new = key not in store.temporary and not store.path_for(key).exists()
+    new = key not in store.temporary and not ctx.hub.session(key).messages  # (/model may have made its file)
+    first = new
 
     def announce(event: ev.Event) -> None:  # a new chat joins every tab's sessions list once its message is stored
         nonlocal new
@@ -446,6 +452,8 @@ async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list
     rooms.post(key, {"type": "result", "command": command, "refused": turn.refused,
                      "text": turn.reply if command else "", "error": (turn.result.error or "") if turn.result
                      else "", "elapsed": round(time.monotonic() - started, 3)})
+    if first and not command and not turn.failed and rooms.name_chat is not None:  # a first turn that went well
+        await rooms.name_chat(key)
 
 
 def signed_in(ctx: WebContext, request: web.Request,

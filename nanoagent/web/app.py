@@ -1,7 +1,7 @@
 """The web app, mounted under `/` on the gateway's HTTP listener (`add_app`): the page (`static/index.html`, its CSS
 and script, written by hand and shipped in the wheel: no build step) and the JSON routes under `/api/` it reads:
-chat (`api_chat`), memory (`api_memory`), schedules (`api_schedules`), usage (`api_usage`), settings
-(`api_settings`). The auth middleware of `web/auth.py` guards every route before it gets here."""
+chat (`api_chat`), managing chats (`api_chats`), memory (`api_memory`), schedules (`api_schedules`), usage (`api_usage`), settings
+(`api_settings`), devices (`api_devices`). The auth middleware of `web/auth.py` guards every route before it gets here."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ from pathlib import Path
 from aiohttp import web
 
 from nanoagent.web.api_chat import Rooms, add_chat
+from nanoagent.web.api_chats import add_chats
+from nanoagent.web.api_devices import add_devices
 from nanoagent.web.api_memory import add_memory
 from nanoagent.web.api_schedules import add_schedules
 from nanoagent.web.api_settings import add_settings
@@ -42,10 +44,12 @@ def add_app(app: web.Application, ctx: WebContext) -> None:
     app.router.add_static("/static/", STATIC, follow_symlinks=False)
     add_chat(app, ctx, rooms)
     add_voice(app, ctx, rooms)
+    add_chats(app, ctx, rooms)
     add_memory(app, ctx)
     add_schedules(app, ctx)
     add_usage(app, ctx)
     add_settings(app, ctx)
+    add_devices(app, ctx)
     app.on_shutdown.append(closing)
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from nanoagent.agent import events as ev
 from nanoagent.agent.runner import EMPTY_REPLY
 from nanoagent.channels.base import Channel, Chunk, Link, Timing
-from nanoagent.channels.state import PARK_AFTER
+from nanoagent.channels.state import PARK_AFTER, UNTAKEN
 from nanoagent.keys import Place
 from nanoagent.messages import is_assistant, is_user, text_of
 
@@ -228,7 +228,8 @@ class Face:
             chunks = self.channel.split(text)
             skip = next((i for i, (sent, chunk) in enumerate(zip(reply.sent, chunks, strict=False))
                          if sent.body != chunk.body), min(len(reply.sent), len(chunks)))
-            self.keeper.queue_reply(self.key, text, skip, "the app did not take it")
+            why = getattr(self.link, "why_refused", lambda place: None)(self.place)  # a link may say why (base.Link)
+            self.keeper.queue_reply(self.key, text, skip, why or UNTAKEN)
         return True
 
     async def deliver(self, reply: Reply, final: bool) -> None:

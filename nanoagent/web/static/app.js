@@ -317,6 +317,8 @@ async function route() {
   if (page === "schedules") return schedulesPage(root);
   if (page === "usage") return usagePage(root);
   if (page === "settings") return settingsPage(root);
+  const other = (window.nanoagentPages || {})[page];  // a page another module registers (devices.js)
+  if (other) return other(root, arg);
   return chatPage(root, arg);
 }
 
@@ -338,4 +340,7 @@ if (window.visualViewport) window.visualViewport.addEventListener("resize", fitV
 window.addEventListener("resize", fitViewport);
 fitViewport();
 window.addEventListener("hashchange", route);
-route();
+// the first page is drawn once every module script of index.html ran (all of them run before DOMContentLoaded): a
+// page another module registers (devices.js) is there even when the address names it
+if (document.readyState === "complete") route();
+else document.addEventListener("DOMContentLoaded", route, { once: true });

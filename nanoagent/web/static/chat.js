@@ -7,7 +7,9 @@
 //   addMessage(view)      add a message view ({role: "user", text} / {role: "assistant", parts, text}) to the log
 //   refreshSessions()     read the sessions list again
 //   sessionRow            a function (session row from /api/sessions, current key) -> <li>: replace it to draw rows
-//   document events       "nanoagent:chat-opened" {key, fresh}, "nanoagent:sessions" {sessions}
+//   document events       "nanoagent:chat-opened" {key, fresh}, "nanoagent:sessions" {sessions, current},
+//                         "nanoagent:conversation" {key, fresh, data}: the conversation was read (data is what
+//                         /api/sessions/{key} gave), after it opened and after each turn
 // The conversation's head (`.conv-head`: its h1, `.model`) and the side (`#sidebar`: the buttons, `.sessions`) are
 // where a title, rename, search or model picker go; a session row's `title` and a conversation's `title` are shown
 // when /api/sessions and /api/sessions/{key} give them.
@@ -75,11 +77,12 @@ function startIncognito() {
 }
 
 function defaultRow(s, currentKey) {
-  return el("li", {},
+  return el("li", { "data-key": s.key },
     el("a", { href: `#/chat/${encodeURIComponent(s.key)}`, "aria-current": s.key === currentKey ? "true" : null },
-      el("div", { class: "key", text: s.title || s.key }),
+      el("div", { class: "title", text: s.title || s.key }),
       el("div", { class: "small muted" }, el("span", { class: "badge", text: s.channel }),
-        s.incognito ? el("span", { class: "badge", text: "incognito" }) : null, when(s.last_active)),
+        s.incognito ? el("span", { class: "badge", text: "incognito" }) : null, el("span", { class: "key", text: s.key }),
+        when(s.last_active)),
       el("div", { class: "small preview", text: s.preview })));
 }
 
@@ -88,7 +91,7 @@ async function loadSessions(list, currentKey) {
   try { data = await api("/api/sessions"); } catch (e) { list.replaceChildren(el("li", {}, alertBox(e.message))); return; }
   const items = data.sessions.map((s) => hooks.sessionRow(s, currentKey));
   list.replaceChildren(...(items.length ? items : [el("li", { class: "muted", text: "No sessions yet." })]));
-  document.dispatchEvent(new CustomEvent("nanoagent:sessions", { detail: { sessions: data.sessions } }));
+  document.dispatchEvent(new CustomEvent("nanoagent:sessions", { detail: { sessions: data.sessions, current: currentKey } }));
 }
 
 // --- copying ---------------------------------------------------------------------------------------------------
@@ -228,6 +231,7 @@ async function conversation(view, given) {
     }
     log.replaceChildren(...data.messages.map(messageView), ...kept);
     grew();
+    document.dispatchEvent(new CustomEvent("nanoagent:conversation", { detail: { key, fresh, data } }));
   }
 
   function liveNode() {
