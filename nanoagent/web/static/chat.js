@@ -8,8 +8,8 @@
 //   refreshSessions()     read the sessions list again
 //   sessionRow            a function (session row from /api/sessions, current key) -> <li>: replace it to draw rows
 //   document events       "nanoagent:chat-opened" {key, fresh}, "nanoagent:sessions" {sessions, current},
-//                         "nanoagent:conversation" {key, fresh, data}: the conversation was read (data is what
-//                         /api/sessions/{key} gave), after it opened and after each turn
+//                         "nanoagent:conversation" {key, fresh, data, head}: the conversation on the page was read
+//                         (data is what /api/sessions/{key} gave; head its `.conv-head`), as it opened and after turns
 // The conversation's head (`.conv-head`: its h1, `.model`) and the side (`#sidebar`: the buttons, `.sessions`) are
 // where a title, rename, search or model picker go; a session row's `title` and a conversation's `title` are shown
 // when /api/sessions and /api/sessions/{key} give them.
@@ -183,7 +183,8 @@ async function conversation(view, given) {
     el("div", { class: "row" }, file, picker, mic, el("span", { class: "grow" }), stop, send), note);
   const heading = el("h1", { text: fresh ? "New chat" : key });
   const model = el("span", { class: "small muted model" });
-  view.replaceChildren(el("div", { class: "conv-head" }, heading, model), marker,
+  const head = el("div", { class: "conv-head" }, heading, model);
+  view.replaceChildren(head, marker,
     el("div", { class: "log-wrap" }, log, jump), questions, status, form);
   let images = [];
   let live = null;
@@ -231,7 +232,8 @@ async function conversation(view, given) {
     }
     log.replaceChildren(...data.messages.map(messageView), ...kept);
     grew();
-    document.dispatchEvent(new CustomEvent("nanoagent:conversation", { detail: { key, fresh, data } }));
+    if (!view.isConnected) return;  // another page or chat replaced it while this read was on its way
+    document.dispatchEvent(new CustomEvent("nanoagent:conversation", { detail: { key, fresh, data, head } }));
   }
 
   function liveNode() {

@@ -8,13 +8,12 @@ import { alertBox, api, el } from "./util.js";
 import { hooks, refreshSessions } from "./chat.js";
 
 const plainRow = hooks.sessionRow;  // chat.js's row: title, channel, key, last activity, preview
-const open = { key: "", saved: false };  // the conversation on the page
+const open = { key: "", saved: false, head: null, note: null };  // the conversation on the page
 let listed = [];  // the sessions list's rows as /api/sessions last gave them
 const sessionPath = (key) => `/api/sessions/${encodeURIComponent(key)}`;
 const put = (path, json) => api(path, { method: "PUT", json });
-const head = () => document.querySelector("#main .conv-head");
-const heading = () => head()?.querySelector("h1");
-const note = () => document.querySelector("#main .chat-note");
+const heading = () => (open.head && open.head.isConnected ? open.head.querySelector("h1") : null);
+const note = () => (open.note && open.note.isConnected ? open.note : null);
 
 // --- the sidebar: rows with Rename and Delete, and search above the list -----------------------------------------
 
@@ -148,22 +147,21 @@ function modelPicker(key, line, box) {
 const loaders = new WeakMap();  // a conversation's head -> what reads its model choices again
 
 document.addEventListener("nanoagent:conversation", (event) => {
-  const { key, data } = event.detail;
-  const conv = head();
-  if (!conv) return;
+  const { key, data, head } = event.detail;
   const saved = data.messages.length > 0 && !data.incognito;
   const changed = key !== open.key || saved !== open.saved;
-  Object.assign(open, { key, saved });
-  if (!loaders.has(conv)) {
-    const line = conv.querySelector(".model");
+  if (!loaders.has(head)) {
+    const line = head.querySelector(".model");
     const box = el("div", { class: "chat-note" });
     const picker = modelPicker(key, line, box);
     line.classList.add("hidden");  // the picker shows the model: one line, not two
     line.after(picker.form);
-    conv.after(box);
-    loaders.set(conv, picker.load);
+    head.after(box);
+    loaders.set(head, picker.load);
+    open.note = box;
   }
-  loaders.get(conv)();
+  Object.assign(open, { key, saved, head });
+  loaders.get(head)();
   if (changed) redrawRow(key);  // the open chat's row gains (or loses) Rename and Delete
 });
 
