@@ -6,9 +6,9 @@ EXTRAS ?= web
 # made once the test extra (every channel's library, Playwright, pytest, ruff, mypy) is installed
 DEV := $(VENV)/.dev-installed
 
-BENCHES := size run memory_search recall locomo channels auto_recall peer web web_stream tool_policy spend browser acp_server mcp_serve
+BENCHES := size run memory_search recall locomo channels auto_recall peer web web_stream web_chat tool_policy spend browser acp_server mcp_serve
 
-.PHONY: agent install test test-fast lint bench size clean
+.PHONY: agent install test test-fast lint bench size screens clean
 
 agent:  # nanoagent for a person who wants the agent: the core and web_fetch's extra (about 430 MB, under a minute)
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -34,11 +34,14 @@ test-fast: $(DEV)  # the edit loop: in this process only (no tests marked `proce
 	$(BIN)/python -m pytest -n $(WORKERS) --dist worksteal -m "not process"
 
 lint: $(DEV)
-	$(BIN)/ruff check nanoagent tests bench
+	$(BIN)/ruff check nanoagent tests bench scripts
 	$(BIN)/mypy
 
 bench: $(DEV)  # each script prints its figures against their budgets and exits non-zero past one
 	@status=0; for b in $(BENCHES); do $(BIN)/python bench/$$b.py || status=1; done; exit $$status
+
+screens: $(DEV)  # every page of the web app at a desktop's and a phone's width into docs/screens/ (scripts/screens.py)
+	$(BIN)/python scripts/screens.py
 
 size:  # the core's lines against its budget, then each plug-in folder's (bench/size.py)
 	$(BIN)/python bench/size.py

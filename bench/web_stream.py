@@ -31,7 +31,7 @@ WATCH = """() => {
     const live = document.querySelector('[data-live]');
     if (!live) return;
     const now = performance.timeOrigin + performance.now();
-    for (const match of live.textContent.matchAll(/tok(\\d+) /g)) {
+    for (const match of live.textContent.matchAll(/tok(\\d+)(?!\\d)/g)) {
       if (!(match[1] in window.__arrived)) window.__arrived[match[1]] = now;
     }
   }).observe(document.body, {subtree: true, childList: true, characterData: true});

@@ -22,7 +22,8 @@ def test_wheel_contains_templates_and_skills_and_finds_them_without_the_source_t
     assert "nanoagent/templates/prompts/identity.md" in names
     assert "nanoagent/templates/workspace/SOUL.md" in names
     assert "nanoagent/skills/memory/SKILL.md" in names
-    assert {f"nanoagent/web/static/{name}" for name in ("index.html", "app.js", "chats.js", "app.css")} <= set(names)  # the web app
+    assert {f"nanoagent/web/static/{name}" for name in ("index.html", "app.js", "chat.js", "util.js", "chats.js", "devices.js",
+                                                      "app.css", "manifest.json", "icon-192.png")} <= set(names)  # the web app
     assert any(n.endswith("entry_points.txt") for n in names)
     target = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(target)

@@ -93,7 +93,7 @@ def test_a_message_sent_from_the_page_streams_its_reply_to_every_tab_of_the_sess
                 await tab.next(kind("TurnEnded"))
             shown = await (await client.get("/api/sessions/web:a")).json()
             assert shown["messages"][0]["text"] == "hi"
-            assert "<strong>there</strong>" in shown["messages"][1]["html"]
+            assert "<strong>there</strong>" in shown["messages"][1]["parts"][0]["html"]
             listed = await (await client.get("/api/sessions")).json()
             assert [(s["key"], s["channel"], s["preview"]) for s in listed["sessions"]] == [("web:a", "web", "hi")]
 
@@ -277,9 +277,9 @@ def test_the_page_and_its_files_are_served_without_inline_script_or_style():
     async def test() -> None:
         async with app_client() as (client, _):
             page = await (await client.get("/")).text()
-            assert '<script src="/static/app.js" defer></script>' in page
+            assert '<script type="module" src="/static/app.js"></script>' in page
             assert "<script>" not in page and "style=" not in page and "<style" not in page
-            for name in ("app.js", "app.css"):
+            for name in ("app.js", "util.js", "chat.js", "app.css", "manifest.json", "icon.svg"):
                 assert (await client.get(f"/static/{name}")).status == 200
             assert (await client.get("/static/../app.py")).status in (403, 404)
 

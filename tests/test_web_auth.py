@@ -342,7 +342,7 @@ def test_a_link_in_a_reply_to_another_port_on_the_gateway_s_host_is_text_the_coo
     with web_gateway(ScriptedProvider(default=reply.format(port=other))) as web:
         web.call(lambda: web.gateway.hub.send("web:demo", "hello"))
         with client(web, web.cookie()) as http:
-            shown = http.get("/api/sessions/web:demo").json()["messages"][-1]["html"]
+            shown = http.get("/api/sessions/web:demo").json()["messages"][-1]["parts"][0]["html"]
     assert f"http://127.0.0.1:{other}/report" in shown and f'href="http://127.0.0.1:{other}' not in shown
     assert 'href="https://example.com/d"' in shown
 

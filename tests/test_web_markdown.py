@@ -56,8 +56,9 @@ def test_a_person_s_message_and_a_tool_output_go_to_the_page_as_text_fields_not_
         {"role": "assistant", "content": "<b>hi</b>"},
     ])
     assert views[0] == {"role": "user", "text": "<img src=x onerror=alert(1)>", "images": []}
-    assert views[1]["tools"][0]["output"] == "<script>alert(2)</script>"  # shown with textContent by the page
-    assert views[2]["html"] == "<p>&lt;b&gt;hi&lt;/b&gt;</p>\n"
+    tool, text = views[1]["parts"]  # one reply: the tool call, then the text after it
+    assert tool["output"] == "<script>alert(2)</script>"  # shown with textContent by the page
+    assert text["html"] == "<p>&lt;b&gt;hi&lt;/b&gt;</p>\n"
 
 
 @pytest.mark.parametrize("url", ["http://127.0.0.1:8765/report", "http://localhost:9000/", "https://app.localhost/x",

@@ -83,6 +83,15 @@ class Command:
 
 
 COMMANDS: dict[str, Command] = {}
+# how to talk to the agent, by where /help was asked (a session key's first part): the keys of each place
+HELP_TAILS = {
+    "": "Type a message to talk to the agent.",
+    "cli": "Type a message to talk to the agent. Alt-Enter (or Esc Enter) adds a new line.",
+    "web": "Type a message to talk to the agent: Enter sends it, Shift-Enter adds a new line, Esc or Stop ends a "
+           "running reply. Attach images with the image button, by pasting or by dropping them on the page; the "
+           "microphone records a voice note where transcription is set up. Copy a reply or a code block with its "
+           "copy button.",
+}
 STOP_COMMANDS = ("/stop", "/cancel")  # what a person types to stop the running turn; each channel acts on it first
 
 
@@ -146,7 +155,7 @@ class Commands:
     async def help(self, call: Call) -> str:
         width = max(map(len, COMMANDS))
         lines = [f"{c.name:<{width}}  {c.help}" for c in sorted(COMMANDS.values(), key=lambda c: c.name)]
-        return "\n".join(lines + ["", "Type a message to talk to the agent. Alt-Enter (or Esc Enter) adds a new line."])
+        return "\n".join(lines + ["", HELP_TAILS.get(call.session.key.split(":", 1)[0], HELP_TAILS[""])])
 
     @command("/stop", "cancel the running turn (at the terminal Esc or Ctrl-C does it too)", read_only=True)
     @command("/cancel", "the same as /stop", read_only=True)

@@ -27,6 +27,7 @@ from aiohttp import web
 from nanoagent import keys
 from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import read_beneath
+from nanoagent.web.live import LiveReply
 from nanoagent.web.markdown import render
 
 if TYPE_CHECKING:
@@ -105,15 +106,20 @@ class Rooms:
     questions: dict[str, Question] = field(default_factory=dict)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
     sends: set[asyncio.Task[None]] = field(default_factory=set)
+    lives: dict[str, LiveReply] = field(default_factory=dict)  # the reply rendering as it streams, while a tab watches
     name_chat: Callable[[str], Awaitable[None]] | None = None  # names a new chat after its first turn (api_chats)
 
     def open(self, key: str) -> asyncio.Queue[dict[str, Any] | None]:
         queue: asyncio.Queue[dict[str, Any] | None] = asyncio.Queue()
         self.streams.setdefault(key, set()).add(queue)
+        self.lives.setdefault(key, LiveReply())
         return queue
 
     def close(self, key: str, queue: asyncio.Queue[dict[str, Any] | None]) -> None:
-        self.streams.get(key, set()).discard(queue)
+        queues = self.streams.get(key, set())
+        queues.discard(queue)
+        if not queues:
+            self.lives.pop(key, None)
 
     def post(self, key: str, message: dict[str, Any]) -> None:
         for queue in list(self.streams.get(key, ())):
@@ -215,7 +221,9 @@ def _short_args(arguments: dict[str, Any], width: int = 100) -> str:
 
 
 def message_views(messages: list[Message]) -> list[dict[str, Any]]:
-    """The conversation as the page shows it: the person's messages, the replies rendered, the tool calls folded."""
+    """The conversation as the page shows it: the person's messages, and each reply with its parts in the order they
+    came (text, a tool call folded, more text), the assistant messages of one answer (split by tool results) joined
+    into one view, as the terminal shows a turn. `text` is a reply's Markdown, for its copy button."""
     from nanoagent.messages import (
         calls_of,
         images_of,
@@ -229,20 +237,40 @@ def message_views(messages: list[Message]) -> list[dict[str, Any]]:
 
     results = {m["tool_call_id"]: m for m in messages if is_tool(m)}
     views: list[dict[str, Any]] = []
+    reply: dict[str, Any] | None = None  # the reply being joined, until the person speaks again
     for message in messages:
         if is_user(message):
             images = [{"path": i["path"], "name": i.get("name", "")} for i in images_of(message)]
-            views.append({"role": "user", "text": strip_runtime_context(message["content"]), "images": images})
+            views.append({"role": "user", "text": strip_runtime_context(message["content"]), "images": images,
+                          **_voice_note(strip_runtime_context(message["content"]))})
+            reply = None
         elif is_assistant(message):
-            tools = []
+            if reply is None:
+                reply = {"role": "assistant", "parts": [], "text": ""}
+                views.append(reply)
+            text = text_of(message)
+            if text.strip():
+                reply["parts"].append({"kind": "text", "html": render(text)})
+                reply["text"] += ("\n\n" if reply["text"] else "") + text
             for call in calls_of(message):
                 arguments, _ = parse_arguments(call["arguments"])
                 done = results.get(call["id"])
                 error = None if done is None or not done.get("is_error") else text_of(done)
-                tools.append(tool_view(call["name"], arguments, text_of(done) if done else "", error))
-            text = text_of(message)
-            views.append({"role": "assistant", "html": render(text) if text.strip() else "", "tools": tools})
+                reply["parts"].append({"kind": "tool", **tool_view(call["name"], arguments, text_of(done) if done
+                                                                   else "", error)})
     return views
+
+
+_VOICE = re.compile(r"\[voice note saved as (media/voice-[0-9a-f]{16}\.\w+); its transcript follows\]\n(.*)", re.S)
+
+
+def _voice_note(text: str) -> dict[str, str]:
+    """A voice note sent from the page, as the page shows it: its transcript as text (still escaped as the model got
+    it) and where the recording is kept; {} for any other message (one that says it was not transcribed included)."""
+    from nanoagent.messages import unwrap_untrusted
+
+    found = _VOICE.fullmatch(text)
+    return {"text": unwrap_untrusted(found.group(2)), "voice": found.group(1)} if found else {}
 
 
 # --- the routes ---------------------------------------------------------------------------------------------------
@@ -280,9 +308,7 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
                 ctx.hub.check_images(key, images)
         except (AttachmentError, NanoagentError) as e:
             raise BadRequest(str(e)) from None
-        task = asyncio.create_task(_send(ctx, rooms, key, text, images), name=f"web send {key}")
-        rooms.sends.add(task)
-        task.add_done_callback(rooms.sends.discard)
+        start_send(ctx, rooms, key, text, images)
         return web.json_response({"accepted": True}, status=202)
 
     async def stop(request: web.Request) -> web.Response:
@@ -334,11 +360,15 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
                                                "Cache-Control": "no-store", "X-Accel-Buffering": "no"})
         await response.prepare(request)
         queue = rooms.open(key)
+        live = rooms.lives[key]
 
         def on_event(event: ev.Event) -> None:
             if queue.qsize() >= MAX_QUEUED:
                 return
             wire = protocol.event_to_wire(event)
+            md = live.wire(event)
+            if md is not None:  # a TextDelta: the reply's blocks it finished, and its open tail, as HTML
+                wire = {**wire, "md": md}
             if wire["kind"] == "MessageAdded" and not event.agent:  # as the page shows it: text, or rendered
                 views = message_views([wire["message"]])  # none for a tool result: the page folds those in
                 wire = {**wire, "message": None, "view": views[0] if views else None}
@@ -348,7 +378,7 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
         alive, release = signed_in(ctx, request, lambda: queue.put_nowait(None))
         unwatch = ctx.hub.watch(key, on_event)
         try:
-            await _write(response, {"type": "hello", "busy": ctx.hub.busy(key)})
+            await _write(response, {"type": "hello", "busy": ctx.hub.busy(key), "live": live.snapshot()})
             for question in rooms.pending(key):
                 await _write(response, question)
             while True:
@@ -378,6 +408,13 @@ def add_chat(app: web.Application, ctx: WebContext, rooms: Rooms) -> None:
     app.router.add_get("/api/sessions/{key}/events", events)
     app.router.add_post("/api/uploads", upload)
     app.router.add_get("/api/media/{name}", media)
+
+
+def start_send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list[ImageBlock]) -> None:
+    """Send in the background: the request returns at once, the result goes to every tab of the session."""
+    task = asyncio.create_task(_send(ctx, rooms, key, text, images), name=f"web send {key}")
+    rooms.sends.add(task)
+    task.add_done_callback(rooms.sends.discard)
 
 
 async def _send(ctx: WebContext, rooms: Rooms, key: str, text: str, images: list[ImageBlock]) -> None:
@@ -448,4 +485,5 @@ def too_big(cap: int) -> web.Response:
                                        "(tools.attachments.maxImageBytes); attach a smaller one."}, status=413)
 
 
-__all__ = ["BodyStalled", "Rooms", "add_chat", "read_body", "signed_in", "message_views", "session_key", "session_rows", "too_big", "tool_view"]
+__all__ = ["BodyStalled", "Rooms", "add_chat", "read_body", "signed_in", "message_views", "session_key", "session_rows", "start_send", "too_big",
+           "tool_view"]

@@ -16,6 +16,7 @@ from nanoagent.web.api_memory import add_memory
 from nanoagent.web.api_schedules import add_schedules
 from nanoagent.web.api_settings import add_settings
 from nanoagent.web.api_usage import add_usage
+from nanoagent.web.api_voice import add_voice
 from nanoagent.web.context import WebContext
 
 STATIC = Path(__file__).parent / "static"
@@ -42,6 +43,7 @@ def add_app(app: web.Application, ctx: WebContext) -> None:
     app.router.add_get("/", index)
     app.router.add_static("/static/", STATIC, follow_symlinks=False)
     add_chat(app, ctx, rooms)
+    add_voice(app, ctx, rooms)
     add_chats(app, ctx, rooms)
     add_memory(app, ctx)
     add_schedules(app, ctx)

@@ -45,6 +45,7 @@ CSRF_HEADER = "X-CSRF-Token"
 UNSAFE_METHODS = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 CSP = ("default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data: blob:; connect-src 'self'; "
        "frame-ancestors 'none'; base-uri 'none'; form-action 'self'")
+PUBLIC_STATIC = frozenset({"/static/manifest.json", "/static/icon.svg", "/static/icon-192.png", "/static/icon-512.png"})
 SIGN_IN_HINT = "run `nanoagent web` on the machine the gateway runs on; it opens a sign-in link"
 
 
@@ -307,9 +308,12 @@ class WebAuth:
     @staticmethod
     def guarded(request: web.Request) -> bool:
         """Whether the route needs a signed-in session (all but `/health`, `/v1/...`, the sign-in link and a channel's
-        own routes under `/channels/`, which check the app's signature themselves, and `/mcp`, which keeps its token)."""
+        own routes under `/channels/`, which check the app's signature themselves, `/mcp`, which keeps its token), and
+        the home-screen manifest and icons (a browser fetches those without the cookie when it installs the app; they
+        hold nothing private)."""
         path = request.path
-        return not (path in ("/health", "/v1", "/mcp") or path.startswith(("/v1/", "/signin/", "/channels/")))
+        return not (path in ("/health", "/v1", "/mcp") or path in PUBLIC_STATIC
+                    or path.startswith(("/v1/", "/signin/", "/channels/")))
 
     def refused(self, request: web.Request) -> web.Response | None:
         """The 401 (no session) or 403 (a failed CSRF check) a guarded request gets, or None. The middleware asks,

@@ -1,336 +1,7 @@
 // nanoagent's web app: a few pages drawn from the gateway's /api/ routes. Written by hand, no build step, nothing
-// loaded from elsewhere. Anything a model, tool, skill or web page wrote is put in the page as text (textContent);
-// the only HTML inserted is what the gateway's Markdown renderer made (`html` fields), which carries no raw HTML.
-"use strict";
-
-const state = { csrf: null, stream: null, streamKey: "", page: "" };
-const main = () => document.getElementById("main");
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs || {})) {
-    if (value === null || value === undefined || value === false) continue;
-    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-function rendered(html, cls) {  // HTML the gateway's Markdown renderer made (raw HTML off, links checked)
-  const node = el("div", { class: cls || "md" });
-  node.innerHTML = html;
-  return node;
-}
-
-async function csrf() {
-  if (state.csrf === null) {
-    const response = await fetch("/api/session", { credentials: "same-origin" });
-    state.csrf = response.ok ? ((await response.json()).csrf || "") : "";
-  }
-  return state.csrf;
-}
-
-async function api(path, options) {
-  const opts = Object.assign({ method: "GET", credentials: "same-origin", headers: {} }, options || {});
-  if (opts.method !== "GET") opts.headers["X-CSRF-Token"] = await csrf();
-  if (opts.json !== undefined) {
-    opts.headers["Content-Type"] = "application/json";
-    opts.body = JSON.stringify(opts.json);
-  }
-  const response = await fetch(path, opts);
-  let data = {};
-  try { data = await response.json(); } catch (e) { data = {}; }
-  if (!response.ok) {
-    const error = new Error(data.error || `${response.status} ${response.statusText}`);
-    error.status = response.status;
-    throw error;
-  }
-  return data;
-}
-
-function when(stamp) {
-  const date = typeof stamp === "number" ? new Date(stamp * 1000) : new Date(stamp);
-  return isNaN(date) ? "" : date.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
-}
-
-function money(cost) { return cost === null || cost === undefined ? "—" : "$" + Number(cost).toFixed(4); }
-function num(n) { return Number(n || 0).toLocaleString(); }
-function alertBox(text) { return el("p", { class: "alert", role: "alert", text }); }
-
-function diffLines(text) {
-  const pre = el("pre", { class: "out" });
-  for (const line of String(text).split("\n")) {
-    const cls = line.startsWith("+") && !line.startsWith("+++") ? "diff-add"
-      : line.startsWith("-") && !line.startsWith("---") ? "diff-del" : line.startsWith("@@") ? "diff-hunk" : "";
-    pre.append(cls ? el("span", { class: cls, text: line }) : document.createTextNode(line + "\n"));
-  }
-  return pre;
-}
-
-function closeStream() {
-  if (state.stream) state.stream.close();
-  state.stream = null;
-  state.streamKey = "";
-}
-
-function stream(key, onMessage) {
-  closeStream();
-  const source = new EventSource(`/api/sessions/${encodeURIComponent(key)}/events`);
-  source.onmessage = (message) => {
-    let data;
-    try { data = JSON.parse(message.data); } catch (e) { return; }
-    onMessage(data);
-  };
-  state.stream = source;
-  state.streamKey = key;
-  return source;
-}
-
-// --- chat ------------------------------------------------------------------------------------------------------
-
-function newKey(prefix) {
-  const bytes = new Uint8Array(4);
-  crypto.getRandomValues(bytes);
-  return `web:${prefix}${Array.from(bytes, (b) => b.toString(16).padStart(2, "0")).join("")}`;
-}
-
-async function chatPage(root, key) {
-  const list = el("ul", { class: "sessions", "aria-label": "Sessions" });
-  const side = el("section", { "aria-label": "Sessions" },
-    el("div", { class: "row" },
-      el("button", { class: "primary", type: "button", onclick: () => { location.hash = `#/chat/${newKey("")}`; } },
-        "New chat"),
-      el("button", { type: "button", id: "incognito", onclick: () => startIncognito() }, "Incognito chat")),
-    el("details", { class: "session-list", open: !(key && window.matchMedia("(max-width: 720px)").matches) },
-      el("summary", {}, el("h2", { class: "inline", text: "Sessions" })), list));
-  const view = el("section", { class: "conversation", "aria-label": "Conversation" });
-  root.replaceChildren(el("div", { class: "chat" }, side, view));
-  loadSessions(list, key);
-  if (key) await conversation(view, key);
-  else view.append(el("p", { class: "muted", text: "Pick a session, or start a new chat." }));
-}
-
-async function startIncognito() {
-  const key = newKey("incognito-");
-  location.hash = `#/chat/${key}`;
-  state.pendingCommand = { key, text: "/incognito" };
-}
-
-async function loadSessions(list, current) {
-  let data;
-  try { data = await api("/api/sessions"); } catch (e) { list.replaceChildren(el("li", {}, alertBox(e.message))); return; }
-  const items = data.sessions.map((s) => el("li", { "data-key": s.key },
-    el("a", { href: `#/chat/${encodeURIComponent(s.key)}`, "aria-current": s.key === current ? "true" : null },
-      el("div", { class: "title", text: s.title || s.key }),
-      el("div", { class: "small muted" }, el("span", { class: "badge", text: s.channel }),
-        s.incognito ? el("span", { class: "badge", text: "incognito" }) : null, el("span", { class: "key", text: s.key }),
-        when(s.last_active)),
-      el("div", { class: "small", text: s.preview }))));
-  list.replaceChildren(...(items.length ? items : [el("li", { class: "muted", text: "No sessions yet." })]));
-  document.dispatchEvent(new CustomEvent("nanoagent:sessions", { detail: { list, sessions: data.sessions, current } }));  // chats.js
-}
-
-async function conversation(view, key) {
-  const log = el("div", { class: "log", "aria-live": "polite" });
-  const marker = el("p", { class: "banner hidden", id: "incognito-marker", role: "status",
-    text: "Incognito: this chat is temporary. Nothing said here is archived, Dreamed or searchable; /new ends it." });
-  const status = el("div", { class: "status", role: "status" });
-  const questions = el("div", { class: "questions" });
-  const text = el("textarea", { id: "message", "aria-label": "Message", placeholder: "Message, or /help" });
-  const file = el("input", { type: "file", accept: "image/png,image/jpeg,image/gif,image/webp", id: "attach",
-    "aria-label": "Attach an image" });
-  const attached = el("span", { class: "small muted" });
-  const send = el("button", { class: "primary", type: "submit", id: "send" }, "Send");
-  const stop = el("button", { type: "button", id: "stop", class: "danger", disabled: true }, "Stop");
-  const form = el("form", { class: "composer" }, text,
-    el("div", { class: "row" }, el("label", { for: "attach", class: "small" }, "Image"), file, attached,
-      el("span", { class: "grow" }), stop, send));
-  const heading = el("h1", { text: key });
-  const model = el("p", { class: "small muted" });
-  view.replaceChildren(heading, model, marker, log, questions, status, form);
-  let images = [];
-  let live = null;
-  let hellos = 0;
-  const sent = new Set();  // what this tab showed when it sent, so its own MessageAdded is not shown twice
-  let tools = {};
-
-  function busy(on) { stop.disabled = !on; }
-
-  async function reload() {
-    let data;
-    try {
-      data = await api(`/api/sessions/${encodeURIComponent(key)}`);
-    } catch (e) { log.replaceChildren(alertBox(e.message)); return; }
-    model.textContent = `model ${data.model}`;
-    marker.classList.toggle("hidden", !data.incognito);
-    busy(data.busy);
-    live = null;
-    tools = {};
-    log.replaceChildren(...data.messages.map(messageView));
-    document.dispatchEvent(new CustomEvent("nanoagent:conversation", { detail: { key, view, heading, model, data } }));  // chats.js
-  }
-
-  function messageView(m) {
-    if (m.role === "user") {
-      const node = el("div", { class: "msg user" }, m.text);
-      for (const image of m.images || []) {
-        const name = image.path.split("/").pop();
-        node.append(el("img", { src: `/api/media/${encodeURIComponent(name)}`, alt: image.name || "attached image" }));
-      }
-      return node;
-    }
-    const node = el("div", { class: "msg assistant" });
-    for (const t of m.tools || []) node.append(toolView(t));
-    if (m.html) node.append(rendered(m.html));
-    return node;
-  }
-
-  function toolView(t) {
-    const summary = el("summary", {}, `${t.ok ? "✓" : "✗"} ${t.name} ${t.args}`);
-    const body = t.diff ? diffLines(t.output) : el("pre", { class: "out", text: t.error || t.output || "(no output)" });
-    return el("details", { class: "tool" + (t.ok ? "" : " failed") }, summary, body);
-  }
-
-  function liveNode() {
-    if (!live) {
-      live = el("div", { class: "msg assistant live", "data-live": "1" });
-      log.append(live);
-    }
-    return live;
-  }
-
-  function onEvent(e) {
-    if (e.agent) return;  // a sub-agent's own steps stay in its session
-    switch (e.kind) {
-      case "TurnStarted": busy(true); status.textContent = "Thinking…"; break;
-      case "TextDelta": {
-        const node = liveNode();
-        let textNode = node.lastChild;
-        if (!textNode || textNode.nodeType !== Node.TEXT_NODE) { textNode = document.createTextNode(""); node.append(textNode); }
-        textNode.data += e.text;
-        status.textContent = "Writing…";
-        break;
-      }
-      case "ToolStarted": {
-        const line = el("details", { class: "tool" }, el("summary", {}, `… ${e.name}`), el("pre", { class: "out", text: "running" }));
-        tools[e.call_id] = line;
-        liveNode().append(line);
-        status.textContent = `Running ${e.name}…`;
-        break;
-      }
-      case "ToolFinished": {
-        const line = tools[e.call_id];
-        if (line) line.querySelector("summary").textContent = `${e.error ? "✗" : "✓"} ${e.name} (${e.elapsed.toFixed(1)} s)`;
-        break;
-      }
-      case "MessageAdded":  // the person's message, also when another tab or device sent it
-        if (e.view && e.view.role === "user" && !sent.delete(e.view.text)) {
-          log.append(messageView(e.view));
-          live = null;
-        }
-        break;
-      case "Progress": status.textContent = e.text; break;
-      case "Notice": log.append(el("div", { class: "msg system", text: e.text })); break;
-      case "Retrying": status.textContent = `Retrying: ${e.reason}`; break;
-      case "TurnEnded":
-        busy(false);
-        status.textContent = e.reason === "cancelled" ? "Stopped." : e.error ? `Failed: ${e.error}` : "";
-        reload();
-        break;
-      default: break;
-    }
-  }
-
-  function askView(q) {
-    if (questions.querySelector(`[data-id="${CSS.escape(q.id)}"]`)) return;
-    const answer = (value) => api(`/api/sessions/${encodeURIComponent(key)}/answer`,
-      { method: "POST", json: { id: q.id, answer: value } }).catch((e) => card.append(alertBox(e.message)));
-    const card = el("div", { class: "ask", role: "alertdialog", "aria-label": "Approval", "data-id": q.id },
-      el("p", {}, el("strong", { text: "Approve this command?" })), el("pre", { text: q.question.replace(/\n\[y\]es .*$/s, "") }),
-      el("div", { class: "row" },
-        el("button", { type: "button", class: "primary", onclick: () => answer("yes") }, "Approve"),
-        el("button", { type: "button", onclick: () => answer("always") }, "Always this session"),
-        el("button", { type: "button", onclick: () => answer("no") }, "Decline")));
-    questions.append(card);
-    card.querySelector("button").focus();
-  }
-
-  stream(key, (m) => {
-    if (m.type === "event") onEvent(m.event);
-    else if (m.type === "hello") {  // after a dropped stream reconnects: catch up with what was missed
-      busy(m.busy);
-      if (hellos++ > 0) reload();
-    }
-    else if (m.type === "joined" && !sent.has(m.text)) {  // another tab's message joined the running turn
-      log.append(messageView({ role: "user", text: m.text }));
-      sent.add(m.text);  // its MessageAdded, when the turn takes it in, is not shown twice
-      live = null;
-    }
-    else if (m.type === "sessions") loadSessions(document.querySelector(".sessions"), key);  // a new chat elsewhere
-    else if (m.type === "ask") askView(m);
-    else if (m.type === "answered") questions.querySelector(`[data-id="${CSS.escape(m.id)}"]`)?.remove();
-    else if (m.type === "result" && m.command) {
-      reload().then(() => log.append(el("pre", { class: "msg system reply", text: m.text })));
-      loadSessions(document.querySelector(".sessions"), key);
-    } else if (m.type === "result") loadSessions(document.querySelector(".sessions"), key);
-    else if (m.type === "error") { log.append(alertBox(m.message)); busy(false); }
-  });
-
-  file.addEventListener("change", async () => {
-    const chosen = file.files[0];
-    if (!chosen) return;
-    attached.textContent = "uploading…";
-    try {
-      const data = await api("/api/uploads", { method: "POST", body: chosen,
-        headers: { "Content-Type": chosen.type || "application/octet-stream", "X-File-Name": chosen.name.replace(/[^\x20-\x7e]/g, "_") } });
-      images.push(data.attachment);
-      attached.textContent = `${images.length} image(s) attached`;
-    } catch (e) { attached.textContent = ""; view.insertBefore(alertBox(e.message), form); }
-    file.value = "";
-  });
-
-  async function submit(message) {
-    const body = { text: message };
-    if (images.length) body.attachments = images;
-    if (!message.startsWith("/")) {
-      log.append(el("div", { class: "msg user" }, message || "(image)"));
-      sent.add(message);
-      live = null;
-    }
-    try {
-      await api(`/api/sessions/${encodeURIComponent(key)}/messages`, { method: "POST", json: body });
-      images = [];
-      attached.textContent = "";
-    } catch (e) { log.append(alertBox(e.message)); }
-  }
-
-  form.addEventListener("submit", (event) => {
-    event.preventDefault();
-    const message = text.value.trim();
-    if (!message && !images.length) return;
-    text.value = "";
-    submit(message);
-  });
-  text.addEventListener("keydown", (event) => {
-    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) { event.preventDefault(); form.requestSubmit(); }
-    if (event.key === "Escape" && !stop.disabled) { event.preventDefault(); stop.click(); }  // as at the terminal
-  });
-  stop.addEventListener("click", () => api(`/api/sessions/${encodeURIComponent(key)}/stop`, { method: "POST", json: {} })
-    .catch((e) => log.append(alertBox(e.message))));
-
-  await reload();
-  if (state.pendingCommand && state.pendingCommand.key === key) {
-    const pending = state.pendingCommand.text;
-    state.pendingCommand = null;
-    await submit(pending);
-  }
-  text.focus();
-}
+// loaded from elsewhere. The chat page is chat.js; what the pages share is util.js.
+import { alertBox, api, closeStream, diffLines, el, main, money, num, rendered, state, stream, when } from "./util.js";
+import { chatPage } from "./chat.js";
 
 // --- memory ----------------------------------------------------------------------------------------------------
 
@@ -630,10 +301,14 @@ async function route() {
   const arg = decodeURIComponent(rest.join("/"));
   closeStream();
   state.page = page;
+  document.body.dataset.page = page;  // the chat fills the window (its log scrolls); other pages scroll the window
   for (const link of document.querySelectorAll("nav a")) {
     link.setAttribute("aria-current", link.dataset.page === page ? "page" : "false");
   }
-  document.title = `${page.charAt(0).toUpperCase()}${page.slice(1)} · nanoagent`;
+  const name = `${page.charAt(0).toUpperCase()}${page.slice(1)}`;
+  document.title = `${name} · nanoagent`;
+  document.getElementById("menu-label").textContent = name;
+  menu(false);
   // each page draws into a container of its own: a page still loading when another is chosen draws into nothing
   const root = el("div", { class: "page" });
   main().replaceChildren(root);
@@ -642,10 +317,30 @@ async function route() {
   if (page === "schedules") return schedulesPage(root);
   if (page === "usage") return usagePage(root);
   if (page === "settings") return settingsPage(root);
-  const other = (window.nanoagentPages || {})[page];  // a page another script registers (devices.js)
+  const other = (window.nanoagentPages || {})[page];  // a page another module registers (devices.js)
   if (other) return other(root, arg);
   return chatPage(root, arg);
 }
 
+function menu(open) {  // at a phone's width the pages are a menu behind one button, so the header is one row
+  document.getElementById("menu").setAttribute("aria-expanded", String(open));
+  document.getElementById("pages").classList.toggle("open", open);
+}
+
+function fitViewport() {  // the visible height (above an on-screen keyboard): the chat's composer stays in view
+  const height = window.visualViewport ? window.visualViewport.height : window.innerHeight;
+  document.documentElement.style.setProperty("--app-height", `${Math.round(height)}px`);
+  if (document.body.dataset.page === "chat") window.scrollTo(0, 0);  // a browser that scrolled the page for the keyboard
+}
+
+document.getElementById("menu").addEventListener("click", (event) =>
+  menu(event.currentTarget.getAttribute("aria-expanded") !== "true"));
+document.addEventListener("keydown", (event) => { if (event.key === "Escape") menu(false); });
+if (window.visualViewport) window.visualViewport.addEventListener("resize", fitViewport);
+window.addEventListener("resize", fitViewport);
+fitViewport();
 window.addEventListener("hashchange", route);
-document.addEventListener("DOMContentLoaded", route);
+// the first page is drawn once every module script of index.html ran (all of them run before DOMContentLoaded): a
+// page another module registers (devices.js) is there even when the address names it
+if (document.readyState === "complete") route();
+else document.addEventListener("DOMContentLoaded", route, { once: true });

@@ -1,52 +1,31 @@
 // Managing chats in nanoagent's web app: titles, rename, delete, search by title and content, and the model a chat
-// uses. An ES module of its own (no build step); app.js tells it when it drew the sessions list
-// ("nanoagent:sessions") and a conversation ("nanoagent:conversation"), and it adds its controls beside them.
-// What a person, model or tool wrote (titles, snippets, model names) goes into the page as text, never as markup.
+// uses. An ES module of its own (no build step) on chat.js's public hooks: it draws the sessions' rows
+// (`hooks.sessionRow`: the open chat's row gets Rename and Delete), puts the search box in the sidebar when the list
+// is drawn ("nanoagent:sessions"), and puts the model picker in the conversation's head in place of its model line
+// when a conversation is read ("nanoagent:conversation"). What a person, model or tool wrote (titles, snippets,
+// model names) goes into the page as text, never as markup.
+import { alertBox, api, el } from "./util.js";
+import { hooks, refreshSessions } from "./chat.js";
 
-let csrfToken = null;
-const current = { key: "", heading: null };  // the conversation on the page, so a new title reaches its heading
-const loaders = new WeakMap();  // a conversation's controls -> what reads its model choices again
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs || {})) {
-    if (value === null || value === undefined || value === false) continue;
-    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-async function api(path, method, json) {
-  const headers = {};
-  if (method && method !== "GET") {
-    if (csrfToken === null) {
-      const session = await fetch("/api/session", { credentials: "same-origin" });
-      csrfToken = session.ok ? ((await session.json()).csrf || "") : "";
-    }
-    headers["X-CSRF-Token"] = csrfToken;
-  }
-  const options = { method: method || "GET", credentials: "same-origin", headers };
-  if (json !== undefined) {
-    headers["Content-Type"] = "application/json";
-    options.body = JSON.stringify(json);
-  }
-  const response = await fetch(path, options);
-  let data = {};
-  try { data = await response.json(); } catch (e) { data = {}; }
-  if (!response.ok) throw new Error(data.error || `${response.status} ${response.statusText}`);
-  return data;
-}
-
+const plainRow = hooks.sessionRow;  // chat.js's row: title, channel, key, last activity, preview
+const open = { key: "", saved: false, head: null, note: null };  // the conversation on the page
+let listed = [];  // the sessions list's rows as /api/sessions last gave them
 const sessionPath = (key) => `/api/sessions/${encodeURIComponent(key)}`;
-const alertBox = (text) => el("p", { class: "alert", role: "alert", text });
+const put = (path, json) => api(path, { method: "PUT", json });
+const heading = () => (open.head && open.head.isConnected ? open.head.querySelector("h1") : null);
+const note = () => (open.note && open.note.isConnected ? open.note : null);
 
-// --- search, above the sessions list ---------------------------------------------------------------------------
+// --- the sidebar: rows with Rename and Delete, and search above the list -----------------------------------------
+
+hooks.sessionRow = (s, currentKey) => {
+  const row = plainRow(s, currentKey);
+  if (s.key === currentKey && s.key === open.key && open.saved) {  // a temporary or empty chat has nothing to rename
+    row.append(el("div", { class: "row chat-actions" },
+      el("button", { type: "button", id: "rename", onclick: () => renameForm(s.key) }, "Rename"),
+      el("button", { type: "button", id: "delete", class: "danger", onclick: () => confirmDelete(s.key) }, "Delete")));
+  }
+  return row;
+};
 
 function searchBox(list) {
   const query = el("input", { type: "search", id: "chat-search", "aria-label": "Search chats",
@@ -80,61 +59,67 @@ function searchBox(list) {
   query.addEventListener("keydown", (event) => {
     if (event.key === "Escape") { query.value = ""; search(); }
   });
-  const details = list.closest("details");
-  (details || list).before(form, results);
+  list.before(form, results);  // inside the "Chats" disclosure: on a phone it folds away with the list
 }
 
 document.addEventListener("nanoagent:sessions", (event) => {
-  const { list, sessions } = event.detail;
-  const side = list.closest("section") || list.parentElement;
-  if (side && !side.querySelector("#chat-search")) searchBox(list);
-  const shown = sessions.find((s) => s.key === current.key);
-  if (shown && shown.title && current.heading && current.heading.isConnected) current.heading.textContent = shown.title;
+  listed = event.detail.sessions;
+  const list = document.querySelector("#sidebar .sessions");
+  if (list && !document.getElementById("chat-search")) searchBox(list);
+  const shown = listed.find((s) => s.key === open.key);
+  const h1 = heading();
+  if (shown && shown.title && h1 && !h1.classList.contains("hidden")) h1.textContent = shown.title;  // a model's title
 });
 
-// --- rename, delete and the model picker, under the conversation's heading -------------------------------------
+// --- rename and delete: the title is edited where it is shown, the question asked under it -----------------------
 
-function renameForm(key, heading, tools) {
-  const input = el("input", { id: "rename-title", "aria-label": "Chat title", maxlength: "80",
-    value: heading.textContent });
+function renameForm(key) {
+  const h1 = heading();
+  if (!h1 || key !== open.key || document.getElementById("rename-title")) return;
+  const input = el("input", { id: "rename-title", "aria-label": "Chat title", maxlength: "80", value: h1.textContent });
   const error = el("div", {});
   const form = el("form", { class: "row rename" }, input,
     el("button", { type: "submit", class: "primary", id: "rename-save" }, "Save"),
     el("button", { type: "button", onclick: () => close() }, "Cancel"), error);
-  function close() { form.remove(); heading.classList.remove("hidden"); tools.classList.remove("hidden"); }
+  function close() { form.remove(); h1.classList.remove("hidden"); }
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
-      const made = await api(`${sessionPath(key)}/title`, "PUT", { title: input.value });
-      heading.textContent = made.title;
+      const made = await put(`${sessionPath(key)}/title`, { title: input.value });
+      h1.textContent = made.title;
       close();
+      refreshSessions();
     } catch (e) { error.replaceChildren(alertBox(e.message)); }
   });
   input.addEventListener("keydown", (event) => { if (event.key === "Escape") close(); });
-  heading.classList.add("hidden");
-  tools.classList.add("hidden");
-  heading.after(form);
+  note()?.replaceChildren();
+  h1.classList.add("hidden");
+  h1.after(form);
   input.focus();
   input.select();
 }
 
-function confirmDelete(key, note) {
+function confirmDelete(key) {
+  const box = note();
+  if (!box || key !== open.key) return;
   const yes = el("button", { type: "button", class: "danger", id: "delete-confirm" }, "Delete chat");
   const no = el("button", { type: "button" }, "Keep it");
-  note.replaceChildren(el("div", { class: "card confirm", role: "group", "aria-label": "Delete this chat?" },
+  box.replaceChildren(el("div", { class: "card confirm", role: "group", "aria-label": "Delete this chat?" },
     el("p", { text: "Delete this chat? What was archived to memory stays, and what it cost stays counted in usage." }),
     el("div", { class: "row" }, yes, no)));
-  no.addEventListener("click", () => note.replaceChildren());
+  no.addEventListener("click", () => box.replaceChildren());
   yes.addEventListener("click", async () => {
     try {
-      await api(sessionPath(key), "DELETE");
+      await api(sessionPath(key), { method: "DELETE" });
       location.hash = "#/chat";
-    } catch (e) { note.replaceChildren(alertBox(e.message)); }
+    } catch (e) { box.replaceChildren(alertBox(e.message)); }
   });
   no.focus();
 }
 
-function modelPicker(key, modelLine, note) {
+// --- the model picker, in place of the head's model line ---------------------------------------------------------
+
+function modelPicker(key, line, box) {
   const input = el("input", { id: "model-pick", list: "model-choices", "aria-label": "Model for this chat",
     autocomplete: "off", spellcheck: "false" });
   const choices = el("datalist", { id: "model-choices" });
@@ -143,40 +128,45 @@ function modelPicker(key, modelLine, note) {
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
     try {
-      const made = await api(`${sessionPath(key)}/model`, "PUT", { model: input.value.trim() });
+      const made = await put(`${sessionPath(key)}/model`, { model: input.value.trim() });
       input.value = made.model;
-      if (modelLine) modelLine.textContent = `model ${made.model}`;
-      note.replaceChildren(el("p", { class: "ok", role: "status", text: made.message.split("\n")[0] }));
-    } catch (e) { note.replaceChildren(alertBox(e.message)); }
+      line.textContent = `model ${made.model}`;
+      box.replaceChildren(el("p", { class: "ok", role: "status", text: made.message.split("\n")[0] }));
+    } catch (e) { box.replaceChildren(alertBox(e.message)); }
   });
   async function load() {
     try {
       const data = await api(`${sessionPath(key)}/model`);
       choices.replaceChildren(...data.choices.map((name) => el("option", { value: name })));
       if (document.activeElement !== input) input.value = data.model;
-    } catch (e) { note.replaceChildren(alertBox(e.message)); }
+    } catch (e) { box.replaceChildren(alertBox(e.message)); }
   }
   return { form, load };
 }
 
+const loaders = new WeakMap();  // a conversation's head -> what reads its model choices again
+
 document.addEventListener("nanoagent:conversation", (event) => {
-  const { key, view, heading, model, data } = event.detail;
-  current.key = key;
-  current.heading = heading;
-  if (!heading.classList.contains("hidden")) heading.textContent = data.title || key;
-  let tools = view.querySelector(".chat-tools");
-  if (!tools) {
-    const note = el("div", { class: "chat-note" });
-    const picker = modelPicker(key, model, note);
-    const rename = el("button", { type: "button", id: "rename" }, "Rename");
-    const remove = el("button", { type: "button", id: "delete", class: "danger" }, "Delete");
-    rename.addEventListener("click", () => { note.replaceChildren(); renameForm(key, heading, tools); });
-    remove.addEventListener("click", () => confirmDelete(key, note));
-    tools = el("div", { class: "row chat-tools" }, rename, remove, picker.form);
-    loaders.set(tools, picker.load);
-    heading.after(tools, note);
+  const { key, data, head } = event.detail;
+  const saved = data.messages.length > 0 && !data.incognito;
+  const changed = key !== open.key || saved !== open.saved;
+  if (!loaders.has(head)) {
+    const line = head.querySelector(".model");
+    const box = el("div", { class: "chat-note" });
+    const picker = modelPicker(key, line, box);
+    line.classList.add("hidden");  // the picker shows the model: one line, not two
+    line.after(picker.form);
+    head.after(box);
+    loaders.set(head, picker.load);
+    open.note = box;
   }
-  const saved = data.messages.length > 0 && !data.incognito;  // a temporary or empty chat has nothing to rename
-  for (const button of tools.querySelectorAll("#rename, #delete")) button.classList.toggle("hidden", !saved);
-  loaders.get(tools)();
+  Object.assign(open, { key, saved, head });
+  loaders.get(head)();
+  if (changed) redrawRow(key);  // the open chat's row gains (or loses) Rename and Delete
 });
+
+function redrawRow(key) {
+  const row = document.querySelector(`#sidebar .sessions li[data-key="${CSS.escape(key)}"]`);
+  const s = listed.find((one) => one.key === key);
+  if (row && s) row.replaceWith(hooks.sessionRow(s, key));
+}

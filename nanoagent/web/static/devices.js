@@ -1,48 +1,12 @@
 // The devices page (#/devices): the browsers signed in to this gateway, each with a button that signs it out (its
 // open pages stop updating at once), and "Pair a device": a one-time sign-in link as a QR code for a phone to scan.
-// An ES module of its own, registered with app.js's router through `window.nanoagentPages`; it shares no code with
-// app.js. Everything shown is put in the page as text; the QR code is an SVG drawn here from the gateway's matrix.
+// An ES module of its own, registered with app.js's router through `window.nanoagentPages` (app.js routes once every
+// module of the page has run) and using util.js's helpers. Everything shown is put in the page as text; the QR code
+// is an SVG drawn here from the gateway's matrix.
+import { alertBox, api, el, when } from "./util.js";
+
 const SVG = "http://www.w3.org/2000/svg";
 const QUIET = 4;  // modules of light border around the code, as the QR standard asks
-let csrfToken = null;
-
-function el(tag, attrs, ...children) {
-  const node = document.createElement(tag);
-  for (const [name, value] of Object.entries(attrs || {})) {
-    if (value === null || value === undefined || value === false) continue;
-    if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
-    else if (name === "text") node.textContent = value;
-    else node.setAttribute(name, value === true ? "" : String(value));
-  }
-  for (const child of children.flat()) {
-    if (child === null || child === undefined || child === false) continue;
-    node.append(child instanceof Node ? child : document.createTextNode(String(child)));
-  }
-  return node;
-}
-
-async function call(path, method) {
-  const headers = {};
-  if (method && method !== "GET") {
-    if (csrfToken === null) {
-      const session = await fetch("/api/session", { credentials: "same-origin" });
-      csrfToken = session.ok ? ((await session.json()).csrf || "") : "";
-    }
-    headers["X-CSRF-Token"] = csrfToken;
-  }
-  const response = await fetch(path, { method: method || "GET", credentials: "same-origin", headers });
-  let data = {};
-  try { data = await response.json(); } catch (e) { data = {}; }
-  if (!response.ok) throw new Error(data.error || `${response.status} ${response.statusText}`);
-  return data;
-}
-
-function when(stamp) {
-  const date = new Date(stamp * 1000);
-  return isNaN(date) ? "" : date.toLocaleString([], { dateStyle: "medium", timeStyle: "short" });
-}
-
-function alertBox(text) { return el("p", { class: "alert", role: "alert", text }); }
 
 // rows of "1" (dark) and "0" as an SVG: one path, a unit square per dark module, on a light square with its border
 export function qrSvg(rows, label) {
@@ -70,7 +34,7 @@ export function qrSvg(rows, label) {
 async function pair(box, button) {
   button.disabled = true;
   let data;
-  try { data = await call("/api/pair", "POST"); } catch (e) { box.replaceChildren(alertBox(e.message)); button.disabled = false; return; }
+  try { data = await api("/api/pair", { method: "POST" }); } catch (e) { box.replaceChildren(alertBox(e.message)); button.disabled = false; return; }
   button.disabled = false;
   box.replaceChildren(el("div", { class: "card", id: "pair" },
     el("h2", { text: "Scan this with the other device's camera" }),
@@ -91,13 +55,13 @@ async function devicesPage(root) {
 
 async function load(list) {
   let data;
-  try { data = await call("/api/devices"); } catch (e) { list.replaceChildren(alertBox(e.message)); return; }
+  try { data = await api("/api/devices"); } catch (e) { list.replaceChildren(alertBox(e.message)); return; }
   const items = data.devices.map((d) => {
     const out = el("button", { type: "button", class: "danger", "data-device": d.id,
       text: d.current ? "Sign out here" : "Sign out" });
     out.addEventListener("click", async () => {
       out.disabled = true;
-      try { await call(`/api/devices/${encodeURIComponent(d.id)}`, "DELETE"); } catch (e) { list.prepend(alertBox(e.message)); out.disabled = false; return; }
+      try { await api(`/api/devices/${encodeURIComponent(d.id)}`, { method: "DELETE" }); } catch (e) { list.prepend(alertBox(e.message)); out.disabled = false; return; }
       if (d.current) { location.reload(); return; }
       await load(list);
     });
