@@ -438,12 +438,16 @@ def test_a_missing_embedding_key_is_explained(paths):
     assert "set OPENAI_API_KEY" in warnings[0]
 
 
-def test_cli_hybrid_search_takes_the_endpoint_from_openai_environment_variables(paths, llm, isolated_home):
+def test_cli_hybrid_search_takes_the_endpoint_from_openai_environment_variables_and_its_calls_are_counted(
+        paths, llm, isolated_home):
     write_config(isolated_home, {"memory": {"embeddingModel": "openai/text-embedding-test"}})
     proc = invoke("memory", "search", "beagle", "--json", "-w", str(paths.workspace), env=openai_env(llm))
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)[0]["source"] == "memory/MEMORY.md:3-5"
     assert embedding_requests(llm) and embedding_requests(llm)[0].path == "/v1/embeddings"
+    ledger = isolated_home / "spend" / "ledger.jsonl"  # what it embedded is on the bill, as a turn's search is
+    settled = [json.loads(line) for line in ledger.read_text().splitlines() if '"settle"' in line]
+    assert len(settled) == len(embedding_requests(llm)) and {line["kind"] for line in settled} == {"embedding"}
 
 
 def test_the_tool_leaves_out_the_conversation_already_in_the_prompt_but_finds_older_sessions(paths):

@@ -26,12 +26,13 @@ def search(
 
     Example: nanoagent memory search "dentist appointment"
     """
-    from nanoagent.memory.search import MemorySearch, embedding_settings
+    from nanoagent.memory.embeddings import metered_settings
+    from nanoagent.memory.search import MemorySearch
 
     if limit < 1:
         raise NanoagentError(f"--limit must be at least 1, got {limit}.")
     paths, config = setup(workspace)
-    searcher = MemorySearch(paths, embedding_settings(config), warn=warn)
+    searcher = MemorySearch(paths, metered_settings(config, paths), warn=warn)
     try:
         hits = searcher.search(query, limit)
     finally:

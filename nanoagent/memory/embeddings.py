@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from nanoagent.config.schema import Config
+    from nanoagent.paths import Paths
     from nanoagent.spend import Meter
 
 EMBED_BATCH = 64
@@ -49,6 +50,19 @@ def embedding_settings(config: Config) -> EmbeddingSettings | None:
     default_base, key_var = OPENAI_COMPATIBLE.get(name, ("", None))
     return EmbeddingSettings(model=model, provider=name, api_base=(settings.api_base or default_base).rstrip("/"),
                              api_key=settings.api_key, key_variable=key_var)
+
+
+def metered_settings(config: Config, paths: Paths) -> EmbeddingSettings | None:
+    """`embedding_settings` with the spend check on each request, for a search outside an agent (`memory search`,
+    the web app's memory page, `mcp serve`): its embeddings are counted (kind `embedding`) and capped as a turn's."""
+    import dataclasses
+
+    from nanoagent.providers.registry import provider_name
+    from nanoagent.spend import Meter
+
+    settings = embedding_settings(config)
+    return None if settings is None else dataclasses.replace(
+        settings, meter=Meter(config, paths, provider_of=provider_name))
 
 
 def embed_texts(settings: EmbeddingSettings, texts: list[str]) -> list[list[float]]:

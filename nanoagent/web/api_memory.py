@@ -94,14 +94,15 @@ def add_memory(app: web.Application, ctx: WebContext) -> None:
                                   f"{', '.join(made.files)}; recorded as {made.short}."})
 
     async def search(request: web.Request) -> web.Response:
-        from nanoagent.memory.search import MemorySearch, embedding_settings
+        from nanoagent.memory.embeddings import metered_settings
+        from nanoagent.memory.search import MemorySearch
 
         query = request.query.get("q", "").strip()
         if not query:
             return web.json_response({"hits": []})
 
         def run() -> list[dict[str, Any]]:
-            searcher = MemorySearch(ctx.paths, embedding_settings(ctx.config))
+            searcher = MemorySearch(ctx.paths, metered_settings(ctx.config, ctx.paths))
             try:
                 return [_hit(h.to_dict()) for h in searcher.search(query, 12)]
             finally:

@@ -136,13 +136,14 @@ def _reaching(config: Config, paths: Paths, doors: Doors) -> list[Tool]:
 
 
 def _reading(config: Config, paths: Paths) -> list[Tool]:
+    from nanoagent.memory.embeddings import metered_settings
     from nanoagent.memory.history import HistoryLog
-    from nanoagent.memory.search import MemorySearch, embedding_settings
+    from nanoagent.memory.search import MemorySearch
     from nanoagent.memory.search_tool import memory_tools
     from nanoagent.session.store import SessionStore
 
     sessions = SessionStore(paths.sessions_dir)
-    inner = {t.name: t for t in memory_tools(MemorySearch(paths, embedding_settings(config)),
+    inner = {t.name: t for t in memory_tools(MemorySearch(paths, metered_settings(config, paths)),
                                              HistoryLog(paths.memory_dir, key_file=paths.history_key_file),
                                              sessions)}
 
