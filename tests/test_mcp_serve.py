@@ -9,6 +9,7 @@ import asyncio
 import json
 import os
 import sys
+import tempfile
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -44,9 +45,12 @@ async def over_stdio(env: dict[str, str]) -> AsyncIterator[Any]:
 
     params = StdioServerParameters(command=sys.executable, args=["-m", "nanoagent", "mcp", "serve"],
                                    env={**os.environ, **env}, cwd=str(ROOT))
-    async with stdio_client(params) as (read, write), ClientSession(read, write) as session:
-        await asyncio.wait_for(session.initialize(), PATIENCE)
-        yield session
+    # the server's stderr to a file of its own: the SDK's default is the sys.stderr of when it was first imported,
+    # which may be a test's captured stream, gone or without a descriptor by now
+    with tempfile.TemporaryFile("w+") as errlog:
+        async with stdio_client(params, errlog=errlog) as (read, write), ClientSession(read, write) as session:
+            await asyncio.wait_for(session.initialize(), PATIENCE)
+            yield session
 
 
 @asynccontextmanager
