@@ -79,7 +79,8 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     components += channels
     from nanoagent.gateway.server import Component
 
-    components.append(Component("incognito", hub.end_idle_incognito))  # temporary chats end after an idle hour
+    # temporary chats end after an idle hour, and sessions idle as long are no longer held in memory
+    components.append(Component("incognito", hub.sweep_idle))
     if config.cron.enabled:
         from nanoagent.gateway.cron import cron_component
 
@@ -199,7 +200,7 @@ def _start_logging(paths: Paths) -> None:
 @gateway_app.command("start")
 def start(workspace: WorkspaceOpt = None,
           wait: Annotated[float, typer.Option(help="Seconds to wait for it to answer.")] = 60.0) -> None:
-    """Start the gateway in the background, restarted when it fails.
+    """Run the gateway in the background, restarted when it fails.
 
     A supervisor runs it detached from the terminal and starts it again after a crash or a stalled event loop
     (with backoff); its log is logs/gateway.log (`nanoagent gateway logs`).
@@ -336,9 +337,9 @@ def logs(workspace: WorkspaceOpt = None,
          follow: Annotated[bool, typer.Option("--follow", "-f", help="Go on showing new lines as they come.")] = False,
          as_json: Annotated[bool, typer.Option("--json", help="The JSON records as written.")] = False,
          lines: Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines to show.")] = 50) -> None:
-    """Show the gateway's log (logs/gateway.log): its last lines, or follow it.
+    """Show the gateway's log: its last lines, or follow it.
 
-    Human lines by default; --json gives the records themselves, one a line.
+    The log is logs/gateway.log; human lines by default, --json gives the records themselves, one a line.
 
     Example: nanoagent gateway logs -f
     """
@@ -355,11 +356,11 @@ def logs(workspace: WorkspaceOpt = None,
     def show(line: str) -> None:
         print(line if as_json else terminal_safe(_human(line)), flush=True)
 
+    coming = logfile.follow(path) if follow else iter(())  # opened first: a line written meanwhile is not lost
     for line in logfile.last_lines(path, lines):
         show(line)
-    if follow:
-        for line in logfile.follow(path):
-            show(line)
+    for line in coming:
+        show(line)
 
 
 def _human(line: str) -> str:

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from nanoagent.fsutil import private_dir
 
@@ -138,24 +138,29 @@ def last_lines(path: Path, count: int) -> list[str]:
 
 
 def follow(path: Path, every: float = 0.25) -> Iterator[str]:
-    """Lines written to the log from now on, as they come (forever); a log moved to `.1` is followed into its
-    successor, read from its start."""
-    handle = None
-    identity: tuple[int, int] | None = None
-    at_end, pending = True, ""
+    """Lines written to the log from this call on, as they come (forever): the file is opened now, at its end. A log
+    moved to `.1` is read to its end, then its successor from its start."""
+    handle: IO[str] | None = None
+    try:
+        handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed by _lines
+        handle.seek(0, os.SEEK_END)
+    except FileNotFoundError:
+        pass
+    return _lines(path, handle, every)
+
+
+def _lines(path: Path, handle: IO[str] | None, every: float) -> Iterator[str]:
+    identity = _identity(handle)
+    pending = ""
     try:
         while True:
             if handle is None:
                 try:
                     handle = open(path, encoding="utf-8", errors="replace")  # noqa: SIM115 - kept across rounds
                 except FileNotFoundError:
-                    at_end = False  # the file that comes is all new
                     time.sleep(every)
                     continue
-                info = os.fstat(handle.fileno())
-                identity, pending = (info.st_dev, info.st_ino), ""
-                if at_end:
-                    handle.seek(0, os.SEEK_END)
+                identity, pending = _identity(handle), ""
             chunk = handle.read()
             if chunk:
                 *whole, pending = (pending + chunk).split("\n")
@@ -168,9 +173,16 @@ def follow(path: Path, every: float = 0.25) -> Iterator[str]:
                 moved = True
             if moved:
                 handle.close()
-                handle, at_end = None, False
+                handle = None
                 continue
             time.sleep(every)
     finally:
         if handle is not None:
             handle.close()
+
+
+def _identity(handle: IO[str] | None) -> tuple[int, int] | None:
+    if handle is None:
+        return None
+    info = os.fstat(handle.fileno())
+    return info.st_dev, info.st_ino

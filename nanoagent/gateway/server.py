@@ -102,10 +102,11 @@ class Gateway:
             try:
                 async with asyncio.TaskGroup() as group:
                     self._group = group
-                    self._supervisors = [group.create_task(self._supervise(c), name=c.name) for c in self.components]
                     if self.watchdog > 0:
                         self._watchdog = Watchdog(self.watchdog)
+                        self._watchdog.start()
                         self._supervisors.append(group.create_task(self._watchdog.run(), name="watchdog"))
+                    self._supervisors += [group.create_task(self._supervise(c), name=c.name) for c in self.components]
                     ready()
                     await self._stop.wait()
                     server.close()  # no new clients

@@ -82,13 +82,13 @@ def stop(paths: Paths, wait: float) -> int:
     found = supervisor.state(paths)
     if found is not None:
         pid = int(found.get("gateway_pid") or found["pid"])
-        _signal(paths, int(found["pid"]), signal.SIGTERM)
+        _send(paths, int(found["pid"]), signal.SIGTERM)
         gone = lambda: not supervisor.running(paths)  # noqa: E731
     else:
         pid = gateway_pid(paths) or 0
         if not pid:
             raise NotRunning(f"No gateway is running for {paths.home}.")
-        _signal(paths, pid, signal.SIGTERM)
+        _send(paths, pid, signal.SIGTERM)
         gone = lambda: not (paths.run_dir / "gateway.pid").exists()  # noqa: E731
     deadline = time.monotonic() + wait
     while not gone():
@@ -111,7 +111,7 @@ def restart(paths: Paths, args: list[str], wait: float) -> int:
         with contextlib.suppress(NotRunning):
             stop(paths, wait)
         return start(paths, args, wait)[0]
-    _signal(paths, int(found["pid"]), signal.SIGHUP)
+    _send(paths, int(found["pid"]), signal.SIGHUP)
     deadline = time.monotonic() + wait
     while not ((pid := gateway_pid(paths)) and pid != old and gateway_answers(paths.gateway_socket)):
         if time.monotonic() > deadline or not supervisor.running(paths):
@@ -125,7 +125,7 @@ class NotRunning(NanoagentError):
     exit_code = 3
 
 
-def _signal(paths: Paths, pid: int, sig: signal.Signals) -> None:
+def _send(paths: Paths, pid: int, sig: signal.Signals) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:

@@ -96,16 +96,16 @@ class Supervisor:
 
     def _stop(self) -> None:
         self.stopping = True
-        self._signal_child()
+        self._end_child()
 
     def _restart(self) -> None:
         self.again = True
-        self._signal_child()
+        self._end_child()
 
-    def _signal_child(self) -> None:
+    def _end_child(self) -> None:
         if self.child is not None and self.child.poll() is None:
             with contextlib.suppress(ProcessLookupError):
-                self.child.send_signal(signal.SIGTERM)
+                self.child.terminate()  # SIGTERM: the gateway's clean stop
 
     def _sleep(self, seconds: float) -> None:
         deadline = time.monotonic() + seconds

@@ -35,13 +35,16 @@ class Watchdog:
         self._done = threading.Event()
         self._loop_thread = 0
 
-    async def run(self) -> None:
-        """Beat until cancelled (the gateway stopping), with the watching thread running meanwhile."""
+    def start(self) -> None:
+        """Start watching the calling thread's event loop, from now: called before the loop runs anything else, so a
+        task that blocks at once (before `run` had its first turn) is caught too."""
         self._loop_thread = threading.get_ident()
         self.last = time.monotonic()
         self._done.clear()
-        watcher = threading.Thread(target=self._watch, name="nanoagent-watchdog", daemon=True)
-        watcher.start()
+        threading.Thread(target=self._watch, name="nanoagent-watchdog", daemon=True).start()
+
+    async def run(self) -> None:
+        """Beat until cancelled (the gateway stopping), the watching thread started (`start`) first."""
         try:
             while True:
                 self.last = time.monotonic()
