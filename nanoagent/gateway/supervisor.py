@@ -84,6 +84,8 @@ class Supervisor:
         """Run the gateway until it exits: its exit code (a signal's as 128 + its number) and its last line on stderr."""
         self.child = subprocess.Popen(self.command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                       stderr=subprocess.PIPE)
+        if self.stopping:  # SIGTERM came between the loop's check and the start
+            self.child.terminate()
         self.state["gateway_pid"] = self.child.pid
         self._save()
         tail: deque[str] = deque(maxlen=1)
