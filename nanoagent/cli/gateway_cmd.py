@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from nanoagent.config.schema import Config
+    from nanoagent.gateway.http import Listener
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Component
     from nanoagent.paths import Paths
@@ -120,12 +121,11 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     asyncio.run(server.serve(ready))
 
 
-def _web_address(listener: object) -> str:
+def _web_address(listener: Listener | None) -> str:
     """The web app's address while the HTTP listener listens ("" while it is off)."""
-    address = getattr(listener, "address", None)
-    if address is None:
+    if listener is None or listener.address is None:
         return ""
-    host, port = address
+    host, port = listener.address
     return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
