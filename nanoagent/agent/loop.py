@@ -136,6 +136,8 @@ class AgentLoop:
                      if not self.busy(key) and now - _last_activity(session) >= idle]
         for key in idle_keys:
             del self._sessions[key]
+            if self.consolidator is not None:
+                self.consolidator.forget(key)
         return idle_keys
 
     def note_chat(self, key: str, group: bool) -> None:
