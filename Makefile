@@ -6,7 +6,7 @@ EXTRAS ?= web
 # made once the test extra (every channel's library, Playwright, pytest, ruff, mypy) is installed
 DEV := $(VENV)/.dev-installed
 
-BENCHES := size run memory_search recall locomo channels auto_recall peer web web_stream web_chat tool_policy spend browser acp_server mcp_serve
+BENCHES := size run memory_search recall locomo channels auto_recall peer web web_stream web_chat tool_policy spend browser acp_server mcp_serve soak
 
 .PHONY: agent install test test-fast lint bench size screens clean
 

@@ -95,9 +95,10 @@ def test_doctor_says_enabled_channels_serve_nobody_without_a_gateway_and_asks_a_
     assert line_with(lines, "gateway:").startswith("FIX   gateway: not running, so gateway.http (enabled in config)")
     gateway = start_gateway_process({**os.environ, **openai_env(llm), "NANOAGENT_HOME": str(isolated_home)})
     try:
-        log, deadline = isolated_home.parent / "gateway.stderr", time.monotonic() + PATIENCE
-        while "http_listening" not in log.read_text():  # the endpoint starts just after the socket
-            assert gateway.poll() is None and time.monotonic() < deadline, log.read_text()
+        log, deadline = isolated_home / "logs" / "gateway.log", time.monotonic() + PATIENCE
+        while "http_listening" not in (log.read_text() if log.exists() else ""):  # just after the socket answers
+            assert gateway.poll() is None and time.monotonic() < deadline, (isolated_home.parent / "gateway.stderr"
+                                                                            ).read_text()
             time.sleep(0.05)
         code, lines = doctor()
         assert line_with(lines, "gateway:") == "ok    gateway: running"

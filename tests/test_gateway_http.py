@@ -31,7 +31,15 @@ from nanoagent.providers.scripted import ScriptedProvider, ScriptedReply
 from nanoagent.usage import Usage
 from nanoagent.web.auth import WebAuth
 from nanoagent.web.context import WebContext
-from tests.conftest import PATIENCE, anthropic_env, invoke, run_cli, start_gateway_process, write_config
+from tests.conftest import (
+    PATIENCE,
+    anthropic_env,
+    invoke,
+    run_cli,
+    start_gateway_process,
+    wait_until,
+    write_config,
+)
 
 
 @dataclass
@@ -637,11 +645,21 @@ def test_a_reply_with_text_before_a_tool_call_is_the_same_streamed_or_not():
 
 
 @pytest.mark.process
-def test_the_gateway_start_line_names_the_http_url_it_serves(isolated_home, llm):
+def test_the_gateway_in_a_terminal_says_in_one_human_line_what_listens_where_and_status_gives_the_web_address(
+        isolated_home, llm):
     write_config(isolated_home, {"gateway": {"http": {"enabled": True, "port": 47123}}})
     proc = start_gateway_process({**os.environ, **anthropic_env(llm)})
+    wait_until(lambda: "web: http://127.0.0.1:47123/\n" in run_cli("gateway", "status").stdout,
+               "the web app's address in `gateway status`")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=PATIENCE)
     log = (isolated_home.parent / "gateway.stderr").read_text()
     start = [line for line in log.splitlines() if line.startswith("nanoagent gateway: listening on ")]
-    assert len(start) == 1 and "http://127.0.0.1:47123/v1" in start[0], log
+    assert len(start) == 1, log
+    assert f"{isolated_home}/run/gateway.sock and http://127.0.0.1:47123/ (the web app" in start[0]
+    assert "channels: none" in start[0] and f"pid {proc.pid}" in start[0]
+    assert not [line for line in log.splitlines() if "{" in line], log  # no JSON record on the terminal
+    records = [json.loads(line) for line in (isolated_home / "logs" / "gateway.log").read_text().splitlines()]
+    assert [r["event"] for r in records if r["event"].startswith("gateway_")] == ["gateway_started",
+                                                                                  "gateway_stopped"]
+    assert records[0]["pid"] == proc.pid and records[0]["level"] == "info" and records[0]["time"].endswith("Z")

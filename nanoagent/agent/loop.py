@@ -51,13 +51,14 @@ if TYPE_CHECKING:
 
 BUSY = "Wait for the current turn to finish, or press Ctrl-C to cancel it."
 INCOGNITO_IDLE = 3600.0  # seconds without a turn after which a temporary session ends
+SESSION_IDLE = 3600.0  # seconds without a change after which a saved session is no longer held in memory
 INCOGNITO_ENDED = ("Your temporary chat (/incognito) ended without you (an hour without a message, or nanoagent "
                    "stopped) and was deleted. This message was not sent and is not kept: send it again to continue "
                    "your saved conversation, or /incognito to start a new temporary chat.")
 
 
 def _last_activity(session: Session) -> float:
-    """When a temporary session last changed: its file's mtime, or when it started if nothing was said yet."""
+    """When a session last changed: its file's mtime, or when it started if nothing was said yet."""
     try:
         return session.path.stat().st_mtime
     except FileNotFoundError:
@@ -127,6 +128,18 @@ class AgentLoop:
                 self.store.end_incognito(session, unasked=True)
                 ended.append(key)
         return ended
+
+    def forget_idle(self, now: float, idle: float = SESSION_IDLE) -> list[str]:
+        """Let go of the sessions held in memory that nothing happened in for `idle` seconds (time.time()): a gateway
+        that runs for days holds only its live ones (every email thread, web chat and HTTP user was kept). The next
+        turn loads one from its file, as after a restart, and a turn refreshes its session under the file's lock."""
+        idle_keys = [key for key, session in self._sessions.items()
+                     if not self.busy(key) and now - _last_activity(session) >= idle]
+        for key in idle_keys:
+            del self._sessions[key]
+            if self.consolidator is not None:
+                self.consolidator.forget(key)
+        return idle_keys
 
     def note_chat(self, key: str, group: bool) -> None:
         """What the channel told of the chat of session `key` with its latest message: a group chat or not

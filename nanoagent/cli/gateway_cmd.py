@@ -1,11 +1,11 @@
-"""`nanoagent gateway` (run it), `gateway status`, `gateway stop` and `gateway install`."""
+"""`nanoagent gateway` (run it in the foreground), `gateway start` (in the background, supervised), `stop`, `restart`,
+`status`, `logs` and `install`."""
 
 from __future__ import annotations
 
 import logging
 import os
 import shutil
-import signal
 import sys
 import time
 from pathlib import Path
@@ -20,11 +20,14 @@ if TYPE_CHECKING:
     from collections.abc import Awaitable, Callable
 
     from nanoagent.config.schema import Config
+    from nanoagent.gateway.http import Listener
     from nanoagent.gateway.hub import Hub
     from nanoagent.gateway.server import Component
     from nanoagent.paths import Paths
 
-gateway_app = App(help="Keep the agent running for terminals, programs and chat apps.\n\nRun it in the foreground; Ctrl-C or SIGTERM stops it cleanly.\n\nExample: nanoagent gateway",
+gateway_app = App(help="Keep the agent running for terminals, programs and chat apps.\n\nAlone it runs in the "
+                       "foreground (Ctrl-C or SIGTERM stops it cleanly); `start` runs it in the background.\n\n"
+                       "Example: nanoagent gateway start",
                           invoke_without_command=True)
 
 UNIT = """[Unit]
@@ -46,7 +49,7 @@ WantedBy=default.target
 
 @gateway_app.callback()
 def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
-    """Run the gateway in the foreground (logs to stderr and logs/); Ctrl-C or SIGTERM stops it cleanly.
+    """Run the gateway in the foreground (logs to stderr and logs/gateway.log); Ctrl-C or SIGTERM stops it cleanly.
 
     Example: nanoagent gateway
     """
@@ -71,12 +74,14 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
 
         listener = Listener(hub, paths, config, lambda component: server.start_component(component))
         components.append(listener.component(gateway_config.http))
-        serving += (f" and {url(gateway_config.http.host, gateway_config.http.port)} (the OpenAI-compatible "
-                    "endpoint; its token is in run/http-token; the web app: `nanoagent web`)")
-    components += _channels(config, paths, hub)
+        serving += (f" and {url(gateway_config.http.host, gateway_config.http.port).removesuffix('v1')} (the web "
+                    "app: `nanoagent web`; the OpenAI-compatible API under /v1, its token in run/http-token)")
+    channels = _channels(config, paths, hub)
+    components += channels
     from nanoagent.gateway.server import Component
 
-    components.append(Component("incognito", hub.end_idle_incognito))  # temporary chats end after an idle hour
+    # temporary chats end after an idle hour, and sessions idle as long are no longer held in memory
+    components.append(Component("incognito", hub.sweep_idle))
     if config.cron.enabled:
         from nanoagent.gateway.cron import cron_component
 
@@ -86,7 +91,8 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
     if loop.closers:  # the browser, started by its first use: closed when the gateway stops
         components.append(Component("browser", lambda: _close_when_stopped(loop.closers)))
     server = Gateway(hub, paths, components=components, grace=gateway_config.shutdown_grace,
-                     settings=_settings(config))
+                     settings=_settings(config), watchdog=gateway_config.watchdog_seconds,
+                     web=lambda: _web_address(listener))
 
     async def signin(enable: bool) -> dict:
         """`nanoagent web`: aiohttp loads only once the web app is asked for (or gateway.http is on)."""
@@ -104,15 +110,24 @@ def gateway(ctx: typer.Context, workspace: WorkspaceOpt = None) -> None:
         listener.gateway = server
 
     def ready() -> None:
-        print(f"nanoagent gateway: listening on {serving} (pid {os.getpid()}); Ctrl-C stops it.", file=sys.stderr,
-              flush=True)
+        names = ", ".join(c.name for c in channels) or "none"
+        print(f"nanoagent gateway: listening on {serving}; channels: {names}; pid {os.getpid()}. Ctrl-C stops it.",
+              file=sys.stderr, flush=True)
         provider = loop.providers.get(loop.models.default)  # the SDK loads now, not in the first turn
         asyncio.get_running_loop().run_in_executor(None, provider.prepare)
         # the sandbox's smoke test, which the prompt reports on, runs now off the event loop (its result is kept)
         asyncio.get_running_loop().run_in_executor(None, loop.context.confinement)
 
-    _log_to_stderr()  # from here on: a refusal before this is one line, not also a log line
+    _start_logging(paths)  # from here on: a refusal before this is one line, not also a log line
     asyncio.run(server.serve(ready))
+
+
+def _web_address(listener: Listener | None) -> str:
+    """The web app's address while the HTTP listener listens ("" while it is off)."""
+    if listener is None or listener.address is None:
+        return ""
+    host, port = listener.address
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/"
 
 
 async def _close_when_stopped(closers: tuple[Callable[[], Awaitable[None]], ...]) -> None:
@@ -165,30 +180,89 @@ def _settings(config: Config) -> dict[str, str]:
     return settings
 
 
-def _log_to_stderr() -> None:
-    handler = logging.StreamHandler(sys.stderr)
-    handler.addFilter(lambda record: not getattr(record, "shown", False))  # the error line says it already
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s %(message)s"))
+def _start_logging(paths: Paths) -> None:
+    """The gateway's records: as JSON into logs/gateway.log, and as human lines on stderr (not the start record,
+    which the start line says, nor an error the error line says). logs/nanoagent.log keeps warnings only, as for
+    every other command: it is never moved aside."""
+    from nanoagent.gateway.logfile import Human, JsonLog, log_path
+
     root = logging.getLogger("nanoagent")
-    root.addHandler(handler)
+    for handler in root.handlers:
+        if isinstance(handler, logging.FileHandler):
+            handler.setLevel(logging.WARNING)
+    root.addHandler(JsonLog(log_path(paths.logs_dir)))
+    terminal = logging.StreamHandler(sys.stderr)
+    terminal.addFilter(lambda record: not getattr(record, "shown", False) and getattr(record, "terminal", True))
+    terminal.setFormatter(Human())
+    root.addHandler(terminal)
     root.setLevel(logging.INFO)
+
+
+@gateway_app.command("start")
+def start(workspace: WorkspaceOpt = None,
+          wait: Annotated[float, typer.Option(help="Seconds to wait for it to answer.")] = 60.0) -> None:
+    """Run the gateway in the background, restarted when it fails.
+
+    A supervisor runs it detached from the terminal and starts it again after a crash or a stalled event loop
+    (with backoff); its log is logs/gateway.log (`nanoagent gateway logs`).
+
+    Example: nanoagent gateway start
+    """
+    from nanoagent.gateway import service
+
+    paths, _ = setup(workspace)
+    pid, started = service.start(paths, _args(workspace), wait)
+    if not started:
+        print(f"A gateway is already running for {paths.home} (pid {pid}).")
+        return
+    print(f"Started the gateway for {paths.home} (pid {pid}); `nanoagent gateway logs -f` follows its log.")
+
+
+@gateway_app.command("restart")
+def restart(workspace: WorkspaceOpt = None,
+            wait: Annotated[float, typer.Option(help="Seconds to wait for each step.")] = 60.0) -> None:
+    """Stop the gateway and start it again in the background.
+
+    A gateway started with `gateway start` is restarted by its supervisor; one in a terminal is stopped and
+    started in the background.
+
+    Example: nanoagent gateway restart
+    """
+    from nanoagent.gateway import service
+
+    paths, _ = setup(workspace)
+    pid = service.restart(paths, _args(workspace), wait)
+    print(f"Restarted the gateway for {paths.home} (pid {pid}).")
+
+
+def _args(workspace: Path | None) -> list[str]:
+    """The supervised `nanoagent gateway`'s options: this command's workspace."""
+    return ["-w", str(workspace.expanduser().absolute())] if workspace is not None else []
 
 
 @gateway_app.command("status")
 def status(workspace: WorkspaceOpt = None) -> None:
     """Whether a gateway runs for this home, and what it is doing.
 
-    It shows the gateway's pid, uptime, running turns and clients.
+    It shows the gateway's pid, uptime, running turns, clients, channels, the web app's address and, for one
+    started with `gateway start`, its restarts.
 
     Example: nanoagent gateway status
     """
     import asyncio
 
     paths, _ = setup(workspace)
+    from nanoagent.cli.render import say
+    from nanoagent.gateway import supervisor
     from nanoagent.gateway.oneshot import gateway_answers
 
+    supervised = supervisor.state(paths)
     if not gateway_answers(paths.gateway_socket):
-        print(f"No gateway is running for {paths.home}. Start one with `nanoagent gateway`.")
+        if supervised is not None:
+            say(f"No gateway is answering for {paths.home}; its supervisor (pid {supervised.get('pid')}) starts it "
+                "again.", _restarts(supervised))
+        else:
+            print(f"No gateway is running for {paths.home}. Start one with `nanoagent gateway start`.")
         raise typer.Exit(3)
     info = asyncio.run(_ask_status(paths.gateway_socket))
     uptime = time.time() - float(info.get("started") or time.time())
@@ -196,11 +270,34 @@ def status(workspace: WorkspaceOpt = None) -> None:
     health = info.get("health") or {}
     components = [f"{name} ({health[name]})" if health.get(name) else name for name in info.get("components") or []]
     from nanoagent.channels.state import backlog
-    from nanoagent.cli.render import say
 
+    web = info.get("web") or "off (`nanoagent web` turns it on)"
     say(f"gateway running: pid {info.get('pid')}, up {uptime:.0f} s, socket {paths.gateway_socket}",
         f"turns running: {running}; clients: {info.get('clients')}; channels: {', '.join(components) or 'none'}",
+        f"web: {web}",
+        _loop_line(info),
+        _restarts(supervised) if supervised is not None else "supervisor: none (not started with `gateway start`)",
         *(f"{name}: {waiting}" for name in info.get("components") or [] if (waiting := backlog(paths, name))))
+
+
+def _loop_line(info: dict) -> str:
+    lag = info.get("lag_ms") or {}
+    line = f"event loop: {info.get('tasks')} tasks"
+    if lag:
+        line += (f", lag p99 {lag.get('p99')} ms (worst {lag.get('max')} ms) over its last {lag.get('beats')} "
+                 "watchdog beats")
+    return line
+
+
+def _restarts(supervised: dict) -> str:
+    """The supervisor's line: its pid, the restarts and the last exit that caused one."""
+    line = f"supervisor: pid {supervised.get('pid')}, restarts: {supervised.get('restarts', 0)}"
+    last = supervised.get("last_exit")
+    if isinstance(last, dict):
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(float(last.get("time") or 0)))
+        said = f": {last['said']}" if last.get("said") else ""
+        line += f" (the last after exit {last.get('code')} at {when}{said})"
+    return line
 
 
 async def _ask_status(socket: Path) -> dict:
@@ -221,30 +318,62 @@ def stop(workspace: WorkspaceOpt = None,
          wait: Annotated[float, typer.Option(help="Seconds to wait for it to finish running turns.")] = 30.0) -> None:
     """Ask the running gateway to stop (SIGTERM).
 
-    Running turns get their grace period, then it exits.
+    Running turns get their grace period, then it exits; a supervisor (`gateway start`) ends with it.
 
     Example: nanoagent gateway stop
     """
+    from nanoagent.gateway import service
+
     paths, _ = setup(workspace)
-    pid_file = paths.run_dir / "gateway.pid"
     try:
-        pid = int(pid_file.read_text().strip())
-    except (OSError, ValueError):
-        print(f"No gateway is running for {paths.home}.")
+        pid = service.stop(paths, wait)
+    except service.NotRunning as e:
+        print(e)
         raise typer.Exit(3) from None
-    try:
-        os.kill(pid, signal.SIGTERM)
-    except ProcessLookupError:
-        print(f"No gateway is running for {paths.home} (pid {pid} is gone; its files are cleaned up at the next "
-              "start).")
-        raise typer.Exit(3) from None
-    deadline = time.monotonic() + wait
-    while pid_file.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    if pid_file.exists():
-        raise NanoagentError(f"The gateway (pid {pid}) is still finishing after {wait:g} s; check "
-                             "`nanoagent gateway status`, or kill it.")
     print(f"Stopped the gateway (pid {pid}).")
+
+
+@gateway_app.command("logs")
+def logs(workspace: WorkspaceOpt = None,
+         follow: Annotated[bool, typer.Option("--follow", "-f", help="Go on showing new lines as they come.")] = False,
+         as_json: Annotated[bool, typer.Option("--json", help="The JSON records as written.")] = False,
+         lines: Annotated[int, typer.Option("--lines", "-n", help="How many of the last lines to show.")] = 50) -> None:
+    """Show the gateway's log: its last lines, or follow it.
+
+    The log is logs/gateway.log; human lines by default, --json gives the records themselves, one a line.
+
+    Example: nanoagent gateway logs -f
+    """
+    from nanoagent.cli.common import open_paths
+    from nanoagent.cli.render import terminal_safe
+    from nanoagent.gateway import logfile
+
+    paths = open_paths(workspace)
+    path = logfile.log_path(paths.logs_dir)
+    if not follow and not path.exists():
+        print(f"No gateway log yet ({path}); start a gateway with `nanoagent gateway start`.", file=sys.stderr)
+        return
+
+    def show(line: str) -> None:
+        print(line if as_json else terminal_safe(_human(line)), flush=True)
+
+    coming = logfile.follow(path) if follow else iter(())  # opened first: a line written meanwhile is not lost
+    for line in logfile.last_lines(path, lines):
+        show(line)
+    for line in coming:
+        show(line)
+
+
+def _human(line: str) -> str:
+    import json
+
+    from nanoagent.gateway.logfile import human
+
+    try:
+        record = json.loads(line)
+    except ValueError:
+        return line
+    return human(record) if isinstance(record, dict) else line
 
 
 @gateway_app.command("install")

@@ -316,6 +316,8 @@ class WebAppConfig:
 class GatewayConfig:
     max_concurrent_turns: int = bounded(4, 1, 1000)  # sessions whose turns run at the same time
     shutdown_grace: float = bounded(10.0, 0, 3600)  # seconds running turns get to finish on SIGTERM
+    # seconds the event loop may stop answering before the gateway exits to be restarted (0: no watchdog)
+    watchdog_seconds: float = bounded(60.0, 0, 86_400)
     http: HttpConfig = field(default_factory=HttpConfig)
     web: WebAppConfig = field(default_factory=WebAppConfig)
 

@@ -259,8 +259,20 @@ class Hub:
             await self.loop.subagents.close()
         self.loop.store.end_all_incognito(unasked=True)  # temporary chats end with the gateway
 
-    async def end_idle_incognito(self, every: float = 60.0) -> None:
-        """Run for the gateway's life: end the temporary sessions (/incognito) idle for an hour."""
+    async def sweep_idle(self, every: float = 60.0) -> None:
+        """Run for the gateway's life: end the temporary sessions (/incognito) idle for an hour, and let go of what
+        is held for sessions idle as long (`forget_idle`)."""
         while True:
             await asyncio.sleep(every)
             self.loop.end_idle(time.time())
+            self.forget_idle(time.time())
+
+    def forget_idle(self, now: float) -> list[str]:
+        """The loop's idle sessions, and this hub's state of any session nobody watches and nothing runs in (none
+        carries a working folder over to the next turn): the keys the loop let go of."""
+        forgotten = self.loop.forget_idle(now)
+        for key, state in list(self._sessions.items()):
+            if not state.watchers and (state.turn is None or state.turn.done()) and not state.commands \
+                    and not state.workdir and not state.pending:
+                del self._sessions[key]
+        return forgotten

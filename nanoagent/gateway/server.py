@@ -30,6 +30,7 @@ from nanoagent.fsutil import atomic_write, file_lock, private_dir
 from nanoagent.gateway import protocol
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.oneshot import SETTINGS_FILE, settings_mac
+from nanoagent.gateway.watchdog import Watchdog
 from nanoagent.paths import Paths, check_session_key
 from nanoagent.spend import SOURCES, working_as
 from nanoagent.tools.fs import editor
@@ -76,11 +77,14 @@ class Gateway:
     # `{"type": "deliver"}` (from `nanoagent mcp serve`): a message delivered as the message tool delivers it, through
     # the outbox whose notes the gateway's terminals are shown; None: this gateway delivers none
     outbox: Outbox | None = None
+    watchdog: float = 0.0  # seconds the event loop may stop answering before the process exits (0: never)
+    web: Callable[[], str] = lambda: ""  # the web app's address while the HTTP listener is on
     _stop: asyncio.Event = field(default_factory=asyncio.Event)
     _clients: dict[asyncio.Task[None], Connection] = field(default_factory=dict)
     _started: float = 0.0
     _group: asyncio.TaskGroup | None = None
     _supervisors: list[asyncio.Task[None]] = field(default_factory=list)
+    _watchdog: Watchdog | None = None
 
     def stop(self) -> None:
         self._stop.set()
@@ -107,11 +111,16 @@ class Gateway:
             for sig in signals:
                 loop.add_signal_handler(sig, self.stop)
             log.info(_record("gateway_started", pid=os.getpid(), socket=str(socket),
-                             components=[c.name for c in self.components]))
+                             components=[c.name for c in self.components]),
+                     extra={"terminal": False})  # a terminal gets the start line `ready` prints instead
             try:
                 async with asyncio.TaskGroup() as group:
                     self._group = group
-                    self._supervisors = [group.create_task(self._supervise(c), name=c.name) for c in self.components]
+                    if self.watchdog > 0:
+                        self._watchdog = Watchdog(self.watchdog)
+                        self._watchdog.start()
+                        self._supervisors.append(group.create_task(self._watchdog.run(), name="watchdog"))
+                    self._supervisors += [group.create_task(self._supervise(c), name=c.name) for c in self.components]
                     ready()
                     await self._stop.wait()
                     server.close()  # no new clients
@@ -172,11 +181,13 @@ class Gateway:
 
     def status(self) -> dict[str, Any]:
         """What `{"type": "status"}` answers. `clients` counts the connections watching a session (that said
-        hello), not probes or the one asking; `health` maps a component's name to its `health`, where it set one."""
+        hello), not probes or the one asking; `health` maps a component's name to its `health`, where it set one;
+        `tasks` counts the event loop's tasks and `lag_ms` is how late its watchdog's beats woke (when it has one)."""
         watching = sum(1 for connection in self._clients.values() if connection.watching)
         return {"type": "status", "pid": os.getpid(), "started": self._started, "running": self.hub.running(),
                 "clients": watching, "components": [c.name for c in self.components],
-                "health": {c.name: c.health for c in self.components if c.health}}
+                "health": {c.name: c.health for c in self.components if c.health}, "web": self.web(),
+                "tasks": len(asyncio.all_tasks()), "lag_ms": self._watchdog.lag() if self._watchdog else {}}
 
 
 class Connection:

@@ -135,6 +135,10 @@ class Consolidator:
         measures it: from the provider's last figure when there is one, else counted."""
         return self._size(session, fixed, self._measure(session, fixed, model) or EXACT)
 
+    def forget(self, key: str) -> None:
+        """Drop the running counts of session `key`, which is no longer held in memory (`AgentLoop.forget_idle`)."""
+        self._counts = {k: v for k, v in self._counts.items() if k[0] != key}
+
     def _tokens_between(self, session: Session, start: int, end: int, count: Counter) -> int:
         key = (session.key, count)
         counts = self._counts.get(key)
