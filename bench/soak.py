@@ -170,7 +170,11 @@ def soak(minutes: float) -> None:
     apps = [importlib.import_module(f"tests.{name}_server").StandIn() for name in registry.names()]
     gateway_home = HOME / "gateway"
     gateway_home.mkdir(parents=True)
-    port = free_port()
+    from tests.channel_harness import extra_config
+
+    # a channel whose app calls the gateway (WhatsApp's webhook) names the listener's port it was told to call
+    extra = {key: value for app in apps for key, value in extra_config(app).items()}
+    port = extra.get("gateway", {}).get("http", {}).get("port") or free_port()
     (gateway_home / "workspace").mkdir()
     (gateway_home / "workspace" / "HEARTBEAT.md").write_text("# Standing tasks\n\n- look at the build\n")
     try:
