@@ -85,6 +85,7 @@ class Gateway:
     _group: asyncio.TaskGroup | None = None
     _supervisors: list[asyncio.Task[None]] = field(default_factory=list)
     _watchdog: Watchdog | None = None
+    _loop: asyncio.AbstractEventLoop | None = None  # the one `serve` runs on: `status` may be asked from a thread
 
     def stop(self) -> None:
         self._stop.set()
@@ -97,6 +98,7 @@ class Gateway:
                            "stop it with `nanoagent gateway stop`.")
         with file_lock(run / "gateway.lock", 0, busy):
             self._started = self.clock()
+            self._loop = asyncio.get_running_loop()
             atomic_write(run / "gateway.pid", f"{os.getpid()}\n", mode=0o600)
             salt = os.urandom(16)
             atomic_write(run / SETTINGS_FILE, json.dumps({"salt": salt.hex(), "values": {
@@ -187,7 +189,7 @@ class Gateway:
         return {"type": "status", "pid": os.getpid(), "started": self._started, "running": self.hub.running(),
                 "clients": watching, "components": [c.name for c in self.components],
                 "health": {c.name: c.health for c in self.components if c.health}, "web": self.web(),
-                "tasks": len(asyncio.all_tasks()), "lag_ms": self._watchdog.lag() if self._watchdog else {}}
+                "tasks": len(asyncio.all_tasks(self._loop)) if self._loop else 0, "lag_ms": self._watchdog.lag() if self._watchdog else {}}
 
 
 class Connection:
