@@ -71,6 +71,9 @@ class Pending:
     payload: bytes
     answered: bool = False
     sent: int = 0
+    # the connections it went out on: a connection opening while it is written gets it once (its unanswered
+    # events on connect, or the push), not from both
+    on: list[Any] = field(default_factory=list)
 
 
 @dataclass
@@ -260,7 +263,11 @@ class FeishuServer:
             await self._send_event(ws, pending)
 
     async def _send_event(self, ws: web.WebSocketResponse, pending: Pending) -> None:
-        """The event in `self.parts` frames (the platform splits a large payload), the last part first."""
+        """The event in `self.parts` frames (the platform splits a large payload), the last part first; once a
+        connection."""
+        if any(sent is ws for sent in pending.on):
+            return
+        pending.on.append(ws)
         size = -(-len(pending.payload) // self.parts)
         pieces = [pending.payload[at:at + size] for at in range(0, len(pending.payload), size)]
         pending.sent += 1
