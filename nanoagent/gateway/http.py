@@ -447,6 +447,14 @@ def _handler_class(doors: Doors) -> type[RequestHandler]:
     return NeutralHandler
 
 
+def _unread(request: web.Request) -> None:
+    """The connection closes once this answer is out, without lingering for a body that is not coming (see
+    `_handler_class`'s `unread`); a connection of another handler lingers as aiohttp does."""
+    unread = getattr(request.protocol, "unread", None)
+    if unread is not None:
+        unread()
+
+
 def _close(connection: RequestHandler) -> None:
     if connection.transport is not None:
         connection.transport.close()
@@ -512,9 +520,7 @@ class Endpoint:
             refused = auth.refused(request)
         if refused is not None:
             refused.force_close()  # what the client sends next would be the body: nothing more is read
-            unread = getattr(request.protocol, "unread", None)
-            if unread is not None:  # our connection handler (see _handler_class): close without lingering
-                unread()
+            _unread(request)
             return refused
         await _default_expect_handler(request)
         return None
@@ -589,6 +595,9 @@ class Endpoint:
     async def _prepared(self, request: web.Request, response: web.StreamResponse) -> None:
         if response.content_type == "text/event-stream" and not request.path.startswith("/v1"):
             self.doors.streaming(request.protocol)
+        if response.status == 408 and not response.keep_alive:  # a body that stopped coming: none to linger for
+            _unread(request)
+
 
     async def _health(self, request: web.Request) -> web.StreamResponse:
         _allow(request.method, "GET")
