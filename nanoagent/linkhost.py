@@ -43,6 +43,17 @@ def listen_on(host: str) -> None:
         OWN_HOSTS.add(str(ip) if ip is not None else name.rstrip("."))
 
 
+def is_loopback(host: str) -> bool:
+    """True for an address only this machine reaches: 127.0.0.0/8, ::1 (with or without brackets), localhost."""
+    host = host.strip("[]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def reaches_here(url: str) -> bool:
     """True when a browser following `url` would reach this machine or its network (see the module's doc), or when
     it is not clear where it would go; False for a public host and for a URL without one (`mailto:`, `tg:`)."""
@@ -149,4 +160,4 @@ def _address(name: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     return ipaddress.IPv4Address(value)
 
 
-__all__ = ["OWN_HOSTS", "browser_host", "canonical_host", "listen_on", "local_host", "reaches_here"]
+__all__ = ["OWN_HOSTS", "browser_host", "canonical_host", "is_loopback", "listen_on", "local_host", "reaches_here"]

@@ -59,6 +59,53 @@ class Holes:
             text = HOLE.sub(lambda m: self.values[int(m.group(1))], text)
         return text
 
+BARE_URL = re.compile(r"<?([a-zA-Z][\w+.-]*://[^\s<>]+)>?")
+
+
+def code_url(url: str) -> str:
+    """A URL as a code span: shown, never linked."""
+    return "`" + url.replace("`", "%60") + "`"
+
+
+def plain_links(text: str) -> str:
+    """Markdown links kept only to http(s) and mailto targets that lead away from this machine (an app that links
+    only what Markdown marks); any other becomes its label and its target as text, one here in a code span. Code
+    spans are left alone."""
+    from nanoagent.linkhost import reaches_here
+
+    held = Holes()
+    text = CODE_SPAN.sub(lambda m: held.hold(m.group(0)), text.replace("\x00", ""))
+
+    def link(m: re.Match[str]) -> str:
+        label, url = m.group(1), m.group(2)
+        if not linkable(url):
+            return f"{label} ({url})"
+        if reaches_here(url):
+            return f"{label} " + held.hold(code_url(url))
+        return held.hold(m.group(0))
+
+    return held.fill(ANY_LINK.sub(link, text))
+
+
+def web_links(line: str, finish: Callable[[str], str] = lambda text: text) -> str:
+    """One line for an app that links bare URLs too: a link kept only to the web and not to this machine, else its
+    label and its target in a code span; a bare URL to this machine in a code span; code spans kept. `finish`
+    edits the rest of the text (what stays held is left as it is)."""
+    from nanoagent.linkhost import reaches_here
+
+    held = Holes()
+
+    def link(m: re.Match[str]) -> str:
+        if linkable(m.group(2)) and not reaches_here(m.group(2)):
+            return held.hold(m.group(0))
+        return f"{m.group(1)} {held.hold(code_url(m.group(2)))}"
+
+    line = CODE_SPAN.sub(lambda m: held.hold(m.group(0)), line.replace("\x00", ""))
+    line = ANY_LINK.sub(link, line)
+    line = BARE_URL.sub(lambda m: held.hold(code_url(m.group(1))) if reaches_here(m.group(1)) else m.group(0), line)
+    return held.fill(finish(line))
+
+
 def units(text: str) -> int:
     """Length in UTF-16 code units, as Telegram and Discord count it (an emoji outside the BMP counts two)."""
     return len(text.encode("utf-16-le")) // 2

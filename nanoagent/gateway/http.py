@@ -60,6 +60,7 @@ from nanoagent.errors import NanoagentError
 from nanoagent.fsutil import fsync_dir, private_dir
 from nanoagent.gateway.hub import Hub, HubClosed
 from nanoagent.gateway.server import Component
+from nanoagent.linkhost import is_loopback
 from nanoagent.mcp.serve.http import PATH as MCP_PATH
 from nanoagent.mcp.serve.http import add_mcp
 from nanoagent.messages import ImageBlock
@@ -121,16 +122,6 @@ class HttpError(Exception):
 
 class ClientGone(Exception):
     """The HTTP client closed the connection (or stopped reading) before its reply was complete."""
-
-
-def is_loopback(host: str) -> bool:
-    """True for an address only this machine reaches: 127.0.0.0/8, ::1, localhost."""
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def load_token(path: Path) -> str:

@@ -11,23 +11,14 @@ Imported by `nanoagent web`: no aiohttp here.
 
 from __future__ import annotations
 
-import ipaddress
 import socket
+
+from nanoagent.linkhost import is_loopback
 
 LOOPBACK_ONLY = ("The listener is on loopback only: a phone cannot reach this link. Set gateway.http.host to "
                  "\"0.0.0.0\" (or this machine's LAN address) in config.json and restart the gateway, or put a "
                  "reverse proxy in front and name it in gateway.http.allowedHosts (see docs/gateway.md).")
 NO_QR = "QR codes need the segno package: pip install 'nanoagent[web]'"
-
-
-def is_loopback(host: str) -> bool:
-    host = host.strip("[]")
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
 
 
 def lan_address() -> str | None:

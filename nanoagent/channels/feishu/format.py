@@ -23,12 +23,10 @@ import re
 from typing import Any
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import ANY_LINK, CODE_SPAN, Holes, Packer, linkable, parse_blocks, text_shows
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.linkhost import reaches_here
+from nanoagent.channels.markdown import Packer, parse_blocks, text_shows, web_links
 
 LIMIT = 8000  # characters in one card's Markdown
-BARE_URL = re.compile(r"<?([a-zA-Z][\w+.-]*://[^\s<>]+)>?")
 
 
 class Block(MarkdownBlock):
@@ -41,21 +39,7 @@ class Block(MarkdownBlock):
 
 def inline(line: str) -> str:
     """One line of text: links only to the web and not to this machine, no tag of the card's; code spans kept."""
-    held = Holes()
-
-    def link(m: re.Match[str]) -> str:
-        if linkable(m.group(2)) and not reaches_here(m.group(2)):
-            return held.hold(m.group(0))
-        return f"{m.group(1)} {held.hold(_code(m.group(2)))}"
-
-    line = CODE_SPAN.sub(lambda m: held.hold(m.group(0)), line.replace("\x00", ""))
-    line = ANY_LINK.sub(link, line)
-    line = BARE_URL.sub(lambda m: held.hold(_code(m.group(1))) if reaches_here(m.group(1)) else m.group(0), line)
-    return held.fill(line.replace("<", "&#60;"))
-
-
-def _code(url: str) -> str:
-    return "`" + url.replace("`", "%60") + "`"
+    return web_links(line, lambda text: text.replace("<", "&#60;"))
 
 
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:

@@ -18,12 +18,10 @@ from __future__ import annotations
 import re
 
 from nanoagent.channels.base import Chunk
-from nanoagent.channels.markdown import ANY_LINK, CODE_SPAN, Holes, Packer, linkable, parse_blocks, text_shows
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.linkhost import reaches_here
+from nanoagent.channels.markdown import Packer, parse_blocks, text_shows, web_links
 
 LIMIT = 16383  # characters in one post
-BARE_URL = re.compile(r"<?([a-zA-Z][\w+.-]*://[^\s<>]+)>?")
 EVERYONE = re.compile(r"@(channel|all|here)\b", re.I)
 JOINER = "\u2060"
 
@@ -38,22 +36,7 @@ class Block(MarkdownBlock):
 
 def inline(line: str) -> str:
     """One line of text: links only to the web and not to this machine, no channel-wide mention; code spans kept."""
-    held = Holes()
-
-    def link(m: re.Match[str]) -> str:
-        if linkable(m.group(2)) and not reaches_here(m.group(2)):
-            return held.hold(m.group(0))
-        return f"{m.group(1)} {held.hold(_code(m.group(2)))}"
-
-    line = CODE_SPAN.sub(lambda m: held.hold(m.group(0)), line.replace("\x00", ""))
-    line = ANY_LINK.sub(link, line)
-    line = BARE_URL.sub(lambda m: held.hold(_code(m.group(1))) if reaches_here(m.group(1)) else m.group(0), line)
-    line = EVERYONE.sub(lambda m: f"@{JOINER}{m.group(1)}", line)
-    return held.fill(line)
-
-
-def _code(url: str) -> str:
-    return "`" + url.replace("`", "%60") + "`"
+    return web_links(line, lambda text: EVERYONE.sub(lambda m: f"@{JOINER}{m.group(1)}", text))
 
 
 def split_markdown(text: str, limit: int = LIMIT) -> list[Chunk]:

@@ -17,19 +17,15 @@ import re
 
 from nanoagent.channels.base import Chunk
 from nanoagent.channels.markdown import (
-    ANY_LINK,
     BULLET,
-    CODE_SPAN,
     HEADING,
     RULE,
-    Holes,
     Packer,
-    linkable,
     parse_blocks,
+    plain_links,
     units,
 )
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.linkhost import reaches_here
 
 # Signal's apps send a text over 2,000 bytes as an attachment of its own; a message stays under it in characters
 LIMIT = 2000
@@ -61,29 +57,13 @@ class Block(MarkdownBlock):
 def _line(line: str) -> str:
     heading = HEADING.match(line)
     if heading:
-        return f"**{_links(heading.group(1))}**"
+        return f"**{plain_links(heading.group(1))}**"
     if RULE.match(line):
         return "──────────"
     bullet = BULLET.match(line)
     if bullet:
-        return f"{bullet.group(1)}• {_links(bullet.group(2))}"
-    return _links(line)
-
-
-def _links(text: str) -> str:
-    """Links kept only to http(s) and mailto targets that lead away from this machine; code spans left alone."""
-    held = Holes()
-    text = CODE_SPAN.sub(lambda m: held.hold(m.group(0)), text.replace("\x00", ""))
-
-    def link(m: re.Match[str]) -> str:
-        label, url = m.group(1), m.group(2)
-        if not linkable(url):
-            return f"{label} ({url})"
-        if reaches_here(url):
-            return f"{label} " + held.hold("`" + url.replace("`", "%60") + "`")
-        return held.hold(m.group(0))
-
-    return held.fill(ANY_LINK.sub(link, text))
+        return f"{bullet.group(1)}• {plain_links(bullet.group(2))}"
+    return plain_links(line)
 
 
 def styled(body: str) -> tuple[str, list[str]]:

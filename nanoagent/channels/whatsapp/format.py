@@ -16,18 +16,14 @@ import re
 
 from nanoagent.channels.base import Chunk
 from nanoagent.channels.markdown import (
-    ANY_LINK,
     BULLET,
-    CODE_SPAN,
     HEADING,
     RULE,
-    Holes,
     Packer,
-    linkable,
     parse_blocks,
+    plain_links,
 )
 from nanoagent.channels.markdown import Block as MarkdownBlock
-from nanoagent.linkhost import reaches_here
 
 LIMIT = 4096  # characters of a text message's body
 INLINE = re.compile(
@@ -55,27 +51,11 @@ class Block(MarkdownBlock):
 
 def _line(line: str) -> str:
     if heading := HEADING.match(line):
-        return f"**{_links(heading.group(1))}**"
+        return f"**{plain_links(heading.group(1))}**"
     if RULE.match(line):
         return "──────────"
     bullet = BULLET.match(line)
-    return f"{bullet.group(1)}- {_links(bullet.group(2))}" if bullet else _links(line)
-
-
-def _links(text: str) -> str:
-    """Links kept only to http(s) and mailto targets that lead away from this machine; code spans left alone."""
-    held = Holes()
-    text = CODE_SPAN.sub(lambda m: held.hold(m.group(0)), text.replace("\x00", ""))
-
-    def link(m: re.Match[str]) -> str:
-        label, url = m.group(1), m.group(2)
-        if not linkable(url):
-            return f"{label} ({url})"
-        if reaches_here(url):
-            return f"{label} " + held.hold("`" + url.replace("`", "%60") + "`")
-        return held.hold(m.group(0))
-
-    return held.fill(ANY_LINK.sub(link, text))
+    return f"{bullet.group(1)}- {plain_links(bullet.group(2))}" if bullet else plain_links(line)
 
 
 def to_whatsapp(body: str) -> str:
