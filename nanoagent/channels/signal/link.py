@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
+from nanoagent.channels.calls import RateLimited, Unreachable, reason, retried
 from nanoagent.channels.signal.format import split, styled
 from nanoagent.channels.signal.settings import SignalConfig
 from nanoagent.channels.state import state_file
@@ -57,18 +58,8 @@ MAX_RETRY_AFTER = 60.0  # a delivery with no gateway waits out a rate limit up t
 ATTEMPTS = 3  # a delivery's tries of one message through network failures
 
 
-class RateLimited(Exception):
-    def __init__(self, wait: float | None):
-        super().__init__(f"rate limited (retry after {wait} s)")
-        self.wait = wait
-
-
 class Refused(Exception):
     """signal-cli answered the call with an error (an unregistered number, a group the account is not in)."""
-
-
-class Unreachable(Exception):
-    """The daemon did not answer the call (it answered 5xx, or a send reached no one for the network)."""
 
 
 def normal(user: str) -> str:
@@ -194,7 +185,7 @@ class SignalLink:
             except (httpx.HTTPError, Unreachable) as e:
                 if failures == 0:
                     log.warning(record("signal_events_failed", error=type(e).__name__))
-                self.timing.report(f"signal-cli unreachable at {self.settings.api_base}: {_reason(e)}")
+                self.timing.report(f"signal-cli unreachable at {self.settings.api_base}: {reason(e)}")
             await asyncio.sleep(self.timing.pause(failures))
             failures += 1
 
@@ -312,37 +303,9 @@ class SignalLink:
 
     async def api(self, method: str, params: dict[str, Any], persistent: bool = False, resends: int | None = None,
                   timeout: float | None = None) -> Any:
-        """One call. A rate limit is waited out; the daemon unreachable tries again with backoff when `persistent`,
-        else gives None; with `resends`, a call whose answer timed out after it went out (it may have arrived) is
-        made again that many times at most. Refused is raised to the caller."""
-        failures = limited = 0
-        while True:
-            try:
-                result = await self.rpc.call(method, params, timeout)
-            except RateLimited as e:
-                wait = e.wait if e.wait is not None else self.timing.pause(limited)
-                log.warning(record("signal_rate_limited", method=method, retry_after=wait))
-                limited += 1
-                await asyncio.sleep(wait)
-                continue
-            except (httpx.HTTPError, Unreachable) as e:
-                if resends is not None and isinstance(e, httpx.ReadTimeout | httpx.WriteTimeout | httpx.ReadError
-                                                      | httpx.RemoteProtocolError):
-                    log.warning(record("signal_timed_out", method=method, resends_left=resends))
-                    if resends <= 0 or not persistent:
-                        return None
-                    resends -= 1
-                    continue
-                if failures == 0:
-                    log.warning(record("signal_unreachable", method=method, error=type(e).__name__))
-                self.timing.report(f"signal-cli unreachable at {self.settings.api_base}: {_reason(e)}")
-                if not persistent:
-                    return None
-                await asyncio.sleep(self.timing.pause(failures))
-                failures += 1
-                continue
-            self.timing.report(None)
-            return result
+        """One call, tried as `channels.calls.retried` tries it; Refused is raised to the caller."""
+        return await retried(lambda: self.rpc.call(method, params, timeout), self.timing, log, "signal",
+                             f"signal-cli unreachable at {self.settings.api_base}", persistent, resends, method=method)
 
 
 def files_of(message: dict[str, Any]) -> list[FileIn]:
@@ -374,10 +337,6 @@ def _sent_at(event: dict[str, Any]) -> float:
     envelope = event.get("envelope")
     stamp = envelope.get("timestamp") if isinstance(envelope, dict) else None
     return stamp / 1000 if isinstance(stamp, int | float) else 0.0
-
-
-def _reason(error: Exception) -> str:
-    return " ".join(str(error).split())[:160] or type(error).__name__
 
 
 async def deliver(settings: SignalConfig, place: Place, text: str, files: Sequence[Path]) -> None:

@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from nanoagent.channels.base import Chunk, DeliveryError, FileIn, Incoming, Timing, record
+from nanoagent.channels.calls import RateLimited, Unreachable, retried
 from nanoagent.channels.state import state_file
 from nanoagent.channels.whatsapp.format import split, to_whatsapp
 from nanoagent.channels.whatsapp.settings import WhatsAppConfig
@@ -59,22 +60,12 @@ CLOSED = ("WhatsApp's 24-hour window is closed for {key} (their last message is 
           "in the outbox until they write again")
 
 
-class RateLimited(Exception):
-    def __init__(self, wait: float | None):
-        super().__init__(f"rate limited (retry after {wait} s)")
-        self.wait = wait
-
-
 class Refused(Exception):
     """Graph refused the request (a number not on WhatsApp, the window closed, a token revoked...)."""
 
     def __init__(self, status: int, code: int | None, message: str):
         super().__init__(f"HTTP {status}, error {code}: {message}")
         self.status, self.code = status, code
-
-
-class Unreachable(Exception):
-    """Graph answered 5xx."""
 
 
 def masked(number: str) -> str:
@@ -324,37 +315,9 @@ class WhatsAppLink:
 
     async def api(self, call: Callable[[], Awaitable[Any]], persistent: bool = False,
                   resends: int | None = None) -> Any:
-        """One call to Graph. A rate limit is waited out; Graph unreachable tries again with backoff when
-        `persistent`, else gives None; with `resends`, a call whose answer timed out after it went out (it may have
-        arrived) is made again that many times at most. Refused is raised to the caller."""
-        failures = limited = 0
-        while True:
-            try:
-                result = await call()
-            except RateLimited as e:
-                wait = e.wait if e.wait is not None else self.timing.pause(limited)
-                log.warning(record("whatsapp_rate_limited", retry_after=wait))
-                limited += 1
-                await asyncio.sleep(wait)
-                continue
-            except (httpx.HTTPError, Unreachable) as e:
-                if resends is not None and isinstance(e, httpx.ReadTimeout | httpx.WriteTimeout | httpx.ReadError
-                                                      | httpx.RemoteProtocolError):
-                    log.warning(record("whatsapp_timed_out", resends_left=resends))
-                    if resends <= 0 or not persistent:
-                        return None
-                    resends -= 1
-                    continue
-                if failures == 0:
-                    log.warning(record("whatsapp_unreachable", error=type(e).__name__))
-                self.timing.report(f"the Graph API unreachable at {self.settings.api_base}: {_reason(e)}")
-                if not persistent:
-                    return None
-                await asyncio.sleep(self.timing.pause(failures))
-                failures += 1
-                continue
-            self.timing.report(None)
-            return result
+        """One call, tried as `channels.calls.retried` tries it; Refused is raised to the caller."""
+        return await retried(call, self.timing, log, "whatsapp", f"the Graph API unreachable at {self.settings.api_base}",
+                             persistent, resends)
 
 
 def raws(payload: dict[str, Any], phone_number_id: str) -> list[dict[str, Any]]:
@@ -414,10 +377,6 @@ def _heard(text: str) -> dict[str, float]:
     except ValueError:
         return {}
     return {str(k): float(v) for k, v in found.items() if isinstance(v, int | float)} if isinstance(found, dict) else {}
-
-
-def _reason(error: Exception) -> str:
-    return " ".join(str(error).split())[:160] or type(error).__name__
 
 
 def _who(found: Any) -> str:
