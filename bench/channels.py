@@ -27,6 +27,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.figures import Figures  # noqa: E402
+
 HOME = Path(tempfile.mkdtemp(prefix="nanoagent-bench-channels-"))
 os.environ["NANOAGENT_HOME"] = str(HOME / "home")
 
@@ -37,15 +40,9 @@ RUNS = 5
 WARM_UP = 10.0  # seconds for every channel to connect before the idle window
 WINDOW = 30.0
 NEW = ("matrix", "signal", "mattermost")
-RESULTS: list[bool] = []
-
-
-def record(name: str, value: str, budget: str, ok: bool | None) -> None:
-    """ok None: a figure reported, no budget."""
-    if ok is not None:
-        RESULTS.append(ok)
-    mark = "    " if ok is None else ("ok  " if ok else "MISS")
-    print(f"{mark} {name:<52} {value:>14}   budget {budget}", flush=True)
+FIGURES = Figures(value_width=14)
+RESULTS = FIGURES.results
+record = FIGURES.record
 
 
 def stand_in(name: str):  # noqa: ANN201 - a tests/<name>_server.StandIn

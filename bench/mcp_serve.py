@@ -19,17 +19,15 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench.figures import Figures  # noqa: E402
+
 RUNS = 7
 BUDGET = 1.0
-RESULTS: list[bool] = []
-
-
-def record(name: str, value: str, budget: str, ok: bool | None) -> None:
-    """ok None: a figure reported, no budget."""
-    if ok is not None:
-        RESULTS.append(ok)
-    mark = "    " if ok is None else ("ok  " if ok else "MISS")
-    print(f"{mark} {name:<52} {value:>18}   budget {budget}", flush=True)
+FIGURES = Figures()
+RESULTS = FIGURES.results
+record = FIGURES.record
 
 
 def send(proc: subprocess.Popen, message: dict) -> None:

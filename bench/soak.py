@@ -28,6 +28,9 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+
+from bench.figures import Figures, free_port  # noqa: E402
+
 HOME = Path(tempfile.mkdtemp(prefix="nanoagent-bench-soak-"))
 os.environ["NANOAGENT_HOME"] = str(HOME / "stand-ins")
 
@@ -38,22 +41,9 @@ WARM_UP = 120.0  # seconds before the first sample: every channel connected, the
 SAMPLE = 30.0  # seconds between samples
 GROWTH = 0.10
 LAG_P99_MS = 100.0
-RESULTS: list[bool] = []
-
-
-def record(name: str, value: str, budget: str, ok: bool | None) -> None:
-    if ok is not None:
-        RESULTS.append(ok)
-    mark = "    " if ok is None else ("ok  " if ok else "MISS")
-    print(f"{mark} {name:<52} {value:>22}   budget {budget}", flush=True)
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+FIGURES = Figures(value_width=22)
+RESULTS = FIGURES.results
+record = FIGURES.record
 
 
 async def status(sock: Path) -> dict[str, Any]:

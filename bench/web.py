@@ -25,26 +25,15 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import Figures, free_port  # noqa: E402
 from bench.run import process_cpu, running_gateway  # noqa: E402
 
 WINDOW = 20.0  # seconds the CPU is measured over (scaled to a minute)
 STREAMS = 20
 LOADS = 15
-RESULTS: list[bool] = []
-
-
-def record(name: str, value: str, budget: str, ok: bool | None) -> None:
-    """ok None: a figure reported, no budget."""
-    if ok is not None:
-        RESULTS.append(ok)
-    mark = "    " if ok is None else ("ok  " if ok else "MISS")
-    print(f"{mark} {name:<52} {value:>18}   budget {budget}", flush=True)
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+FIGURES = Figures()
+RESULTS = FIGURES.results
+record = FIGURES.record
 
 
 def signin_url(home: Path) -> str:

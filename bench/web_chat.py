@@ -26,12 +26,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.figures import Figures  # noqa: E402
+
 LOADS = 10
 OPENS = 5
 TOKENS = 1000
 GAP = 0.01  # seconds between tokens: 100 a second
 STATIC = ROOT / "nanoagent" / "web" / "static"
-RESULTS: list[bool] = []
+FIGURES = Figures(name_width=58, value_width=14)
+RESULTS = FIGURES.results
+record = FIGURES.record
 
 COMPOSER = """() => { const t0 = performance.now(); new MutationObserver((_, seen) => {
   if (document.querySelector('#message')) { window.__composer = performance.now(); seen.disconnect(); }
@@ -53,13 +57,6 @@ LAST = """() => { window.__last = 0; new MutationObserver(() => {
   const live = document.querySelector('[data-live]');
   if (!window.__last && live && live.textContent.includes('LASTWORD')) window.__last = performance.timeOrigin + performance.now();
 }).observe(document.querySelector('#log'), {subtree: true, childList: true, characterData: true}); }"""
-
-
-def record(name: str, value: str, budget: str, ok: bool | None) -> None:
-    if ok is not None:
-        RESULTS.append(ok)
-    mark = "    " if ok is None else ("ok  " if ok else "MISS")
-    print(f"{mark} {name:<58} {value:>14}   budget {budget}", flush=True)
 
 
 def markdown_tokens() -> list[str]:
