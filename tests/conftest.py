@@ -192,6 +192,20 @@ def write_config(home: Path, data: dict) -> Path:
     return path
 
 
+@pytest.fixture
+def linger_past_patience(monkeypatch: pytest.MonkeyPatch) -> None:
+    """aiohttp reads on for a request's unread body before closing (10 s by default): made longer than any test
+    waits, so a connection that closes within a test's deadline closed by itself, not when the linger ran out."""
+    from aiohttp.web_protocol import RequestHandler
+
+    made = RequestHandler.__init__
+
+    def longer(self: RequestHandler, *args: Any, **kwargs: Any) -> None:
+        made(self, *args, **{**kwargs, "lingering_time": 2 * PATIENCE})
+
+    monkeypatch.setattr(RequestHandler, "__init__", longer)
+
+
 def free_port() -> int:
     """A TCP port on 127.0.0.1 that nothing listens on (free when asked)."""
     with socket.socket() as probe:

@@ -194,9 +194,6 @@ def test_a_50_mb_upload_is_refused_with_413_without_being_held_in_memory(web):
     assert grew_mb < 40, f"the process grew by {grew_mb:.0f} MB"
 
 
-LINGER = 10.0  # aiohttp's default lingering_time: how long it would wait for an unread body before closing
-
-
 def headers_only(port: int, head: str) -> tuple[str, bytes, bool]:
     """Send a request's headers (with `Expect: 100-continue`) and no body; the first answer's status line, its
     bytes, and whether the gateway then closed the connection, all read before any body is sent."""
@@ -210,17 +207,16 @@ def headers_only(port: int, head: str) -> tuple[str, bytes, bool]:
         status = data.split(b"\r\n", 1)[0].decode()
         if status.split()[1] == "100":
             return status, data, False
-        conn.settimeout(LINGER / 2)  # a refusal closes at once, not after aiohttp's linger for a body never sent
         while chunk := conn.recv(65536):  # the refusal's body, then the end of the connection
             data += chunk
         return status, data, True
 
 
 def test_a_50_mb_body_sent_with_expect_100_continue_is_refused_before_a_byte_of_it_is_sent_and_closed_at_once(
-        web, monkeypatch):
+        web, monkeypatch, linger_past_patience):
     from nanoagent.gateway import http as listener
 
-    monkeypatch.setattr(listener, "AUTH_DEADLINE", 120.0)  # each refusal must close by itself, not at the deadline
+    monkeypatch.setattr(listener, "AUTH_DEADLINE", 2 * PATIENCE)  # each refusal must close by itself, not at the deadline
     cookie = web.cookie()
     token = csrf(web, cookie)
     port = port_of(web)

@@ -176,10 +176,7 @@ def test_30_silent_sockets_opened_back_to_back_are_all_closed_at_their_deadline(
     assert time.monotonic() - started < listener.IDLE_TIMEOUT  # not aiohttp's idle timeout of 60 s
 
 
-LINGER = 10.0  # aiohttp's default lingering_time: how long it would read on for a body before closing
-
-
-def test_a_signed_in_upload_that_stalls_mid_body_is_answered_408_and_closed(web, monkeypatch):
+def test_a_signed_in_upload_that_stalls_mid_body_is_answered_408_and_closed(web, monkeypatch, linger_past_patience):
     from nanoagent.web import api_chat
 
     monkeypatch.setattr(api_chat, "BODY_IDLE", 0.5)
@@ -188,19 +185,17 @@ def test_a_signed_in_upload_that_stalls_mid_body_is_answered_408_and_closed(web,
     with socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE) as conn:
         conn.sendall((f"POST /api/uploads HTTP/1.1\r\nHost: localhost\r\nCookie: {cookie}\r\nX-CSRF-Token: {token}\r\n"
                       "Content-Type: image/png\r\nContent-Length: 100000\r\n\r\n").encode() + b"\x89PNG\r\n\x1a\n")
-        conn.settimeout(LINGER / 2)  # closed once answered, not after aiohttp's linger for the body that stopped
         answer = b"".join(iter(lambda: conn.recv(65536), b""))  # then nothing more: the gateway closes it
     assert answer.startswith(b"HTTP/1.1 408") and b"stopped coming" in answer
 
 
-def test_a_v1_request_whose_body_stalls_is_answered_408(web, monkeypatch):
+def test_a_v1_request_whose_body_stalls_is_answered_408_and_closed(web, monkeypatch, linger_past_patience):
     from nanoagent.web import api_chat
 
     monkeypatch.setattr(api_chat, "BODY_IDLE", 0.5)
     with socket.create_connection(("127.0.0.1", port_of(web)), timeout=PATIENCE) as conn:
         conn.sendall((f"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nAuthorization: Bearer {web.token}\r\n"
                       "Content-Type: application/json\r\nContent-Length: 5000\r\n\r\n{\"messages\":").encode())
-        conn.settimeout(LINGER / 2)
         answer = b"".join(iter(lambda: conn.recv(65536), b""))
     assert answer.startswith(b"HTTP/1.1 408") and b"stopped coming" in answer
 
