@@ -334,6 +334,7 @@ def test_the_pages_fit_a_phone_and_work_from_the_keyboard(browser, web):
         assert width <= 390, f"{route} is {width} px wide"
     page_.goto(f"{web.url}/#/chat/web:phone-keys")
     page_.locator("#message").wait_for(timeout=WAIT)
+    page_.wait_for_load_state("networkidle")  # the chat drawn whole: a redraw after the focus would move it
     page_.focus("#message")
     page_.keyboard.press("Shift+Tab")  # from the message box back through real controls
     focused = page_.evaluate("() => document.activeElement.id || document.activeElement.tagName")
